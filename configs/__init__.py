@@ -1,0 +1,172 @@
+"""Named job configs: YAML files in this package loaded into frozen dataclasses.
+
+``load_config("local")`` reads ``configs/local.yaml``; any other argument is a path
+to a YAML file. Unknown keys and wrong types are rejected with the file named.
+YAML is parsed with ``yaml.safe_load`` (no object construction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from dataclasses import dataclass, field
+from typing import Union
+
+import dacite
+import yaml
+
+__all__ = ["ConfigError", "JobConfig", "SyntheticConfig", "load_config", "config_names", "CONFIG_DIR"]
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parent
+BACKENDS = ("auto", "numpy", "cupy")
+
+
+class ConfigError(ValueError):
+    """A config file is missing, not valid YAML, or has unknown keys or bad values."""
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """The corpus generated when the job gets no ``--docs``/``--queries``.
+
+    Attributes
+    ----------
+    n_docs, n_queries : int
+        Corpus and query-set sizes.
+    seed : int
+        Seed of the generator; the same config always gives the same corpus.
+    vocab_size : int
+        Token ids are drawn from ``[0, vocab_size)``; the competition has 50001.
+    id_dist : str
+        ``"zipf"`` or ``"uniform"`` law of token ids.
+    zipf_s : float
+        Zipf exponent.
+    near_duplicate_fraction : float
+        Share of queries made by perturbing a random doc; the rest are random sets.
+    cache_dir : str
+        Where generated corpora are kept (``~`` expanded); reused when present.
+    """
+
+    n_docs: int = 200_000
+    n_queries: int = 1_000
+    seed: int = 0
+    vocab_size: int = 50_001
+    id_dist: str = "zipf"
+    zipf_s: float = 1.0
+    near_duplicate_fraction: float = 0.5
+    cache_dir: str = "~/.cache/settopk"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Settings of a scoring run.
+
+    Attributes
+    ----------
+    backend : str
+        ``"auto"`` (CuPy when the cluster has GPUs, else NumPy; the log says which),
+        ``"numpy"`` or ``"cupy"`` (fails at start when no GPU is available).
+    n_shards : int or "auto"
+        Number of length-bucket shards, one actor each. ``"auto"``: one per GPU
+        slot (``cupy``) or per CPU slot (``numpy``) of the cluster.
+    gpus_per_shard, cpus_per_shard : float
+        Ray resources of each shard actor (``gpus_per_shard`` only with ``cupy``).
+    k : int
+        Results per query.
+    max_len : int
+        Most ids a doc or query may have (after de-duplication).
+    vocab_size : int
+        Token ids must lie in ``[0, vocab_size)``, ``vocab_size <= 65536``.
+    query_batch_size : int
+        Queries sent to the actors per request.
+    synthetic : SyntheticConfig
+        Corpus generated when no inputs are given.
+    """
+
+    backend: str = "auto"
+    n_shards: Union[int, str] = "auto"
+    gpus_per_shard: float = 1.0
+    cpus_per_shard: float = 1.0
+    k: int = 100
+    max_len: int = 128
+    vocab_size: int = 65_536
+    query_batch_size: int = 256
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.backend not in BACKENDS:
+            problems.append(f"backend must be one of {BACKENDS}, found {self.backend!r}")
+        if self.n_shards != "auto" and (isinstance(self.n_shards, str) or self.n_shards < 1):
+            problems.append(f"n_shards must be 'auto' or an integer >= 1, found {self.n_shards!r}")
+        if self.k < 1:
+            problems.append(f"k must be >= 1, found {self.k}")
+        if not 1 <= self.max_len <= 255:
+            problems.append(f"max_len must be in [1, 255], found {self.max_len}")
+        if not 1 <= self.vocab_size <= 65536:
+            problems.append(f"vocab_size must be in [1, 65536], found {self.vocab_size}")
+        if self.query_batch_size < 1:
+            problems.append(f"query_batch_size must be >= 1, found {self.query_batch_size}")
+        if not 0 < self.gpus_per_shard <= 1 or self.cpus_per_shard < 0:
+            problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
+        if self.synthetic.id_dist not in ("zipf", "uniform"):
+            problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {self.synthetic.id_dist!r}")
+        if self.synthetic.vocab_size > self.vocab_size:
+            problems.append("synthetic.vocab_size must not exceed vocab_size")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def to_dict(self) -> dict:
+        """Plain-data copy, for manifests and logs."""
+        return dataclasses.asdict(self)
+
+
+def config_names() -> list[str]:
+    """Names of the configs shipped in this package."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def load_config(name_or_path: str = "local", overrides: dict | None = None) -> JobConfig:
+    """Load a named config or a YAML file into a :class:`JobConfig`.
+
+    Parameters
+    ----------
+    name_or_path : str
+        A shipped config name (see :func:`config_names`) or a path to a YAML file.
+    overrides : dict, optional
+        Top-level values that replace the file's (e.g. ``{"k": 10}`` from the CLI).
+
+    Raises
+    ------
+    ConfigError
+        If the file does not exist or is not a YAML mapping, a key is unknown, a
+        value has the wrong type, or a value is out of range. The message names
+        the file.
+    """
+    path = pathlib.Path(name_or_path).expanduser()
+    if not path.is_file():
+        shipped = CONFIG_DIR / f"{name_or_path}.yaml"
+        if not shipped.is_file():
+            raise ConfigError(
+                f"config {name_or_path!r}: no such file, and not a shipped config name; "
+                f"expected a YAML path or one of {config_names()}"
+            )
+        path = shipped
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, found {type(data).__name__}")
+    data = {**data, **(overrides or {})}
+    try:
+        return dacite.from_dict(JobConfig, data, config=dacite.Config(strict=True))
+    except dacite.UnexpectedDataError as exc:
+        valid = sorted(f.name for f in dataclasses.fields(JobConfig)) + [
+            f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
+        ]
+        raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
+    except dacite.DaciteError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

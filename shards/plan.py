@@ -1,0 +1,124 @@
+"""Shard planning: contiguous doc-length ranges balanced by token count."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["ShardSpec", "plan_shards"]
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One length-bucket shard: the docs whose length lies in ``[min_len, max_len]``.
+
+    Attributes
+    ----------
+    shard_id : int
+        Position in the plan, from 0.
+    min_len, max_len : int
+        Inclusive range of doc lengths (ids per doc after de-duplication).
+    n_docs, n_tokens : int
+        Docs and token ids the plan expects the shard to hold.
+    """
+
+    shard_id: int
+    min_len: int
+    max_len: int
+    n_docs: int
+    n_tokens: int
+
+    def to_dict(self) -> dict:
+        """Plain-data copy, for manifests and logs."""
+        return asdict(self)
+
+
+def _fits(weights: np.ndarray, cap: int, n_parts: int) -> bool:
+    parts, load = 1, 0
+    for w in weights:
+        if load + w > cap:
+            parts, load = parts + 1, 0
+        load += w
+    return parts <= n_parts
+
+
+def _boundaries(weights: np.ndarray, n_parts: int) -> list[int]:
+    """Start index of each part of the optimal contiguous partition (min of max load)."""
+    lo, hi = int(weights.max()), int(weights.sum())
+    while lo < hi:  # binary search on the largest load a greedy packing can meet
+        mid = (lo + hi) // 2
+        if _fits(weights, mid, n_parts):
+            hi = mid
+        else:
+            lo = mid + 1
+    starts, load = [0], 0
+    for i, w in enumerate(weights):
+        if load + w > lo:
+            starts.append(i)
+            load = 0
+        load += w
+    # Splitting a part never raises the maximum, so use every shard we may.
+    while len(starts) < n_parts:
+        ends = starts[1:] + [len(weights)]
+        loads = [(weights[s:e].sum(), s, e) for s, e in zip(starts, ends) if e - s > 1]
+        if not loads:
+            break
+        _, s, e = max(loads)
+        cut = s + 1 + int(np.searchsorted(np.cumsum(weights[s:e]), weights[s:e].sum() / 2))
+        starts.append(min(max(cut, s + 1), e - 1))
+        starts.sort()
+    return starts
+
+
+def plan_shards(doc_lengths: np.ndarray, n_shards: int, max_len: int) -> list[ShardSpec]:
+    """Split docs into at most ``n_shards`` contiguous length ranges of balanced token count.
+
+    The ranges cover ``[0, max_len]`` without gaps, so every doc belongs to
+    exactly one shard. A single length is never split, so there are at most as
+    many shards as distinct lengths; empty shards are never planned. The
+    partition minimises the largest shard's token count (binary search on that
+    load with greedy packing, optimal for contiguous partitions).
+
+    Parameters
+    ----------
+    doc_lengths : numpy.ndarray of int, shape (n_docs,)
+        Length of every doc of the corpus.
+    n_shards : int
+        Most shards wanted, ``>= 1``.
+    max_len : int
+        Largest length the run accepts; the last shard's range ends there.
+
+    Returns
+    -------
+    list of ShardSpec
+        Between 1 and ``n_shards`` shards in length order (empty list for an
+        empty corpus).
+
+    Raises
+    ------
+    ValueError
+        If ``n_shards < 1`` or a length is negative or above ``max_len``.
+    """
+    if n_shards < 1:
+        raise ValueError(f"n_shards must be >= 1, found {n_shards}")
+    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if len(doc_lengths) == 0:
+        return []
+    if doc_lengths.min() < 0 or doc_lengths.max() > max_len:
+        raise ValueError(f"doc lengths must lie in [0, {max_len}]")
+    counts = np.bincount(doc_lengths, minlength=max_len + 1)
+    present = np.flatnonzero(counts)
+    # Weight by tokens; empty docs weigh one, so a corpus of only empty docs still plans.
+    weights = np.maximum(present * counts[present], 1)
+    starts = _boundaries(weights, min(n_shards, len(present)))
+    ends = starts[1:] + [len(present)]
+    specs = []
+    for shard_id, (s, e) in enumerate(zip(starts, ends)):
+        lo = 0 if shard_id == 0 else int(present[s])
+        hi = max_len if e == len(present) else int(present[e]) - 1
+        lens = present[s:e]
+        specs.append(
+            ShardSpec(shard_id, lo, hi, int(counts[lens].sum()), int((lens * counts[lens]).sum()))
+        )
+    return specs

@@ -1,0 +1,99 @@
+"""A shard's searcher: loads its own docs once, then answers query batches.
+
+:class:`ShardSearcher` is plain Python so it can be tested without Ray;
+:data:`ShardActor` is the same class as a Ray actor.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import numpy as np
+
+from kernels import NumpyShardIndex, SetBatch, TopK
+
+from .inputs import SetLimits, read_corpus
+from .plan import ShardSpec
+
+__all__ = ["ShardSearcher", "ShardActor"]
+
+
+class ShardSearcher:
+    """Holds one length-bucket shard in its backend's layout and searches it.
+
+    Parameters
+    ----------
+    spec : ShardSpec
+        The length range to load.
+    corpus_path : str
+        The corpus (text or Parquet); the searcher reads it itself, keeping only
+        docs whose length lies in ``[spec.min_len, spec.max_len]``.
+    limits : SetLimits
+        ``vocab_size`` and ``max_len`` of the run.
+    backend : str
+        ``"numpy"`` or ``"cupy"``.
+
+    Raises
+    ------
+    RuntimeError
+        If the docs read do not match the plan (the corpus changed since the
+        driver validated it).
+    ImportError
+        If ``backend == "cupy"`` and CuPy is not installed on this node.
+    """
+
+    def __init__(self, spec: ShardSpec, corpus_path: str, limits: SetLimits, backend: str):
+        start = time.perf_counter()
+        corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len))
+        if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
+            raise RuntimeError(
+                f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) read "
+                f"{corpus.docs.n_sets} docs / {len(corpus.docs.tokens)} ids from {corpus_path}, "
+                f"but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus changed "
+                "while the job ran; rerun the job"
+            )
+        self.read_s = time.perf_counter() - start
+        if backend == "cupy":
+            from kernels.cuda import CupyShardIndex
+
+            self.index = CupyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len, limits.vocab_size)
+        elif backend == "numpy":
+            self.index = NumpyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len)
+        else:
+            raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
+        self.spec = spec
+        self.backend = backend
+        self.load_s = time.perf_counter() - start
+        self.search_s = 0.0
+
+    def info(self) -> dict:
+        """Where the shard runs and how long it took to load (seconds)."""
+        gpu_ids = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return {
+            "shard_id": self.spec.shard_id,
+            "n_docs": self.index.n_docs,
+            "backend": self.backend,
+            "node": socket.gethostname(),
+            "gpu_ids": gpu_ids if self.backend == "cupy" else "",
+            "read_s": round(self.read_s, 3),
+            "load_s": round(self.load_s, 3),
+            "search_s": round(self.search_s, 3),
+        }
+
+    def search(self, queries: SetBatch, k: int) -> TopK:
+        """Shard-local top-k of each query: ``TopK`` of shape ``(n_queries, k)``, ``-1`` padded."""
+        start = time.perf_counter()
+        result = self.index.search(queries, k)
+        self.search_s += time.perf_counter() - start
+        return result
+
+
+def _make_actor():
+    import ray
+
+    return ray.remote(ShardSearcher)
+
+
+ShardActor = _make_actor()
