@@ -1,0 +1,225 @@
+"""End to end: ``jobs.score.main`` on a local Ray cluster, against the brute-force oracle."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import score
+from jobs.output import RESULT_SCHEMA
+from kernels import brute_force_topk
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def _config(tmp_path, name="c", **values):
+    values = {"backend": "numpy", "n_shards": 1, "cpus_per_shard": 0.5, **values}
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines += [f"  {k}: {v}" for k, v in value.items()]
+        else:
+            lines.append(f"{key}: {value}")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _write_text_sets(path, sets):
+    path.write_text("".join(",".join(map(str, s)) + "\n" for s in sets))
+    return str(path)
+
+
+def _random_sets(rng, n, vocab, max_len):
+    return [rng.choice(vocab, size=rng.integers(0, max_len + 1), replace=False).tolist() for _ in range(n)]
+
+
+def _read_rows(out):
+    table = pq.read_table(out)
+    assert table.schema.equals(RESULT_SCHEMA, check_metadata=False)
+    return table
+
+
+def _expected_rows(docs, queries, query_ids, k):
+    rows = []
+    for qid, q, result in zip(query_ids, queries, brute_force_topk(docs, queries, k)):
+        qlen = len(set(q))
+        for rank, (doc_id, ov, dl) in enumerate(result, start=1):
+            rows.append((qid, rank, doc_id, ov / max(qlen, dl, 1), ov, qlen, dl))
+    return rows
+
+
+def _as_rows(table):
+    d = table.to_pydict()
+    return list(zip(*(d[name] for name in RESULT_SCHEMA.names)))
+
+
+@pytest.fixture(scope="module")
+def tie_corpus(tmp_path_factory):
+    """Small vocab, many ties, empty sets, a repeated id, ids 0 and the largest."""
+    rng = np.random.default_rng(3)
+    tmp = tmp_path_factory.mktemp("corpus")
+    docs = _random_sets(rng, 700, 14, 9) + [[], [0, 65535], list(range(128))]
+    queries = _random_sets(rng, 40, 14, 9) + [[], [0, 65535], list(range(128))]
+    docs_path = _write_text_sets(tmp / "docs.txt", docs)
+    (tmp / "queries.txt").write_text("".join(",".join(map(str, q)) + ",3" * (i == 5 and 3 in q) + "\n" for i, q in enumerate(queries)))
+    return docs, queries, docs_path, str(tmp / "queries.txt")
+
+
+@pytest.mark.parametrize("n_shards", [1, 4])
+def test_text_inputs_match_oracle_with_any_shard_count(tmp_path, tie_corpus, n_shards):
+    docs, queries, docs_path, queries_path = tie_corpus
+    k = 30
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, n_shards=n_shards, query_batch_size=7)
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
+    table = _read_rows(out)
+    assert _as_rows(table) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["rows"] == table.num_rows and manifest["counts"]["queries_with_repeated_ids"] == 1
+    assert len(manifest["shards"]) == n_shards and manifest["backend"] == "numpy"
+    assert {"validate_s", "load_s", "search_s", "merge_s"} <= set(manifest["timings_s"])
+    assert (out / "_SUCCESS").exists()
+
+
+def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
+    _, _, docs_path, queries_path = tie_corpus
+    tables = []
+    for n in (1, 3):
+        out = tmp_path / f"out{n}"
+        cfg = _config(tmp_path, name=f"c{n}", n_shards=n, query_batch_size=16)
+        assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", cfg, "--quiet"]) == 0
+        tables.append(pq.read_table(out))
+    assert tables[0].equals(tables[1])
+
+
+def test_parquet_and_directory_inputs(tmp_path):
+    rng = np.random.default_rng(11)
+    docs = _random_sets(rng, 300, 30, 12)
+    doc_ids = rng.permutation(10_000)[:300]  # sparse, unordered ids
+    queries = _random_sets(rng, 9, 30, 12)
+    pq.write_table(pa.table({"doc_id": pa.array(doc_ids, pa.int64()), "tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "docs.parquet")
+    pq.write_table(pa.table({"query_id": pa.array(np.arange(9) * 10, pa.int64()), "tokens": pa.array(queries, pa.list_(pa.uint16()))}), tmp_path / "q.parquet")
+    qdir = tmp_path / "qdir"
+    qdir.mkdir()
+    for i, q in enumerate(queries):
+        (qdir / f"q{i:02d}.txt").write_text(",".join(map(str, q)))  # no trailing newline
+    cfg = _config(tmp_path, n_shards=2)
+    order = np.argsort(doc_ids)
+    expected = brute_force_topk([docs[i] for i in order], queries, 20, doc_ids=list(doc_ids[order]))
+    for name, qpath, qids in [("pq", tmp_path / "q.parquet", [str(i * 10) for i in range(9)]), ("dir", qdir, [f"q{i:02d}.txt" for i in range(9)])]:
+        out = tmp_path / name
+        assert score.main(["--docs", str(tmp_path / "docs.parquet"), "--queries", str(qpath), "--out", str(out), "--k", "20", "--config", cfg, "--quiet"]) == 0
+        d = pq.read_table(out).to_pydict()
+        got = {}
+        for qid, doc_id in zip(d["query_id"], d["doc_id"]):
+            got.setdefault(qid, []).append(doc_id)
+        assert [got.get(q, []) for q in qids] == [[r[0] for r in e] for e in expected]
+
+
+def test_k_larger_than_corpus(tmp_path):
+    docs_path = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [2], []])
+    q_path = _write_text_sets(tmp_path / "q.txt", [[2], [7]])
+    out = tmp_path / "out"
+    assert score.main(["--docs", docs_path, "--queries", q_path, "--out", str(out), "--k", "100", "--config", _config(tmp_path, n_shards=2), "--tsv", str(tmp_path / "r.tsv"), "--quiet"]) == 0
+    assert pq.read_table(out).num_rows == 6
+    assert (tmp_path / "r.tsv").read_text() == "1\t0\t2\n0\t1\t2\n"
+
+
+def test_golden_corpus_matches_expected(tmp_path, golden_dir):
+    gold = golden_dir / "sti2-small"
+    out, tsv = tmp_path / "out", tmp_path / "r.tsv"
+    cfg = _config(tmp_path, n_shards=2, vocab_size=65536)
+    assert score.main(["--docs", str(gold / "docs.txt"), "--queries", str(gold / "queries"), "--out", str(out), "--tsv", str(tsv), "--config", cfg, "--quiet"]) == 0
+    assert tsv.read_text().splitlines() == (gold / "expected.tsv").read_text().splitlines()
+    d = pq.read_table(out).to_pydict()
+    got = [f"{o}/{max(q, l)}" for o, q, l in zip(d["overlap"], d["query_len"], d["doc_len"])]
+    expected = [x for line in (gold / "expected_scores.tsv").read_text().splitlines() for x in line.split("\t")]
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    "docs_text, where, reason",
+    [
+        ("1,2\n3,x\n", ":2", "x"),
+        ("1,2\n\n70000\n", ":3", "70000"),
+        ("1,-4\n", ":1", "-4"),
+    ],
+)
+def test_bad_input_fails_before_actors_and_writes_nothing(tmp_path, monkeypatch, caplog, docs_text, where, reason):
+    docs = tmp_path / "docs.txt"
+    docs.write_text(docs_text)
+    q = _write_text_sets(tmp_path / "q.txt", [[1]])
+
+    def no_actors(*a, **kw):
+        raise AssertionError("an actor was started for bad input")
+
+    monkeypatch.setattr(score, "plan_shards", no_actors)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", str(docs), "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
+    assert code == 2
+    message = caplog.text
+    assert f"docs.txt{where}" in message and reason in message
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_too_long_set_and_empty_corpus_are_errors(tmp_path, caplog):
+    q = _write_text_sets(tmp_path / "q.txt", [list(range(5))])
+    docs = _write_text_sets(tmp_path / "docs.txt", [[1]])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    cfg = _config(tmp_path, max_len=4)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        assert score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "o1"), "--config", cfg, "--quiet"]) == 2
+        assert score.main(["--docs", str(empty), "--queries", docs, "--out", str(tmp_path / "o2"), "--config", _config(tmp_path, "c2"), "--quiet"]) == 2
+    assert "q.txt:1" in caplog.text and "no docs" in caplog.text
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_cupy_backend_without_gpu_fails_at_start(tmp_path, caplog):
+    from tests.conftest import HAS_GPU
+
+    if HAS_GPU:
+        pytest.skip("this cluster has a GPU")
+    docs = _write_text_sets(tmp_path / "docs.txt", [[1]])
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", docs, "--queries", docs, "--out", str(tmp_path / "o"), "--config", _config(tmp_path, backend="cupy"), "--quiet"])
+    assert code == 2 and "no GPU" in caplog.text and not (tmp_path / "o").exists()
+
+
+def test_dry_run_prints_plan_and_writes_nothing(tmp_path, tie_corpus, capsys):
+    _, _, docs_path, queries_path = tie_corpus
+    out = tmp_path / "out"
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path, n_shards=3), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "3 shard(s)" in printed and "shard 2: lengths" in printed
+    assert not out.exists()
+
+
+def test_rerun_is_a_no_op_unless_forced(tmp_path, tie_corpus):
+    _, _, docs_path, queries_path = tie_corpus
+    out = tmp_path / "out"
+    args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--quiet"]
+    assert score.main(args) == 0
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    assert score.main(args) == 0
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp
+    assert score.main(args + ["--force"]) == 0
+    assert (out / "manifest.json").stat().st_mtime_ns != stamp
+
+
+def test_synthetic_default_corpus(tmp_path):
+    cfg = _config(tmp_path, n_shards=2, synthetic={"n_docs": 3000, "n_queries": 25, "seed": 1, "cache_dir": str(tmp_path / "cache")})
+    out = tmp_path / "out"
+    assert score.main(["--out", str(out), "--config", cfg, "--k", "10", "--quiet"]) == 0
+    table = pq.read_table(out)
+    assert table.num_rows == 250
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["docs"]["synthetic"] is True and manifest["counts"]["n_docs"] == 3000
