@@ -67,9 +67,8 @@ def tie_corpus(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("corpus")
     docs = _random_sets(rng, 700, 14, 9) + [[], [0, 65535], list(range(128))]
     queries = _random_sets(rng, 40, 14, 9) + [[], [0, 65535], list(range(128))]
-    docs_path = _write_text_sets(tmp / "docs.txt", docs)
-    (tmp / "queries.txt").write_text("".join(",".join(map(str, q)) + ",3" * (i == 5 and 3 in q) + "\n" for i, q in enumerate(queries)))
-    return docs, queries, docs_path, str(tmp / "queries.txt")
+    queries[5] = [3, 1, 3]  # unsorted, with a repeated id
+    return docs, queries, _write_text_sets(tmp / "docs.txt", docs), _write_text_sets(tmp / "queries.txt", queries)
 
 
 @pytest.mark.parametrize("n_shards", [1, 4])
