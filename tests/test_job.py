@@ -222,3 +222,39 @@ def test_synthetic_default_corpus(tmp_path):
     assert table.num_rows == 250
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["docs"]["synthetic"] is True and manifest["counts"]["n_docs"] == 3000
+
+
+def _run_both_backends(tmp_path, docs_path, queries_path, k, **extra):
+    tables = {}
+    for backend in ("numpy", "cupy"):
+        out = tmp_path / f"out-{backend}"
+        cfg = _config(tmp_path, name=backend, backend=backend, n_shards=2, gpus_per_shard=0.5, **extra)
+        args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]
+        assert score.main(args) == 0
+        assert json.loads((out / "manifest.json").read_text())["backend"] == backend
+        tables[backend] = pq.read_table(out)
+    return tables
+
+
+@pytest.mark.gpu
+def test_cupy_job_matches_numpy_job_with_ties(tmp_path, tie_corpus):
+    _, _, docs_path, queries_path = tie_corpus
+    tables = _run_both_backends(tmp_path, docs_path, queries_path, 30, query_batch_size=7)
+    assert tables["cupy"].equals(tables["numpy"])
+
+
+@pytest.mark.gpu
+def test_cupy_job_on_golden_corpus(tmp_path, golden_dir):
+    gold = golden_dir / "sti2-small"
+    tables = _run_both_backends(tmp_path, str(gold / "docs.txt"), str(gold / "queries"), 100)
+    assert tables["cupy"].equals(tables["numpy"])
+
+
+@pytest.mark.gpu
+def test_cupy_job_on_synthetic_corpus(tmp_path):
+    from jobs.synthetic import SyntheticSpec, ensure_synthetic
+
+    docs, queries = ensure_synthetic(SyntheticSpec(n_docs=60_000, n_queries=150, seed=5), tmp_path / "cache")
+    tables = _run_both_backends(tmp_path, str(docs), str(queries), 100, query_batch_size=64)
+    assert tables["cupy"].equals(tables["numpy"])
+    assert tables["cupy"].num_rows == 150 * 100
