@@ -1,0 +1,266 @@
+"""CupyShardIndex against NumpyShardIndex: identical TopK on every shape of input.
+
+Every test is marked ``gpu``; tests/conftest.py skips them where CuPy sees no GPU.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from kernels import NumpyShardIndex, SetBatch
+
+pytestmark = pytest.mark.gpu
+
+
+def _index(*args, **kwargs):
+    from kernels.cuda import CupyShardIndex  # imported here: CuPy may be absent where these skip
+
+    return CupyShardIndex(*args, **kwargs)
+
+
+def _random_sets(rng, n_sets, vocab, max_len, min_len=0) -> SetBatch:
+    """``n_sets`` uniform random sets with ``min_len..max_len`` distinct ids below ``vocab``."""
+    sets = []
+    for _ in range(n_sets):
+        length = int(rng.integers(min_len, min(max_len, vocab) + 1))
+        sets.append(rng.choice(vocab, size=length, replace=False))
+    return SetBatch.from_lists(sets)
+
+
+def _assert_same(got, want):
+    for name in ("doc_ids", "overlap", "doc_len"):
+        g, w = getattr(got, name), getattr(want, name)
+        assert g.dtype == w.dtype, f"{name}: dtype {g.dtype} != {w.dtype}"
+        assert g.shape == w.shape, f"{name}: shape {g.shape} != {w.shape}"
+        mismatch = np.argwhere(g != w)
+        if len(mismatch):
+            at = tuple(mismatch[0])
+            pytest.fail(f"{name}: {len(mismatch)} mismatches, first at {list(at)}: {g[at]} != {w[at]}")
+
+
+def _check(docs, queries, k, max_len, doc_ids=None, vocab_size=65536, **options):
+    """Search with both backends, assert identical results, return the GPU index."""
+    if doc_ids is None:
+        doc_ids = np.arange(docs.n_sets, dtype=np.int64)
+    gpu = _index(docs, doc_ids, max_len, vocab_size, **options)
+    want = NumpyShardIndex(docs, doc_ids, max_len).search(queries, k)
+    _assert_same(gpu.search(queries, k), want)
+    return gpu
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("vocab", [5, 16, 40])
+def test_random_small_corpora_with_heavy_ties(seed, vocab):
+    rng = np.random.default_rng(seed * 100 + vocab)
+    max_len = 12
+    docs = _random_sets(rng, int(rng.integers(50, 700)), vocab, max_len)
+    queries = _random_sets(rng, 23, vocab, max_len)
+    for k in (1, 7, 64):
+        _check(docs, queries, k, max_len, vocab_size=vocab)
+        _check(docs, queries, k, max_len)  # full 65536-id bitsets
+
+
+def test_empty_docs_and_empty_queries():
+    rng = np.random.default_rng(1)
+    sets = _random_sets(rng, 300, 30, 6).to_lists()
+    for i in (0, 7, 8, 150, 299):
+        sets[i] = []
+    docs = SetBatch.from_lists(sets)
+    queries = SetBatch.from_lists([[], [1, 2, 3], [], [5], list(range(6)), []])
+    _check(docs, queries, 10, 6)
+    _check(docs, queries, 1, 6)
+    only_empty = SetBatch.from_lists([[]] * 9)
+    _check(only_empty, queries, 4, 6)
+    _check(only_empty, queries, 20, 6)
+
+
+@pytest.mark.parametrize("vocab_size", [100, 65536])
+def test_full_length_sets_and_extreme_ids(vocab_size):
+    rng = np.random.default_rng(vocab_size)
+    max_len = 40
+    top = vocab_size - 1
+    full = sorted(rng.choice(np.arange(1, top), size=max_len - 2, replace=False).tolist() + [0, top])
+    sets = _random_sets(rng, 200, vocab_size, max_len).to_lists()
+    sets[3] = full
+    sets[50] = [0]
+    sets[51] = [top]
+    sets[52] = [0, top]
+    sets[120] = full[: max_len - 1]
+    docs = SetBatch.from_lists(sets)
+    queries = SetBatch.from_lists([full, [0], [top], [0, top], full[1:], full[::2]])
+    gpu = _check(docs, queries, 5, max_len, vocab_size=vocab_size)
+    assert gpu.search(queries, 1).doc_ids[0, 0] == 3  # the identical full-length set wins
+
+
+def test_k_larger_than_shard():
+    rng = np.random.default_rng(2)
+    docs = _random_sets(rng, 5, 20, 4)
+    queries = _random_sets(rng, 9, 20, 4)
+    _check(docs, queries, 12, 4, doc_ids=np.array([3, 10, 11, 40, 41]))
+    _check(docs, queries, 5, 4)
+
+
+def test_empty_shard():
+    docs = SetBatch.from_lists([])
+    queries = SetBatch.from_lists([[1, 2], [], [3]])
+    gpu = _check(docs, queries, 3, 8)
+    assert gpu.n_docs == 0
+    assert (gpu.search(queries, 3).doc_ids == -1).all()
+
+
+def test_no_queries():
+    rng = np.random.default_rng(3)
+    docs = _random_sets(rng, 20, 50, 5)
+    got = _index(docs, np.arange(20), 5).search(SetBatch.from_lists([]), 4)
+    assert got.doc_ids.shape == (0, 4)
+
+
+def test_non_contiguous_doc_ids():
+    rng = np.random.default_rng(4)
+    docs = _random_sets(rng, 400, 25, 8)
+    doc_ids = np.sort(rng.choice(10**12, size=400, replace=False)).astype(np.int64)
+    queries = _random_sets(rng, 17, 25, 8)
+    _check(docs, queries, 9, 8, doc_ids=doc_ids)
+    _check(docs, queries, 9, 8, doc_ids=np.arange(400, dtype=np.int32) * 3 + 7)  # int32 ids are accepted too
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 8])
+def test_candidate_buffer_overflow_is_exact(capacity):
+    """A tiny buffer overflows on nearly every chunk; re-scans (in tiny sub-batches) keep it exact."""
+    rng = np.random.default_rng(capacity)
+    docs = _random_sets(rng, 3000, 12, 6)
+    queries = _random_sets(rng, 30, 12, 6)
+    rescans = 0
+    for k in (1, 10, 40):
+        rescans += _check(docs, queries, k, 6, capacity=capacity, max_chunk=700, redo_bytes=1).rescans
+    assert rescans > 0
+    # Sub-batches of several queries (redo_bytes large enough for a few at once).
+    gpu = _check(docs, queries, 10, 6, capacity=capacity, max_chunk=700, redo_bytes=3 * 8 * 710 * 6)
+    assert gpu.rescans > 0
+
+
+def test_overflow_with_default_capacity_when_good_docs_come_late():
+    """Docs that beat the first chunk's threshold all sit later: the second chunk overflows 2048 + k."""
+    rng = np.random.default_rng(5)
+    unrelated = _random_sets(rng, 3000, 100, 8).to_lists()  # ids 0..99
+    related = [sorted(set(rng.choice(np.arange(200, 230), size=6, replace=False).tolist())) for _ in range(5000)]
+    docs = SetBatch.from_lists(unrelated + related)
+    queries = SetBatch.from_lists([list(range(200, 206)), list(range(210, 230, 3)), [5, 201], []])
+    gpu = _check(docs, queries, 10, 8)
+    assert gpu.rescans > 0
+
+
+@pytest.mark.parametrize("n_queries", [1, 2, 3, 5, 7, 13, 33])
+def test_query_batch_sizes(n_queries):
+    rng = np.random.default_rng(n_queries)
+    docs = _random_sets(rng, 600, 60, 10)
+    queries = _random_sets(rng, n_queries, 60, 10)
+    _check(docs, queries, 6, 10)
+    _check(docs, queries, 6, 10, query_batch=6)  # several internal batches, the last one ragged
+
+
+def _zipf_sets(rng, lengths, vocab, skew=3.0) -> SetBatch:
+    """Sets of distinct ids drawn from a Zipf-like law (id = vocab * u**skew), one per entry of ``lengths``.
+
+    A set ends up shorter than asked when the draws repeat too much.
+    """
+    width = 2 * int(lengths.max())
+    kept_rows = []
+    for lo in range(0, len(lengths), 20000):
+        want = lengths[lo : lo + 20000]
+        ids = np.sort((vocab * rng.random((len(want), width)) ** skew).astype(np.int64), axis=1)
+        repeat = np.zeros_like(ids, dtype=bool)
+        repeat[:, 1:] = ids[:, 1:] == ids[:, :-1]
+        # Keep a random subset of the distinct ids: repeats get priority 2, beyond any random one.
+        priority = np.where(repeat, 2.0, rng.random(ids.shape))
+        order = np.argsort(priority, axis=1)
+        n_keep = np.minimum(want, (~repeat).sum(axis=1))
+        keep = np.arange(width)[None, :] < n_keep[:, None]
+        chosen = np.where(keep, np.take_along_axis(ids, order, axis=1), vocab)
+        chosen.sort(axis=1)
+        kept_rows.extend(row[: n] for row, n in zip(chosen, n_keep))
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in kept_rows], out=offsets[1:])
+    return SetBatch(offsets, np.concatenate(kept_rows).astype(np.uint16))
+
+
+def test_medium_corpus_against_numpy():
+    rng = np.random.default_rng(2024)
+    vocab, max_len, k = 65536, 128, 100
+    docs = _zipf_sets(rng, rng.integers(1, max_len + 1, size=200_000), vocab)
+    doc_ids = np.cumsum(rng.integers(1, 4, size=docs.n_sets)).astype(np.int64)
+    picks = rng.choice(docs.n_sets, size=200, replace=False)
+    queries = [docs[i].tolist() for i in picks[:100]]  # exact duplicates of docs
+    for i in picks[100:]:  # near-duplicates: drop a tenth, add a few ids
+        kept = [t for t in docs[i].tolist() if rng.random() > 0.1]
+        queries.append(kept + rng.integers(0, vocab, size=3).tolist())
+    queries += _zipf_sets(rng, rng.integers(1, max_len + 1, size=100), vocab).to_lists()
+    queries = SetBatch.from_lists(queries)
+    queries = queries.take(np.flatnonzero(queries.lengths <= max_len))
+    assert queries.n_sets == 300
+
+    started = time.perf_counter()
+    gpu = _index(docs, doc_ids, max_len)
+    built = time.perf_counter()
+    got = gpu.search(queries, k)
+    searched = time.perf_counter()
+    again = gpu.search(queries, k)
+    searched_again = time.perf_counter()
+    want = NumpyShardIndex(docs, doc_ids, max_len).search(queries, k)
+    cpu_done = time.perf_counter()
+    print(
+        f"\nTIMING medium corpus ({docs.n_sets} docs, {queries.n_sets} queries, k={k}): "
+        f"build {built - started:.3f}s, first search {searched - built:.3f}s, "
+        f"second search {searched_again - searched:.3f}s, numpy oracle {cpu_done - searched_again:.3f}s, "
+        f"rescans {gpu.rescans}"
+    )
+    _assert_same(got, want)
+    _assert_same(again, want)
+    assert (got.overlap[:100, 0] == queries.lengths[:100]).all()  # duplicates find a full-overlap doc
+
+
+def _with_fields(offsets, tokens) -> SetBatch:
+    """A SetBatch holding arrays its constructor would refuse (to test the launcher's own checks)."""
+    batch = object.__new__(SetBatch)
+    object.__setattr__(batch, "offsets", offsets)
+    object.__setattr__(batch, "tokens", tokens)
+    return batch
+
+
+def test_bad_inputs_raise_value_error():
+    docs = SetBatch.from_lists([[1, 2], [3], [70, 99]])
+    ids = np.arange(3)
+    with pytest.raises(ValueError, match="doc_ids"):
+        _index(docs, ids.astype(np.float64), 4)
+    with pytest.raises(ValueError, match="doc_ids"):
+        _index(docs, ids[:2], 4)
+    with pytest.raises(ValueError, match="increasing"):
+        _index(docs, np.array([0, 2, 2]), 4)
+    with pytest.raises(ValueError, match="vocab_size"):
+        _index(docs, ids, 4, vocab_size=50)  # doc id 70 and 99 are out of vocabulary
+    with pytest.raises(ValueError, match="max_len"):
+        _index(docs, ids, 1)
+    with pytest.raises(ValueError, match="offsets"):
+        _index(_with_fields(docs.offsets.astype(np.int32), docs.tokens), ids, 4)
+    with pytest.raises(ValueError, match="tokens"):
+        _index(_with_fields(docs.offsets, docs.tokens.astype(np.int32)), ids, 4)
+
+    index = _index(docs, ids, 4, vocab_size=100)
+    with pytest.raises(ValueError, match="vocab_size"):
+        index.search(SetBatch.from_lists([[1], [100]]), 2)
+    with pytest.raises(ValueError, match="vocab_size"):
+        index.search(SetBatch.from_lists([[65535]]), 2)
+    with pytest.raises(ValueError, match="tokens"):
+        index.search(_with_fields(np.array([0, 2], dtype=np.int64), np.array([1, 2], dtype=np.int64)), 2)
+    strided = np.array([1, 0, 2, 0], dtype=np.uint16)[::2]
+    with pytest.raises(ValueError, match="contiguous"):
+        index.search(SetBatch(np.array([0, 2], dtype=np.int64), strided), 2)
+    with pytest.raises(ValueError, match="max_len"):
+        index.search(SetBatch.from_lists([[1, 2, 3, 4, 5]]), 2)
+    with pytest.raises(ValueError, match="k must"):
+        index.search(SetBatch.from_lists([[1]]), 0)
+    with pytest.raises(ValueError, match="SetBatch"):
+        index.search([[1, 2]], 2)
