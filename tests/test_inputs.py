@@ -382,12 +382,9 @@ def test_query_dir_empty(tmp_path):
     assert queries.query_ids == [] and queries.queries.n_sets == 0 and queries.fmt == "dir"
 
 
-def test_query_dir_golden_if_present():
-    golden = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "golden", "sti2-small")
-    if not os.path.isdir(golden):
-        pytest.skip("../shared/golden is not present")
-    queries = read_queries(os.path.join(golden, "queries"), LIMITS)
-    corpus = read_corpus(os.path.join(golden, "docs.txt"), LIMITS)
+def test_golden_inputs(golden_dir):
+    queries = read_queries(golden_dir / "sti2-small" / "queries", LIMITS)
+    corpus = read_corpus(golden_dir / "sti2-small" / "docs.txt", LIMITS)
     assert len(queries.query_ids) == 48 and queries.query_ids == sorted(queries.query_ids)
     assert corpus.docs.n_sets == 5000
 
