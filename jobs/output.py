@@ -2,7 +2,7 @@
 
 A reader never sees a partial result: the dataset is written into a staging
 directory beside the output (same filesystem, outside the dataset root, so
-DuckDB/Polars/Spark scans never pick it up), completed with ``manifest.json`` and
+DuckDB/Polars/Spark scans never pick it up), completed with ``_manifest.json`` and
 ``_SUCCESS``, then renamed into place in one ``os.rename``.
 """
 
@@ -40,7 +40,7 @@ RESULT_SCHEMA = pa.schema(
 """Schema of the result dataset: one row per (query, rank), rank 1 is best."""
 
 SUCCESS = "_SUCCESS"
-MANIFEST = "manifest.json"
+MANIFEST = "_manifest.json"  # "_" prefix: pyarrow, pandas and Spark skip it when scanning the dataset
 _ROWS_PER_GROUP = 1 << 20
 
 
@@ -115,7 +115,7 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -
 def write_results(out_dir: str | os.PathLike, table: pa.Table, manifest: dict) -> pathlib.Path:
     """Write ``table`` as a Parquet dataset at ``out_dir``, atomically.
 
-    The directory holds ``part-00000.parquet`` (zstd), ``manifest.json`` and
+    The directory holds ``part-00000.parquet`` (zstd), ``_manifest.json`` and
     ``_SUCCESS``. It appears in one rename; an existing finished result at
     ``out_dir`` is replaced only after the new one is complete.
 

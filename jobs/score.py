@@ -198,9 +198,12 @@ def run(args) -> int:
         ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
     backend, n_shards = _resolve_backend(cfg, ray.cluster_resources())
     plan = plan_shards(doc_lengths, n_shards, cfg.max_len)
-    _print_plan(plan, backend, cfg, n_docs, queries.queries.n_sets)
+    lines = _plan_lines(plan, backend, cfg, n_docs, queries.queries.n_sets)
     if args.dry_run:
+        print("\n".join(lines))
         return 0
+    for line in lines:
+        log.info("%s", line)
 
     actors = []
     try:
@@ -256,12 +259,11 @@ def run(args) -> int:
     return 0
 
 
-def _print_plan(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> None:
-    log.info("plan: %d docs, %d queries, k=%d, backend %s, %d shard(s)", n_docs, n_queries, cfg.k, backend, len(plan))
-    for spec in plan:
-        log.info(
-            "  shard %d: lengths %d..%d, %d docs, %d ids", spec.shard_id, spec.min_len, spec.max_len, spec.n_docs, spec.n_tokens
-        )
+def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
+    lines = [f"plan: {n_docs} docs, {n_queries} queries, k={cfg.k}, backend {backend}, {len(plan)} shard(s)"]
+    for s in plan:
+        lines.append(f"  shard {s.shard_id}: lengths {s.min_len}..{s.max_len}, {s.n_docs} docs, {s.n_tokens} ids")
+    return lines
 
 
 def main(argv=None) -> int:

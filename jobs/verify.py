@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     cfg = configs.load_config(args.config)
-    manifest = json.loads((pathlib.Path(args.results) / "manifest.json").read_text())
+    manifest = json.loads((pathlib.Path(args.results) / "_manifest.json").read_text())
     k = manifest["counts"]["k"]
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     t = time.perf_counter()

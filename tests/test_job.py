@@ -80,7 +80,7 @@ def test_text_inputs_match_oracle_with_any_shard_count(tmp_path, tie_corpus, n_s
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
     table = _read_rows(out)
     assert _as_rows(table) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["counts"]["rows"] == table.num_rows and manifest["counts"]["queries_with_repeated_ids"] == 1
     assert len(manifest["shards"]) == n_shards and manifest["backend"] == "numpy"
     assert {"validate_s", "load_s", "search_s", "merge_s"} <= set(manifest["timings_s"])
@@ -207,11 +207,11 @@ def test_rerun_is_a_no_op_unless_forced(tmp_path, tie_corpus):
     out = tmp_path / "out"
     args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--quiet"]
     assert score.main(args) == 0
-    stamp = (out / "manifest.json").stat().st_mtime_ns
+    stamp = (out / "_manifest.json").stat().st_mtime_ns
     assert score.main(args) == 0
-    assert (out / "manifest.json").stat().st_mtime_ns == stamp
+    assert (out / "_manifest.json").stat().st_mtime_ns == stamp
     assert score.main(args + ["--force"]) == 0
-    assert (out / "manifest.json").stat().st_mtime_ns != stamp
+    assert (out / "_manifest.json").stat().st_mtime_ns != stamp
 
 
 def test_synthetic_default_corpus(tmp_path):
@@ -220,7 +220,7 @@ def test_synthetic_default_corpus(tmp_path):
     assert score.main(["--out", str(out), "--config", cfg, "--k", "10", "--quiet"]) == 0
     table = pq.read_table(out)
     assert table.num_rows == 250
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["inputs"]["docs"]["synthetic"] is True and manifest["counts"]["n_docs"] == 3000
 
 
@@ -231,7 +231,7 @@ def _run_both_backends(tmp_path, docs_path, queries_path, k, **extra):
         cfg = _config(tmp_path, name=backend, backend=backend, n_shards=2, gpus_per_shard=0.5, **extra)
         args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]
         assert score.main(args) == 0
-        assert json.loads((out / "manifest.json").read_text())["backend"] == backend
+        assert json.loads((out / "_manifest.json").read_text())["backend"] == backend
         tables[backend] = pq.read_table(out)
     return tables
 

@@ -47,12 +47,12 @@ def test_write_is_atomic_and_complete(tmp_path):
     out = tmp_path / "res"
     table = results_table(["a", "b"], np.array([2, 0]), _topk())
     write_results(out, table, {"counts": {"rows": 3}})
-    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "manifest.json", "part-00000.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_manifest.json", "part-00000.parquet"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]  # no staging left behind
     back = pq.read_table(out / "part-00000.parquet")
     assert back.schema.equals(RESULT_SCHEMA) and back.num_rows == 3
     assert pq.read_metadata(out / "part-00000.parquet").row_group(0).column(0).compression == "ZSTD"
-    assert json.loads((out / "manifest.json").read_text()) == {"counts": {"rows": 3}}
+    assert json.loads((out / "_manifest.json").read_text()) == {"counts": {"rows": 3}}
 
 
 def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
@@ -93,7 +93,7 @@ def test_rewrite_with_force_replaces_whole_result(tmp_path):
     out = tmp_path / "res"
     write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {"run": 1})
     write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {"run": 2})
-    assert json.loads((out / "manifest.json").read_text()) == {"run": 2}
+    assert json.loads((out / "_manifest.json").read_text()) == {"run": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
 
 
