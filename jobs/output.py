@@ -65,8 +65,8 @@ def check_output_dir(out_dir: str | os.PathLike, force: bool) -> bool:
     """
     out = pathlib.Path(out_dir)
     if not out.exists():
-        if not out.parent.exists():
-            raise OutputExistsError(f"{out}: parent directory {out.parent} does not exist; create it first")
+        if out.parent.exists() and not out.parent.is_dir():
+            raise OutputExistsError(f"{out}: {out.parent} is a file, not a directory; choose another --out")
         return False
     if out.is_dir() and (out / SUCCESS).exists():
         return not force
@@ -127,6 +127,7 @@ def write_results(out_dir: str | os.PathLike, table: pa.Table, manifest: dict) -
     if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
         raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
     out = pathlib.Path(out_dir).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.staging-{uuid.uuid4().hex}"
     stage.mkdir()
     try:

@@ -85,8 +85,9 @@ def test_check_output_dir(tmp_path):
     (other / "x").write_text("")
     with pytest.raises(OutputExistsError, match="not a finished settopk result"):
         check_output_dir(other, force=False)
-    with pytest.raises(OutputExistsError, match="parent directory"):
-        check_output_dir(tmp_path / "no" / "such", force=False)
+    assert check_output_dir(tmp_path / "no" / "such", force=False) is False  # parents are created
+    with pytest.raises(OutputExistsError, match="is a file"):
+        check_output_dir(other / "x" / "res", force=False)
 
 
 def test_rewrite_with_force_replaces_whole_result(tmp_path):
