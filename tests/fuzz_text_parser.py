@@ -1,0 +1,85 @@
+"""Fuzz target for the text readers: ``read_corpus`` against an independent line-by-line reference.
+
+Run with atheris (``pip install atheris``)::
+
+    python tests/fuzz_text_parser.py -atheris_runs=200000 [corpus_dir]
+
+The same check runs under hypothesis in ``tests/test_fuzz_text.py`` on every CI run. The reference
+is written from the format's rules in ``shards/inputs.py``, not from its code: lines end in ``\\n``
+or ``\\r\\n``; a line of only spaces and tabs is an empty set; otherwise comma-separated decimal ids,
+spaces and tabs around an id allowed; ids below ``vocab_size``; at most ``max_len`` distinct ids.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+VOCAB_SIZE = 1000
+MAX_LEN = 6
+
+
+def reference_parse(data: bytes):
+    """``(sets, None)`` for a valid file, or ``(None, bad_line)`` with the first bad line (1-based)."""
+    if not data:
+        return [], None
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    sets = []
+    for number, line in enumerate(lines, start=1):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if b"\r" in line:
+            return None, number
+        if line.strip(b" \t") == b"":
+            sets.append([])
+            continue
+        ids = set()
+        for field in line.split(b","):
+            text = field.strip(b" \t")
+            if not text or not all(48 <= c <= 57 for c in text) or int(text) >= VOCAB_SIZE:
+                return None, number
+            ids.add(int(text))
+        if len(ids) > MAX_LEN:
+            return None, number
+        sets.append(sorted(ids))
+    return sets, None
+
+
+def check(data: bytes) -> None:
+    """Raise AssertionError when ``read_corpus`` and the reference disagree on ``data``."""
+    from shards import InputError, SetLimits, read_corpus
+
+    expected, bad_line = reference_parse(data)
+    fd, path = tempfile.mkstemp(suffix=".txt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            corpus = read_corpus(path, SetLimits(vocab_size=VOCAB_SIZE, max_len=MAX_LEN))
+        except InputError as exc:
+            assert bad_line is not None, f"rejected a valid file: {exc}"
+            assert exc.line == bad_line, f"reported line {exc.line}, first bad line is {bad_line}: {exc}"
+            return
+        assert bad_line is None, f"accepted a file whose line {bad_line} is bad"
+        assert corpus.docs.to_lists() == expected
+        assert corpus.doc_ids.tolist() == list(range(len(expected)))
+    finally:
+        os.unlink(path)
+
+
+def main() -> None:
+    import atheris
+
+    with atheris.instrument_imports():
+        import shards  # noqa: F401
+
+    atheris.Setup(sys.argv, check)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    main()
