@@ -65,7 +65,9 @@ from kernels.sets import SetBatch
 __all__ = [
     "Corpus",
     "InputError",
+    "ON_INVALID",
     "Queries",
+    "Rejected",
     "SetLimits",
     "corpus_format",
     "queries_format",
@@ -141,6 +143,49 @@ class SetLimits:
             raise ValueError(f"max_len must be >= 0, found {self.max_len}")
 
 
+ON_INVALID = ("error", "quarantine")
+"""Policies for an invalid line or row: stop with :class:`InputError`, or set it aside as :class:`Rejected`."""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """One invalid line or row set aside under ``on_invalid="quarantine"``.
+
+    Attributes
+    ----------
+    path : str
+        The file it came from.
+    line : int or None
+        1-based line number (text inputs).
+    row : int or None
+        0-based row within ``path`` (Parquet inputs).
+    reason : str
+        What was expected, what was found and how to fix it (the :class:`InputError` message
+        without its location).
+    """
+
+    path: str
+    line: int | None
+    row: int | None
+    reason: str
+
+
+class _Rejects:
+    """Where readers send an invalid line or row: raised at once, or recorded (quarantine)."""
+
+    def __init__(self, on_invalid: str):
+        if on_invalid not in ON_INVALID:
+            raise ValueError(f"on_invalid must be one of {ON_INVALID}, found {on_invalid!r}")
+        self.quarantine = on_invalid == "quarantine"
+        self.records: list[Rejected] = []
+
+    def add(self, error: "InputError") -> None:
+        if not self.quarantine:
+            raise error
+        reason = f"expected {error.expected}, found {error.found}; fix: {error.fix}"
+        self.records.append(Rejected(error.path, error.line, error.row, reason))
+
+
 @dataclass(frozen=True)
 class Corpus:
     """The docs: ``docs[i]`` is the sorted, duplicate-free set of doc ``doc_ids[i]``.
@@ -157,6 +202,8 @@ class Corpus:
         ``"text"`` or ``"parquet"``.
     files : tuple of str
         Files read.
+    rejected : tuple of Rejected
+        Lines or rows set aside under ``on_invalid="quarantine"`` (empty otherwise).
     """
 
     doc_ids: np.ndarray
@@ -164,6 +211,7 @@ class Corpus:
     n_with_repeats: int
     fmt: str
     files: tuple[str, ...]
+    rejected: tuple[Rejected, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,6 +229,8 @@ class Queries:
         ``"dir"``, ``"text"`` or ``"parquet"``.
     files : tuple of str
         Files read.
+    rejected : tuple of Rejected
+        Lines, rows or files set aside under ``on_invalid="quarantine"`` (empty otherwise).
     """
 
     query_ids: list[str]
@@ -188,6 +238,7 @@ class Queries:
     n_with_repeats: int
     fmt: str
     files: tuple[str, ...]
+    rejected: tuple[Rejected, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -498,32 +549,59 @@ def _text_blocks(path: str):
             yield bytes(buf[:carry]) + b"\n", first_line
 
 
-def _read_text_sets(path: str, limits: SetLimits, length_range=None):
+def _set_aside_bad_lines(path: str, block, limits: SetLimits, first_line: int, rejects: _Rejects):
+    """Quarantine the bad lines of a block: ``(good, clean_block)``, the 0-based indices of the good
+    lines within the block and a block holding only them."""
+    lines = bytes(block).split(b"\n")[:-1]
+    good = []
+    for i, line in enumerate(lines):
+        reason = _check_line(line, limits)
+        if reason is None:
+            good.append(i)
+        else:
+            rejects.add(InputError(path, *reason, line=first_line + i + 1))
+    return np.array(good, dtype=np.int64), b"".join(lines[i] + b"\n" for i in good)
+
+
+_NO_SETS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=bool))
+
+
+def _read_text_sets(path: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None):
     """Parse a text file of sets, one per line.
 
     Returns
     -------
     lines : numpy.ndarray of int64
-        0-based line numbers of the sets kept by ``length_range`` (all lines when None).
+        0-based line numbers of the sets kept by ``length_range`` (all valid lines when None).
     batch : SetBatch
         Their sets.
     n_with_repeats : int
         Lines (kept or not) whose set had a repeated id.
     """
+    rejects = rejects or _Rejects("error")
     kept_lines, kept_lengths, kept_tokens = [], [], []
     n_with_repeats = 0
     for block, first_line in _text_blocks(path):
         parsed = _parse_block(block, limits)
-        if parsed is None:
+        line_numbers = None
+        if parsed is None and not rejects.quarantine:
             line, (expected, found, fix) = _first_bad_line(block, limits, first_line)
             if line == 0 and bytes(block[:4]) == b"PAR1":
                 fix = "this looks like a Parquet file: give it a .parquet suffix so it is read as Parquet"
             raise InputError(path, expected, found, fix, line=line + 1)
+        if parsed is None:
+            good, clean = _set_aside_bad_lines(path, block, limits, first_line, rejects)
+            line_numbers = first_line + good
+            parsed = _parse_block(clean, limits) if len(good) else _NO_SETS
+            if parsed is None:
+                raise RuntimeError(f"internal error: {path}: lines that passed the line check failed the block parser")
         lengths, tokens, repeated = parsed
+        if line_numbers is None:
+            line_numbers = first_line + np.arange(len(lengths), dtype=np.int64)
         n_with_repeats += int(repeated.sum())
         keep = _length_keep(lengths, length_range)
         lengths, tokens = _select(lengths, tokens, keep)
-        kept_lines.append(first_line + np.flatnonzero(keep))
+        kept_lines.append(line_numbers[keep])
         kept_lengths.append(lengths)
         kept_tokens.append(tokens)
     lines = np.concatenate(kept_lines) if kept_lines else np.zeros(0, dtype=np.int64)
@@ -610,7 +688,58 @@ def _parquet_ids(file: str, ids: pa.Array, id_column: str, row_base: int):
     return values
 
 
-def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_range=None):
+def _bad_rows(batch: pa.RecordBatch, id_column: str, limits: SetLimits) -> np.ndarray:
+    """Bool mask of the rows of a batch that break a rule (vectorised; used only to quarantine)."""
+    ids, tokens = batch.column(id_column), batch.column("tokens")
+    bad = ids.is_null().to_numpy(zero_copy_only=False) | tokens.is_null().to_numpy(zero_copy_only=False)
+    if id_column == "doc_id":
+        values = pc.fill_null(ids, 0).to_numpy(zero_copy_only=False)
+        bad |= (values > np.iinfo(np.int64).max) if values.dtype == np.uint64 else (values < 0)
+    flat = pc.list_flatten(tokens)
+    parents = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
+    elements = pc.fill_null(flat, limits.vocab_size).to_numpy(zero_copy_only=False).astype(np.int64)
+    bad[parents[(elements < 0) | (elements >= limits.vocab_size)]] = True
+    counts = pc.fill_null(pc.list_value_length(tokens), 0).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero((counts > limits.max_len) & ~bad):  # may still fit after de-duplication
+        bad[row] = len(set(tokens[int(row)].as_py())) > limits.max_len
+    return bad
+
+
+def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: _Rejects):
+    """Validate one Parquet batch: ``(ids, (lengths, tokens, repeated), good)``.
+
+    ``ids`` covers every row (``-1`` or None where a row was set aside); the sets and ``good`` (row
+    indices within the batch) cover the valid rows only. Without quarantine the first bad row raises.
+    """
+    if not rejects.quarantine:
+        ids = _parquet_ids(file, batch.column(id_column), id_column, row_base)
+        sets = _parquet_batch_sets(file, batch.column("tokens"), row_base, limits)
+        return ids, sets, np.arange(batch.num_rows, dtype=np.int64)
+    bad = _bad_rows(batch, id_column, limits)
+    for row in np.flatnonzero(bad):  # the strict checks on a one-row slice write the message
+        one = batch.slice(int(row), 1)
+        try:
+            _parquet_ids(file, one.column(id_column), id_column, row_base + int(row))
+            _parquet_batch_sets(file, one.column("tokens"), row_base + int(row), limits)
+        except InputError as error:
+            rejects.add(error)
+        else:
+            raise RuntimeError(f"internal error: {file} row {row_base + int(row)} was flagged bad but passes every check")
+    good = np.flatnonzero(~bad)
+    clean = batch.take(pa.array(good)) if bad.any() else batch
+    good_ids = _parquet_ids(file, clean.column(id_column), id_column, row_base)
+    sets = _parquet_batch_sets(file, clean.column("tokens"), row_base, limits)
+    if id_column == "doc_id":
+        ids = np.full(batch.num_rows, -1, dtype=np.int64)
+        ids[good] = good_ids
+    else:
+        ids = [None] * batch.num_rows
+        for i, query_id in zip(good.tolist(), good_ids):
+            ids[i] = query_id
+    return ids, sets, good
+
+
+def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None):
     """Read every Parquet file at ``path``.
 
     Returns
@@ -618,10 +747,11 @@ def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_rang
     files : list of str
     ids : list of per-batch id arrays (int64) or lists (str), for every row
     where : list of (file, first_row, n_rows) per batch, to locate a row from its global index
-    kept : numpy.ndarray of int64, global indices of the rows kept by ``length_range``
+    kept : numpy.ndarray of int64, global indices of the valid rows kept by ``length_range``
     batch : SetBatch of the kept rows, in input order
     n_with_repeats : int
     """
+    rejects = rejects or _Rejects("error")
     files = _parquet_files(path)
     ids, where, kept, kept_lengths, kept_tokens = [], [], [], [], []
     n_with_repeats = 0
@@ -638,12 +768,12 @@ def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_rang
                 raise InputError(file, "a readable Parquet file", f"unreadable data after row {row_base} ({e})", "re-write the file (it may be truncated or corrupt)") from e
             if batch is None:
                 break
-            ids.append(_parquet_ids(file, batch.column(id_column), id_column, row_base))
-            lengths, tokens, repeated = _parquet_batch_sets(file, batch.column("tokens"), row_base, limits)
+            batch_ids, (lengths, tokens, repeated), good = _validate_batch(file, batch, id_column, row_base, limits, rejects)
+            ids.append(batch_ids)
             n_with_repeats += int(repeated.sum())
             keep = _length_keep(lengths, length_range)
             lengths, tokens = _select(lengths, tokens, keep)
-            kept.append(n_rows + np.flatnonzero(keep))
+            kept.append(n_rows + good[keep])
             kept_lengths.append(lengths)
             kept_tokens.append(tokens)
             where.append((file, row_base, batch.num_rows))
@@ -671,7 +801,7 @@ def _duplicate_error(where, column: str, value, first: int, again: int) -> Input
 # Public readers
 
 
-def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, int] | None = None) -> Corpus:
+def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, int] | None = None, on_invalid: str = "error") -> Corpus:
     """Read and validate the doc corpus at ``path`` (format by :func:`corpus_format`).
 
     Parameters
@@ -682,38 +812,48 @@ def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, 
     length_range : (int, int) or None
         ``(lo, hi)``, inclusive: keep only docs whose de-duplicated length lies in it. Every doc is still
         validated, and ``n_with_repeats`` counts all of them.
+    on_invalid : {"error", "quarantine"}
+        ``"error"``: the first bad line or row raises. ``"quarantine"``: bad lines and rows (and later
+        rows repeating a ``doc_id``) are left out of the corpus and listed in ``Corpus.rejected``; doc ids
+        of the other lines keep their line numbers.
 
     Raises
     ------
     InputError
-        At the first bad line or row, or for a missing, unreadable or malformed file.
+        At the first bad line or row (with ``on_invalid="error"``), or for a missing, unreadable or
+        malformed file.
     """
     fmt = corpus_format(path)
     path = os.fspath(path)
     length_range = _check_length_range(length_range)
+    rejects = _Rejects(on_invalid)
     if fmt == "text":
-        lines, docs, n_with_repeats = _read_text_sets(path, limits, length_range)
-        return Corpus(lines, docs, n_with_repeats, "text", (path,))
-    files, ids, where, kept, docs, n_with_repeats = _read_parquet_sets(path, "doc_id", limits, length_range)
+        lines, docs, n_with_repeats = _read_text_sets(path, limits, length_range, rejects)
+        return Corpus(lines, docs, n_with_repeats, "text", (path,), tuple(rejects.records))
+    files, ids, where, kept, docs, n_with_repeats = _read_parquet_sets(path, "doc_id", limits, length_range, rejects)
     all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
-    order = np.argsort(all_ids, kind="stable")
+    valid = np.flatnonzero(all_ids >= 0)  # rows set aside carry -1
+    order = valid[np.argsort(all_ids[valid], kind="stable")]
     sorted_ids = all_ids[order]
     again = sorted_ids[1:] == sorted_ids[:-1]
     if again.any():
         later = np.zeros(len(all_ids), dtype=bool)
         later[order[1:][again]] = True
-        index = _first(later)  # the first repeat in input order
-        first = int(order[np.searchsorted(sorted_ids, all_ids[index])])
-        raise _duplicate_error(where, "doc_id", int(all_ids[index]), first, index)
+        for index in np.flatnonzero(later):  # repeats in input order; the first occurrence stays
+            first = int(order[np.searchsorted(sorted_ids, all_ids[index])])
+            rejects.add(_duplicate_error(where, "doc_id", int(all_ids[index]), first, int(index)))
+        stays = ~later[kept]
+        kept = kept[stays]
+        docs = docs.take(np.flatnonzero(stays))
     doc_ids = all_ids[kept]
     if len(doc_ids) > 1 and not (doc_ids[1:] > doc_ids[:-1]).all():
         by_id = np.argsort(doc_ids, kind="stable")
         pieces = [docs.take(by_id[i : i + _TAKE_ROWS]) for i in range(0, len(by_id), _TAKE_ROWS)]
         doc_ids, docs = doc_ids[by_id], _set_batch([p.lengths for p in pieces], [p.tokens for p in pieces])
-    return Corpus(doc_ids, docs, n_with_repeats, "parquet", tuple(files))
+    return Corpus(doc_ids, docs, n_with_repeats, "parquet", tuple(files), tuple(rejects.records))
 
 
-def _read_query_dir(path: str, limits: SetLimits) -> Queries:
+def _read_query_dir(path: str, limits: SetLimits, rejects: _Rejects) -> Queries:
     names = sorted(os.listdir(path))
     files, bodies = [], []
     for name in names:
@@ -730,42 +870,69 @@ def _read_query_dir(path: str, limits: SetLimits) -> Queries:
         body = data[:-1] if data.endswith(b"\n") else data
         if b"\n" in body:
             hint = " (this looks like a Parquet file: a Parquet query directory must hold only *.parquet files)" if data.startswith(b"PAR1") else ""
-            raise InputError(full, "one query per file, on a single line (the final newline is optional)", "a second line" + hint, "put each query in its own file, or use the one-query-per-line text format", line=2)
+            rejects.add(InputError(full, "one query per file, on a single line (the final newline is optional)", "a second line" + hint, "put each query in its own file, or use the one-query-per-line text format", line=2))
+            continue
         files.append(full)
         bodies.append(body)
     block = b"\n".join(bodies) + b"\n" if bodies else b""
     if not block:
-        return Queries([], _set_batch([], []), 0, "dir", ())
+        return Queries([], _set_batch([], []), 0, "dir", (), tuple(rejects.records))
     parsed = _parse_block(block, limits)
-    if parsed is None:
+    good = np.arange(len(bodies))
+    if parsed is None and not rejects.quarantine:
         index, (expected, found, fix) = _first_bad_line(block, limits, 0)
         if bodies[index].startswith(b"PAR1"):
             fix = "this looks like a Parquet file: a Parquet query directory must hold only *.parquet files"
         raise InputError(files[index], expected, found, fix, line=1)
+    if parsed is None:
+        good = np.array([i for i, body in enumerate(bodies) if _check_line(body, limits) is None], dtype=np.int64)
+        for i in sorted(set(range(len(bodies))) - set(good.tolist())):
+            rejects.add(InputError(files[i], *_check_line(bodies[i], limits), line=1))
+        parsed = _parse_block(b"".join(bodies[i] + b"\n" for i in good), limits) if len(good) else _NO_SETS
     lengths, tokens, repeated = parsed
-    return Queries(list(names), SetBatch(_offsets(lengths), tokens), int(repeated.sum()), "dir", tuple(files))
+    kept_files = [files[i] for i in good]
+    query_ids = [os.path.basename(f) for f in kept_files]
+    in_file_order = tuple(sorted(rejects.records, key=lambda r: r.path))
+    return Queries(query_ids, SetBatch(_offsets(lengths), tokens), int(repeated.sum()), "dir", tuple(kept_files), in_file_order)
 
 
-def read_queries(path, limits: SetLimits = SetLimits()) -> Queries:
+def read_queries(path, limits: SetLimits = SetLimits(), on_invalid: str = "error") -> Queries:
     """Read and validate the queries at ``path`` (format by :func:`queries_format`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    limits : SetLimits
+    on_invalid : {"error", "quarantine"}
+        As in :func:`read_corpus`: with ``"quarantine"`` a bad line, row or query file (bad content,
+        or a second line) is left out and listed in ``Queries.rejected``; a subdirectory or an
+        unreadable file in a query directory is still an error.
 
     Raises
     ------
     InputError
-        At the first bad file, line or row, or for a missing, unreadable or malformed input.
+        At the first bad file, line or row (with ``on_invalid="error"``), or for a missing, unreadable
+        or malformed input.
     """
     fmt = queries_format(path)
     path = os.fspath(path)
+    rejects = _Rejects(on_invalid)
     if fmt == "dir":
-        return _read_query_dir(path, limits)
+        return _read_query_dir(path, limits, rejects)
     if fmt == "text":
-        lines, queries, n_with_repeats = _read_text_sets(path, limits)
-        return Queries([str(i) for i in lines.tolist()], queries, n_with_repeats, "text", (path,))
-    files, ids, where, kept, queries, n_with_repeats = _read_parquet_sets(path, "query_id", limits)
-    query_ids = [q for batch in ids for q in batch]
+        lines, queries, n_with_repeats = _read_text_sets(path, limits, None, rejects)
+        return Queries([str(i) for i in lines.tolist()], queries, n_with_repeats, "text", (path,), tuple(rejects.records))
+    files, ids, where, kept, queries, n_with_repeats = _read_parquet_sets(path, "query_id", limits, None, rejects)
+    all_ids = [q for batch in ids for q in batch]
     seen: dict[str, int] = {}
-    for index, query_id in enumerate(query_ids):
-        first = seen.setdefault(query_id, index)
+    repeats = set()
+    for index in kept.tolist():
+        first = seen.setdefault(all_ids[index], index)
         if first != index:
-            raise _duplicate_error(where, "query_id", query_id, first, index)
-    return Queries(query_ids, queries, n_with_repeats, "parquet", tuple(files))
+            rejects.add(_duplicate_error(where, "query_id", all_ids[index], first, index))
+            repeats.add(index)
+    if repeats:
+        stays = np.array([i not in repeats for i in kept.tolist()], dtype=bool)
+        kept, queries = kept[stays], queries.take(np.flatnonzero(stays))
+    query_ids = [all_ids[i] for i in kept.tolist()]
+    return Queries(query_ids, queries, n_with_repeats, "parquet", tuple(files), tuple(rejects.records))
