@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -34,19 +35,40 @@ class ShardSearcher:
         ``vocab_size`` and ``max_len`` of the run.
     backend : str
         ``"numpy"`` or ``"cupy"``.
+    on_invalid : str
+        The run's policy for bad lines or rows (``"error"`` or ``"quarantine"``); the
+        searcher must skip exactly the docs the driver set aside.
+    crash_after : int, optional
+        Test-only fault injection: the process exits at this search call (1-based),
+        once per ``crash_marker`` file, as a crashed GPU worker would.
+    crash_marker : str, optional
+        File created before the injected crash, so a restarted actor does not crash again.
 
     Raises
     ------
     RuntimeError
         If the docs read do not match the plan (the corpus changed since the
-        driver validated it).
+        driver validated it), or the GPU runs out of memory (the message names
+        the node, the GPU and the setting to lower).
     ImportError
         If ``backend == "cupy"`` and CuPy is not installed on this node.
     """
 
-    def __init__(self, spec: ShardSpec, corpus_path: str, limits: SetLimits, backend: str):
+    def __init__(
+        self,
+        spec: ShardSpec,
+        corpus_path: str,
+        limits: SetLimits,
+        backend: str,
+        on_invalid: str = "error",
+        crash_after: int | None = None,
+        crash_marker: str | None = None,
+    ):
         start = time.perf_counter()
-        corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len))
+        self.spec = spec
+        self.backend = backend
+        self._crash_after, self._crash_marker, self._searches = crash_after, crash_marker, 0
+        corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len), on_invalid=on_invalid)
         if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
             raise RuntimeError(
                 f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) read "
@@ -58,13 +80,12 @@ class ShardSearcher:
         if backend == "cupy":
             from kernels.cuda import CupyShardIndex
 
-            self.index = CupyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len, limits.vocab_size)
+            with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
+                self.index = CupyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len, limits.vocab_size)
         elif backend == "numpy":
             self.index = NumpyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len)
         else:
             raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
-        self.spec = spec
-        self.backend = backend
         self.load_s = time.perf_counter() - start
         self.search_s = 0.0
 
@@ -84,10 +105,29 @@ class ShardSearcher:
 
     def search(self, queries: SetBatch, k: int) -> TopK:
         """Shard-local top-k of each query: ``TopK`` of shape ``(n_queries, k)``, ``-1`` padded."""
+        self._searches += 1
+        if self._crash_after == self._searches and self._crash_marker and not os.path.exists(self._crash_marker):
+            open(self._crash_marker, "w").close()
+            os._exit(1)  # test-only: die like a worker killed by the OS or a GPU fault
         start = time.perf_counter()
-        result = self.index.search(queries, k)
+        with self._out_of_memory(f"searching a batch of {queries.n_sets} queries", "lower query_batch_size"):
+            result = self.index.search(queries, k)
         self.search_s += time.perf_counter() - start
         return result
+
+    @contextlib.contextmanager
+    def _out_of_memory(self, doing: str, fix: str):
+        """Turn a GPU out-of-memory error into one that says where it happened and what to lower."""
+        try:
+            yield
+        except Exception as exc:
+            if type(exc).__name__ not in ("OutOfMemoryError", "CUDARuntimeError") or "memory" not in str(exc).lower():
+                raise
+            gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "?")
+            raise RuntimeError(
+                f"shard {self.spec.shard_id} (lengths {self.spec.min_len}..{self.spec.max_len}, {self.spec.n_docs} docs) "
+                f"on node {socket.gethostname()} GPU {gpu} ran out of GPU memory while {doing}: {exc}; {fix}"
+            ) from exc
 
 
 def _make_actor():

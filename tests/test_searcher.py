@@ -1,0 +1,72 @@
+"""The shard searcher without Ray, and as a Ray actor that crashes and restarts."""
+
+import numpy as np
+import pytest
+
+from kernels import NumpyShardIndex, SetBatch
+from shards import SetLimits, ShardActor, ShardSearcher, plan_shards
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    docs = [[1, 2], [2, 3, 4], [5], [], [1, 2, 3, 4, 5]]
+    path = tmp_path / "docs.txt"
+    path.write_text("".join(",".join(map(str, d)) + "\n" for d in docs))
+    return docs, str(path)
+
+
+def test_searcher_loads_only_its_length_range(corpus):
+    docs, path = corpus
+    plan = plan_shards(np.array([len(d) for d in docs]), 2, 8)
+    queries = SetBatch.from_lists([[2, 3], [5]])
+    whole = NumpyShardIndex(SetBatch.from_lists(docs), np.arange(len(docs)), 8).search(queries, 5)
+    parts = [ShardSearcher(spec, path, SetLimits(max_len=8), "numpy") for spec in plan]
+    assert sum(p.index.n_docs for p in parts) == len(docs)
+    for p in parts:
+        assert p.info()["n_docs"] == p.spec.n_docs
+    ids = {int(i) for p in parts for i in p.search(queries, 5).doc_ids.ravel() if i >= 0}
+    assert ids == {int(i) for i in whole.doc_ids.ravel() if i >= 0}
+
+
+def test_searcher_detects_a_corpus_that_changed(corpus, tmp_path):
+    docs, path = corpus
+    spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
+    with open(path, "a") as f:
+        f.write("7,8\n")
+    with pytest.raises(RuntimeError, match="corpus changed"):
+        ShardSearcher(spec, path, SetLimits(max_len=8), "numpy")
+
+
+def test_out_of_memory_message_names_the_setting(corpus):
+    docs, path = corpus
+    spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
+    searcher = ShardSearcher(spec, path, SetLimits(max_len=8), "numpy")
+
+    class OutOfMemoryError(Exception):
+        pass
+
+    def no_memory(*args):
+        raise OutOfMemoryError("Out of memory allocating 1,024 bytes")
+
+    searcher.index.search = no_memory
+    with pytest.raises(RuntimeError, match="ran out of GPU memory while searching a batch of 1 queries.*lower query_batch_size"):
+        searcher.search(SetBatch.from_lists([[1]]), 3)
+
+
+def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_path):
+    import ray
+
+    docs, path = corpus
+    spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
+    marker = tmp_path / "crashed"
+    actor = ShardActor.options(num_cpus=0, max_restarts=1, max_task_retries=0).remote(
+        spec, path, SetLimits(max_len=8), "numpy", "error", 2, str(marker)
+    )
+    queries = SetBatch.from_lists([[2, 3]])
+    first = ray.get(actor.search.remote(queries, 3))
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.search.remote(queries, 3))  # the injected crash
+    assert marker.exists()
+    again = ray.get(actor.search.remote(queries, 3), timeout=60)  # restarted: reloaded, same answer
+    assert np.array_equal(first.doc_ids, again.doc_ids)
+    ray.kill(actor)
