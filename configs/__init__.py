@@ -15,10 +15,11 @@ from typing import Union
 import dacite
 import yaml
 
-__all__ = ["ConfigError", "JobConfig", "SyntheticConfig", "load_config", "config_names", "CONFIG_DIR"]
+__all__ = ["ConfigError", "JobConfig", "OutputConfig", "SyntheticConfig", "load_config", "config_names", "CONFIG_DIR"]
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 BACKENDS = ("auto", "numpy", "cupy")
+PARTITIONS = ("none", "dt")
 
 
 class ConfigError(ValueError):
@@ -58,6 +59,25 @@ class SyntheticConfig:
 
 
 @dataclass(frozen=True)
+class OutputConfig:
+    """Layout of the result dataset.
+
+    Attributes
+    ----------
+    partition : str
+        ``"none"``: ``--out`` is the result directory. ``"dt"``: ``--out`` is a dataset
+        root and a run writes the Hive partition ``<out>/dt=YYYY-MM-DD/`` (the date
+        from ``--date``, else today in UTC), so a nightly schedule fills one table.
+    row_group_rows : int
+        Target rows per Parquet row group; the writer rounds it down to whole
+        queries (a multiple of the rows per query) so no query spans two groups.
+    """
+
+    partition: str = "none"
+    row_group_rows: int = 131_072
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Settings of a scoring run.
 
@@ -81,6 +101,8 @@ class JobConfig:
         Queries sent to the actors per request.
     synthetic : SyntheticConfig
         Corpus generated when no inputs are given.
+    output : OutputConfig
+        Partitioning and row-group size of the result dataset.
     """
 
     backend: str = "auto"
@@ -92,6 +114,7 @@ class JobConfig:
     vocab_size: int = 65_536
     query_batch_size: int = 256
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
 
     def __post_init__(self) -> None:
         problems = []
@@ -113,6 +136,10 @@ class JobConfig:
             problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {self.synthetic.id_dist!r}")
         if self.synthetic.vocab_size > self.vocab_size:
             problems.append("synthetic.vocab_size must not exceed vocab_size")
+        if self.output.partition not in PARTITIONS:
+            problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")
+        if self.output.row_group_rows < 1:
+            problems.append(f"output.row_group_rows must be >= 1, found {self.output.row_group_rows}")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -164,7 +191,7 @@ def load_config(name_or_path: str = "local", overrides: dict | None = None) -> J
     except dacite.UnexpectedDataError as exc:
         valid = sorted(f.name for f in dataclasses.fields(JobConfig)) + [
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
-        ]
+        ] + [f"output.{f.name}" for f in dataclasses.fields(OutputConfig)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None
