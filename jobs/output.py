@@ -1,9 +1,20 @@
 """Result output: the Parquet schema, the atomic dataset write, and the TSV.
 
 A reader never sees a partial result: the dataset is written into a staging
-directory beside the output (same filesystem, outside the dataset root, so
-DuckDB/Polars/Spark scans never pick it up), completed with ``_manifest.json`` and
-``_SUCCESS``, then renamed into place in one ``os.rename``.
+directory beside the dataset root (same filesystem, outside the root, so
+DuckDB/Polars/Spark scans of the root never pick it up), completed with
+``_manifest.json`` and ``_SUCCESS``, then renamed into place in one ``os.rename``.
+
+Two layouts (config ``output.partition``):
+
+- ``"none"``: ``--out DIR`` is the result: ``DIR/part-00000.parquet``.
+- ``"dt"``: ``--out ROOT`` is a Hive-partitioned dataset root and each run
+  writes ``ROOT/dt=YYYY-MM-DD/part-00000.parquet``; readers pin ``dt`` to a date
+  with :data:`DT_PARTITIONING` (pyarrow) or ``hive_types={'dt': DATE}`` (DuckDB).
+
+The Parquet files are zstd-compressed, hold rows in query order then rank, with
+row groups of whole queries, and carry the run in their schema metadata
+(``settopk.run_id``, ``settopk.k``, ``settopk.score``).
 """
 
 from __future__ import annotations
@@ -11,17 +22,32 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import uuid
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from kernels import TopK, score_value
 
-__all__ = ["RESULT_SCHEMA", "OutputExistsError", "check_output_dir", "results_table", "write_results", "write_tsv"]
+__all__ = [
+    "RESULT_SCHEMA",
+    "DT_PARTITIONING",
+    "ROW_GROUP_ROWS",
+    "OutputExistsError",
+    "check_output_dir",
+    "check_dataset_root",
+    "partition_dir",
+    "open_results",
+    "results_table",
+    "write_results",
+    "write_tsv",
+]
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -35,13 +61,26 @@ RESULT_SCHEMA = pa.schema(
     ],
     metadata={
         b"settopk.score": b"Braun-Blanquet |q & d| / max(|q|, |d|); 0/0 = 0; ties by lower doc_id",
+        b"settopk.schema_version": b"1",
     },
 )
-"""Schema of the result dataset: one row per (query, rank), rank 1 is best."""
+"""Schema of the result dataset: one row per (query, rank), rank 1 is best.
+
+Signed integer types only (unsigned Parquet integers need Spark >= 3.2). Each
+written file adds ``settopk.run_id`` and ``settopk.k`` to this metadata."""
+
+PARTITION_KEY = "dt"
+DT_PARTITIONING = ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), flavor="hive")
+"""Hive partitioning of a nightly dataset root, with ``dt`` pinned to ``date32``
+(pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date)."""
+
+ROW_GROUP_ROWS = 131_072
+"""Default target rows per row group (config ``output.row_group_rows``)."""
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"  # "_" prefix: pyarrow, pandas and Spark skip it when scanning the dataset
-_ROWS_PER_GROUP = 1 << 20
+_PART_TEMPLATE = "part-0000{i}.parquet"  # one file per result, so {i} is always 0: part-00000.parquet
+_PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 
 
 class OutputExistsError(FileExistsError):
@@ -78,6 +117,49 @@ def check_output_dir(out_dir: str | os.PathLike, force: bool) -> bool:
     )
 
 
+def check_dataset_root(root: str | os.PathLike) -> None:
+    """Check that ``root`` can hold ``dt=YYYY-MM-DD`` partitions, before any work starts.
+
+    Raises
+    ------
+    OutputExistsError
+        If ``root`` is a file, or a directory holding anything other than
+        ``dt=YYYY-MM-DD`` partitions and hidden (``.``/``_``) entries, for example
+        an unpartitioned result: readers of the root would then mix the two.
+    """
+    root = pathlib.Path(root)
+    if not root.exists():
+        if root.parent.exists() and not root.parent.is_dir():
+            raise OutputExistsError(f"{root}: {root.parent} is a file, not a directory; choose another --out")
+        return
+    if not root.is_dir():
+        raise OutputExistsError(f"{root}: is a file; --out of a partitioned config must be a dataset root directory")
+    strays = sorted(
+        p.name for p in root.iterdir()
+        if not p.name.startswith((".", "_")) and not (p.is_dir() and _PARTITION_NAME.fullmatch(p.name))
+    )
+    if strays:
+        raise OutputExistsError(
+            f"{root}: expected a dataset root holding only dt=YYYY-MM-DD partitions, found {strays[:3]}; "
+            "choose another --out for the partitioned (nightly) dataset"
+        )
+
+
+def partition_dir(root: str | os.PathLike, day) -> pathlib.Path:
+    """The Hive partition of ``day`` (a ``datetime.date``) under ``root``: ``root/dt=YYYY-MM-DD``."""
+    return pathlib.Path(root) / f"{PARTITION_KEY}={day.isoformat()}"
+
+
+def open_results(path: str | os.PathLike) -> ds.Dataset:
+    """Open a result directory or a nightly dataset root as a ``pyarrow.dataset.Dataset``.
+
+    A root of ``dt=YYYY-MM-DD`` partitions gets a ``dt`` column of type ``date32``;
+    ``_manifest.json``, ``_SUCCESS`` and hidden entries are skipped.
+    """
+    partitioned = any(_PARTITION_NAME.fullmatch(p.name) for p in pathlib.Path(path).iterdir())
+    return ds.dataset(path, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
+
+
 def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -> pa.Table:
     """Rows of the result dataset for a batch of queries, in query order then rank.
 
@@ -112,36 +194,72 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -
     return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
 
 
-def write_results(out_dir: str | os.PathLike, table: pa.Table, manifest: dict) -> pathlib.Path:
+def write_results(
+    out_dir: str | os.PathLike,
+    table: pa.Table,
+    manifest: dict,
+    *,
+    dataset_root: str | os.PathLike | None = None,
+    metadata: Mapping[str, str] | None = None,
+    row_group_rows: int = ROW_GROUP_ROWS,
+) -> pathlib.Path:
     """Write ``table`` as a Parquet dataset at ``out_dir``, atomically.
 
     The directory holds ``part-00000.parquet`` (zstd), ``_manifest.json`` and
     ``_SUCCESS``. It appears in one rename; an existing finished result at
     ``out_dir`` is replaced only after the new one is complete.
 
+    Parameters
+    ----------
+    out_dir : path
+        The result directory (for a nightly run, the partition ``ROOT/dt=...``).
+    table : pyarrow.Table
+        Rows with :data:`RESULT_SCHEMA`, in query order then rank (kept as given).
+    manifest : dict
+        Written as ``_manifest.json``.
+    dataset_root : path, optional
+        The root that readers scan, ``out_dir`` itself by default. Staging happens
+        beside it, never inside it, so a scan of the root never sees a partial write.
+    metadata : mapping of str to str, optional
+        Extra Parquet schema metadata; keys must start with ``settopk.``.
+    row_group_rows : int
+        Target rows per row group, rounded down to whole queries (rows per query =
+        the largest ``rank``), so every group but the last has the same size.
+
+    Returns
+    -------
+    pathlib.Path
+        The absolute result directory.
+
     Raises
     ------
     ValueError
-        If ``table`` does not have :data:`RESULT_SCHEMA`.
+        If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
+        namespaced, or ``out_dir`` is not inside ``dataset_root``.
     """
     if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
         raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
+    extra = dict(metadata or {})
+    bad = sorted(key for key in extra if not key.startswith("settopk."))
+    if bad:
+        raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
+    if row_group_rows < 1:
+        raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
     out = pathlib.Path(out_dir).absolute()
+    root = pathlib.Path(dataset_root).absolute() if dataset_root is not None else out
+    if root != out and root not in out.parents:
+        raise ValueError(f"{out} is not inside the dataset root {root}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = out.parent / f".{out.name}.staging-{uuid.uuid4().hex}"
+    stage = root.parent / f".{root.name}.staging-{uuid.uuid4().hex}"
     stage.mkdir()
     try:
-        pq.write_table(
-            table.replace_schema_metadata(RESULT_SCHEMA.metadata),
-            stage / "part-00000.parquet",
-            compression="zstd",
-            row_group_size=_ROWS_PER_GROUP,
-        )
+        file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
+        _write_parquet(table.replace_schema_metadata(file_metadata), stage, row_group_rows)
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         (stage / SUCCESS).touch()
         _fsync_dir(stage)
         if out.exists():
-            trash = out.parent / f".{out.name}.replaced-{uuid.uuid4().hex}"
+            trash = root.parent / f".{root.name}.replaced-{uuid.uuid4().hex}"
             os.rename(out, trash)
             os.rename(stage, out)
             shutil.rmtree(trash)
@@ -152,6 +270,27 @@ def write_results(out_dir: str | os.PathLike, table: pa.Table, manifest: dict) -
         if stage.exists():
             shutil.rmtree(stage)
     return out
+
+
+def _write_parquet(table: pa.Table, directory: pathlib.Path, row_group_rows: int) -> None:
+    """``directory/part-00000.parquet``: zstd, row groups of whole queries, rows in the given order."""
+    if table.num_rows == 0:
+        # write_dataset writes no file for no rows; readers still need the schema
+        pq.write_table(table, directory / _PART_TEMPLATE.format(i=0), compression="zstd")
+        return
+    rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
+    group = max(1, row_group_rows // rows_per_query) * rows_per_query
+    ds.write_dataset(
+        table,
+        directory,
+        format="parquet",
+        basename_template=_PART_TEMPLATE,
+        file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
+        min_rows_per_group=group,  # equal bounds: uniform groups, each a whole number of queries
+        max_rows_per_group=group,
+        preserve_order=True,  # rows stay in query order, so row-group statistics follow queries
+        existing_data_behavior="error",  # the staging directory is new and empty
+    )
 
 
 def write_tsv(path: str | os.PathLike, topk: TopK) -> None:

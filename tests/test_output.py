@@ -1,12 +1,27 @@
+import datetime
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.output import RESULT_SCHEMA, OutputExistsError, check_output_dir, results_table, write_results, write_tsv
+from jobs.output import (
+    RESULT_SCHEMA,
+    OutputExistsError,
+    check_dataset_root,
+    check_output_dir,
+    open_results,
+    partition_dir,
+    results_table,
+    write_results,
+    write_tsv,
+)
 from kernels import TopK
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def _topk():
@@ -61,7 +76,7 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(pq, "write_table", boom)
+    monkeypatch.setattr(ds, "write_dataset", boom)
     with pytest.raises(OSError, match="disk full"):
         write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {})
     assert list(tmp_path.iterdir()) == []
@@ -101,3 +116,76 @@ def test_rewrite_with_force_replaces_whole_result(tmp_path):
 def test_tsv(tmp_path):
     write_tsv(tmp_path / "r.tsv", _topk())
     assert (tmp_path / "r.tsv").read_text() == "5\t2\n7\n"
+
+
+def _big_table(n_queries, k):
+    """``n_queries`` queries with ``k`` results each, ids in query order."""
+    doc_ids = np.arange(n_queries * k, dtype=np.int64).reshape(n_queries, k)
+    topk = TopK(doc_ids, np.ones((n_queries, k), np.int16), np.full((n_queries, k), 3, np.int16))
+    return results_table([f"q{i:04d}" for i in range(n_queries)], np.full(n_queries, 2), topk)
+
+
+def test_row_groups_hold_whole_queries_in_query_order(tmp_path):
+    table = _big_table(n_queries=23, k=7)
+    write_results(tmp_path / "res", table, {}, row_group_rows=30, metadata={"settopk.run_id": "r1", "settopk.k": "7"})
+    meta = pq.ParquetFile(tmp_path / "res" / "part-00000.parquet").metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sizes == [28] * 5 + [21]  # 30 rounded down to 4 whole queries of 7 rows; the last group holds the rest
+    assert all(meta.row_group(i).column(0).compression == "ZSTD" for i in range(meta.num_row_groups))
+    back = pq.read_table(tmp_path / "res")
+    assert back.equals(table)  # same rows, same order, same types
+
+
+def test_schema_metadata_is_namespaced(tmp_path):
+    write_results(tmp_path / "res", _big_table(2, 3), {}, metadata={"settopk.run_id": "r1", "settopk.k": "3"})
+    meta = pq.read_schema(tmp_path / "res" / "part-00000.parquet").metadata
+    assert meta[b"settopk.run_id"] == b"r1" and meta[b"settopk.k"] == b"3"
+    assert meta[b"settopk.score"].startswith(b"Braun-Blanquet")
+    with pytest.raises(ValueError, match="must start with 'settopk.'"):
+        write_results(tmp_path / "other", _big_table(2, 3), {}, metadata={"run_id": "r1"})
+    assert not (tmp_path / "other").exists()
+
+
+def test_empty_result_still_has_a_schema(tmp_path):
+    write_results(tmp_path / "res", _big_table(0, 3), {})
+    back = pq.read_table(tmp_path / "res")
+    assert back.num_rows == 0 and back.schema.equals(RESULT_SCHEMA)
+
+
+def test_partition_is_staged_outside_the_dataset_root(tmp_path, monkeypatch):
+    root = tmp_path / "results"
+    renames = []
+    real_rename = os.rename
+
+    def spy(src, dst):
+        renames.append((os.fspath(src), os.fspath(dst)))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", spy)
+    for day in (datetime.date(2026, 11, 19), datetime.date(2026, 11, 20)):
+        write_results(partition_dir(root, day), _big_table(3, 2), {"dt": str(day)}, dataset_root=root)
+    write_results(partition_dir(root, day), _big_table(3, 2), {"again": True}, dataset_root=root)  # replace, as --force
+    finals = {str(partition_dir(root, d)) for d in (datetime.date(2026, 11, 19), datetime.date(2026, 11, 20))}
+    moved = [path for pair in renames for path in pair]
+    assert len(renames) == 4 and all(p in finals or os.path.dirname(p) == str(tmp_path) for p in moved)  # staging, trash beside the root
+    assert sorted(p.name for p in root.iterdir()) == ["dt=2026-11-19", "dt=2026-11-20"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    dataset = open_results(root)
+    assert dataset.schema.field("dt").type == pa.date32()
+    assert dataset.count_rows() == 12
+    with pytest.raises(ValueError, match="not inside the dataset root"):
+        write_results(tmp_path / "elsewhere", _big_table(1, 1), {}, dataset_root=root)
+
+
+def test_check_dataset_root(tmp_path):
+    check_dataset_root(tmp_path / "new")  # created on write
+    root = tmp_path / "root"
+    write_results(partition_dir(root, datetime.date(2026, 1, 2)), _big_table(1, 1), {}, dataset_root=root)
+    (root / "_notes").write_text("")  # hidden from readers: allowed
+    check_dataset_root(root)
+    flat = tmp_path / "flat"
+    write_results(flat, _big_table(1, 1), {})
+    with pytest.raises(OutputExistsError, match="only dt=YYYY-MM-DD partitions, found \\['part-00000.parquet'\\]"):
+        check_dataset_root(flat)
+    with pytest.raises(OutputExistsError, match="is a file"):
+        check_dataset_root(flat / "part-00000.parquet")
