@@ -15,7 +15,16 @@ from typing import Union
 import dacite
 import yaml
 
-__all__ = ["ConfigError", "JobConfig", "OutputConfig", "SyntheticConfig", "load_config", "config_names", "CONFIG_DIR"]
+__all__ = [
+    "ConfigError",
+    "JobConfig",
+    "OutputConfig",
+    "SyntheticConfig",
+    "load_config",
+    "config_names",
+    "read_yaml_mapping",
+    "CONFIG_DIR",
+]
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 BACKENDS = ("auto", "numpy", "cupy")
@@ -153,6 +162,46 @@ def config_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
+def read_yaml_mapping(name_or_path: str, directory: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    """Read a YAML mapping from a path, or from ``directory / f"{name}.yaml"`` for a shipped name.
+
+    Parameters
+    ----------
+    name_or_path : str
+        A path to a YAML file, or the stem of a file in ``directory``.
+    directory : pathlib.Path
+        Where shipped configs of this kind live.
+
+    Returns
+    -------
+    (pathlib.Path, dict)
+        The file read and its top-level mapping (empty for an empty file).
+
+    Raises
+    ------
+    ConfigError
+        If there is no such file or shipped name, the text is not valid YAML
+        (``yaml.safe_load``: no object construction), or it is not a mapping.
+    """
+    path = pathlib.Path(name_or_path).expanduser()
+    if not path.is_file():
+        shipped = directory / f"{name_or_path}.yaml"
+        if not shipped.is_file():
+            names = sorted(p.stem for p in directory.glob("*.yaml"))
+            raise ConfigError(
+                f"config {name_or_path!r}: no such file, and not a shipped config name; "
+                f"expected a YAML path or one of {names}"
+            )
+        path = shipped
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, found {type(data).__name__}")
+    return path, data
+
+
 def load_config(name_or_path: str = "local", overrides: dict | None = None) -> JobConfig:
     """Load a named config or a YAML file into a :class:`JobConfig`.
 
@@ -170,21 +219,7 @@ def load_config(name_or_path: str = "local", overrides: dict | None = None) -> J
         value has the wrong type, or a value is out of range. The message names
         the file.
     """
-    path = pathlib.Path(name_or_path).expanduser()
-    if not path.is_file():
-        shipped = CONFIG_DIR / f"{name_or_path}.yaml"
-        if not shipped.is_file():
-            raise ConfigError(
-                f"config {name_or_path!r}: no such file, and not a shipped config name; "
-                f"expected a YAML path or one of {config_names()}"
-            )
-        path = shipped
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, found {type(data).__name__}")
+    path, data = read_yaml_mapping(name_or_path, CONFIG_DIR)
     data = {**data, **(overrides or {})}
     try:
         return dacite.from_dict(JobConfig, data, config=dacite.Config(strict=True))

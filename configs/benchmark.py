@@ -1,0 +1,144 @@
+"""Benchmark configs: YAML files in ``configs/bench/`` loaded into a frozen dataclass.
+
+``load_bench_config("sti2-zipf")`` reads ``configs/bench/sti2-zipf.yaml``; any
+other argument is a path to a YAML file. Unknown keys, wrong types and values
+out of range are rejected with the file named (:class:`configs.ConfigError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import List, Union
+
+import dacite
+
+from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping
+
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "bench_config_names", "load_bench_config"]
+
+BENCH_DIR = CONFIG_DIR / "bench"
+#: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
+BASELINE_NAMES = ("auto", "spmm", "popc4", "scipy")
+_BACKENDS = ("auto", "numpy", "cupy")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Settings of a benchmark run (``python -m jobs.bench``).
+
+    Attributes
+    ----------
+    backend : str
+        ``"auto"`` (CuPy when the Ray cluster has a GPU, else NumPy), ``"numpy"``
+        or ``"cupy"``.
+    n_shards : int or "auto"
+        Length-bucket shards, one actor each; ``"auto"``: one per GPU (cupy) or
+        per CPU slot (numpy).
+    gpus_per_shard, cpus_per_shard : float
+        Ray resources of each shard actor.
+    k : int
+        Results per query.
+    max_len : int
+        Most ids per set, in [1, 255].
+    vocab_size : int
+        Token ids lie in ``[0, vocab_size)``, at most 65536.
+    query_batch_size : int
+        Queries per search request to the actors; 0 sends all queries at once
+        (the search phase then times one request).
+    warmup : int
+        Untimed repetitions of every phase before the timed ones.
+    repetitions : int
+        Timed repetitions of every phase (median and min are reported).
+    verify_queries : int
+        Queries (a seeded sample) whose results, from the backend and from
+        every baseline, are checked against the NumPy reference; at least 1:
+        the check cannot be turned off.
+    baselines : list of str
+        Baselines to time against, from ``spmm``, ``popc4`` (GPU) and
+        ``scipy`` (CPU), or ``auto`` (``spmm`` and ``popc4`` with the cupy
+        backend, ``scipy`` with numpy); an empty list runs none.
+    seed : int
+        Seed of the verified sample.
+    synthetic : SyntheticConfig
+        The corpus (generated once into ``synthetic.cache_dir``, or the
+        directory given to ``--data-dir``).
+    """
+
+    backend: str = "auto"
+    n_shards: Union[int, str] = "auto"
+    gpus_per_shard: float = 1.0
+    cpus_per_shard: float = 1.0
+    k: int = 100
+    max_len: int = 128
+    vocab_size: int = 65_536
+    query_batch_size: int = 0
+    warmup: int = 1
+    repetitions: int = 5
+    verify_queries: int = 32
+    baselines: List[str] = field(default_factory=lambda: ["auto"])
+    seed: int = 0
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.backend not in _BACKENDS:
+            problems.append(f"backend must be one of {_BACKENDS}, found {self.backend!r}")
+        if self.n_shards != "auto" and (isinstance(self.n_shards, str) or self.n_shards < 1):
+            problems.append(f"n_shards must be 'auto' or an integer >= 1, found {self.n_shards!r}")
+        if not 0 < self.gpus_per_shard <= 1 or self.cpus_per_shard < 0:
+            problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
+        if self.k < 1:
+            problems.append(f"k must be >= 1, found {self.k}")
+        if not 1 <= self.max_len <= 255:
+            problems.append(f"max_len must be in [1, 255], found {self.max_len}")
+        if not 1 <= self.vocab_size <= 65536:
+            problems.append(f"vocab_size must be in [1, 65536], found {self.vocab_size}")
+        if self.query_batch_size < 0:
+            problems.append(f"query_batch_size must be >= 0 (0: all queries at once), found {self.query_batch_size}")
+        if self.warmup < 0 or self.repetitions < 1:
+            problems.append(f"warmup must be >= 0 and repetitions >= 1, found {self.warmup} and {self.repetitions}")
+        if self.verify_queries < 1:
+            problems.append(f"verify_queries must be >= 1 (the exactness check is always on), found {self.verify_queries}")
+        unknown = [b for b in self.baselines if b not in BASELINE_NAMES]
+        if unknown:
+            problems.append(f"baselines must be among {BASELINE_NAMES}, found {unknown}")
+        if self.synthetic.id_dist not in ("zipf", "uniform"):
+            problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {self.synthetic.id_dist!r}")
+        if self.synthetic.vocab_size > self.vocab_size:
+            problems.append("synthetic.vocab_size must not exceed vocab_size")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def to_dict(self) -> dict:
+        """Plain-data copy, for the result JSON."""
+        return dataclasses.asdict(self)
+
+
+def bench_config_names() -> list[str]:
+    """Names of the benchmark configs shipped in ``configs/bench/``."""
+    return sorted(p.stem for p in BENCH_DIR.glob("*.yaml"))
+
+
+def load_bench_config(name_or_path: str) -> BenchConfig:
+    """Load a shipped benchmark config by name, or a YAML file, into a :class:`BenchConfig`.
+
+    Raises
+    ------
+    ConfigError
+        If the file does not exist or is not a YAML mapping, a key is unknown,
+        a value has the wrong type, or a value is out of range. The message
+        names the file.
+    """
+    path, data = read_yaml_mapping(name_or_path, BENCH_DIR)
+    try:
+        return dacite.from_dict(BenchConfig, data, config=dacite.Config(strict=True))
+    except dacite.UnexpectedDataError as exc:
+        valid = sorted(f.name for f in dataclasses.fields(BenchConfig)) + [
+            f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
+        ]
+        raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
+    except dacite.DaciteError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

@@ -1,0 +1,180 @@
+"""The benchmark's shard actor: times each phase of one shard in its own process.
+
+:class:`BenchShard` is plain Python (testable without Ray); :data:`BenchShardActor`
+is the same class as a Ray actor. Every method that is timed returns seconds
+measured inside the actor with ``time.perf_counter``, after the GPU finished
+(the indexes return host arrays, and builds end with a device synchronisation),
+so Ray's transport is not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+
+import numpy as np
+
+from kernels import NumpyShardIndex, SetBatch, TopK
+from shards import SetLimits, ShardSpec, read_corpus
+
+__all__ = ["BenchShard", "BenchShardActor"]
+
+
+def _sync(backend: str) -> None:
+    if backend == "cupy":
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+
+
+def _free_gpu(backend: str) -> None:
+    """Return cached GPU blocks, so that one baseline's buffers do not crowd out the next."""
+    if backend == "cupy":
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+        try:
+            import torch
+
+            torch.cuda.empty_cache()
+        except ImportError:
+            pass
+
+
+class BenchShard:
+    """One length-bucket shard: its docs, its index, and one baseline at a time.
+
+    Parameters
+    ----------
+    spec : ShardSpec
+        The length range to read; the docs read must match its counts.
+    corpus_path : str
+        The corpus (Parquet or text).
+    limits : SetLimits
+        ``vocab_size`` and ``max_len`` of the run.
+    backend : str
+        ``"numpy"`` or ``"cupy"``.
+    """
+
+    def __init__(self, spec: ShardSpec, corpus_path: str, limits: SetLimits, backend: str):
+        if backend not in ("numpy", "cupy"):
+            raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
+        self.spec = spec
+        self.corpus_path = corpus_path
+        self.limits = limits
+        self.backend = backend
+        self.corpus = None
+        self.index = None
+        self.baseline = None
+
+    def environment(self) -> dict:
+        """Where this shard runs: host, CPU count, GPU name (cupy), library versions."""
+        info = {
+            "node": socket.gethostname(),
+            "cpus_visible": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        }
+        if self.backend == "cupy":
+            import cupy
+
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            name = props["name"]
+            info["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+            info["gpu_ids"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+            info["cupy"] = cupy.__version__
+            info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        return info
+
+    def read(self) -> float:
+        """Read the shard's docs from the corpus (``shards.read_corpus``); seconds.
+
+        Raises
+        ------
+        RuntimeError
+            If the docs read do not match the plan's counts.
+        """
+        start = time.perf_counter()
+        corpus = read_corpus(self.corpus_path, self.limits, (self.spec.min_len, self.spec.max_len))
+        elapsed = time.perf_counter() - start
+        if corpus.docs.n_sets != self.spec.n_docs or len(corpus.docs.tokens) != self.spec.n_tokens:
+            raise RuntimeError(
+                f"shard {self.spec.shard_id} read {corpus.docs.n_sets} docs / {len(corpus.docs.tokens)} ids, "
+                f"the plan expects {self.spec.n_docs} / {self.spec.n_tokens}: the corpus changed or holds repeated ids"
+            )
+        self.corpus = corpus
+        return elapsed
+
+    def n_tokens(self) -> int:
+        """Ids held by the shard's docs."""
+        return len(self.corpus.docs.tokens)
+
+    def build(self) -> float:
+        """Build the backend's index from the docs in host memory; seconds (GPU work included)."""
+        self.index = None
+        _free_gpu(self.backend)
+        docs, ids, max_len = self.corpus.docs, self.corpus.doc_ids, self.limits.max_len
+        start = time.perf_counter()
+        if self.backend == "cupy":
+            from kernels.cuda import CupyShardIndex
+
+            self.index = CupyShardIndex(docs, ids, max_len, self.limits.vocab_size)
+        else:
+            self.index = NumpyShardIndex(docs, ids, max_len)
+        _sync(self.backend)
+        return time.perf_counter() - start
+
+    def search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
+        """Shard-local top-k of ``queries`` with the index: (seconds, TopK of shape (n_queries, k))."""
+        start = time.perf_counter()
+        result = self.index.search(queries, k)
+        return time.perf_counter() - start, result
+
+    def reference(self, queries: SetBatch, k: int) -> TopK:
+        """The NumPy reference (:class:`kernels.NumpyShardIndex`) for ``queries`` on this shard."""
+        return NumpyShardIndex(self.corpus.docs, self.corpus.doc_ids, self.limits.max_len).search(queries, k)
+
+    def baseline_build(self, name: str) -> float | str:
+        """Build baseline ``name`` (see :data:`kernels.baselines.BASELINES`); seconds, or why it cannot run.
+
+        A missing optional library (CuPy, PyTorch, SciPy) is reported as a
+        string instead of raising; any other error raises.
+        """
+        from kernels.baselines import BASELINES
+
+        self.baseline = None
+        _free_gpu(self.backend)
+        cls, device = BASELINES[name]
+        try:
+            if device == "gpu":
+                import cupy  # noqa: F401
+                import torch  # noqa: F401  (the GPU baselines select with torch.topk)
+            start = time.perf_counter()
+            self.baseline = cls(self.corpus.docs, self.corpus.doc_ids, self.limits.max_len, self.limits.vocab_size)
+        except ImportError as exc:
+            self.baseline = None
+            return f"not run: {exc}"
+        _sync("cupy" if device == "gpu" else "numpy")
+        return time.perf_counter() - start
+
+    def baseline_search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
+        """Top-k with the baseline built last: (seconds, TopK)."""
+        start = time.perf_counter()
+        result = self.baseline.search(queries, k)
+        return time.perf_counter() - start, result
+
+    def baseline_free(self) -> None:
+        """Drop the baseline and its GPU memory."""
+        self.baseline = None
+        _free_gpu(self.backend)
+
+
+def _make_actor():
+    import ray
+
+    return ray.remote(BenchShard)
+
+
+BenchShardActor = _make_actor()

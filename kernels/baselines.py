@@ -1,0 +1,315 @@
+"""Benchmark baselines: what one would write instead of settopk, each exact.
+
+Each baseline has the shard-index contract: the constructor is its build (host
+CSR docs to its layout), ``search(queries, k)`` returns a :class:`kernels.TopK`
+identical to :meth:`kernels.NumpyShardIndex.search`. All of them rank with the
+exact 64-bit sort value ``(key << 32) | ~position`` (key from
+:func:`kernels.score_key`), so ties go to the lower doc id as everywhere else.
+
+* :class:`SpmmBaseline` (GPU): the corpus as a CSR matrix (CuPy, cuSPARSE)
+  times a dense 0/1 query matrix, a chunk of queries at a time, then
+  ``torch.topk`` per query.
+* :class:`Popc4Baseline` (GPU): the STI2 champion's design as its write-up
+  describes it (``popc4.cu``): 4 queries' bitsets interleaved in shared memory,
+  one ``uint4`` shared load per doc token, ``__popc`` per query, every score
+  materialised, then ``torch.topk``.
+* :class:`ScipyBaseline` (CPU): a ``scipy.sparse`` CSR product with a dense 0/1
+  query matrix, then ``numpy.argpartition`` per query.
+
+CuPy, PyTorch and SciPy are imported inside the classes (the GPU ones need
+both CuPy and PyTorch; SciPy comes with the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+
+import numpy as np
+
+from .keys import key_scale
+from .sets import SetBatch
+from .topk import TopK, empty_topk
+
+__all__ = ["BASELINES", "Popc4Baseline", "ScipyBaseline", "SpmmBaseline", "decode_values"]
+
+_POPC4_SOURCE = pathlib.Path(__file__).with_name("popc4.cu")
+_POPC4_KERNELS = ("popc4::build_doc_groups", "popc4::build_query_bitsets", "popc4::scores")
+_THREADS = 256
+_LOW32 = np.int64(0xFFFFFFFF)
+
+_modules: dict[int, object] = {}
+_modules_lock = threading.Lock()
+
+
+def decode_values(values: np.ndarray, query_len: np.ndarray, doc_len: np.ndarray, doc_ids: np.ndarray,
+                  max_len: int, k: int) -> TopK:
+    """Top-k rows from exact sort values.
+
+    Parameters
+    ----------
+    values : numpy.ndarray of int64, shape (n_queries, width)
+        ``(key << 32) | (~position & 0xFFFFFFFF)`` per row, best first;
+        ``width <= k`` (rows are padded when ``width < k``).
+    query_len : numpy.ndarray of int, shape (n_queries,)
+    doc_len : numpy.ndarray of int, shape (n_docs,)
+        Length of the doc at each position.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+    max_len : int
+        Fixes the key scale ``S = max_len ** 2``.
+    k : int
+
+    Returns
+    -------
+    TopK
+        Shape (n_queries, k). The overlap is recovered from the key exactly:
+        ``overlap = ceil(key * m / S)`` with ``m = max(|q|, |d|)`` (keys of
+        different overlaps for the same lengths differ by ``S / m >= 1``).
+    """
+    n_queries, width = values.shape
+    out = empty_topk(n_queries, k)
+    if width == 0:
+        return out
+    position = (~values) & _LOW32
+    key = values >> 32
+    lengths = doc_len[position].astype(np.int64)
+    m = np.maximum(np.asarray(query_len, dtype=np.int64)[:, None], lengths)
+    scale = key_scale(max_len)
+    out.doc_ids[:, :width] = doc_ids[position]
+    out.overlap[:, :width] = np.where(m > 0, (key * m + scale - 1) // scale, 0)
+    out.doc_len[:, :width] = lengths
+    return out
+
+
+def _owners(queries: SetBatch) -> np.ndarray:
+    """Query index of every query token, int32 of shape (n_tokens,)."""
+    return np.repeat(np.arange(queries.n_sets, dtype=np.int32), queries.lengths)
+
+
+def _torch_topk(values, k: int) -> np.ndarray:
+    """Host int64 (rows, min(k, n)) of the largest entries of each row of a CuPy int64 array, descending."""
+    import torch
+
+    tensor = torch.as_tensor(values, device="cuda")
+    best, _ = torch.topk(tensor, min(k, tensor.shape[1]), dim=1, largest=True, sorted=True)
+    return best.cpu().numpy()
+
+
+class SpmmBaseline:
+    """CSR corpus times dense 0/1 queries on the GPU (cuSPARSE through CuPy), then ``torch.topk``.
+
+    Parameters
+    ----------
+    docs : SetBatch
+        ``n_docs`` docs in host memory, sorted distinct ids below ``vocab_size``.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing global ids.
+    max_len : int
+        Bound on set sizes (key scale).
+    vocab_size : int
+        Columns of the matrix.
+    query_chunk : int, default 256
+        Queries per product; GPU memory per chunk is ``12 * n_docs *
+        query_chunk`` bytes (float32 overlaps and int64 sort values).
+
+    Notes
+    -----
+    GPU memory held: ``10 * n_tokens + 4 * n_docs`` bytes (float32 data, int32
+    indices and row pointers).
+    """
+
+    name = "spmm"
+
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *, query_chunk: int = 256):
+        import cupy
+        import cupyx.scipy.sparse as sparse
+
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.max_len = max_len
+        self.vocab_size = vocab_size
+        self.query_chunk = query_chunk
+        self.n_docs = docs.n_sets
+        indptr = cupy.asarray(docs.offsets).astype(np.int32)
+        indices = cupy.asarray(docs.tokens).astype(np.int32)
+        data = cupy.ones(len(docs.tokens), dtype=np.float32)
+        self._matrix = sparse.csr_matrix((data, indices, indptr), shape=(self.n_docs, vocab_size))
+        self._doc_len = cupy.asarray(docs.lengths.astype(np.int16))
+        self._host_len = docs.lengths
+        self._combine = cupy.ElementwiseKernel(
+            "raw float32 ov, raw int16 dlen, raw int32 qlen, int64 n_docs, int32 n_q, int64 scale",
+            "int64 out",
+            """
+            const long long q = i / n_docs;
+            const long long d = i - q * n_docs;
+            const long long o = (long long) ov[d * n_q + q];
+            const int m = max(qlen[q], (int) dlen[d]);
+            const long long key = m > 0 ? (scale * o) / m : 0;
+            out = (key << 32) | (long long) (unsigned int) (~(unsigned int) d);
+            """,
+            "settopk_spmm_combine",
+        )
+        cupy.cuda.get_current_stream().synchronize()
+
+    def search(self, queries: SetBatch, k: int) -> TopK:
+        """Exact top-k per query: TopK of shape (n_queries, k) (see :func:`decode_values`)."""
+        import cupy
+
+        n_q = queries.n_sets
+        width = min(k, self.n_docs)
+        values = np.zeros((n_q, width), dtype=np.int64)
+        owner = _owners(queries)
+        for lo in range(0, n_q if self.n_docs else 0, self.query_chunk):
+            hi = min(lo + self.query_chunk, n_q)
+            part = queries.take(np.arange(lo, hi))
+            dense = cupy.zeros((self.vocab_size, hi - lo), dtype=np.float32)
+            dense[cupy.asarray(part.tokens.astype(np.int64)), cupy.asarray(_owners(part))] = 1.0
+            overlap = cupy.ascontiguousarray(self._matrix @ dense)  # (n_docs, chunk) float32, exact small integers
+            del dense
+            keys = cupy.empty((hi - lo, self.n_docs), dtype=np.int64)
+            qlen = cupy.asarray(part.lengths.astype(np.int32))
+            self._combine(overlap, self._doc_len, qlen, np.int64(self.n_docs), np.int32(hi - lo),
+                          np.int64(key_scale(self.max_len)), keys)
+            del overlap
+            values[lo:hi] = _torch_topk(keys, width)
+            del keys
+        del owner
+        return decode_values(values, queries.lengths, self._host_len, self.doc_ids, self.max_len, k)
+
+
+class Popc4Baseline:
+    """The STI2 champion's counting design with materialised scores (``popc4.cu``), then ``torch.topk``.
+
+    Parameters
+    ----------
+    docs, doc_ids, max_len, vocab_size
+        As :class:`SpmmBaseline`.
+    query_chunk : int, default 128
+        Queries scored per pass (a multiple of 4); GPU memory per chunk is
+        ``8 * n_docs * query_chunk`` bytes of sort values.
+
+    Notes
+    -----
+    GPU memory held: the swizzled layout, ``16 * ceil(L / 8) * n_docs`` bytes
+    with ``L`` the longest doc, plus ``2 * n_docs`` bytes of lengths.
+    """
+
+    name = "popc4"
+
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *, query_chunk: int = 128):
+        import cupy
+
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.max_len = max_len
+        self.query_chunk = max(4, query_chunk - query_chunk % 4)
+        self.n_docs = docs.n_sets
+        self._n_words = -(-vocab_size // 32)
+        self._host_len = docs.lengths
+        device = cupy.cuda.Device()
+        with _modules_lock:
+            module = _modules.get(device.id)
+            if module is None:
+                module = cupy.RawModule(code=_POPC4_SOURCE.read_text(), options=("-std=c++17",),
+                                        name_expressions=list(_POPC4_KERNELS))
+                module.compile()
+                _modules[device.id] = module
+        self._k = {name.split("::")[-1]: module.get_function(name) for name in _POPC4_KERNELS}
+        longest = int(self._host_len.max()) if self.n_docs else 0
+        self._n_groups = -(-longest // 8)
+        self._n_padded = -(-max(self.n_docs, 1) // 32) * 32
+        self._groups = cupy.zeros((max(1, self._n_groups * self._n_padded), 4), dtype=np.uint32)
+        self._doc_len = cupy.asarray(self._host_len.astype(np.int16))
+        if self._n_groups:
+            total = self._n_groups * self._n_padded
+            self._k["build_doc_groups"](
+                (max(1, min(-(-total // _THREADS), 65535 * 32)),),
+                (_THREADS,),
+                (cupy.asarray(docs.offsets), cupy.asarray(docs.tokens), np.int32(self.n_docs),
+                 np.int64(self._n_padded), np.int32(self._n_groups), self._groups),
+            )
+        cupy.cuda.get_current_stream().synchronize()
+
+    def search(self, queries: SetBatch, k: int) -> TopK:
+        """Exact top-k per query: TopK of shape (n_queries, k) (see :func:`decode_values`)."""
+        import cupy
+
+        n_q = queries.n_sets
+        width = min(k, self.n_docs)
+        values = np.zeros((n_q, width), dtype=np.int64)
+        tile = max(4096, -(-self.n_docs // 65535))
+        for lo in range(0, n_q if self.n_docs else 0, self.query_chunk):
+            hi = min(lo + self.query_chunk, n_q)
+            part = queries.take(np.arange(lo, hi))
+            bits = cupy.zeros((hi - lo, self._n_words), dtype=np.uint32)
+            n_tokens = len(part.tokens)
+            if n_tokens:
+                self._k["build_query_bitsets"](
+                    (max(1, -(-n_tokens // _THREADS)),),
+                    (_THREADS,),
+                    (cupy.asarray(part.tokens), cupy.asarray(_owners(part)), np.int64(n_tokens),
+                     np.int32(self._n_words), bits),
+                )
+            scores = cupy.empty((hi - lo, self.n_docs), dtype=np.int64)
+            self._k["scores"](
+                (-(-(hi - lo) // 4), -(-self.n_docs // tile)),
+                (_THREADS,),
+                (self._groups, np.int64(self._n_padded), self._doc_len, np.int32(self.n_docs), np.int32(tile), bits,
+                 np.int32(self._n_words), cupy.asarray(part.lengths.astype(np.int32)), np.int32(hi - lo),
+                 np.int64(key_scale(self.max_len)), scores),
+                shared_mem=self._n_words * 16,
+            )
+            values[lo:hi] = _torch_topk(scores, width)
+            del scores
+        return decode_values(values, queries.lengths, self._host_len, self.doc_ids, self.max_len, k)
+
+
+class ScipyBaseline:
+    """CSR corpus times dense 0/1 queries with ``scipy.sparse`` on the CPU, then ``numpy.argpartition``.
+
+    Parameters
+    ----------
+    docs, doc_ids, max_len, vocab_size
+        As :class:`SpmmBaseline`.
+    query_chunk : int, default 64
+        Queries per product; host memory per chunk is ``12 * n_docs *
+        query_chunk`` bytes.
+    """
+
+    name = "scipy"
+
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *, query_chunk: int = 64):
+        import scipy.sparse
+
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.max_len = max_len
+        self.vocab_size = vocab_size
+        self.query_chunk = query_chunk
+        self.n_docs = docs.n_sets
+        self._doc_len = docs.lengths
+        data = np.ones(len(docs.tokens), dtype=np.float32)
+        self._matrix = scipy.sparse.csr_matrix((data, docs.tokens.astype(np.int32), docs.offsets),
+                                               shape=(self.n_docs, vocab_size))
+        self._low = ~np.arange(self.n_docs, dtype=np.int64) & _LOW32
+
+    def search(self, queries: SetBatch, k: int) -> TopK:
+        """Exact top-k per query: TopK of shape (n_queries, k) (see :func:`decode_values`)."""
+        n_q, n = queries.n_sets, self.n_docs
+        width = min(k, n)
+        values = np.zeros((n_q, width), dtype=np.int64)
+        scale = key_scale(self.max_len)
+        for lo in range(0, n_q if n else 0, self.query_chunk):
+            hi = min(lo + self.query_chunk, n_q)
+            part = queries.take(np.arange(lo, hi))
+            dense = np.zeros((self.vocab_size, hi - lo), dtype=np.float32)
+            dense[part.tokens.astype(np.int64), _owners(part)] = 1.0
+            overlap = (self._matrix @ dense).T.astype(np.int64)  # (chunk, n_docs)
+            m = np.maximum(part.lengths[:, None], self._doc_len[None, :])
+            keys = ((scale * overlap) // np.maximum(m, 1)) << 32 | self._low[None, :]
+            for r in range(hi - lo):
+                row = keys[r]
+                best = np.argpartition(row, n - width)[n - width:] if width < n else np.arange(n)
+                values[lo + r] = np.sort(row[best])[::-1]
+        return decode_values(values, queries.lengths, self._doc_len, self.doc_ids, self.max_len, k)
+
+
+#: Baseline classes by name, and where each runs.
+BASELINES = {"spmm": (SpmmBaseline, "gpu"), "popc4": (Popc4Baseline, "gpu"), "scipy": (ScipyBaseline, "cpu")}

@@ -1,0 +1,80 @@
+"""The benchmark job on CPU: the smoke config end to end, its JSON, and its exactness check (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import jobs.bench as bench
+from configs import ConfigError
+from configs.benchmark import bench_config_names, load_bench_config
+from kernels import TopK
+
+
+def test_shipped_bench_configs_load():
+    assert {"smoke", "sti2-zipf", "sti2-uniform"} <= set(bench_config_names())
+    zipf, uniform = load_bench_config("sti2-zipf"), load_bench_config("sti2-uniform")
+    for cfg in (zipf, uniform):
+        assert cfg.synthetic.n_docs == 7_853_052 and cfg.synthetic.n_queries == 2000 and cfg.k == 100
+        assert cfg.backend == "cupy" and cfg.repetitions == 5 and cfg.warmup == 1
+    assert (zipf.synthetic.id_dist, uniform.synthetic.id_dist) == ("zipf", "uniform")
+    assert load_bench_config("smoke").backend == "numpy"
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("verify_queries: 0\n", "exactness check is always on"),
+        ("baselines: [nope]\n", "baselines must be among"),
+        ("repetitions: 0\n", "repetitions"),
+        ("bogus: 1\n", r"unknown key\(s\) \['bogus'\]"),
+    ],
+)
+def test_bad_bench_configs_are_rejected(tmp_path, text, match):
+    path = tmp_path / "b.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as err:
+        load_bench_config(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_smoke_config_end_to_end(ray_cluster, tmp_path, capsys):
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--config", "smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    cfg = load_bench_config("smoke")
+    assert result["backend"] == "numpy" and len(result["shards"]) == 2
+    assert set(result["phases"]) == {"read", "build", "search", "search_rpc", "merge", "write"}
+    for stats in result["phases"].values():
+        assert len(stats["runs_s"]) == cfg.repetitions
+        assert 0 <= stats["min_s"] <= stats["median_s"]
+    assert result["corpus"]["n_docs"] == cfg.synthetic.n_docs and result["corpus"]["n_queries"] == cfg.synthetic.n_queries
+    assert result["checks"] == result["corpus"]["n_queries"] * result["corpus"]["n_tokens"]
+    assert result["throughput_checks_per_s"] > 0 and result["total_s"] > 0
+    exact = result["exactness"]
+    assert exact["identical"] and exact["mismatches"] == []
+    assert len(exact["sample"]) == cfg.verify_queries and exact["checked"][0] == "settopk"
+    scipy = result["baselines"]["scipy"]
+    try:
+        import scipy as _  # noqa: F401  (the bench extra)
+
+        assert "scipy" in exact["checked"] and scipy["speedup"] > 0
+        assert len(scipy["search"]["runs_s"]) == cfg.repetitions
+    except ImportError:
+        assert scipy["skipped"].startswith("not run")
+    printed = capsys.readouterr().out
+    assert "exact: 16 sampled queries identical to the NumPy reference" in printed
+
+
+def test_a_wrong_result_is_reported_and_no_timing_is_printed():
+    want = TopK(np.array([[4, 2]]), np.array([[3, 1]], dtype=np.int16), np.array([[5, 5]], dtype=np.int16))
+    got = TopK(np.array([[9, 9], [4, 3]]), np.zeros((2, 2), dtype=np.int16), np.zeros((2, 2), dtype=np.int16))
+    got.overlap[1], got.doc_len[1] = [3, 1], [5, 5]
+    mismatches = bench._compare("x", got, want, np.array([1]))
+    assert mismatches == [{"implementation": "x", "query_index": 1, "rank": 2, "got": [3, 1, 5], "expected": [2, 1, 5]}]
+    assert "query 1 rank 2" in str(bench.ExactnessError(mismatches))
+    assert bench._compare("x", got, want, np.array([1]))  # still wrong
+    good = TopK(want.doc_ids.copy(), want.overlap.copy(), want.doc_len.copy())
+    assert bench._compare("x", good, want, np.array([0])) == []
