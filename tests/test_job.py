@@ -258,3 +258,129 @@ def test_cupy_job_on_synthetic_corpus(tmp_path):
     tables = _run_both_backends(tmp_path, str(docs), str(queries), 100, query_batch_size=64)
     assert tables["cupy"].equals(tables["numpy"])
     assert tables["cupy"].num_rows == 150 * 100
+
+
+def test_nightly_partition_date_rerun_and_default_today(tmp_path, tie_corpus):
+    import datetime
+
+    _, _, docs_path, queries_path = tie_corpus
+    root = tmp_path / "results"
+    cfg = _config(tmp_path, output={"partition": "dt"})
+    args = ["--docs", docs_path, "--queries", queries_path, "--out", str(root), "--config", cfg, "--k", "5", "--quiet"]
+    assert score.main(args + ["--date", "2026-11-20"]) == 0
+    part = root / "dt=2026-11-20"
+    manifest = json.loads((part / "_manifest.json").read_text())
+    assert manifest["output"]["partition"] == {"dt": "2026-11-20"} and manifest["output"]["dataset_root"] == str(root)
+    stamp = (part / "_manifest.json").stat().st_mtime_ns
+    assert score.main(args + ["--date", "2026-11-20"]) == 0  # finished partition: a no-op
+    assert (part / "_manifest.json").stat().st_mtime_ns == stamp
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    assert score.main(args) == 0
+    assert sorted(p.name for p in root.iterdir()) == sorted({"dt=2026-11-20", f"dt={today.isoformat()}"})
+    assert pq.read_table(part).equals(pq.read_table(root / f"dt={today.isoformat()}"))
+
+
+def test_date_needs_a_partitioned_config_and_a_valid_date(tmp_path, tie_corpus, caplog, capsys):
+    _, _, docs_path, queries_path = tie_corpus
+    args = ["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "o"), "--quiet"]
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        assert score.main(args + ["--config", _config(tmp_path), "--date", "2026-11-20"]) == 2
+    assert "output.partition is 'dt'" in caplog.text and not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit) as err:
+        score.main(args + ["--date", "2026-13-01"])
+    assert err.value.code == 2 and "expected a date YYYY-MM-DD" in capsys.readouterr().err
+
+
+def test_partitioned_run_refuses_a_root_holding_other_files(tmp_path, tie_corpus, caplog):
+    _, _, docs_path, queries_path = tie_corpus
+    flat = tmp_path / "flat"
+    base = ["--docs", docs_path, "--queries", queries_path, "--out", str(flat), "--quiet"]
+    assert score.main(base + ["--config", _config(tmp_path)]) == 0
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        assert score.main(base + ["--config", _config(tmp_path, "n", output={"partition": "dt"})]) == 2
+    assert "only dt=YYYY-MM-DD partitions" in caplog.text
+    assert not [p for p in flat.iterdir() if p.name.startswith("dt=")]
+
+
+def test_manifest_run_id_fingerprint_and_file_metadata(tmp_path, tie_corpus):
+    _, _, docs_path, queries_path = tie_corpus
+    out = tmp_path / "out"
+    args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--k", "4", "--quiet"]
+    assert score.main(args + ["--run-id", "nightly-2026-11-20"]) == 0
+    first = json.loads((out / "_manifest.json").read_text())
+    assert first["run_id"] == "nightly-2026-11-20"
+    meta = pq.read_schema(out / "part-00000.parquet").metadata
+    assert meta[b"settopk.run_id"] == b"nightly-2026-11-20" and meta[b"settopk.k"] == b"4"
+    assert {"validate_s", "load_s", "search_s", "merge_s", "total_s"} <= set(first["timings_s"])
+    assert first["versions"]["ray"] and first["config"]["k"] == 4 and first["started_utc"].endswith("Z")
+    assert first["fingerprint"]["docs"]["files"] == 1 and len(first["fingerprint"]["corpus"]) == 64
+
+    assert score.main(args + ["--force"]) == 0  # same inputs: same fingerprint, a new run id
+    second = json.loads((out / "_manifest.json").read_text())
+    assert second["fingerprint"] == first["fingerprint"] and second["run_id"] != first["run_id"]
+
+    copy = tmp_path / "docs-copy.txt"
+    copy.write_text(open(docs_path).read() + "1,2\n")  # the corpus changed
+    assert score.main(["--docs", str(copy), "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--k", "4", "--quiet", "--force"]) == 0
+    third = json.loads((out / "_manifest.json").read_text())
+    assert third["fingerprint"]["corpus"] != first["fingerprint"]["corpus"]
+    assert third["fingerprint"]["queries"] == first["fingerprint"]["queries"]
+
+
+def test_bad_run_id_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as err:
+        score.main(["--run-id", "../../etc", "--out", str(tmp_path / "o")])
+    assert err.value.code == 2 and "--run-id" in capsys.readouterr().err
+
+
+def test_phase_logs_and_final_summary_line(tmp_path, tie_corpus, caplog):
+    _, _, docs_path, queries_path = tie_corpus
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO, logger="settopk"):
+        assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--run-id", "r-1"]) == 0
+    messages = [r.getMessage() for r in caplog.records if r.name == "settopk"]
+    phases = [m.split(":")[0] for m in messages if m.startswith("phase ")]
+    assert phases == ["phase validate", "phase load", "phase search", "phase write"]
+    assert messages[-1].startswith("done: run r-1: 43 queries x 703 docs, k=100,") and "total_s=" in messages[-1]
+
+
+def test_unexpected_failure_exits_1_and_writes_nothing(tmp_path, tie_corpus, monkeypatch, caplog):
+    _, _, docs_path, queries_path = tie_corpus
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(score, "write_results", full_disk)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
+    assert code == 1 and "failed: the result dataset was not written" in caplog.text and "No space left" in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
+def test_crashed_shard_actor_is_restarted_and_the_output_is_unchanged(tmp_path, tie_corpus, monkeypatch):
+    _, _, docs_path, queries_path = tie_corpus
+    base = ["--docs", docs_path, "--queries", queries_path, "--k", "10", "--config", _config(tmp_path, n_shards=2, query_batch_size=8), "--quiet"]
+    assert score.main(base + ["--out", str(tmp_path / "clean")]) == 0
+    marker = tmp_path / "crashed"
+    real = score.ShardActor
+
+    class CrashOnSecondSearch:
+        """ShardActor whose first shard's process dies at its 2nd search, once (the searcher's test hook)."""
+
+        def options(self, **options):
+            assert options["max_restarts"] >= 1 and options["max_task_retries"] >= 1
+            handle = real.options(**options)
+
+            class Remote:
+                @staticmethod
+                def remote(spec, *args):
+                    if spec.shard_id == 0:
+                        return handle.remote(spec, *args, crash_after=2, crash_marker=str(marker))
+                    return handle.remote(spec, *args)
+
+            return Remote()
+
+    monkeypatch.setattr(score, "ShardActor", CrashOnSecondSearch())
+    assert score.main(base + ["--out", str(tmp_path / "crashed-run")]) == 0
+    assert marker.exists()  # the crash happened, and the run still finished
+    assert pq.read_table(tmp_path / "crashed-run").equals(pq.read_table(tmp_path / "clean"))
