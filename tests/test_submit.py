@@ -1,0 +1,347 @@
+"""``ray job submit`` for real: a local Ray head with the dashboard (Jobs API), the job submitted
+with the README's command, its status, logs and Parquet output checked; a failing job must end
+FAILED with the error in its logs. Also: the deploy examples parse, and Ray is the pinned version.
+
+The head is started by this module, from this interpreter's environment (the job's entrypoint
+``python`` is looked up on the head's PATH), with:
+
+- token authentication and a per-run token in a temporary file (``RAY_AUTH_MODE=token``,
+  ``RAY_AUTH_TOKEN_PATH``) for the head, the CLI and the client alike. Ray 2.60 replaces a
+  loopback ``--node-ip-address`` by the machine's address and binds its gRPC servers on all
+  interfaces, so the token is what keeps the test cluster closed; the Jobs API (dashboard)
+  listens on 127.0.0.1 only, and every address used here is loopback;
+- free ports everywhere (a developer's own cluster on the default ports is left alone), and a
+  temporary ``--temp-dir`` so no other ``ray.init()`` on the machine attaches to it;
+- ``--block`` in a process group of its own, so teardown stops exactly this head (SIGTERM to
+  ``ray start``, which stops what it started, then SIGKILL to its group). ``ray stop`` is not
+  used: it kills every Ray process of the user on the machine, including the test session's own
+  cluster and other developers' ones. A watchdog stops the head if pytest itself is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from jobs import score
+from jobs.output import RESULT_SCHEMA
+from kernels import brute_force_topk
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "configs" / "deploy"
+BIN = pathlib.Path(sys.executable).parent
+HEAD_START_TIMEOUT_S = 180  # 2 cores with the dashboard's ten-odd processes: seconds usually, minutes under load
+JOB_TIMEOUT_S = 240
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _head_dependencies_missing() -> str | None:
+    if not (BIN / "ray").exists():
+        return f"no `ray` command beside {sys.executable}"
+    try:
+        import aiohttp  # noqa: F401  (the dashboard's web server: only in ray[default])
+    except ImportError:
+        return "ray[default] is not installed (the Jobs API needs the dashboard)"
+    return None
+
+
+class Head:
+    """A running local Ray head: its Jobs API address and the environment that reaches it."""
+
+    def __init__(self, tmp: pathlib.Path):
+        self.tmp = tmp
+        token = tmp / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+        self.token = token.read_text()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        self.env.update(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN_PATH=str(token),
+            RAY_USAGE_STATS_ENABLED="0",
+            PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the job's `python` is this venv's
+        )
+        gcs, dashboard, client, agent_http, agent_grpc, runtime_env_agent, metrics = _free_ports(7)
+        self.address = f"http://127.0.0.1:{dashboard}"
+        self.command = [
+            str(BIN / "ray"), "start", "--head", "--block",
+            f"--port={gcs}",
+            "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+            f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env_agent}", f"--metrics-export-port={metrics}",
+            "--num-cpus=2", "--num-gpus=0", f"--object-store-memory={256 * 2**20}",
+            f"--temp-dir={tmp}", "--disable-usage-stats",
+        ]
+        self.log_path = tmp / "ray-start.log"
+        self.process = None
+        self.watchdog = None
+
+    def start(self) -> None:
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
+        # If pytest dies (CI timeout, SIGKILL), stop the head anyway.
+        self.watchdog = subprocess.Popen(
+            ["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
+                         f"kill -TERM {self.process.pid}; sleep 15; kill -KILL -{self.process.pid}"],
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + HEAD_START_TIMEOUT_S
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"`ray start --head` exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                self.client().get_version()
+                return
+            except Exception as exc:  # not up yet: connection refused, 5xx while modules load
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the Jobs API at {self.address} did not answer in {HEAD_START_TIMEOUT_S} s ({exc}):\n{self.log_tail()}"
+                    ) from exc
+                time.sleep(0.5)
+
+    def client(self):
+        from ray.job_submission import JobSubmissionClient
+
+        # An explicit header: this pytest process's own Ray (the session cluster) runs without auth.
+        return JobSubmissionClient(self.address, headers={"Authorization": f"Bearer {self.token}"})
+
+    def ray_job(self, verb: str, *args: str, timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """Run ``ray job VERB --address <this head> ARGS`` from the repository root."""
+        return subprocess.run(
+            [str(BIN / "ray"), "job", verb, "--address", self.address, *args],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.watchdog is not None and self.watchdog.poll() is None:
+            self.watchdog.kill()
+            self.watchdog.wait()
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()  # `ray start --block` stops the processes it started
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # anything left in the head's own group
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """Workers and job drivers run in groups of their own; they name our temp dir on their command line."""
+        import psutil
+
+        marker = str(self.tmp)
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if marker in " ".join(proc.info["cmdline"] or []):
+                    proc.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    missing = _head_dependencies_missing()
+    if missing:
+        if os.environ.get("SETTOPK_CI"):
+            pytest.fail(f"{missing}; CI installs the test extra: pip install -e '.[test]'")
+        pytest.skip(f"{missing}; install the test extra: pip install -e '.[test]'")
+    # A short path: Ray's Unix sockets live under --temp-dir and must stay under 108 bytes.
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="settopk-ray-", dir="/tmp"))
+    head = Head(tmp)
+    try:
+        head.start()
+        yield head
+    finally:
+        head.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sets(rng, n, vocab, max_len):
+    return [rng.choice(vocab, size=rng.integers(0, max_len + 1), replace=False).tolist() for _ in range(n)]
+
+
+def _write_sets(path, sets):
+    path.write_text("".join(",".join(map(str, s)) + "\n" for s in sets))
+    return path
+
+
+def _submit_args(submission_id: str, *job_args: str) -> list[str]:
+    """The README's command: ``ray job submit --working-dir . --runtime-env ... -- python -m jobs.score ...``."""
+    return [
+        "--submission-id", submission_id,
+        "--working-dir", ".", "--runtime-env", "configs/deploy/runtime-env.yaml",
+        "--", "python", "-m", "jobs.score", *job_args,
+    ]
+
+
+@pytest.mark.timeout(HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S)
+def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_path):
+    rng = np.random.default_rng(5)
+    docs = _sets(rng, 400, 30, 10)
+    queries = _sets(rng, 12, 30, 10)
+    docs_path = _write_sets(tmp_path / "docs.txt", docs)
+    queries_path = _write_sets(tmp_path / "queries.txt", queries)
+    root = tmp_path / "results"
+    submission_id = f"settopk-test-{uuid.uuid4().hex[:8]}"
+
+    done = ray_head.ray_job(
+        "submit",
+        *_submit_args(submission_id, "--config", "nightly", "--docs", str(docs_path), "--queries", str(queries_path),
+                      "--out", str(root), "--date", "2026-11-20", "--k", "7"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    client = ray_head.client()
+    assert client.get_job_status(submission_id).value == "SUCCEEDED"
+    info = client.get_job_info(submission_id)
+    assert info.driver_exit_code == 0
+    logs = client.get_job_logs(submission_id)
+    for phase in ("validate", "load", "search", "write"):
+        assert f"phase {phase}:" in logs, logs
+    assert f"done: run {submission_id}: 12 queries x 400 docs, k=7" in logs
+    assert "search: 100%" in logs  # the progress bar (Ray's tqdm) reached the job log
+
+    part = root / "dt=2026-11-20"
+    table = pq.read_table(part)
+    assert table.schema.equals(RESULT_SCHEMA, check_metadata=False)
+    got = list(zip(table["query_id"].to_pylist(), table["doc_id"].to_pylist(), table["overlap"].to_pylist()))
+    expected = [
+        (str(qi), doc_id, overlap)
+        for qi, result in enumerate(brute_force_topk(docs, queries, 7))
+        for doc_id, overlap, _ in result
+    ]
+    assert got == expected
+    manifest = json.loads((part / "_manifest.json").read_text())
+    assert manifest["run_id"] == submission_id and manifest["ray"]["submission_id"] == submission_id
+    assert pq.read_schema(part / "part-00000.parquet").metadata[b"settopk.run_id"] == submission_id.encode()
+
+    again = ray_head.ray_job("submit", "--submission-id", submission_id, "--no-wait", "--", "true")
+    assert again.returncode != 0 and "already exists" in again.stdout + again.stderr  # a date-based id runs once
+
+
+@pytest.mark.timeout(HEAD_START_TIMEOUT_S + JOB_TIMEOUT_S)
+def test_failing_job_ends_failed_with_the_error_in_its_logs(ray_head, tmp_path):
+    docs_path = tmp_path / "docs.txt"
+    docs_path.write_text("1,2\n3,x\n")
+    queries_path = _write_sets(tmp_path / "queries.txt", [[1, 2]])
+    submission_id = f"settopk-test-bad-{uuid.uuid4().hex[:8]}"
+
+    done = ray_head.ray_job(
+        "submit",
+        *_submit_args(submission_id, "--docs", str(docs_path), "--queries", str(queries_path), "--out", str(tmp_path / "out"), "--quiet"),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # `ray job submit` exits 1 for a FAILED job
+    client = ray_head.client()
+    assert client.get_job_status(submission_id).value == "FAILED"
+    info = client.get_job_info(submission_id)
+    assert info.driver_exit_code == score.EXIT_BAD_INPUT
+    logs = client.get_job_logs(submission_id)
+    assert f"{docs_path}:2: expected" in logs and "'x'" in logs, logs
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(30)
+def test_installed_ray_is_in_the_pinned_range():
+    from importlib.metadata import requires
+
+    import ray
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in requires("settopk")]
+    core = [r for r in reqs if r.name == "ray" and r.marker is None]
+    assert len(core) == 1 and ray.__version__ in core[0].specifier
+    test_extra = [r for r in reqs if r.name == "ray" and r.marker is not None and r.marker.evaluate({"extra": "test"})]
+    assert test_extra and all("default" in r.extras and r.specifier == core[0].specifier for r in test_extra)
+
+
+@pytest.mark.timeout(30)
+def test_console_scripts_resolve_to_module_entrypoints():
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith("jobs.")}
+    assert {"settopk-score", "settopk-make-corpus", "settopk-verify"} <= set(scripts)
+    for name, ep in scripts.items():
+        module, _, func = ep.value.partition(":")
+        assert name == "settopk-" + module.removeprefix("jobs.").replace("_", "-") and func == "main"
+        assert callable(ep.load())
+
+
+def _score_args(command: str) -> list[str]:
+    """The arguments of ``python -m jobs.score`` in a shell command, up to any redirection."""
+    words = shlex.split(command)
+    args = words[words.index("jobs.score") + 1:]
+    stops = [i for i, w in enumerate(args) if w in (">", ">>", "2>&1", "|", "&&", ";")]
+    return args[: stops[0]] if stops else args
+
+
+@pytest.mark.timeout(30)
+def test_kuberay_rayjob_example_is_consistent():
+    import ray
+
+    docs = list(yaml.safe_load_all((DEPLOY / "rayjob-nightly.yaml").read_text()))
+    job = next(d for d in docs if d and d.get("kind") == "RayJob")
+    assert job["apiVersion"] == "ray.io/v1"
+    spec = job["spec"]
+    assert spec["rayClusterSpec"]["rayVersion"] == ray.__version__
+    args = score.build_parser().parse_args(_score_args(spec["entrypoint"]))
+    assert args.config == "nightly" and args.quiet and args.docs and args.queries and args.out
+    assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] >= 1
+
+
+@pytest.mark.timeout(30)
+def test_cron_example_parses():
+    entries = [
+        line for line in (DEPLOY / "settopk-nightly.cron").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#") and "=" not in line.split()[0]
+    ]
+    assert entries
+    for line in entries:
+        fields = line.split(None, 5)
+        assert all(f.replace("*", "0").replace(",", "").replace("/", "").replace("-", "").isdigit() for f in fields[:5])
+        command = fields[5].replace("\\%", "%")  # cron turns an unescaped % into a newline
+        assert "%" not in fields[5].replace("\\%", "")
+        command = command.replace('"$(date -u +%F)"', "2026-11-20")
+        args = score.build_parser().parse_args(_score_args(command))
+        assert args.config == "nightly" and args.quiet and str(args.date) == "2026-11-20"
