@@ -375,10 +375,11 @@ def run(args) -> int:
 
     import ray
 
-    if not ray.is_initialized():
-        ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
-    backend, n_shards = _resolve_backend(cfg, ray.cluster_resources())
-    plan = plan_shards(doc_lengths, n_shards, cfg.max_len)
+    with _phase("connect", timings):
+        if not ray.is_initialized():
+            ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
+        backend, n_shards = _resolve_backend(cfg, ray.cluster_resources())
+        plan = plan_shards(doc_lengths, n_shards, cfg.max_len)
     lines = _plan_lines(plan, backend, cfg, n_docs, queries.queries.n_sets)
     if args.dry_run:
         print("\n".join(lines + [f"  output: {target.out_dir}"]))
@@ -466,7 +467,7 @@ def run(args) -> int:
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
         run_id, queries.queries.n_sets, n_docs, cfg.k, table.num_rows, target.out_dir, backend, len(plan),
-        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "load_s", "search_s", "merge_s", "write_s", "total_s")),
+        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "load_s", "search_s", "merge_s", "write_s", "total_s")),
     )
     return EXIT_OK
 

@@ -131,10 +131,16 @@ class Head:
                 time.sleep(0.5)
 
     def client(self):
+        from unittest import mock
+
         from ray.job_submission import JobSubmissionClient
 
         # An explicit header: this pytest process's own Ray (the session cluster) runs without auth.
-        return JobSubmissionClient(self.address, headers={"Authorization": f"Bearer {self.token}"})
+        # RAY_API_SERVER_ADDRESS / RAY_ADDRESS would override the address given: hide a developer's.
+        with mock.patch.dict(os.environ):
+            os.environ.pop("RAY_API_SERVER_ADDRESS", None)
+            os.environ.pop("RAY_ADDRESS", None)
+            return JobSubmissionClient(self.address, headers={"Authorization": f"Bearer {self.token}"})
 
     def ray_job(self, verb: str, *args: str, timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
         """Run ``ray job VERB --address <this head> ARGS`` from the repository root."""
@@ -238,7 +244,7 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
     info = client.get_job_info(submission_id)
     assert info.driver_exit_code == 0
     logs = client.get_job_logs(submission_id)
-    for phase in ("validate", "load", "search", "write"):
+    for phase in ("validate", "connect", "load", "search", "write"):
         assert f"phase {phase}:" in logs, logs
     assert f"done: run {submission_id}: 12 queries x 400 docs, k=7" in logs
     assert "search: 100%" in logs  # the progress bar (Ray's tqdm) reached the job log
