@@ -1,90 +1,112 @@
-"""CuPy/CUDA backend: exact shard-local top-k Braun-Blanquet search on one GPU.
+"""CuPy/CUDA backend: exact shard-local top-k with bit-sliced counters and fused count thresholds.
 
-The kernels live in ``bitset_topk.cu`` beside this file; this module compiles
-them once per device (NVRTC, through :class:`cupy.RawModule`), checks inputs and
-drives the search. CuPy is imported lazily, inside the functions, so importing
-this module needs no CuPy; ``kernels/__init__.py`` does not import it at all.
+The kernels live in ``bitslice_topk.cu`` beside this file (its header explains
+the layout and the counting); this module compiles them once per device (NVRTC,
+through :class:`cupy.RawModule`), checks inputs and drives the search. CuPy is
+imported inside the functions, so importing this module needs no CuPy.
 
 Algorithm
 ---------
-Braun-Blanquet score ``|q ∩ d| / max(|q|, |d|)`` with the exact integer key of
-:func:`kernels.score_key`. The doc layout and the counting kernel follow the
-STI2 competition champion's design: docs are stored on the GPU as groups of 8
-uint16 ids (one ``uint4`` load), group-major ("swizzled") so the loads of a
-warp are coalesced, and a block counts overlaps for 4 queries at once from
-their vocabulary bitsets, interleaved word by word in shared memory.
+Scores and ties follow :func:`kernels.score_key`: a doc ``d`` is better than
+``e`` for a query when its key is larger, or equal with a lower position (doc
+id). No score matrix is written. Each query carries a *bound* ``(T, P)``, a
+(key, position) pair never better than its true k-th best; the counting kernel
+emits only the docs at least as good as the bound (``key > T``, or ``key == T``
+and ``position <= P``), through least-overlap tables per (query, doc length)
+that are compared with bit-sliced counters inside the kernel. Because the
+emitted set holds every doc at least as good as the true k-th best, its exact
+top-k is the answer.
 
-Top-k selection never sorts the whole shard and never builds a score matrix.
-The shard is scanned in chunks, in doc order (first chunk as small as the
-candidate capacity, then geometrically larger). For each query the host keeps
-the current top-k and its k-th best key ``T`` (``-1`` while fewer than k docs
-were seen). The kernel emits a doc for a query only if its key is strictly
-greater than ``T`` (through the table ``kernels.min_overlap_above``): every doc
-of a later chunk has a larger doc id than those already kept, so a doc that
-only ties ``T`` can never enter the top-k, and the result stays exact.
-Candidates go to a per-query buffer of fixed capacity; after each chunk they
-are merged with the current top-k by one sort of 64-bit values
-``(key << 32) | ~position``. A query whose buffer overflowed is scanned again
-over that chunk, alone or with other such queries, with a buffer as long as
-the chunk, so overflow costs time but never exactness.
+Bounds come from nested samples ("sampling levels"). With a ratio ``R``, level
+``l`` holds the docs in slots ``0, R**l, 2 R**l, ...`` of the length-sorted
+layout (a sample stratified by length; every level contains the next coarser
+one). The coarsest level has at least ``k`` docs and emits them all (``T = -1``).
+After each level, the k-th best candidate of each query becomes its bound for
+the next level: the kept candidates are a subset of the docs, so their k-th
+best is never better than the true k-th best, and every doc of the coarser
+level is also in the finer one. A level ``R`` times larger then emits about
+``R k`` docs per query. The last level is the whole shard.
+
+A per-query counter counts every emission; where the candidate buffer of an
+intermediate level overflows, the candidates it kept still give a valid bound.
+Where the last level overflows, the query is scanned again with a buffer as
+long as its exact count, in batches bounded by ``redo_bytes``; overflow costs
+time, never exactness.
+
+References: positional population count with carry-save adders (Klarqvist,
+Mula, Lemire, "Efficient computation of positional population counts using
+SIMD instructions", 2021; Mula, Kurz, Lemire, "Faster population counts using
+AVX2 instructions", 2018); count thresholds per doc length as a size filter
+(as in exact set-similarity joins, e.g. Mann, Augsten, Bouros, VLDB 2016).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import pathlib
 import threading
 
 import numpy as np
 
-from .keys import key_scale, min_overlap_above
+from .keys import key_scale
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
 __all__ = ["CupyShardIndex"]
 
-_SOURCE_PATH = pathlib.Path(__file__).with_name("bitset_topk.cu")
-_KERNEL_NAMES = (
-    "settopk::build_doc_groups",
-    "settopk::build_query_bitsets",
-    "settopk::count_and_emit",
-    "settopk::recount_overlap",
-)
-_QUERIES_PER_BLOCK = 4  # kQueriesPerBlock in bitset_topk.cu
-_IDS_PER_GROUP = 8  # kIdsPerGroup in bitset_topk.cu
-_THREADS = 256  # threads per block of every kernel
-_DOCS_PER_THREAD = 16  # docs each thread of count_and_emit scores per tile
-_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (doc tiles per chunk)
-_DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
+_SOURCE_PATH = pathlib.Path(__file__).with_name("bitslice_topk.cu")
+_COUNT_KERNELS = {32: "settopk::count_emit<32, unsigned int>", 16: "settopk::count_emit<16, unsigned short>"}
+_OTHER_KERNELS = ("settopk::build_layout", "settopk::select_topk", "settopk::decode_topk")
+_MAX_LEN_LIMIT = 255  # 8 counter planes; the job's configs allow at most 255 too
 _MAX_VOCAB = 65536  # token ids are uint16
+_CHUNK_SLOTS = 32  # kChunkSlots in bitslice_topk.cu
+_IDS_PER_GROUP = 8  # kIdsPerGroup
+_PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
+_COUNT_THREADS = 1024  # __launch_bounds__ of count_emit
+_SELECT_THREADS = 1024
+_THREADS = 256  # build and decode kernels
+_SORT_MAX = 16384  # largest per-query sort in shared memory (128 KiB of uint64)
+_MAX_GRID_Y = 65535
+_DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
 
 _modules: dict[int, object] = {}  # device id -> compiled cupy.RawModule
 _modules_lock = threading.Lock()
 
 
 def _kernels(device_id: int) -> dict:
-    """The compiled kernels for ``device_id``, by short name; compiled on first use."""
+    """The compiled kernels for ``device_id`` (short name, or ``count32``/``count16``)."""
     import cupy
 
+    names = list(_COUNT_KERNELS.values()) + list(_OTHER_KERNELS)
     with _modules_lock:
         module = _modules.get(device_id)
         if module is None:
             with cupy.cuda.Device(device_id):
-                module = cupy.RawModule(
-                    code=_SOURCE_PATH.read_text(), options=("-std=c++17",), name_expressions=list(_KERNEL_NAMES)
-                )
+                module = cupy.RawModule(code=_SOURCE_PATH.read_text(), options=("-std=c++17",), name_expressions=names)
                 module.compile()
             _modules[device_id] = module
-    return {name.split("::")[-1]: module.get_function(name) for name in _KERNEL_NAMES}
+    out = {name.split("::")[-1]: module.get_function(name) for name in _OTHER_KERNELS}
+    for queries, name in _COUNT_KERNELS.items():
+        out[f"count{queries}"] = module.get_function(name)
+    return out
 
 
 def _blocks_for(n_items: int) -> int:
-    """Grid size for a grid-stride kernel over ``n_items`` items (at least one block)."""
+    """Grid size of a grid-stride kernel over ``n_items`` items with ``_THREADS`` threads (at least 1)."""
     return max(1, min(-(-n_items // _THREADS), 65535 * 32))
 
 
-def _check_set_batch(batch, what: str, max_len: int, vocab_size: int) -> None:
-    """Raise ValueError unless ``batch`` is a well-formed host SetBatch the kernels can read."""
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(1, (max(n, 1) - 1).bit_length())
+
+
+def _check_set_batch(batch, what: str, max_len: int) -> None:
+    """Raise ValueError unless ``batch`` is a host SetBatch with C-contiguous arrays and sets of <= max_len ids.
+
+    Id ranges are checked on the GPU after the upload (a host pass over the
+    ids would cost more than the whole build).
+    """
     if not isinstance(batch, SetBatch):
         raise ValueError(f"{what} must be a kernels.SetBatch, found {type(batch).__name__}")
     for name, array, dtype in (("offsets", batch.offsets, np.int64), ("tokens", batch.tokens, np.uint16)):
@@ -94,15 +116,10 @@ def _check_set_batch(batch, what: str, max_len: int, vocab_size: int) -> None:
             raise ValueError(f"{what}.{name} must be 1-D {np.dtype(dtype)}, found {array.dtype} {array.shape}")
         if not array.flags.c_contiguous:
             raise ValueError(f"{what}.{name} must be C-contiguous")
-    lengths = batch.lengths
-    if len(lengths) and lengths.max() > max_len:
-        raise ValueError(f"a set of {what} has {lengths.max()} ids, more than max_len={max_len}")
-    if len(batch.tokens) and int(batch.tokens.max()) >= vocab_size:
-        raise ValueError(f"{what} hold id {int(batch.tokens.max())}, not below vocab_size={vocab_size}")
 
 
 class CupyShardIndex:
-    """One shard's docs in GPU memory, searched exactly with the bitset kernel.
+    """One shard's docs in GPU memory, searched exactly with the bit-sliced kernel.
 
     Same contract as :class:`kernels.NumpyShardIndex`: ``search`` returns the
     identical :class:`kernels.TopK`.
@@ -118,45 +135,57 @@ class CupyShardIndex:
         Global doc ids (host), strictly increasing, so position order is id
         order. Stored as int64.
     max_len : int
-        Bound on set sizes, in ``[1, 32767]``; fixes the key scale ``max_len**2``.
+        Bound on set sizes, in ``[1, 255]`` (overlaps are counted in 8 bit
+        planes); fixes the key scale ``max_len**2``.
     vocab_size : int, default 65536
-        Token ids are below this, in ``[1, 65536]``. Each query's bitset holds
-        ``vocab_size`` bits; 4 of them (at most 32 KiB) sit in one block's shared
-        memory.
+        Token ids are below this, in ``[1, 65536]``.
     capacity : int, optional
-        Candidate buffer slots per query and chunk (default ``2048 + k``). Also
-        the length of the first chunk. A tiny value only forces the overflow
-        path (tests use that); results stay exact.
-    max_chunk : int, default 2**21
-        Upper bound on docs scanned per chunk.
+        Candidate slots per query and sampling level, in ``[1, 16384]``
+        (default: the smallest power of two ``>= max(4096, 8 k)``, capped at
+        16384). Small values only force the overflow path (tests use that);
+        results stay exact.
+    tile_docs : int, default 65536
+        Most docs one block scans for one query group (a tile). Smaller tiles
+        spread small shards over more blocks; each block builds its query
+        table once, so larger tiles amortise that.
     query_batch : int, default 4096
-        Queries searched together; bounds the bitsets (``vocab_size / 8`` bytes
-        each) and candidate buffers held on the GPU.
+        Queries searched together; bounds candidate buffers (``8 * capacity``
+        bytes per query) and threshold tables on the GPU.
     redo_bytes : int, default 2**30
-        Approximate GPU memory for re-scanning overflowed queries over a chunk;
-        sets how many such queries are re-scanned at once.
+        GPU memory for candidate buffers of re-scanned queries (those whose
+        last-level buffer overflowed); sets how many are re-scanned at once.
+    sample_ratio : int, optional
+        Ratio ``R`` between sampling levels, ``>= 2`` (default:
+        ``capacity // (2.5 k)`` clipped to [2, 32], so a level expects about
+        ``2.5`` times fewer candidates than it has room for).
 
     Attributes
     ----------
     n_docs : int
         Number of docs in the shard.
     rescans : int
-        (query, chunk) pairs of the last ``search`` whose candidate buffer
-        overflowed and were scanned again (a diagnostic; 0 in the common case).
+        Queries of the last ``search`` whose last-level buffer overflowed and
+        were scanned again (a diagnostic; 0 in the common case).
+    queries_per_block : int
+        32, or 16 when a 32-bit table over the shard's ids would not fit in
+        shared memory (ids above about 54,000).
 
     Raises
     ------
     ValueError
-        If an argument has the wrong type, dtype, shape or contiguity, if
-        ``doc_ids`` is not strictly increasing, if a doc is longer than
-        ``max_len`` or holds an id ``>= vocab_size``, or if the shard has
-        ``2**31`` docs or more.
+        If an argument has the wrong type, dtype, shape, contiguity or range,
+        if ``doc_ids`` is not strictly increasing, if ``docs.offsets`` is not
+        non-decreasing, if a doc is longer than ``max_len`` or holds an id
+        ``>= vocab_size``, or if the shard has ``2**31`` docs or more.
 
     Notes
     -----
-    GPU memory held: the doc layout, ``16 * ceil(L / 8) * n_docs`` bytes where
-    ``L`` is the longest doc, plus ``2 * n_docs`` bytes of lengths. The index
-    lives on the CUDA device that is current when it is built.
+    GPU memory held: the layout (16 bytes per 8 ids, rounded up per doc and
+    per 32 docs of similar length; about ``2.2 * n_tokens`` bytes), plus 6
+    bytes per doc (slot length and position, length by position) and 8 bytes
+    per 32 docs. During the build, the CSR arrays are on the GPU too
+    (``8 * n_docs + 2 * n_tokens`` bytes). The index lives on the CUDA device
+    that is current when it is built.
     """
 
     def __init__(
@@ -167,21 +196,26 @@ class CupyShardIndex:
         vocab_size: int = _MAX_VOCAB,
         *,
         capacity: int | None = None,
-        max_chunk: int = 1 << 21,
+        tile_docs: int = 1 << 16,
         query_batch: int = 4096,
         redo_bytes: int = 1 << 30,
+        sample_ratio: int | None = None,
     ):
         import cupy
 
-        key_scale(max_len)  # validates max_len
+        key_scale(max_len)
+        if not 1 <= max_len <= _MAX_LEN_LIMIT:
+            raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
         if not 1 <= vocab_size <= _MAX_VOCAB:
             raise ValueError(f"vocab_size must be in [1, {_MAX_VOCAB}], found {vocab_size}")
-        for name, value in (("max_chunk", max_chunk), ("query_batch", query_batch), ("redo_bytes", redo_bytes)):
+        for name, value in (("tile_docs", tile_docs), ("query_batch", query_batch), ("redo_bytes", redo_bytes)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, found {value}")
-        if capacity is not None and capacity < 1:
-            raise ValueError(f"capacity must be >= 1, found {capacity}")
-        _check_set_batch(docs, "docs", max_len, vocab_size)
+        if capacity is not None and not 1 <= capacity <= _SORT_MAX:
+            raise ValueError(f"capacity must be in [1, {_SORT_MAX}], found {capacity}")
+        if sample_ratio is not None and sample_ratio < 2:
+            raise ValueError(f"sample_ratio must be >= 2, found {sample_ratio}")
+        _check_set_batch(docs, "docs", max_len)
         doc_ids = np.asarray(doc_ids)
         if doc_ids.dtype.kind not in "iu":
             raise ValueError(f"doc_ids must have an integer dtype, found {doc_ids.dtype}")
@@ -189,58 +223,109 @@ class CupyShardIndex:
             raise ValueError(f"doc_ids must have shape ({docs.n_sets},), found {doc_ids.shape}")
         if docs.n_sets >= 2**31:
             raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {docs.n_sets}; use more shards")
-        doc_ids = doc_ids.astype(np.int64)
-        if np.any(np.diff(doc_ids) <= 0):
+        doc_ids = doc_ids.astype(np.int64, copy=False)
+        if len(doc_ids) > 1 and not (doc_ids[1:] > doc_ids[:-1]).all():
             raise ValueError("doc_ids must be strictly increasing")
 
         self.doc_ids = doc_ids
-        self.doc_len = docs.lengths.astype(np.int16)
         self.max_len = max_len
         self.vocab_size = vocab_size
         self.capacity = capacity
-        self.max_chunk = max_chunk
+        self.tile_docs = tile_docs
         self.query_batch = query_batch
         self.redo_bytes = redo_bytes
+        self.sample_ratio = sample_ratio
+        self.rescans = 0
         self._scale = key_scale(max_len)
-        self._n_words = -(-vocab_size // 32)
-        self._longest = int(self.doc_len.max()) if self.n_docs else 0
-        self.rescans = 0  # (query, chunk) pairs re-scanned after an overflow in the last search
-        self._device_id = cupy.cuda.Device().id
+        device = cupy.cuda.Device()
+        self._device_id = device.id
+        self._n_sm = int(device.attributes["MultiProcessorCount"])
+        self._shared_optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", _DEFAULT_SHARED_LIMIT))
         self._kernels = _kernels(self._device_id)
-        self._upload_docs(docs)
+        self._build(docs)
 
     @property
     def n_docs(self) -> int:
         """Number of docs in the shard."""
         return len(self.doc_ids)
 
-    def _upload_docs(self, docs: SetBatch) -> None:
-        """Build the swizzled layout on the GPU: uint4 element ``[g][d]`` at ``g * n_docs_padded + d``."""
+    # ---- build ----------------------------------------------------------------
+
+    def _build(self, docs: SetBatch) -> None:
+        """Upload the CSR arrays, validate them on the GPU, and build the length-sorted chunked layout."""
         import cupy
 
-        self._n_groups = -(-self._longest // _IDS_PER_GROUP)
-        self._n_docs_padded = -(-max(self.n_docs, 1) // 32) * 32  # keeps each group's row 512-byte aligned
-        # uint4 elements as 4 uint32 words; at least one element so the pointer is never null.
-        n_elements = max(1, self._n_groups * self._n_docs_padded)
-        self._doc_groups = cupy.zeros((n_elements, 4), dtype=np.uint32)
-        self._doc_len = cupy.asarray(self.doc_len)
-        if self._n_groups == 0:
-            return
+        n = self.n_docs
         offsets = cupy.asarray(docs.offsets)
         tokens = cupy.asarray(docs.tokens)
-        total = self._n_groups * self._n_docs_padded
-        self._kernels["build_doc_groups"](
-            (_blocks_for(total),),
-            (_THREADS,),
-            (
-                offsets,
-                tokens,
-                np.int32(self.n_docs),
-                np.int64(self._n_docs_padded),
-                np.int32(self._n_groups),
-                self._doc_groups,
-            ),
-        )
+        lengths = offsets[1:] - offsets[:-1]
+        stats = cupy.asarray(np.array([0, 0, -1], dtype=np.int64))  # min length, max length, max id: one transfer
+        if n:
+            stats[0] = lengths.min()
+            stats[1] = lengths.max()
+        if len(docs.tokens):
+            stats[2] = tokens.max()
+        lo, hi, top = (int(v) for v in stats.get())
+        hi = max(hi, 0)
+        if lo < 0:
+            raise ValueError("docs.offsets must be non-decreasing")
+        if hi > self.max_len:
+            raise ValueError(f"a set of docs has {hi} ids, more than max_len={self.max_len}")
+        if top >= self.vocab_size:
+            raise ValueError(f"docs hold id {top}, not below vocab_size={self.vocab_size}")
+        self._longest = hi
+        self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
+        self._len_by_pos = lengths.astype(np.uint8)
+
+        # Slots: docs sorted by (length, position); the key is unique, so any sort is stable here.
+        order = cupy.sort((lengths << 32) | cupy.arange(n, dtype=np.int64))
+        self._slot_len = (order >> 32).astype(np.uint8)
+        self._slot_pos = (order & 0xFFFFFFFF).astype(np.int32)
+        del order
+        n_chunks = -(-n // _CHUNK_SLOTS)
+        last = cupy.minimum(cupy.arange(1, n_chunks + 1, dtype=np.int64) * _CHUNK_SLOTS, n) - 1
+        chunk_groups = ((self._slot_len[last].astype(np.int32) + _IDS_PER_GROUP - 1) // _IDS_PER_GROUP).astype(np.int32)
+        sizes = chunk_groups.astype(np.int64) * _CHUNK_SLOTS
+        self._chunk_start = cupy.cumsum(sizes) - sizes  # in uint4 elements
+        total = int(sizes.sum()) if n_chunks else 0
+        self._groups = cupy.empty((max(1, total), 4), dtype=np.uint32)  # never a null pointer
+        max_groups = -(-hi // _IDS_PER_GROUP)
+        if total:
+            self._kernels["build_layout"](
+                (_blocks_for(n_chunks * max_groups * _CHUNK_SLOTS),),
+                (_THREADS,),
+                (
+                    offsets,
+                    tokens,
+                    self._slot_pos,
+                    self._chunk_start,
+                    chunk_groups,
+                    np.int64(n_chunks),
+                    np.int32(max_groups),
+                    np.int64(n),
+                    self._groups,
+                ),
+            )
+        if n == 0:  # keep every device pointer valid
+            self._slot_len = cupy.zeros(1, dtype=np.uint8)
+            self._slot_pos = cupy.zeros(1, dtype=np.int32)
+            self._chunk_start = cupy.zeros(1, dtype=np.int64)
+            self._len_by_pos = cupy.zeros(1, dtype=np.uint8)
+
+        n_len = self._longest + 1
+        thresholds = _PLANE_WORDS_PER_LEN * n_len * 4
+        for queries, word_bytes in ((32, 4), (16, 2)):
+            shared = -(-self._n_words * word_bytes // 16) * 16 + thresholds
+            if shared <= self._shared_optin:
+                break
+        else:  # unreachable for max_len <= 255 and ids < 65536 on any GPU with >= 148 KiB per block
+            raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_optin}")
+        self.queries_per_block = queries
+        self._count_shared = shared
+        self._count = self._kernels[f"count{queries}"]
+        cupy.cuda.get_current_stream().synchronize()  # the build's time includes its GPU work
+
+    # ---- search ---------------------------------------------------------------
 
     def search(self, queries: SetBatch, k: int) -> TopK:
         """Exact shard-local top-k for each query.
@@ -259,9 +344,9 @@ class CupyShardIndex:
         TopK
             Host arrays of shape (n_queries, k): ``doc_ids`` int64, ``overlap``
             and ``doc_len`` int16, ordered by score descending then doc id
-            ascending. Identical to :meth:`kernels.NumpyShardIndex.search`,
-            including the padding (``doc_ids == -1``, overlap and doc_len 0)
-            when the shard has fewer than ``k`` docs.
+            ascending; ``-1`` ids (overlap and doc_len 0) pad rows when the
+            shard has fewer than ``k`` docs. Identical to
+            :meth:`kernels.NumpyShardIndex.search`.
 
         Raises
         ------
@@ -275,7 +360,12 @@ class CupyShardIndex:
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be an integer >= 1, found {k!r}")
         k = int(k)
-        _check_set_batch(queries, "queries", self.max_len, self.vocab_size)
+        _check_set_batch(queries, "queries", self.max_len)
+        lengths = queries.lengths
+        if len(lengths) and (lengths.min() < 0 or lengths.max() > self.max_len):
+            raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")
+        if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
+            raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")
         out = empty_topk(queries.n_sets, k)
         self.rescans = 0
         if self.n_docs == 0 or queries.n_sets == 0:
@@ -283,193 +373,222 @@ class CupyShardIndex:
         with cupy.cuda.Device(self._device_id):
             for lo in range(0, queries.n_sets, self.query_batch):
                 hi = min(lo + self.query_batch, queries.n_sets)
-                offsets = queries.offsets[lo : hi + 1] - queries.offsets[lo]
-                tokens = queries.tokens[queries.offsets[lo] : queries.offsets[hi]]
-                part = self._search_batch(SetBatch(offsets, tokens), k)
+                part = self._search_batch(queries.take(np.arange(lo, hi)), k)
                 out.doc_ids[lo:hi], out.overlap[lo:hi], out.doc_len[lo:hi] = part
         return out
 
-    # ---- one batch of queries -------------------------------------------------
+    def _capacity(self, k: int) -> int:
+        if self.capacity is not None:
+            return self.capacity
+        return min(_SORT_MAX, _pow2_at_least(max(4096, 8 * k)))
+
+    def _levels(self, k: int, capacity: int) -> list[tuple[int, int]]:
+        """Sampling levels ``(stride, n_sample)``, coarsest first; the last is ``(1, n_docs)``.
+
+        The coarsest level holds at least ``k`` docs (so its k-th best is a
+        bound) and, where the ratio allows, at most ``capacity`` (so emitting
+        all its docs fits).
+        """
+        n = self.n_docs
+        if n <= capacity or capacity < k:
+            return [(1, n)]
+        ratio = self.sample_ratio or int(min(32, max(2, capacity // (2.5 * k))))
+        levels = [(1, n)]
+        stride = ratio
+        while True:
+            n_sample = -(-n // stride)
+            if n_sample < k:
+                break
+            levels.append((stride, n_sample))
+            if n_sample <= capacity:
+                break
+            stride *= ratio
+        return levels[::-1]
+
+    def _tile(self, n_sample: int, n_groups: int) -> int:
+        """Sample indices per block: enough tiles for ~4 blocks per SM, within tile_docs and the grid limit."""
+        want_tiles = -(-4 * self._n_sm // n_groups)
+        tile = min(self.tile_docs, max(_COUNT_THREADS, -(-n_sample // want_tiles)))
+        return max(tile, -(-n_sample // _MAX_GRID_Y), 1)
 
     def _search_batch(self, queries: SetBatch, k: int) -> TopK:
-        """Scan the shard chunk by chunk for one batch of queries (see the module docstring)."""
+        """Search one batch of queries through the sampling levels (see the module docstring)."""
         import cupy
 
-        n_queries = queries.n_sets
-        query_len = queries.lengths
-        bits = self._query_bitsets(queries)
-        qlen = cupy.asarray(query_len.astype(np.int16))
-        capacity = self.capacity if self.capacity is not None else 2048 + k
-        slots = np.full(-(-n_queries // _QUERIES_PER_BLOCK) * _QUERIES_PER_BLOCK, -1, dtype=np.int32)
-        slots[:n_queries] = np.arange(n_queries, dtype=np.int32)
-        slots = cupy.asarray(slots)
-        # Current top-k per query as encoded candidates, best first; 0 = empty slot.
-        topk = cupy.zeros((n_queries, k), dtype=np.uint64)
-        for begin, end in self._chunks(capacity, k):
-            min_ov = cupy.asarray(self._min_overlap_table(self._kth_keys(topk), query_len))
-            counts, cand = self._count_and_emit(bits, slots, qlen, min_ov, begin, end, capacity)
-            counts = counts.get()[:n_queries]
-            overflowed = np.flatnonzero(counts > capacity)
-            # Re-scan overflowed queries from their pre-chunk top-k (their buffers lost candidates).
-            redone = self._rescan(overflowed, topk, bits, qlen, min_ov, begin, end, k) if len(overflowed) else None
-            width = int(min(capacity, counts.max()))
-            if width:
-                topk = _merge(topk, cand[:n_queries, :width], k)
-            if redone is not None:
-                topk[cupy.asarray(overflowed)] = redone
-        return self._finish(topk, bits, n_queries, k)
+        n_q = queries.n_sets
+        # Queries sorted by length: a group's size filter is then as tight as its members'.
+        order = np.argsort(queries.lengths, kind="stable")
+        sorted_q = queries.take(order)
+        qoff = cupy.asarray(sorted_q.offsets)
+        qtok = cupy.asarray(sorted_q.tokens) if len(sorted_q.tokens) else cupy.zeros(1, dtype=np.uint16)
+        qlen = cupy.asarray(sorted_q.lengths.astype(np.int32))
+        per_block = self.queries_per_block
+        n_groups = -(-n_q // per_block)
+        group_query = np.full(n_groups * per_block, -1, dtype=np.int32)
+        group_query[:n_q] = np.arange(n_q, dtype=np.int32)
+        group_query = cupy.asarray(group_query)
 
-    def _chunks(self, capacity: int, k: int):
-        """Yield ``(begin, end)`` doc ranges covering the shard, in order.
+        capacity = self._capacity(k)
+        n_len = self._longest + 1
+        cand = cupy.empty(n_q * capacity, dtype=np.uint64)
+        count = cupy.zeros(n_q, dtype=np.int32)
+        cand_base = cupy.arange(n_q, dtype=np.int64) * capacity
+        cand_cap = cupy.full(n_q, capacity, dtype=np.int32)
+        thr_ge = cupy.zeros((n_q, n_len), dtype=np.uint8)  # bound T = -1 admits every doc
+        thr_gt = cupy.zeros((n_q, n_len), dtype=np.uint8)
+        bound_key = cupy.full(n_q, -1, dtype=np.int64)
+        tie_pos = cupy.full(n_q, -1, dtype=np.int32)
+        top = cupy.zeros((n_q, k), dtype=np.uint64)
+        rows = cupy.arange(n_q, dtype=np.int32)
+        query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
 
-        The first chunk has ``capacity`` docs, so with threshold -1 it cannot
-        overflow. Later chunks grow with the docs already seen: if docs came in
-        random order, a chunk ``c`` times longer than what was seen would yield
-        about ``c * k`` candidates per query, so ``c`` is kept near
-        ``capacity / (4 k)`` (between 1 and 4) to leave the buffer room.
-        """
-        growth = min(4.0, max(1.0, capacity / (4.0 * k)))
-        begin, length = 0, min(capacity, self.max_chunk)
-        while begin < self.n_docs:
-            end = min(self.n_docs, begin + length)
-            yield begin, end
-            begin = end
-            length = max(1, min(self.max_chunk, int(begin * growth)))
+        levels = self._levels(k, capacity)
+        for li, (stride, n_sample) in enumerate(levels):
+            last = li == len(levels) - 1
+            count.fill(0)
+            self._count_emit(group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand)
+            self._select(cand, cand_base, cand_cap, count, rows, n_q, k, _pow2_at_least(capacity), top,
+                         update=not last, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen, thr_ge=thr_ge, thr_gt=thr_gt)
 
-    def _kth_keys(self, topk) -> np.ndarray:
-        """Host int64 array (n_queries,): key of each query's k-th best, -1 while fewer than k were kept."""
-        kth = topk[:, -1].get()
-        return np.where(kth == 0, -1, (kth >> np.uint64(32)).astype(np.int64))
+        counts = count.get()
+        overflowed = np.flatnonzero(counts > capacity)
+        if len(overflowed):
+            self.rescans += len(overflowed)
+            self._rescan(overflowed, counts, query_arrays, bound_key, k, top)
 
-    def _min_overlap_table(self, thresholds: np.ndarray, query_len: np.ndarray) -> np.ndarray:
-        """Host int32 array (n_queries, longest + 1): least overlap that beats the threshold, by doc length."""
-        doc_len = np.arange(self._longest + 1)
-        table = min_overlap_above(thresholds[:, None], query_len[:, None], doc_len[None, :], self.max_len)
-        return np.ascontiguousarray(table, dtype=np.int32)
+        position = cupy.empty((n_q, k), dtype=np.int32)
+        overlap = cupy.empty((n_q, k), dtype=np.int16)
+        doc_len = cupy.empty((n_q, k), dtype=np.int16)
+        self._kernels["decode_topk"](
+            (_blocks_for(n_q * k),),
+            (_THREADS,),
+            (top, np.int64(n_q * k), np.int32(k), qlen, self._len_by_pos, np.int32(self._scale), position, overlap, doc_len),
+        )
+        position, overlap, doc_len = position.get(), overlap.get(), doc_len.get()
+        doc_ids = np.where(position >= 0, self.doc_ids[np.maximum(position, 0)], -1)
+        out = empty_topk(n_q, k)
+        out.doc_ids[order], out.overlap[order], out.doc_len[order] = doc_ids, overlap, doc_len
+        return out
 
-    def _query_bitsets(self, queries: SetBatch):
-        """Device uint32 array (n_queries, n_words): bit ``id`` of row q is set when query q holds ``id``."""
-        import cupy
+    def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
+        """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""
+        qoff, qtok, qlen, thr_ge, thr_gt, tie_pos = query_arrays
+        tile = self._tile(n_sample, n_groups)
+        if self._count_shared > _DEFAULT_SHARED_LIMIT:  # per launch: indexes of other shapes share the function
+            self._count.max_dynamic_shared_size_bytes = self._count_shared
+        self._count(
+            (n_groups, -(-n_sample // tile)),
+            (_COUNT_THREADS,),
+            (
+                self._groups,
+                self._chunk_start,
+                self._slot_len,
+                self._slot_pos,
+                np.int64(n_sample),
+                np.int64(stride),
+                np.int64(tile),
+                group_query,
+                qoff,
+                qtok,
+                qlen,
+                thr_ge,
+                thr_gt,
+                tie_pos,
+                np.int32(self._longest),
+                np.int32(self._n_words),
+                np.int32(self._scale),
+                count,
+                cand_base,
+                cand_cap,
+                cand,
+            ),
+            shared_mem=self._count_shared,
+        )
 
-        bits = cupy.zeros((queries.n_sets, self._n_words), dtype=np.uint32)
-        n_tokens = len(queries.tokens)
-        if n_tokens:
-            owner = np.repeat(np.arange(queries.n_sets, dtype=np.int32), queries.lengths)
-            self._kernels["build_query_bitsets"](
-                (_blocks_for(n_tokens),),
-                (_THREADS,),
-                (cupy.asarray(queries.tokens), cupy.asarray(owner), np.int64(n_tokens), np.int32(self._n_words), bits),
-            )
-        return bits
-
-    def _count_and_emit(self, bits, slots, qlen, min_ov, begin: int, end: int, capacity: int):
-        """Run count_and_emit over docs [begin, end) for the queries in ``slots``.
-
-        Returns
-        -------
-        counts : cupy.ndarray of int32, shape (n_slots,)
-            Emissions per slot, also those past ``capacity``.
-        cand : cupy.ndarray of uint64, shape (n_slots, capacity)
-            Encoded candidates, 0 in unused slots.
-        """
-        import cupy
-
-        n_slots = len(slots)
-        counts = cupy.zeros(n_slots, dtype=np.int32)
-        cand = cupy.zeros((n_slots, capacity), dtype=np.uint64)
-        length = end - begin
-        tile = max(_THREADS * _DOCS_PER_THREAD, -(-length // _MAX_GRID_Y))
-        kernel = self._kernels["count_and_emit"]
-        shared = self._n_words * _QUERIES_PER_BLOCK * 4
-        if shared > _DEFAULT_SHARED_LIMIT:  # never with vocab <= 65536, kept for larger bitsets
+    def _select(self, cand, cand_base, cand_cap, count, rows, n_rows, k, sort_size, top, *, update,
+                bound_key, tie_pos, qlen, thr_ge, thr_gt):
+        """Launch select_topk for ``n_rows`` rows (query indices in ``rows``)."""
+        kernel = self._kernels["select_topk"]
+        shared = 8 * sort_size
+        if shared > _DEFAULT_SHARED_LIMIT:
             kernel.max_dynamic_shared_size_bytes = shared
         kernel(
-            (n_slots // _QUERIES_PER_BLOCK, -(-length // tile)),
-            (_THREADS,),
+            (n_rows,),
+            (_SELECT_THREADS,),
             (
-                self._doc_groups,
-                np.int64(self._n_docs_padded),
-                self._doc_len,
-                np.int32(begin),
-                np.int32(end),
-                np.int32(tile),
-                bits,
-                np.int32(self._n_words),
-                slots,
-                qlen,
-                min_ov,
-                np.int32(min_ov.shape[1]),
-                np.int64(self._scale),
-                counts,
                 cand,
-                np.int32(capacity),
+                cand_base,
+                cand_cap,
+                count,
+                rows,
+                np.int32(k),
+                np.int32(sort_size),
+                top,
+                np.int32(1 if update else 0),
+                bound_key,
+                tie_pos,
+                qlen,
+                np.int32(self._longest),
+                np.int32(self._scale),
+                np.int32(self.max_len),
+                thr_ge,
+                thr_gt,
             ),
             shared_mem=shared,
         )
-        return counts, cand
 
-    def _rescan(self, overflowed: np.ndarray, topk, bits, qlen, min_ov, begin: int, end: int, k: int):
-        """New top-k rows (device uint64, (len(overflowed), k)) of queries whose buffer overflowed.
+    def _rescan(self, overflowed, counts, query_arrays, bound_key, k, top):
+        """Scan the whole shard again for the overflowed queries with exact-size buffers, then select.
 
-        Each is scanned again over [begin, end) with a buffer as long as the
-        chunk (so it cannot overflow), with the same thresholds, starting from
-        its pre-chunk top-k rows. Queries go in sub-batches that keep the
-        buffers and the merge's copies near ``redo_bytes``.
+        The thresholds are those of the last level, so the kernel emits the
+        same docs again: exactly ``counts[q]`` of them, which is checked.
         """
         import cupy
 
-        self.rescans += len(overflowed)
-        length = end - begin
-        per_query = 3 * 8 * (length + k)  # candidate buffer, then concatenation and sort copies
-        batch = max(1, self.redo_bytes // per_query)
-        if batch >= _QUERIES_PER_BLOCK:
-            batch -= batch % _QUERIES_PER_BLOCK
-        rows = []
-        for lo in range(0, len(overflowed), batch):
-            queries = overflowed[lo : lo + batch]
-            slots = np.full(-(-len(queries) // _QUERIES_PER_BLOCK) * _QUERIES_PER_BLOCK, -1, dtype=np.int32)
-            slots[: len(queries)] = queries
-            counts, cand = self._count_and_emit(bits, cupy.asarray(slots), qlen, min_ov, begin, end, length)
-            width = int(counts.max().get())
-            old = topk[cupy.asarray(queries)]
-            rows.append(_merge(old, cand[: len(queries), :width], k) if width else old)
-        return cupy.concatenate(rows)
-
-    def _finish(self, topk, bits, n_queries: int, k: int) -> TopK:
-        """Decode the device top-k into host arrays, recounting each entry's overlap."""
-        import cupy
-
-        overlap = cupy.zeros((n_queries, k), dtype=np.int16)
-        self._kernels["recount_overlap"](
-            (_blocks_for(n_queries * k),),
-            (_THREADS,),
-            (
-                topk,
-                np.int32(n_queries),
-                np.int32(k),
-                self._doc_groups,
-                np.int64(self._n_docs_padded),
-                self._doc_len,
-                bits,
-                np.int32(self._n_words),
-                overlap,
-            ),
-        )
-        vals = topk.get()
-        valid = vals != 0
-        position = np.where(valid, ~vals & np.uint64(0xFFFFFFFF), 0).astype(np.int64)
-        doc_ids = np.where(valid, self.doc_ids[position], -1)
-        doc_len = np.where(valid, self.doc_len[position], 0).astype(np.int16)
-        return TopK(doc_ids, overlap.get(), doc_len)
-
-
-def _merge(topk, cand, k: int):
-    """Best ``k`` of each row of ``topk`` (n_rows, k) and ``cand`` (n_rows, width), best first.
-
-    Both hold encoded candidates ``(key << 32) | ~position`` (0 = empty), so one
-    ascending sort per row puts the best last.
-    """
-    import cupy
-
-    merged = cupy.sort(cupy.concatenate([topk, cand], axis=1), axis=1)
-    return cupy.ascontiguousarray(merged[:, ::-1][:, :k])
+        qlen, tie_pos, thr_ge, thr_gt = query_arrays[2], query_arrays[5], query_arrays[3], query_arrays[4]
+        n_q = len(counts)
+        per_block = self.queries_per_block
+        budget = max(1, self.redo_bytes // 8)
+        batch: list[int] = []
+        used = 0
+        batches = []
+        for q in overflowed.tolist():
+            if batch and used + counts[q] > budget:
+                batches.append(batch)
+                batch, used = [], 0
+            batch.append(q)
+            used += int(counts[q])
+        batches.append(batch)
+        for batch in batches:
+            members = np.asarray(batch, dtype=np.int64)
+            sizes = counts[members].astype(np.int64)
+            bases = np.cumsum(sizes) - sizes
+            cand_base = np.zeros(n_q, dtype=np.int64)
+            cand_cap = np.zeros(n_q, dtype=np.int32)
+            cand_base[members] = bases
+            cand_cap[members] = sizes
+            cand_base, cand_cap = cupy.asarray(cand_base), cupy.asarray(cand_cap)
+            n_groups = -(-len(members) // per_block)
+            group_query = np.full(n_groups * per_block, -1, dtype=np.int32)
+            group_query[: len(members)] = members
+            cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
+            count = cupy.zeros(n_q, dtype=np.int32)
+            self._count_emit(cupy.asarray(group_query), n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
+            again = count.get()[members]
+            if not np.array_equal(again, sizes):
+                raise RuntimeError(
+                    f"re-scan emitted {again.tolist()} candidates where the first scan counted {sizes.tolist()}; "
+                    "the GPU results are not reproducible (a kernel bug or a hardware fault)"
+                )
+            small = members[sizes <= _SORT_MAX]
+            if len(small):
+                sort_size = _pow2_at_least(int(sizes[sizes <= _SORT_MAX].max()))
+                self._select(cand, cand_base, cand_cap, count, cupy.asarray(small.astype(np.int32)), len(small), k,
+                             sort_size, top, update=False, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen,
+                             thr_ge=thr_ge, thr_gt=thr_gt)
+            for q, base, size in zip(members.tolist(), bases.tolist(), sizes.tolist()):
+                if size <= _SORT_MAX:
+                    continue
+                best = cupy.sort(cand[base : base + size])[::-1][:k]  # too long for the shared-memory sort
+                top[q] = 0
+                top[q, : len(best)] = best
