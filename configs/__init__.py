@@ -17,6 +17,7 @@ import yaml
 
 __all__ = [
     "ConfigError",
+    "FaultConfig",
     "JobConfig",
     "OutputConfig",
     "SyntheticConfig",
@@ -87,6 +88,42 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class FaultConfig:
+    """Timeouts and retries, so a hung or dying actor cannot hang or corrupt a run.
+
+    Attributes
+    ----------
+    load_timeout_s : float
+        Longest a shard actor may take to read its docs and build its index.
+    search_timeout_s : float
+        Longest one query batch may take on one shard before the shard's actor is
+        restarted and the batch sent again.
+    search_attempts : int
+        Tries per (batch, shard) before the run stops with a message naming the
+        shard's node and GPU.
+    actor_restarts : int
+        Times Ray restarts a dead shard actor (which re-reads its shard).
+    retry_backoff_s : float
+        First wait before a retry; it doubles on each further try.
+    crash_shard, crash_after_searches, crash_marker, crash_mode : int, int, str, str
+        Test-only fault injection: shard ``crash_shard``'s actor process exits
+        (``crash_mode: exit``) or hangs (``hang``) at its ``crash_after_searches``-th
+        search, once (``crash_marker`` is the file that records it).
+        ``crash_shard: -1`` (the default) injects nothing.
+    """
+
+    load_timeout_s: float = 3600.0
+    search_timeout_s: float = 600.0
+    search_attempts: int = 3
+    actor_restarts: int = 2
+    retry_backoff_s: float = 1.0
+    crash_shard: int = -1
+    crash_after_searches: int = 1
+    crash_marker: str = ""
+    crash_mode: str = "exit"
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Settings of a scoring run.
 
@@ -112,6 +149,16 @@ class JobConfig:
         Corpus generated when no inputs are given.
     output : OutputConfig
         Partitioning and row-group size of the result dataset.
+    on_invalid : str
+        ``"error"`` (stop before any actor starts at the first bad line or row) or
+        ``"quarantine"`` (set bad lines and rows aside into ``_rejected/`` next to the
+        results, with the reason, and count them in the manifest).
+    query_chunk_size : int
+        Queries per committed part file. Each chunk is written as soon as it is done,
+        so the driver holds one chunk of results, and a run that is killed resumes
+        from the chunks already committed.
+    faults : FaultConfig
+        Timeouts and retries.
     """
 
     backend: str = "auto"
@@ -124,6 +171,9 @@ class JobConfig:
     query_batch_size: int = 256
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    on_invalid: str = "error"
+    query_chunk_size: int = 100_000
+    faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:
         problems = []
@@ -149,6 +199,15 @@ class JobConfig:
             problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")
         if self.output.row_group_rows < 1:
             problems.append(f"output.row_group_rows must be >= 1, found {self.output.row_group_rows}")
+        if self.on_invalid not in ("error", "quarantine"):
+            problems.append(f"on_invalid must be 'error' or 'quarantine', found {self.on_invalid!r}")
+        if self.query_chunk_size < 1:
+            problems.append(f"query_chunk_size must be >= 1, found {self.query_chunk_size}")
+        f = self.faults
+        if f.crash_mode not in ("exit", "hang"):
+            problems.append(f"faults.crash_mode must be 'exit' or 'hang', found {f.crash_mode!r}")
+        if min(f.load_timeout_s, f.search_timeout_s) <= 0 or f.search_attempts < 1 or f.actor_restarts < 0 or f.retry_backoff_s < 0:
+            problems.append("faults: timeouts must be > 0, search_attempts >= 1, actor_restarts and retry_backoff_s >= 0")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -226,7 +285,7 @@ def load_config(name_or_path: str = "local", overrides: dict | None = None) -> J
     except dacite.UnexpectedDataError as exc:
         valid = sorted(f.name for f in dataclasses.fields(JobConfig)) + [
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
-        ] + [f"output.{f.name}" for f in dataclasses.fields(OutputConfig)]
+        ] + [f"output.{f.name}" for f in dataclasses.fields(OutputConfig)] + [f"faults.{f.name}" for f in dataclasses.fields(FaultConfig)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

@@ -19,6 +19,7 @@ row groups of whole queries, and carry the run in their schema metadata
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -47,6 +48,12 @@ __all__ = [
     "results_table",
     "write_results",
     "write_tsv",
+    "part_name",
+    "write_part",
+    "commit_results",
+    "work_dir",
+    "REJECTED_SCHEMA",
+    "write_rejected",
 ]
 
 RESULT_SCHEMA = pa.schema(
@@ -79,7 +86,20 @@ ROW_GROUP_ROWS = 131_072
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"  # "_" prefix: pyarrow, pandas and Spark skip it when scanning the dataset
-_PART_TEMPLATE = "part-0000{i}.parquet"  # one file per result, so {i} is always 0: part-00000.parquet
+_PART_TEMPLATE = "part-{i}.parquet"
+REJECTED_DIR = "_rejected"  # "_" prefix: scans of the results skip the quarantined input lines
+
+REJECTED_SCHEMA = pa.schema(
+    [
+        pa.field("input", pa.string(), nullable=False),  # "docs" or "queries"
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("line", pa.int64()),  # 1-based, text inputs
+        pa.field("row", pa.int64()),  # 0-based within the file, Parquet inputs
+        pa.field("reason", pa.string(), nullable=False),
+    ]
+)
+"""Schema of ``_rejected/rejected.parquet``: the input lines and rows set aside under
+``on_invalid: quarantine``, with why."""
 _PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 
 
@@ -237,6 +257,77 @@ def write_results(
         If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
         namespaced, or ``out_dir`` is not inside ``dataset_root``.
     """
+    out, root = _out_and_root(out_dir, dataset_root)
+    stage = root.parent / f".{root.name}.staging-{uuid.uuid4().hex}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage.mkdir()
+    try:
+        write_part(stage, 0, table, metadata=metadata, row_group_rows=row_group_rows)
+        return commit_results(stage, out, manifest, dataset_root=root)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage)
+
+
+def _out_and_root(out_dir, dataset_root) -> tuple[pathlib.Path, pathlib.Path]:
+    """Absolute result directory and dataset root; the result must lie inside the root, since
+    staging, work and replaced directories go beside the root and nothing is written elsewhere."""
+    out = pathlib.Path(os.path.realpath(out_dir))
+    root = pathlib.Path(os.path.realpath(dataset_root)) if dataset_root is not None else out
+    if root != out and root not in out.parents:
+        raise ValueError(f"{out} is not inside the dataset root {root}")
+    return out, root
+
+
+def part_name(index: int) -> str:
+    """File name of result part ``index``: ``part-00000.parquet``, ``part-00001.parquet``, ..."""
+    return _PART_TEMPLATE.format(i=f"{index:05d}")
+
+
+def work_dir(out_dir: str | os.PathLike, dataset_root: str | os.PathLike | None = None) -> pathlib.Path:
+    """The directory where a run's parts accumulate before the commit: beside the dataset
+    root (never inside it, so scans of the root never see it), named after ``out_dir`` so a
+    rerun of the same target finds the parts an interrupted run committed."""
+    out, root = _out_and_root(out_dir, dataset_root)
+    tag = hashlib.sha256(str(out).encode()).hexdigest()[:12]
+    return root.parent / f".{root.name}.work-{tag}"
+
+
+def write_part(
+    directory: str | os.PathLike,
+    index: int,
+    table: pa.Table,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    row_group_rows: int = ROW_GROUP_ROWS,
+) -> pathlib.Path:
+    """Write result part ``index`` into ``directory``, atomically (temporary name, then rename).
+
+    Parameters
+    ----------
+    directory : path
+        A staging or work directory (not yet visible to readers).
+    index : int
+        Part number; the file is :func:`part_name` ``(index)``.
+    table : pyarrow.Table
+        Rows with :data:`RESULT_SCHEMA`, in query order then rank (kept as given).
+    metadata : mapping of str to str, optional
+        Extra Parquet schema metadata; keys must start with ``settopk.``.
+    row_group_rows : int
+        Target rows per row group, rounded down to whole queries (rows per query =
+        the largest ``rank``), so every group but the last has the same size.
+
+    Returns
+    -------
+    pathlib.Path
+        The part file.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
+        namespaced, or ``row_group_rows < 1``.
+    """
     if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
         raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
     extra = dict(metadata or {})
@@ -245,63 +336,120 @@ def write_results(
         raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
     if row_group_rows < 1:
         raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
-    out = pathlib.Path(out_dir).absolute()
-    root = pathlib.Path(dataset_root).absolute() if dataset_root is not None else out
-    if root != out and root not in out.parents:
-        raise ValueError(f"{out} is not inside the dataset root {root}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = root.parent / f".{root.name}.staging-{uuid.uuid4().hex}"
-    stage.mkdir()
+    directory = pathlib.Path(directory)
+    file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
+    tmp = directory / f".tmp-{uuid.uuid4().hex}"
+    tmp.mkdir()
     try:
-        file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
-        _write_parquet(table.replace_schema_metadata(file_metadata), stage, row_group_rows)
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        (stage / SUCCESS).touch()
-        _fsync_dir(stage)
-        if out.exists():
-            trash = root.parent / f".{root.name}.replaced-{uuid.uuid4().hex}"
-            os.rename(out, trash)
-            os.rename(stage, out)
-            shutil.rmtree(trash)
-        else:
-            os.rename(stage, out)
-        _fsync_dir(out.parent)
+        written = _write_parquet(table.replace_schema_metadata(file_metadata), tmp, row_group_rows)
+        final = directory / part_name(index)
+        os.replace(written, final)
     finally:
-        if stage.exists():
-            shutil.rmtree(stage)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def write_rejected(directory: str | os.PathLike, table: pa.Table) -> pathlib.Path:
+    """Write the quarantined input lines and rows as ``directory/_rejected/rejected.parquet``."""
+    if not table.schema.equals(REJECTED_SCHEMA, check_metadata=False):
+        raise ValueError(f"rejected table schema differs from REJECTED_SCHEMA:\n{table.schema}")
+    target = pathlib.Path(directory) / REJECTED_DIR
+    target.mkdir(exist_ok=True)
+    pq.write_table(table, target / "rejected.parquet", compression="zstd")
+    return target / "rejected.parquet"
+
+
+def commit_results(
+    stage: str | os.PathLike, out_dir: str | os.PathLike, manifest: dict, *, dataset_root: str | os.PathLike | None = None
+) -> pathlib.Path:
+    """Make a staged result visible: add ``_manifest.json`` and ``_SUCCESS``, then rename the
+    staging directory to ``out_dir`` in one step. A finished result already at ``out_dir``
+    is replaced only once the new one is complete.
+
+    Parameters
+    ----------
+    stage : path
+        Directory holding every part; on the same filesystem as ``out_dir``, outside the
+        dataset root.
+    out_dir : path
+        The result directory (for a nightly run, the partition ``ROOT/dt=...``).
+    manifest : dict
+        Written as ``_manifest.json``.
+    dataset_root : path, optional
+        The root readers scan (``out_dir`` itself by default); old results are moved
+        beside it, never inside it, while they are replaced.
+
+    Returns
+    -------
+    pathlib.Path
+        The absolute result directory.
+    """
+    stage = pathlib.Path(stage)
+    out, root = _out_and_root(out_dir, dataset_root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    (stage / SUCCESS).touch()
+    _fsync_dir(stage)
+    if out.exists():
+        trash = root.parent / f".{root.name}.replaced-{uuid.uuid4().hex}"
+        os.rename(out, trash)
+        os.rename(stage, out)
+        shutil.rmtree(trash)
+    else:
+        os.rename(stage, out)
+    _fsync_dir(out.parent)
     return out
 
 
-def _write_parquet(table: pa.Table, directory: pathlib.Path, row_group_rows: int) -> None:
-    """``directory/part-00000.parquet``: zstd, row groups of whole queries, rows in the given order."""
+def _write_parquet(table: pa.Table, directory: pathlib.Path, row_group_rows: int) -> pathlib.Path:
+    """One Parquet file in the empty ``directory``: zstd, row groups of whole queries, rows in
+    the given order. Returns its path."""
+    written = directory / "data-0.parquet"
     if table.num_rows == 0:
         # write_dataset writes no file for no rows; readers still need the schema
-        pq.write_table(table, directory / _PART_TEMPLATE.format(i=0), compression="zstd")
-        return
+        pq.write_table(table, written, compression="zstd")
+        return written
     rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
     group = max(1, row_group_rows // rows_per_query) * rows_per_query
     ds.write_dataset(
         table,
         directory,
         format="parquet",
-        basename_template=_PART_TEMPLATE,
+        basename_template="data-{i}.parquet",
         file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
         min_rows_per_group=group,  # equal bounds: uniform groups, each a whole number of queries
         max_rows_per_group=group,
         preserve_order=True,  # rows stay in query order, so row-group statistics follow queries
-        existing_data_behavior="error",  # the staging directory is new and empty
+        existing_data_behavior="error",  # the directory is new and empty
     )
+    return written
 
 
-def write_tsv(path: str | os.PathLike, topk: TopK) -> None:
+def read_part_doc_ids(directory: str | os.PathLike, index: int, rows_per_query: int) -> np.ndarray:
+    """Doc ids of part ``index`` as an int64 array of shape ``(n_queries_in_part, rows_per_query)``."""
+    ids = pq.read_table(pathlib.Path(directory) / part_name(index), columns=["doc_id"])["doc_id"].to_numpy()
+    return ids.reshape(-1, max(rows_per_query, 1)) if rows_per_query else np.zeros((0, 0), np.int64)
+
+
+def write_tsv(path: str | os.PathLike, blocks) -> None:
     """Write the competition's result format, atomically: one line per query in query
-    order, its doc ids tab-separated (``-1`` padding left out)."""
+    order, its doc ids tab-separated (``-1`` padding left out).
+
+    Parameters
+    ----------
+    path : path
+        The TSV file.
+    blocks : iterable of numpy.ndarray of int64, shape (n_queries_in_block, k)
+        Doc ids of consecutive queries (e.g. one :func:`read_part_doc_ids` per part,
+        or ``[topk.doc_ids]``).
+    """
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
     try:
         with open(tmp, "w") as f:
-            for row in topk.doc_ids:
-                f.write("\t".join(map(str, row[row >= 0].tolist())) + "\n")
+            for block in blocks:
+                for row in block:
+                    f.write("\t".join(map(str, row[row >= 0].tolist())) + "\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

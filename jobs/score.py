@@ -38,13 +38,20 @@ import configs
 from kernels import SetBatch, TopK
 from shards import InputError, SetLimits, ShardActor, merge_topk, plan_shards, read_corpus, read_queries
 
+from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
+from .dispatch import gather
 from .output import (
+    REJECTED_SCHEMA,
     OutputExistsError,
     check_dataset_root,
     check_output_dir,
+    commit_results,
     partition_dir,
+    read_part_doc_ids,
     results_table,
-    write_results,
+    work_dir,
+    write_part,
+    write_rejected,
     write_tsv,
 )
 
@@ -58,7 +65,6 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 """Bad input, config, arguments or output path; nothing was written, a rerun fails the same way."""
 _IN_FLIGHT_BATCHES = 2  # per actor: one searching, one queued, so the GPU never waits on the driver
-_ACTOR_RESTARTS = 2  # a shard actor that dies (node lost, worker killed) is restarted and reloads its shard
 _BAR_DELAY_S = 2.0  # local bars appear only for phases longer than this, so short runs stay quiet
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
@@ -264,49 +270,55 @@ def _phase(name: str, timings: dict):
     log.info("phase %s: %.3f s", name, timings[f"{name}_s"])
 
 
-def _load(actors, quiet: bool) -> list[dict]:
-    """Wait for every shard actor to hold its docs; returns their ``info()`` in actor order."""
+def _search_chunk(actors, infos, queries: SetBatch, first: int, cfg: configs.JobConfig, bar) -> tuple[TopK, float]:
+    """Top-k of one chunk of queries: each batch goes to every shard (with timeouts and
+    retries), and the shard lists are merged exactly. Returns the merged lists and the
+    seconds spent merging."""
     import ray
 
-    refs = [a.info.remote() for a in actors]
-    bar = _bar("load", len(refs), "shard", quiet)
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        ray.get(done)  # raises here if a shard failed to load
-        bar.update(len(done))
-    bar.close()
-    return ray.get(refs)
-
-
-def _search(actors, queries: SetBatch, k: int, max_len: int, batch_size: int, quiet: bool) -> tuple[TopK, float]:
-    """Send query batches to every shard, merge each batch exactly as it completes."""
-    import ray
-
-    n = queries.n_sets
-    starts = list(range(0, n, batch_size))
-    merged: dict[int, TopK] = {}
-    pending: dict = {}  # batch start -> list of refs
-    merge_s = 0.0
-    bar = _bar("search", n, "query", quiet)
-    next_batch = 0
-    while next_batch < len(starts) or pending:
-        while next_batch < len(starts) and len(pending) < _IN_FLIGHT_BATCHES:
-            lo = starts[next_batch]
-            batch = queries.take(np.arange(lo, min(lo + batch_size, n)))
-            ref = ray.put(batch)
-            pending[lo] = [a.search.remote(ref, k) for a in actors]
-            next_batch += 1
-        lo = min(pending)  # oldest batch first keeps the driver's memory bounded
-        parts = ray.get(pending.pop(lo))
+    f = cfg.faults
+    blocks, merge_s = [], 0.0
+    for lo in range(0, queries.n_sets, cfg.query_batch_size):
+        hi = min(lo + cfg.query_batch_size, queries.n_sets)
+        ref = ray.put(queries.take(np.arange(lo, hi)))
+        what = f"search of queries {first + lo}..{first + hi - 1}"
+        parts = gather(actors, infos, lambda a: a.search.remote(ref, cfg.k), what, f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
         t = time.perf_counter()
-        hi = min(lo + batch_size, n)
-        merged[lo] = merge_topk(parts, queries.lengths[lo:hi], k, max_len)
+        blocks.append(merge_topk(parts, queries.lengths[lo:hi], cfg.k, cfg.max_len))
         merge_s += time.perf_counter() - t
         bar.update(hi - lo)
-    bar.close()
-    blocks = [merged[lo] for lo in starts]
-    return TopK(*(np.concatenate([getattr(b, f) for b in blocks]) for f in TopK._fields)), merge_s
+    return TopK(*(np.concatenate([getattr(b, name) for b in blocks]) for name in TopK._fields)), merge_s
+
+
+def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
+    import pyarrow as pa
+
+    rows = [("docs", r) for r in corpus_rejected] + [("queries", r) for r in query_rejected]
+    return pa.table(
+        {
+            "input": [source for source, _ in rows],
+            "path": [r.path for _, r in rows],
+            "line": pa.array([r.line for _, r in rows], pa.int64()),
+            "row": pa.array([r.row for _, r in rows], pa.int64()),
+            "reason": [r.reason for _, r in rows],
+        },
+        schema=REJECTED_SCHEMA,
+    )
+
+
+def _shard_options(cfg: configs.JobConfig, backend: str, spec) -> tuple[dict, tuple]:
+    """Ray options and extra constructor arguments of one shard actor."""
+    f = cfg.faults
+    options = {
+        "num_cpus": cfg.cpus_per_shard,
+        "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0,
+        # Ray's own fault tolerance: a dead actor restarts (re-reading its shard) and the
+        # searches it was running are sent again; searches are pure, so a retry is exact.
+        "max_restarts": f.actor_restarts,
+        "max_task_retries": f.actor_restarts,
+    }
+    crash = (f.crash_after_searches, f.crash_marker, f.crash_mode) if spec.shard_id == f.crash_shard else (None, None, "exit")
+    return options, (cfg.on_invalid, *crash)
 
 
 @dataclass
@@ -358,20 +370,27 @@ def run(args) -> int:
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
 
     with _phase("validate", timings):
-        queries = read_queries(inputs.queries_path, limits)
-        corpus = read_corpus(inputs.docs_path, limits)
+        queries = read_queries(inputs.queries_path, limits, on_invalid=cfg.on_invalid)
+        corpus = read_corpus(inputs.docs_path, limits, on_invalid=cfg.on_invalid)
+        rejected = _rejected_table(corpus.rejected, queries.rejected)
         if corpus.docs.n_sets == 0:
             raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
         if queries.queries.n_sets == 0:
             raise InputError(f"{inputs.queries_path}: no queries found; expected at least one")
         fingerprints = {"docs": fingerprint(corpus.files, inputs.docs_path), "queries": fingerprint(queries.files, inputs.queries_path)}
     doc_lengths = corpus.docs.lengths
+    corpus_rejected = corpus.rejected
     n_docs, doc_repeats, doc_files, doc_fmt = corpus.docs.n_sets, corpus.n_with_repeats, corpus.files, corpus.fmt
     del corpus  # the driver only needed the lengths: actors read their own docs
     log.info(
         "inputs valid: %d docs (%d with repeated ids) from %s; %d queries (%d with repeated ids) from %s",
         n_docs, doc_repeats, inputs.docs_path, queries.queries.n_sets, queries.n_with_repeats, inputs.queries_path,
     )
+    if rejected.num_rows:
+        log.warning(
+            "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
+            "they are listed with the reason in %s/_rejected/", len(corpus_rejected), len(queries.rejected), target.out_dir,
+        )
 
     import ray
 
@@ -384,36 +403,55 @@ def run(args) -> int:
     if args.dry_run:
         print("\n".join(lines + [f"  output: {target.out_dir}"]))
         return EXIT_OK
+    chunks = plan_chunks(queries.queries.n_sets, cfg.query_chunk_size)
+    rows_per_query = min(cfg.k, n_docs)
+    work = work_dir(target.out_dir, target.dataset_root)
+    results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
+    key = resume_key(fingerprints=fingerprints, config=results_config, out=os.path.abspath(target.out_dir))
+    done, run_id = open_work_dir(work, key, chunks, run_id)
+    if done:
+        log.info("resuming run %s: %d of %d query chunk(s) already committed in %s", run_id, len(done), len(chunks), work)
     log.info("run %s -> %s", run_id, target.out_dir)
     for line in lines:
         log.info("%s", line)
 
     actors = []
+    parquet_metadata = {"settopk.run_id": run_id, "settopk.k": str(cfg.k)}
+    timings["merge_s"] = timings["write_s"] = 0.0
     try:
         with _phase("load", timings):
-            options = {
-                "num_cpus": cfg.cpus_per_shard,
-                "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0,
-                # Ray's own fault tolerance: a dead actor restarts (re-reading its shard) and
-                # its pending searches are retried; searches are pure, so a retry is exact.
-                "max_restarts": _ACTOR_RESTARTS,
-                "max_task_retries": _ACTOR_RESTARTS,
-            }
-            actors = [ShardActor.options(**options).remote(spec, inputs.docs_path, limits, backend) for spec in plan]
-            _load(actors, args.quiet)
+            for spec in plan:
+                options, extra = _shard_options(cfg, backend, spec)
+                actors.append(ShardActor.options(**options).remote(spec, inputs.docs_path, limits, backend, *extra))
+            placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan]
+            bar = _bar("load", len(actors), "shard", args.quiet)
+            f = cfg.faults
+            infos = gather(actors, placeholders, lambda a: a.info.remote(), "loading", f.load_timeout_s, 1, 0.0, on_done=lambda: bar.update(1))
+            bar.close()
 
         with _phase("search", timings):
-            topk, merge_s = _search(actors, queries.queries, cfg.k, cfg.max_len, cfg.query_batch_size, args.quiet)
-        timings["search_s"] -= merge_s
-        timings["merge_s"] = merge_s
-        infos = ray.get([a.info.remote() for a in actors])
+            todo = [c for c in chunks if c.index not in done]
+            bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
+            for chunk in todo:
+                rows = np.arange(chunk.lo, chunk.hi)
+                topk, merge_s = _search_chunk(actors, infos, queries.queries.take(rows), chunk.lo, cfg, bar)
+                t = time.perf_counter()
+                table = results_table(queries.query_ids[chunk.lo : chunk.hi], queries.queries.lengths[chunk.lo : chunk.hi], topk)
+                write_part(work, chunk.index, table, metadata=parquet_metadata, row_group_rows=cfg.output.row_group_rows)
+                timings["merge_s"] += merge_s
+                timings["write_s"] += time.perf_counter() - t
+            bar.close()
+        timings["search_s"] -= timings["merge_s"] + timings["write_s"]
+        infos = gather(actors, infos, lambda a: a.info.remote(), "final info", cfg.faults.search_timeout_s, 1, 0.0)
     finally:
         for a in actors:
             ray.kill(a)
 
-    with _phase("write", timings):
-        table = results_table(queries.query_ids, queries.queries.lengths, topk)
-        timings["total_s"] = time.perf_counter() - t0  # the write itself is not counted in the manifest's total
+    with _phase("commit", timings):
+        total_rows = check_parts(work, chunks, rows_per_query)
+        if cfg.on_invalid == "quarantine":
+            write_rejected(work, rejected)
+        timings["total_s"] = time.perf_counter() - t0  # the commit itself is not counted in the manifest's total
         manifest = {
             "job": "settopk.score",
             "run_id": run_id,
@@ -426,6 +464,7 @@ def run(args) -> int:
                 "path": os.path.abspath(target.out_dir),
                 "dataset_root": os.path.abspath(target.dataset_root),
                 "partition": {"dt": target.day.isoformat()} if target.day else None,
+                "parts": len(chunks),
             },
             "inputs": {
                 "docs": {"path": inputs.docs_path, "format": doc_fmt, "files": list(doc_files), "synthetic": inputs.synthetic},
@@ -440,9 +479,12 @@ def run(args) -> int:
                 "n_docs": n_docs,
                 "n_queries": queries.queries.n_sets,
                 "k": cfg.k,
-                "rows": table.num_rows,
+                "rows": total_rows,
                 "docs_with_repeated_ids": doc_repeats,
                 "queries_with_repeated_ids": queries.n_with_repeats,
+                "rejected_docs": len(corpus_rejected),
+                "rejected_queries": len(queries.rejected),
+                "chunks_resumed": len(done),
             },
             "backend": backend,
             "shards": [{**spec.to_dict(), **info} for spec, info in zip(plan, infos)],
@@ -454,20 +496,14 @@ def run(args) -> int:
         if args.tsv:
             # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
             # after a failed TSV write recomputes instead of skipping.
-            write_tsv(args.tsv, topk)
-        write_results(
-            target.out_dir,
-            table,
-            manifest,
-            dataset_root=target.dataset_root,
-            metadata={"settopk.run_id": run_id, "settopk.k": str(cfg.k)},
-            row_group_rows=cfg.output.row_group_rows,
-        )
+            write_tsv(args.tsv, (read_part_doc_ids(work, c.index, rows_per_query) for c in chunks))
+        (work / "_resume.json").unlink()
+        commit_results(work, target.out_dir, manifest, dataset_root=target.dataset_root)
     timings["total_s"] = time.perf_counter() - t0
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        run_id, queries.queries.n_sets, n_docs, cfg.k, table.num_rows, target.out_dir, backend, len(plan),
-        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "load_s", "search_s", "merge_s", "write_s", "total_s")),
+        run_id, queries.queries.n_sets, n_docs, cfg.k, total_rows, target.out_dir, backend, len(plan),
+        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")),
     )
     return EXIT_OK
 
@@ -507,7 +543,7 @@ def main(argv=None) -> int:
     except Exception:
         # One logged traceback and a definite exit code, rather than an uncaught exception,
         # so a scheduler's log ends with the cause.
-        log.exception("failed: the result dataset was not written; a rerun starts over")
+        log.exception("failed: the result dataset was not written; a rerun with the same arguments resumes from the committed query chunks")
         return EXIT_FAILED
 
 

@@ -42,7 +42,10 @@ class ShardSearcher:
         Test-only fault injection: the process exits at this search call (1-based),
         once per ``crash_marker`` file, as a crashed GPU worker would.
     crash_marker : str, optional
-        File created before the injected crash, so a restarted actor does not crash again.
+        File created before the injected crash, so a restarted actor does not crash again;
+        without one, every life of the actor crashes.
+    crash_mode : str
+        ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
 
     Raises
     ------
@@ -63,11 +66,12 @@ class ShardSearcher:
         on_invalid: str = "error",
         crash_after: int | None = None,
         crash_marker: str | None = None,
+        crash_mode: str = "exit",
     ):
         start = time.perf_counter()
         self.spec = spec
         self.backend = backend
-        self._crash_after, self._crash_marker, self._searches = crash_after, crash_marker, 0
+        self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
         corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len), on_invalid=on_invalid)
         if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
             raise RuntimeError(
@@ -101,13 +105,17 @@ class ShardSearcher:
             "read_s": round(self.read_s, 3),
             "load_s": round(self.load_s, 3),
             "search_s": round(self.search_s, 3),
+            "restarted": _restarted(),
         }
 
     def search(self, queries: SetBatch, k: int) -> TopK:
         """Shard-local top-k of each query: ``TopK`` of shape ``(n_queries, k)``, ``-1`` padded."""
         self._searches += 1
-        if self._crash_after == self._searches and self._crash_marker and not os.path.exists(self._crash_marker):
-            open(self._crash_marker, "w").close()
+        if self._crash_after == self._searches and not (self._crash_marker and os.path.exists(self._crash_marker)):
+            if self._crash_marker:
+                open(self._crash_marker, "w").close()
+            if self._crash_mode == "hang":
+                time.sleep(24 * 3600)  # test-only: a call that never returns, like a stuck GPU
             os._exit(1)  # test-only: die like a worker killed by the OS or a GPU fault
         start = time.perf_counter()
         with self._out_of_memory(f"searching a batch of {queries.n_sets} queries", "lower query_batch_size"):
@@ -128,6 +136,16 @@ class ShardSearcher:
                 f"shard {self.spec.shard_id} (lengths {self.spec.min_len}..{self.spec.max_len}, {self.spec.n_docs} docs) "
                 f"on node {socket.gethostname()} GPU {gpu} ran out of GPU memory while {doing}: {exc}; {fix}"
             ) from exc
+
+
+def _restarted() -> bool:
+    """True in a Ray actor that was restarted after a failure; False elsewhere."""
+    import ray
+
+    if not ray.is_initialized():  # plain use: asking for the runtime context would start Ray
+        return False
+    context = ray.get_runtime_context()
+    return context.get_actor_id() is not None and bool(context.was_current_actor_reconstructed)
 
 
 def _make_actor():

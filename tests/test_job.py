@@ -340,7 +340,7 @@ def test_phase_logs_and_final_summary_line(tmp_path, tie_corpus, caplog):
         assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--run-id", "r-1"]) == 0
     messages = [r.getMessage() for r in caplog.records if r.name == "settopk"]
     phases = [m.split(":")[0] for m in messages if m.startswith("phase ")]
-    assert phases == ["phase validate", "phase connect", "phase load", "phase search", "phase write"]
+    assert phases == ["phase validate", "phase connect", "phase load", "phase search", "phase commit"]
     assert messages[-1].startswith("done: run r-1: 43 queries x 703 docs, k=100,") and "total_s=" in messages[-1]
 
 
@@ -350,37 +350,55 @@ def test_unexpected_failure_exits_1_and_writes_nothing(tmp_path, tie_corpus, mon
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(score, "write_results", full_disk)
+    monkeypatch.setattr(score, "write_part", full_disk)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 1 and "failed: the result dataset was not written" in caplog.text and "No space left" in caplog.text
     assert not (tmp_path / "out").exists()
 
 
-def test_crashed_shard_actor_is_restarted_and_the_output_is_unchanged(tmp_path, tie_corpus, monkeypatch):
+@pytest.mark.parametrize("mode", ["exit", "hang"])
+def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tmp_path, tie_corpus, mode):
+    """Chaos: shard 0's process dies (or stops answering) at its 2nd search; the run recovers."""
     _, _, docs_path, queries_path = tie_corpus
-    base = ["--docs", docs_path, "--queries", queries_path, "--k", "10", "--config", _config(tmp_path, n_shards=2, query_batch_size=8), "--quiet"]
-    assert score.main(base + ["--out", str(tmp_path / "clean")]) == 0
+    base = ["--docs", docs_path, "--queries", queries_path, "--k", "10", "--quiet"]
+    clean = _config(tmp_path, name="clean", n_shards=2, query_batch_size=8)
+    assert score.main(base + ["--config", clean, "--out", str(tmp_path / "clean")]) == 0
     marker = tmp_path / "crashed"
-    real = score.ShardActor
-
-    class CrashOnSecondSearch:
-        """ShardActor whose first shard's process dies at its 2nd search, once (the searcher's test hook)."""
-
-        def options(self, **options):
-            assert options["max_restarts"] >= 1 and options["max_task_retries"] >= 1
-            handle = real.options(**options)
-
-            class Remote:
-                @staticmethod
-                def remote(spec, *args):
-                    if spec.shard_id == 0:
-                        return handle.remote(spec, *args, crash_after=2, crash_marker=str(marker))
-                    return handle.remote(spec, *args)
-
-            return Remote()
-
-    monkeypatch.setattr(score, "ShardActor", CrashOnSecondSearch())
-    assert score.main(base + ["--out", str(tmp_path / "crashed-run")]) == 0
-    assert marker.exists()  # the crash happened, and the run still finished
+    faults = {"crash_shard": 0, "crash_after_searches": 2, "crash_marker": str(marker), "crash_mode": mode, "search_timeout_s": 5, "retry_backoff_s": 0.1}
+    chaos = _config(tmp_path, name="chaos", n_shards=2, query_batch_size=8, faults=faults)
+    assert score.main(base + ["--config", chaos, "--out", str(tmp_path / "crashed-run")]) == 0
+    assert marker.exists()  # the fault happened, and the run still finished
     assert pq.read_table(tmp_path / "crashed-run").equals(pq.read_table(tmp_path / "clean"))
+    shards = json.loads((tmp_path / "crashed-run" / "_manifest.json").read_text())["shards"]
+    assert [s["restarted"] for s in shards] == [True, False]
+
+
+def test_shard_that_keeps_failing_stops_the_run_naming_node(tmp_path, tie_corpus, caplog):
+    _, _, docs_path, queries_path = tie_corpus
+    faults = {"crash_shard": 1, "crash_after_searches": 1, "crash_marker": "\"\"", "actor_restarts": 0, "search_attempts": 2, "retry_backoff_s": 0.1}
+    # An empty marker path disables the once-only guard: the fault hits on every life of the actor.
+    cfg = _config(tmp_path, n_shards=2, faults=faults)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", cfg, "--quiet"])
+    assert code == 1 and not (tmp_path / "out").exists()
+    assert "failed 2 time(s) on shard 1 (node " in caplog.text
+
+
+def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
+    docs = [[1, 2], [2, 3], [3], [1, 2, 3]]
+    (tmp_path / "docs.txt").write_text("1,2\nbad\n2,3\n3\n-1\n1,2,3\n")  # lines 2 and 5 are bad
+    (tmp_path / "q.txt").write_text("2\n1,2\n70000\n")
+    cfg = _config(tmp_path, on_invalid="quarantine", n_shards=2)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="settopk"):
+        assert score.main(["--docs", str(tmp_path / "docs.txt"), "--queries", str(tmp_path / "q.txt"), "--out", str(out), "--k", "3", "--config", cfg, "--quiet"]) == 0
+    assert "set aside 2 doc line(s)" in caplog.text
+    doc_ids = [0, 2, 3, 5]  # doc ids stay line numbers
+    expected = _expected_rows(docs, [[2], [1, 2]], ["0", "1"], 3)
+    expected = [(q, r, doc_ids[d], s, o, ql, dl) for q, r, d, s, o, ql, dl in expected]
+    assert _as_rows(_read_rows(out)) == expected  # the dataset scan skips _rejected/
+    rejected = pq.read_table(out / "_rejected" / "rejected.parquet").to_pydict()
+    assert list(zip(rejected["input"], rejected["line"])) == [("docs", 2), ("docs", 5), ("queries", 3)]
+    counts = json.loads((out / "_manifest.json").read_text())["counts"]
+    assert counts["rejected_docs"] == 2 and counts["rejected_queries"] == 1

@@ -114,7 +114,7 @@ def test_rewrite_with_force_replaces_whole_result(tmp_path):
 
 
 def test_tsv(tmp_path):
-    write_tsv(tmp_path / "r.tsv", _topk())
+    write_tsv(tmp_path / "r.tsv", [_topk().doc_ids])
     assert (tmp_path / "r.tsv").read_text() == "5\t2\n7\n"
 
 

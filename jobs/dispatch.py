@@ -1,0 +1,114 @@
+"""Sending work to the shard actors with timeouts and bounded retries.
+
+Searches are pure functions of (shard, query batch), so sending a batch again is
+exact. Ray restarts a dead actor itself (``max_restarts``; the actor re-reads its
+shard) and re-sends the calls it was running (``max_task_retries``). This module
+adds what Ray does not: a timeout on every call, so a hung actor cannot hang the
+run; a restart of an actor that timed out; a bounded number of tries with
+exponential backoff (``tenacity``); and, when a shard keeps failing, an error that
+names its node and GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+import tenacity
+
+__all__ = ["ShardFailure", "gather"]
+
+log = logging.getLogger("settopk")
+
+
+class ShardFailure(RuntimeError):
+    """One or more shards failed or timed out on a call, after every try."""
+
+
+def _last_line(exc: Exception) -> str:
+    """The cause of a Ray error: the last non-empty line of its message (the original exception)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _where(info: dict) -> str:
+    gpu = f", GPU {info['gpu_ids']}" if info.get("gpu_ids") else ""
+    return f"shard {info['shard_id']} (node {info['node']}{gpu})"
+
+
+def gather(
+    actors, infos: list[dict], call, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None
+) -> list:
+    """Run ``call(actor)`` on every actor and return the results in actor order.
+
+    Parameters
+    ----------
+    actors : list of ray.actor.ActorHandle
+    infos : list of dict
+        ``info()`` of each actor (``shard_id``, ``node``, ``gpu_ids``), for messages.
+    call : callable
+        ``call(actor) -> ObjectRef``; called again for the shards that need a retry.
+    what : str
+        What the call does, for messages (``"search of queries 0..255"``).
+    timeout_s : float
+        Longest wait for one try, in seconds.
+    attempts : int
+        Tries per shard, ``>= 1``.
+    backoff_s : float
+        Wait before the second try; doubles on each further one.
+    on_done : callable, optional
+        Called with no argument each time a shard's call succeeds (progress bars).
+
+    Raises
+    ------
+    ShardFailure
+        When a shard has failed or timed out ``attempts`` times; names each such
+        shard's node and GPU and the last error.
+    """
+    results: list = [None] * len(actors)
+    todo = list(range(len(actors)))
+    errors: dict[int, str] = {}
+
+    def one_try() -> None:
+        nonlocal todo
+        pending = {call(actors[i]): i for i in todo}
+        failed = []
+        deadline = time.monotonic() + timeout_s
+        while pending and (left := deadline - time.monotonic()) > 0:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+            for ref in done:
+                i = pending.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                    errors[i] = _last_line(exc)
+                    failed.append(i)
+                else:
+                    if on_done is not None:
+                        on_done()
+        for i in pending.values():
+            errors[i] = f"no answer within {timeout_s:g} s"
+            ray.kill(actors[i], no_restart=False)  # a hung actor: Ray restarts it and it reloads its shard
+            failed.append(i)
+        todo = sorted(failed)
+        if failed:
+            log.warning("%s failed on %s; retrying", what, ", ".join(f"{_where(infos[i])}: {errors[i]}" for i in failed))
+            raise ShardFailure(failed)
+
+    try:
+        for attempt in tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_exponential(multiplier=backoff_s, max=60),
+            retry=tenacity.retry_if_exception_type(ShardFailure),
+            reraise=True,
+        ):
+            with attempt:
+                one_try()
+    except ShardFailure:
+        detail = "; ".join(f"{_where(infos[i])}: {errors[i]}" for i in todo)
+        raise ShardFailure(
+            f"{what} failed {attempts} time(s) on {detail}; check that node and GPU (driver, memory, "
+            "`nvidia-smi`), or raise faults.search_timeout_s if the shard is only slow"
+        ) from None
+    return results
