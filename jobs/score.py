@@ -36,7 +36,7 @@ import numpy as np
 
 import configs
 from kernels import SetBatch, TopK
-from shards import InputError, SetLimits, ShardActor, merge_topk, plan_shards, read_corpus, read_queries
+from shards import InputError, SetLimits, ShardActor, fingerprint, merge_topk, plan_shards, read_corpus, read_queries
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
@@ -55,7 +55,7 @@ from .output import (
     write_tsv,
 )
 
-__all__ = ["main", "build_parser", "run", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]
+__all__ = ["main", "build_parser", "run", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
 
 log = logging.getLogger("settopk")
 EXIT_OK = 0
@@ -206,35 +206,6 @@ def _new_run_id(now: datetime.datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
-def fingerprint(files, base: str) -> dict:
-    """A cheap fingerprint of input files: SHA-256 over each file's name, size and mtime.
-
-    Parameters
-    ----------
-    files : sequence of str
-        The files read, in the order read.
-    base : str
-        The input path given; names are taken relative to it when it is a
-        directory, so moving the whole input keeps the fingerprint.
-
-    Returns
-    -------
-    dict
-        ``sha256`` (hex), ``files`` (count), ``bytes`` (total size) and ``method``.
-        Reading no content keeps this instant at corpus scale; a copy that keeps
-        modification times (``cp -p``, ``rsync -a``) keeps the fingerprint, and an
-        edit that changes neither size nor mtime goes unnoticed.
-    """
-    h = hashlib.sha256()
-    total_bytes = 0
-    for f in files:
-        st = os.stat(f)
-        name = os.path.relpath(f, base) if os.path.isdir(base) else os.path.basename(f)
-        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        total_bytes += st.st_size
-    return {"method": "sha256(name, size_bytes, mtime_ns per file)", "sha256": h.hexdigest(), "files": len(files), "bytes": total_bytes}
-
-
 class _NoBar:
     def update(self, n: int = 1) -> None:
         pass
@@ -290,6 +261,17 @@ def _search_chunk(actors, infos, queries: SetBatch, first: int, cfg: configs.Job
     return TopK(*(np.concatenate([getattr(b, name) for b in blocks]) for name in TopK._fields)), merge_s
 
 
+def _check_unchanged_since(start_ns: int, files) -> None:
+    """Refuse inputs modified after ``start_ns`` (while the driver read them): the validated
+    data and what the actors will read could differ."""
+    for path in files:
+        if os.stat(path).st_mtime_ns > start_ns:
+            raise InputError(
+                path, "input files that stay unchanged while the job runs", "a file modified while the job was reading it",
+                "run the job once the input is completely written (write it elsewhere, then move it into place)",
+            )
+
+
 def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
     import pyarrow as pa
 
@@ -306,8 +288,8 @@ def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
     )
 
 
-def _shard_options(cfg: configs.JobConfig, backend: str, spec) -> tuple[dict, tuple]:
-    """Ray options and extra constructor arguments of one shard actor."""
+def _shard_options(cfg: configs.JobConfig, backend: str, spec, corpus_sha256: str) -> tuple[dict, dict]:
+    """Ray options and keyword constructor arguments of one shard actor."""
     f = cfg.faults
     options = {
         "num_cpus": cfg.cpus_per_shard,
@@ -317,8 +299,10 @@ def _shard_options(cfg: configs.JobConfig, backend: str, spec) -> tuple[dict, tu
         "max_restarts": f.actor_restarts,
         "max_task_retries": f.actor_restarts,
     }
-    crash = (f.crash_after_searches, f.crash_marker, f.crash_mode) if spec.shard_id == f.crash_shard else (None, None, "exit")
-    return options, (cfg.on_invalid, *crash)
+    kwargs = {"on_invalid": cfg.on_invalid, "corpus_sha256": corpus_sha256}
+    if spec.shard_id == f.crash_shard:
+        kwargs.update(crash_after=f.crash_after_searches, crash_marker=f.crash_marker, crash_mode=f.crash_mode)
+    return options, kwargs
 
 
 @dataclass
@@ -370,8 +354,10 @@ def run(args) -> int:
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
 
     with _phase("validate", timings):
+        read_start_ns = time.time_ns()
         queries = read_queries(inputs.queries_path, limits, on_invalid=cfg.on_invalid)
         corpus = read_corpus(inputs.docs_path, limits, on_invalid=cfg.on_invalid)
+        _check_unchanged_since(read_start_ns, queries.files + corpus.files)
         rejected = _rejected_table(corpus.rejected, queries.rejected)
         if corpus.docs.n_sets == 0:
             raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
@@ -421,8 +407,8 @@ def run(args) -> int:
     try:
         with _phase("load", timings):
             for spec in plan:
-                options, extra = _shard_options(cfg, backend, spec)
-                actors.append(ShardActor.options(**options).remote(spec, inputs.docs_path, limits, backend, *extra))
+                options, kwargs = _shard_options(cfg, backend, spec, fingerprints["docs"]["sha256"])
+                actors.append(ShardActor.options(**options).remote(spec, inputs.docs_path, limits, backend, **kwargs))
             placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan]
             bar = _bar("load", len(actors), "shard", args.quiet)
             f = cfg.faults

@@ -1,6 +1,6 @@
 """Sharding: length-bucket planning, the shard searcher (a Ray actor), inputs, and the exact merge."""
 
-from .inputs import Corpus, InputError, Queries, SetLimits, corpus_format, read_corpus, read_queries
+from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_format, fingerprint, read_corpus, read_queries
 from .merge import merge_topk
 from .plan import ShardSpec, plan_shards
 from .searcher import ShardActor, ShardSearcher
@@ -13,7 +13,9 @@ __all__ = [
     "ShardActor",
     "ShardSearcher",
     "ShardSpec",
+    "Rejected",
     "corpus_format",
+    "fingerprint",
     "merge_topk",
     "plan_shards",
     "read_corpus",

@@ -15,7 +15,7 @@ import numpy as np
 
 from kernels import NumpyShardIndex, SetBatch, TopK
 
-from .inputs import SetLimits, read_corpus
+from .inputs import SetLimits, fingerprint, read_corpus
 from .plan import ShardSpec
 
 __all__ = ["ShardSearcher", "ShardActor"]
@@ -46,6 +46,9 @@ class ShardSearcher:
         without one, every life of the actor crashes.
     crash_mode : str
         ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
+    corpus_sha256 : str, optional
+        The driver's :func:`shards.fingerprint` of the corpus; a different one here means
+        the corpus changed after the driver validated it.
 
     Raises
     ------
@@ -67,12 +70,18 @@ class ShardSearcher:
         crash_after: int | None = None,
         crash_marker: str | None = None,
         crash_mode: str = "exit",
+        corpus_sha256: str | None = None,
     ):
         start = time.perf_counter()
         self.spec = spec
         self.backend = backend
         self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
         corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len), on_invalid=on_invalid)
+        if corpus_sha256 is not None and fingerprint(corpus.files, corpus_path)["sha256"] != corpus_sha256:
+            raise RuntimeError(
+                f"shard {spec.shard_id}: {corpus_path} changed (file sizes or modification times) after the "
+                "driver validated it; rerun the job once the corpus is no longer being written"
+            )
         if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
             raise RuntimeError(
                 f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) read "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -402,3 +404,36 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
     assert list(zip(rejected["input"], rejected["line"])) == [("docs", 2), ("docs", 5), ("queries", 3)]
     counts = json.loads((out / "_manifest.json").read_text())["counts"]
     assert counts["rejected_docs"] == 2 and counts["rejected_queries"] == 1
+
+
+def test_input_modified_while_the_driver_reads_it_is_refused(tmp_path, monkeypatch, caplog):
+    docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [3]])
+    q = _write_text_sets(tmp_path / "q.txt", [[1]])
+    real = score.read_corpus
+
+    def read_then_touch(path, *args, **kwargs):
+        corpus = real(path, *args, **kwargs)
+        os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a writer still at work
+        return corpus
+
+    monkeypatch.setattr(score, "read_corpus", read_then_touch)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
+    assert code == 2 and "docs.txt: expected input files that stay unchanged" in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
+def test_corpus_changed_before_the_actors_read_it_stops_the_run(tmp_path, monkeypatch, caplog):
+    docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [3]])
+    q = _write_text_sets(tmp_path / "q.txt", [[1]])
+    real = score.plan_shards
+
+    def plan_then_touch(*args, **kwargs):
+        os.utime(docs, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # same bytes, new mtime
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(score, "plan_shards", plan_then_touch)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
+    assert code == 1 and "changed (file sizes or modification times) after the driver validated it" in caplog.text
+    assert not (tmp_path / "out").exists()
