@@ -10,6 +10,7 @@
 //     slot s is the uint4 at chunk_start[s / 32] + 32 * g + s % 32, so the 32
 //     lanes of a warp load 512 contiguous bytes. Since lengths are sorted, a
 //     chunk wastes almost nothing on padding (padding ids are 0 and masked).
+//     A doc's ids are stored in a bank-spreading order (build_layout).
 //
 // Counting (count_emit), "positional population count" (Klarqvist, Mula,
 // Lemire, 2021) over a vocabulary lookup table:
@@ -73,6 +74,13 @@ __device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_
     return static_cast<int>(min(need, static_cast<long long>(kNeverLen)));
 }
 
+// Slot of sample index i at a level that keeps every `stride`-th chunk of 32
+// slots: whole chunks keep the warp's loads contiguous and the sampled bytes
+// few (a sample of single slots would touch every cache line of the layout).
+__device__ __forceinline__ long long sample_slot(long long i, long long stride) {
+    return (i >> 5) * stride * kChunkSlots + (i & (kChunkSlots - 1));
+}
+
 // Carry-save adder: a + b + c == low + 2 * high, bit by bit.
 __device__ __forceinline__ void csa(unsigned& high, unsigned& low, unsigned a, unsigned b, unsigned c) {
     const unsigned u = a ^ b;
@@ -122,36 +130,98 @@ __device__ __forceinline__ unsigned long long encode_candidate(int scale, int ov
 // ---------------------------------------------------------------------------
 // Layout
 
-// Fill the chunked layout. One thread per (chunk, group, lane); groups past
-// the chunk's own group count exit. out must be zeroed by the caller only
-// where no thread writes (every element of every chunk is written here).
-__global__ void build_layout(const long long* __restrict__ offsets, const unsigned short* __restrict__ tokens,
-                             const int* __restrict__ slot_pos, const long long* __restrict__ chunk_start,
-                             const int* __restrict__ chunk_groups, long long n_chunks, int max_groups,
-                             long long n_docs, uint4* __restrict__ out) {
-    const long long total = n_chunks * max_groups * kChunkSlots;
-    for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < total;
-         e += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int lane = static_cast<int>(e & (kChunkSlots - 1));
-        const long long cg = e / kChunkSlots;
-        const long long c = cg / max_groups;
-        const int g = static_cast<int>(cg - c * max_groups);
-        if (g >= chunk_groups[c]) continue;
-        const long long slot = c * kChunkSlots + lane;
-        unsigned packed[4] = {0u, 0u, 0u, 0u};
+// Fill the chunked layout, one warp per chunk (lane l holds slot 32 c + l),
+// placing each doc's ids in an order that spreads the warp's shared-memory
+// accesses over the 32 banks. The count kernel's lanes read position p of
+// their docs together, and the table word of id t sits in bank t % 32, so a
+// position whose 32 ids fall in few banks costs several shared-memory
+// wavefronts. Counting does not depend on the order of a doc's ids, so each
+// position is filled greedily, lane after lane: a lane takes an id from a bank
+// no earlier lane took at this position (preferring banks it holds two or
+// more ids of, to keep choices for later positions), else any id it has left.
+// On random ids this halves the wavefronts per position (about 3.5 -> 2 for
+// 65 ids per doc).
+//
+// Dynamic shared memory: per warp, 32 lanes x stride ids (stride >= the
+// longest doc) and 32 x 32 bank cursors (begin, end). Every element of every
+// chunk is written; padding ids past a doc's end are 0 (the count kernel
+// masks them).
+constexpr int kBuildWarps = 4;
+
+__global__ void __launch_bounds__(kBuildWarps * 32)
+build_layout(const long long* __restrict__ offsets, const unsigned short* __restrict__ tokens,
+             const int* __restrict__ slot_pos, const long long* __restrict__ chunk_start,
+             const int* __restrict__ chunk_groups, long long n_chunks, long long n_docs, int stride,
+             uint4* __restrict__ out) {
+    extern __shared__ unsigned short s_build[];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    unsigned short* ids = s_build + (static_cast<long long>(warp) * 32 + lane) * stride;
+    unsigned char* cursors = reinterpret_cast<unsigned char*>(s_build + kBuildWarps * 32 * stride) +
+                             (warp * 32 + lane) * 64;  // [0, 32): next free (pops from the top), [32, 64): begin
+    for (long long c = static_cast<long long>(blockIdx.x) * kBuildWarps + warp; c < n_chunks;
+         c += static_cast<long long>(gridDim.x) * kBuildWarps) {
+        const int n_groups = chunk_groups[c];
+        const long long slot = c * 32 + lane;
+        int len = 0;
+        const unsigned short* src = tokens;
         if (slot < n_docs) {
             const int pos = slot_pos[slot];
-            const long long begin = offsets[pos] + static_cast<long long>(g) * kIdsPerGroup;
-            const long long end = offsets[pos + 1];
-#pragma unroll
-            for (int i = 0; i < kIdsPerGroup; ++i) {
-                if (begin + i < end) {
-                    packed[i >> 1] |= static_cast<unsigned>(tokens[begin + i]) << (16 * (i & 1));
+            src = tokens + offsets[pos];
+            len = static_cast<int>(offsets[pos + 1] - offsets[pos]);
+        }
+        // Bucket the doc's ids by bank (counting sort into ids[]).
+        unsigned char* top = cursors;
+        unsigned char* begin = cursors + 32;
+        for (int b = 0; b < 32; ++b) top[b] = 0;
+        for (int t = 0; t < len; ++t) ++top[src[t] & 31u];
+        unsigned avail = 0u, many = 0u;
+        int sum = 0;
+        for (int b = 0; b < 32; ++b) {
+            const int count = top[b];
+            avail |= (count > 0 ? 1u : 0u) << b;
+            many |= (count > 1 ? 1u : 0u) << b;
+            begin[b] = static_cast<unsigned char>(sum);
+            top[b] = static_cast<unsigned char>(sum);
+            sum += count;
+        }
+        for (int t = 0; t < len; ++t) {
+            const unsigned id = src[t];
+            ids[top[id & 31u]++] = static_cast<unsigned short>(id);
+        }
+        // Positions, lane after lane; `used` holds the banks taken at this position.
+        unsigned packed[4] = {0u, 0u, 0u, 0u};
+        const int n_positions = n_groups * kIdsPerGroup;
+        for (int p = 0; p < n_positions; ++p) {
+            unsigned used = 0u;
+            unsigned mine = 0u;
+            for (int j = 0; j < 32; ++j) {
+                if (lane == j && p < len) {
+                    const unsigned free = avail & ~used;
+                    unsigned m = free & many;
+                    if (!m) m = free;
+                    if (!m) m = avail & many;
+                    if (!m) m = avail;
+                    const int rot = (lane + p) & 31;  // start the search at a lane-specific bank
+                    const unsigned r = __funnelshift_r(m, m, rot);
+                    const int b = (__ffs(r) - 1 + rot) & 31;
+                    const int at = --top[b];
+                    mine = ids[at];
+                    const int left = at - begin[b];
+                    if (left == 0) avail &= ~(1u << b);
+                    if (left < 2) many &= ~(1u << b);
+                    used |= 1u << b;
                 }
+                used = __shfl_sync(kFullMask, used, j);
+            }
+            packed[(p & 7) >> 1] |= mine << (16 * (p & 1));
+            if ((p & 7) == 7) {
+                out[chunk_start[c] + static_cast<long long>(p >> 3) * kChunkSlots + lane] =
+                    make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                packed[0] = packed[1] = packed[2] = packed[3] = 0u;
             }
         }
-        out[chunk_start[c] + static_cast<long long>(g) * kChunkSlots + lane] =
-            make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        __syncwarp();
     }
 }
 
@@ -162,8 +232,9 @@ __global__ void build_layout(const long long* __restrict__ offsets, const unsign
 //
 // Grid: x = query group (kQueries consecutive entries of group_query, -1 =
 // unused slot), y = tile of `tile` sample indices. Sample index i is slot
-// i * stride, for i in [0, n_sample). x varies fastest, so the blocks that run
-// together read the same tile and share it through L2.
+// sample_slot(i, stride) (every stride-th chunk), for i in [0, n_sample). x
+// varies fastest, so the blocks that run together read the same tile and share
+// it through L2.
 //
 // Per query q (rows of the query arrays): qoff/qtok CSR ids, qlen |q|,
 // thr_ge/thr_gt[q * (max_doc_len + 1) + len] least overlaps for key >= T and
@@ -237,8 +308,8 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
     {
         int any = 0;
         if (i0 < i1) {
-            const int lo = slot_len[i0 * stride];
-            const int hi = slot_len[(i1 - 1) * stride];
+            const int lo = slot_len[sample_slot(i0, stride)];
+            const int hi = slot_len[sample_slot(i1 - 1, stride)];
             for (int len = lo + threadIdx.x; len <= hi; len += blockDim.x) any |= reach[len] != 0u;
         }
         if (!__syncthreads_or(any)) return;
@@ -271,7 +342,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
          base += static_cast<long long>(n_warps) * 32) {
         const long long i = base + lane;
         const bool active = i < i1;
-        const long long slot = active ? i * stride : 0;
+        const long long slot = active ? sample_slot(i, stride) : 0;
         const int len = active ? slot_len[slot] : 0;
         const bool live = active && reach[len] != 0u;
         if (!__any_sync(kFullMask, live)) continue;
@@ -335,7 +406,8 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
 // Selection and the next bound
 
 // One block per row: sort the row's candidates (bitonic, descending, in
-// shared memory of sort_size >= 2 entries, a power of two) and write its best
+// shared memory of sort_size >= 2 entries, a power of two, of which the row
+// uses the least power of two >= its count) and write its best
 // k to top[q * k ...] (0 where fewer). Rows whose kept candidates exceed
 // sort_size are left alone (the host sorts them).
 //
@@ -355,12 +427,14 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
     const int q = rows[blockIdx.x];
     const int n = min(cand_count[q], cand_cap[q]);
     if (n > sort_size) return;
+    int width = 2;  // this row's sort: the least power of two >= n (the work follows the row, not the buffer)
+    while (width < n) width <<= 1;
     const unsigned long long* src = cand + cand_base[q];
-    for (int i = threadIdx.x; i < sort_size; i += blockDim.x) s_sort[i] = i < n ? src[i] : 0ull;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) s_sort[i] = i < n ? src[i] : 0ull;
     __syncthreads();
-    for (int size = 2; size <= sort_size; size <<= 1) {
+    for (int size = 2; size <= width; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < sort_size; i += blockDim.x) {
+            for (int i = threadIdx.x; i < width; i += blockDim.x) {
                 const int j = i ^ stride;
                 if (j > i) {
                     const unsigned long long a = s_sort[i], b = s_sort[j];
@@ -398,17 +472,18 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
     }
 }
 
-// Decode top-k entries: position (-1 for an empty slot), overlap recovered
+// Decode top-k entries: doc id (-1 for an empty slot), overlap recovered
 // exactly from the key (overlap = ceil(key * m / scale), m = max(|q|, |d|):
 // keys of different overlaps differ by scale / m >= 1), and doc length.
 __global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
                             const int* __restrict__ qlen, const unsigned char* __restrict__ len_by_pos, int scale,
-                            int* __restrict__ position, short* __restrict__ overlap, short* __restrict__ doc_len) {
+                            const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
+                            short* __restrict__ overlap, short* __restrict__ doc_len) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const unsigned long long v = top[i];
         if (v == 0ull) {
-            position[i] = -1;
+            doc_id[i] = -1;
             overlap[i] = 0;
             doc_len[i] = 0;
             continue;
@@ -417,7 +492,7 @@ __global__ void decode_topk(const unsigned long long* __restrict__ top, long lon
         const long long key = static_cast<long long>(v >> 32);
         const int len = len_by_pos[pos];
         const int m = max(qlen[i / k], len);
-        position[i] = pos;
+        doc_id[i] = doc_ids[pos];
         overlap[i] = static_cast<short>(m > 0 ? (key * m + scale - 1) / scale : 0);
         doc_len[i] = static_cast<short>(len);
     }

@@ -18,14 +18,20 @@ emitted set holds every doc at least as good as the true k-th best, its exact
 top-k is the answer.
 
 Bounds come from nested samples ("sampling levels"). With a ratio ``R``, level
-``l`` holds the docs in slots ``0, R**l, 2 R**l, ...`` of the length-sorted
-layout (a sample stratified by length; every level contains the next coarser
-one). The coarsest level has at least ``k`` docs and emits them all (``T = -1``).
+``l`` holds every ``R**l``-th chunk of 32 slots of the length-sorted layout (a
+sample stratified by length, read in whole chunks so its loads stay contiguous;
+every level contains the next coarser one). The coarsest level has at least ``k`` docs and emits them all (``T = -1``).
 After each level, the k-th best candidate of each query becomes its bound for
 the next level: the kept candidates are a subset of the docs, so their k-th
 best is never better than the true k-th best, and every doc of the coarser
 level is also in the finer one. A level ``R`` times larger then emits about
 ``R k`` docs per query. The last level is the whole shard.
+
+Measured on one H200 (``python -m jobs.bench --config sti2-zipf``: 7.85 M docs,
+2000 queries, k = 100): about 15 ms for the last level's count kernel, 2 ms
+for the three sampling levels, 1.3 ms for the four selections, 22 ms in all
+from host queries to host results (the README's Benchmark section has the
+tables).
 
 A per-query counter counts every emission; where the candidate buffer of an
 intermediate level overflows, the candidates it kept still give a valid bound.
@@ -42,7 +48,6 @@ AVX2 instructions", 2018); count thresholds per doc length as a size filter
 
 from __future__ import annotations
 
-import math
 import numbers
 import pathlib
 import threading
@@ -65,7 +70,8 @@ _IDS_PER_GROUP = 8  # kIdsPerGroup
 _PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
 _COUNT_THREADS = 1024  # __launch_bounds__ of count_emit
 _SELECT_THREADS = 1024
-_THREADS = 256  # build and decode kernels
+_THREADS = 256  # decode kernel
+_BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
 _SORT_MAX = 16384  # largest per-query sort in shared memory (128 KiB of uint64)
 _MAX_GRID_Y = 65535
 _DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
@@ -181,9 +187,9 @@ class CupyShardIndex:
     Notes
     -----
     GPU memory held: the layout (16 bytes per 8 ids, rounded up per doc and
-    per 32 docs of similar length; about ``2.2 * n_tokens`` bytes), plus 6
-    bytes per doc (slot length and position, length by position) and 8 bytes
-    per 32 docs. During the build, the CSR arrays are on the GPU too
+    per 32 docs of similar length; about ``2.2 * n_tokens`` bytes), plus 14
+    bytes per doc (slot length and position, length by position, doc id) and
+    8 bytes per 32 docs. During the build, the CSR arrays are on the GPU too
     (``8 * n_docs + 2 * n_tokens`` bytes). The index lives on the CUDA device
     that is current when it is built.
     """
@@ -276,6 +282,7 @@ class CupyShardIndex:
         self._longest = hi
         self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
         self._len_by_pos = lengths.astype(np.uint8)
+        self._doc_ids = cupy.asarray(self.doc_ids) if n else cupy.zeros(1, dtype=np.int64)  # decoded on the GPU
 
         # Slots: docs sorted by (length, position); the key is unique, so any sort is stable here.
         order = cupy.sort((lengths << 32) | cupy.arange(n, dtype=np.int64))
@@ -289,11 +296,15 @@ class CupyShardIndex:
         self._chunk_start = cupy.cumsum(sizes) - sizes  # in uint4 elements
         total = int(sizes.sum()) if n_chunks else 0
         self._groups = cupy.empty((max(1, total), 4), dtype=np.uint32)  # never a null pointer
-        max_groups = -(-hi // _IDS_PER_GROUP)
         if total:
-            self._kernels["build_layout"](
-                (_blocks_for(n_chunks * max_groups * _CHUNK_SLOTS),),
-                (_THREADS,),
+            stride = hi + (hi & 1)  # ids per lane in the build's shared memory (even keeps the cursors aligned)
+            shared = _BUILD_WARPS * 32 * (2 * stride + 64)
+            kernel = self._kernels["build_layout"]
+            if shared > _DEFAULT_SHARED_LIMIT:
+                kernel.max_dynamic_shared_size_bytes = shared
+            kernel(
+                (max(1, min(-(-n_chunks // _BUILD_WARPS), 65535 * 32)),),
+                (_BUILD_WARPS * 32,),
                 (
                     offsets,
                     tokens,
@@ -301,10 +312,11 @@ class CupyShardIndex:
                     self._chunk_start,
                     chunk_groups,
                     np.int64(n_chunks),
-                    np.int32(max_groups),
                     np.int64(n),
+                    np.int32(stride),
                     self._groups,
                 ),
+                shared_mem=shared,
             )
         if n == 0:  # keep every device pointer valid
             self._slot_len = cupy.zeros(1, dtype=np.uint8)
@@ -373,7 +385,8 @@ class CupyShardIndex:
         with cupy.cuda.Device(self._device_id):
             for lo in range(0, queries.n_sets, self.query_batch):
                 hi = min(lo + self.query_batch, queries.n_sets)
-                part = self._search_batch(queries.take(np.arange(lo, hi)), k)
+                batch = queries if hi - lo == queries.n_sets else queries.take(np.arange(lo, hi))
+                part = self._search_batch(batch, k)
                 out.doc_ids[lo:hi], out.overlap[lo:hi], out.doc_len[lo:hi] = part
         return out
 
@@ -385,18 +398,20 @@ class CupyShardIndex:
     def _levels(self, k: int, capacity: int) -> list[tuple[int, int]]:
         """Sampling levels ``(stride, n_sample)``, coarsest first; the last is ``(1, n_docs)``.
 
-        The coarsest level holds at least ``k`` docs (so its k-th best is a
-        bound) and, where the ratio allows, at most ``capacity`` (so emitting
-        all its docs fits).
+        Level ``stride`` keeps every ``stride``-th chunk of 32 slots (whole
+        chunks: see ``sample_slot`` in the kernel source). The coarsest level
+        holds at least ``k`` docs (so its k-th best is a bound) and, where the
+        ratio allows, at most ``capacity`` (so emitting all its docs fits).
         """
         n = self.n_docs
         if n <= capacity or capacity < k:
             return [(1, n)]
         ratio = self.sample_ratio or int(min(32, max(2, capacity // (2.5 * k))))
+        n_chunks = -(-n // _CHUNK_SLOTS)
         levels = [(1, n)]
         stride = ratio
-        while True:
-            n_sample = -(-n // stride)
+        while stride < n_chunks:
+            n_sample = self._sample_size(stride)
             if n_sample < k:
                 break
             levels.append((stride, n_sample))
@@ -404,6 +419,15 @@ class CupyShardIndex:
                 break
             stride *= ratio
         return levels[::-1]
+
+    def _sample_size(self, stride: int) -> int:
+        """Slots in chunks ``0, stride, 2 stride, ...`` (the last chunk of the shard may be short)."""
+        n = self.n_docs
+        n_chunks = -(-n // _CHUNK_SLOTS)
+        size = -(-n_chunks // stride) * _CHUNK_SLOTS
+        if (n_chunks - 1) % stride == 0:
+            size -= n_chunks * _CHUNK_SLOTS - n
+        return size
 
     def _tile(self, n_sample: int, n_groups: int) -> int:
         """Sample indices per block: enough tiles for ~4 blocks per SM, within tile_docs and the grid limit."""
@@ -456,16 +480,16 @@ class CupyShardIndex:
             self.rescans += len(overflowed)
             self._rescan(overflowed, counts, query_arrays, bound_key, k, top)
 
-        position = cupy.empty((n_q, k), dtype=np.int32)
+        doc_ids = cupy.empty((n_q, k), dtype=np.int64)
         overlap = cupy.empty((n_q, k), dtype=np.int16)
         doc_len = cupy.empty((n_q, k), dtype=np.int16)
         self._kernels["decode_topk"](
             (_blocks_for(n_q * k),),
             (_THREADS,),
-            (top, np.int64(n_q * k), np.int32(k), qlen, self._len_by_pos, np.int32(self._scale), position, overlap, doc_len),
+            (top, np.int64(n_q * k), np.int32(k), qlen, self._len_by_pos, np.int32(self._scale), self._doc_ids,
+             doc_ids, overlap, doc_len),
         )
-        position, overlap, doc_len = position.get(), overlap.get(), doc_len.get()
-        doc_ids = np.where(position >= 0, self.doc_ids[np.maximum(position, 0)], -1)
+        doc_ids, overlap, doc_len = doc_ids.get(), overlap.get(), doc_len.get()
         out = empty_topk(n_q, k)
         out.doc_ids[order], out.overlap[order], out.doc_len[order] = doc_ids, overlap, doc_len
         return out

@@ -1,8 +1,5 @@
-"""GPU indexes against NumpyShardIndex: identical TopK on every shape of input.
+"""CupyShardIndex against NumpyShardIndex: identical TopK on every shape of input.
 
-Every shared case runs on both GPU implementations: ``cupy`` (the backend,
-:class:`kernels.cuda.CupyShardIndex`, bit-sliced with fused thresholds) and
-``chunked`` (the previous backend, :class:`kernels.chunked.ChunkedShardIndex`).
 Every test is marked ``gpu``; tests/conftest.py skips them where CuPy sees no GPU.
 """
 
@@ -16,36 +13,12 @@ import pytest
 from kernels import NumpyShardIndex, SetBatch
 
 pytestmark = pytest.mark.gpu
-IMPLEMENTATIONS = ("cupy", "chunked")
-_IMPL = {"name": "cupy"}  # the implementation _index builds, set per test by the autouse fixture
 
 
-@pytest.fixture(autouse=True, params=IMPLEMENTATIONS)
-def implementation(request):
-    """Run each test once per GPU implementation."""
-    _IMPL["name"] = request.param
-    return request.param
+def _index(*args, **kwargs):
+    from kernels.cuda import CupyShardIndex  # imported here: CuPy may be absent where these skip
 
-
-def _only(name: str) -> None:
-    """Skip the running test unless it runs on implementation ``name``."""
-    if _IMPL["name"] != name:
-        pytest.skip(f"specific to the {name} implementation")
-
-
-def _index(*args, tile=None, **kwargs):
-    """Build the current implementation; ``tile`` is its docs-per-tile (cupy) or per-chunk (chunked) bound."""
-    if _IMPL["name"] == "cupy":
-        from kernels.cuda import CupyShardIndex as cls  # imported here: CuPy may be absent where these skip
-
-        if tile is not None:
-            kwargs["tile_docs"] = tile
-    else:
-        from kernels.chunked import ChunkedShardIndex as cls
-
-        if tile is not None:
-            kwargs["max_chunk"] = tile
-    return cls(*args, **kwargs)
+    return CupyShardIndex(*args, **kwargs)
 
 
 def _random_sets(rng, n_sets, vocab, max_len, min_len=0) -> SetBatch:
@@ -162,23 +135,21 @@ def test_candidate_buffer_overflow_is_exact(capacity):
     queries = _random_sets(rng, 30, 12, 6)
     rescans = 0
     for k in (1, 10, 40):
-        rescans += _check(docs, queries, k, 6, capacity=capacity, tile=700, redo_bytes=1).rescans
+        rescans += _check(docs, queries, k, 6, capacity=capacity, tile_docs=700, redo_bytes=1).rescans
     assert rescans > 0
     # Sub-batches of several queries (redo_bytes large enough for a few at once).
-    gpu = _check(docs, queries, 10, 6, capacity=capacity, tile=700, redo_bytes=3 * 8 * 710 * 6)
+    gpu = _check(docs, queries, 10, 6, capacity=capacity, tile_docs=700, redo_bytes=3 * 8 * 710 * 6)
     assert gpu.rescans > 0
 
 
 def test_overflow_with_default_capacity_when_good_docs_come_late():
-    """Docs that beat the first chunk's threshold all sit later: the second chunk overflows 2048 + k."""
+    """Good docs all come after unrelated ones (a scan in doc order overflowed here); the sampled bound is exact too."""
     rng = np.random.default_rng(5)
     unrelated = _random_sets(rng, 3000, 100, 8).to_lists()  # ids 0..99
     related = [sorted(set(rng.choice(np.arange(200, 230), size=6, replace=False).tolist())) for _ in range(5000)]
     docs = SetBatch.from_lists(unrelated + related)
     queries = SetBatch.from_lists([list(range(200, 206)), list(range(210, 230, 3)), [5, 201], []])
-    gpu = _check(docs, queries, 10, 8)
-    if _IMPL["name"] == "chunked":  # the bit-sliced index bounds the k-th best first: no overflow here
-        assert gpu.rescans > 0
+    _check(docs, queries, 10, 8)  # the sampled bound keeps the candidates within the buffer here
 
 
 @pytest.mark.parametrize("n_queries", [1, 2, 3, 5, 7, 13, 33])
@@ -294,12 +265,11 @@ def test_bad_inputs_raise_value_error():
         index.search([[1, 2]], 2)
 
 
-# ---- the bit-sliced backend: sampling levels, bounds, overflow and kernel variants
+# ---- sampling levels, bounds, overflow and kernel variants
 
 
 def test_sampling_levels_with_small_buffers_and_ratios():
     """Many levels (small capacity and ratio); intermediate buffers overflow on the tie-heavy vocabulary."""
-    _only("cupy")
     rng = np.random.default_rng(7)
     docs = _random_sets(rng, 30_000, 30, 10)
     queries = _random_sets(rng, 70, 30, 10)
@@ -312,7 +282,6 @@ def test_sampling_levels_with_small_buffers_and_ratios():
 
 def test_all_docs_tie_and_the_lowest_ids_win():
     """Every doc is the same set: every key ties, so the bound's position decides (no rescan needed)."""
-    _only("cupy")
     docs = SetBatch.from_lists([[3, 9, 27, 81]] * 40_000)
     queries = SetBatch.from_lists([[3, 9, 27, 81], [3, 5], [100], []])
     doc_ids = np.arange(40_000, dtype=np.int64) * 2 + 1
@@ -322,18 +291,16 @@ def test_all_docs_tie_and_the_lowest_ids_win():
 
 
 def test_overflow_when_the_sample_misses_the_good_docs():
-    """The sampled slots (every 32nd of one length) hold only bad docs: the last level overflows and is re-scanned."""
-    _only("cupy")
-    sets = [[1000 + i % 900, 2000] if i % 32 else [5000 + i % 50, 6000] for i in range(8000)]
+    """The sampled chunks (every 32nd chunk of 32 slots) hold only bad docs: the last level overflows and is re-scanned."""
+    sets = [[1000 + i % 900, 2000] if (i // 32) % 32 else [5000 + i % 50, 6000] for i in range(8000)]
     docs = SetBatch.from_lists(sets)  # one length, so slot order is position order
     queries = SetBatch.from_lists([[2000, 7000], list(range(1000, 1100)), [5000, 6000]])
     gpu = _check(docs, queries, 10, 128, sample_ratio=32)
-    assert gpu.rescans >= 1  # [2000, 7000]: 7750 docs beat the sample's bound, more than 4096 slots
+    assert gpu.rescans >= 1  # [2000, 7000]: 7744 docs beat the sample's bound, more than 4096 slots
 
 
 def test_rescans_longer_than_the_shared_memory_sort():
     """Capacity below k: one level emits every doc, and each re-scan (20,000 candidates) is sorted in global memory."""
-    _only("cupy")
     rng = np.random.default_rng(8)
     docs = _random_sets(rng, 20_000, 50, 6)
     queries = _random_sets(rng, 5, 50, 6)
@@ -344,7 +311,6 @@ def test_rescans_longer_than_the_shared_memory_sort():
 @pytest.mark.parametrize("top_id, per_block", [(50_000, 32), (65_535, 16)])
 def test_table_word_width_follows_the_largest_doc_id(top_id, per_block):
     """32 queries per block while a 32-bit table fits in shared memory, else 16 with 16-bit words."""
-    _only("cupy")
     rng = np.random.default_rng(top_id)
     sets = _random_sets(rng, 5000, 3000, 40).to_lists()
     sets = [sorted({t * (top_id // 3000) for t in s}) for s in sets] + [[top_id]]
@@ -356,16 +322,14 @@ def test_table_word_width_follows_the_largest_doc_id(top_id, per_block):
 
 def test_many_query_groups_and_lengths():
     """More queries than one block holds, of every length, in one batch and in ragged batches."""
-    _only("cupy")
     rng = np.random.default_rng(9)
     docs = _zipf_sets(rng, rng.integers(0, 65, size=60_000), 4000)
     queries = _zipf_sets(rng, rng.integers(0, 65, size=150), 4000)
     _check(docs, queries, 30, 64)
-    _check(docs, queries, 30, 64, query_batch=37, tile=1500)
+    _check(docs, queries, 30, 64, query_batch=37, tile_docs=1500)
 
 
 def test_max_len_above_255_is_refused():
-    _only("cupy")
     docs = SetBatch.from_lists([[1, 2]])
     with pytest.raises(ValueError, match="max_len"):
         _index(docs, np.arange(1), 300)
