@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import List, Union
+from typing import List, Optional, Union
 
 import dacite
 
@@ -50,6 +50,10 @@ class BenchConfig:
         Untimed repetitions of every phase before the timed ones.
     repetitions : int
         Timed repetitions of every phase (median and min are reported).
+    baseline_repetitions : int, optional
+        Timed repetitions of each baseline's build and search (default:
+        ``repetitions``); the baselines run one to two hundred times longer
+        than the backend, with run-to-run spreads far below a percent.
     verify_queries : int
         Queries (a seeded sample) whose results, from the backend and from
         every baseline, are checked against the NumPy reference; at least 1:
@@ -75,6 +79,7 @@ class BenchConfig:
     query_batch_size: int = 0
     warmup: int = 1
     repetitions: int = 5
+    baseline_repetitions: Optional[int] = None
     verify_queries: int = 32
     baselines: List[str] = field(default_factory=lambda: ["auto"])
     seed: int = 0
@@ -98,6 +103,8 @@ class BenchConfig:
             problems.append(f"query_batch_size must be >= 0 (0: all queries at once), found {self.query_batch_size}")
         if self.warmup < 0 or self.repetitions < 1:
             problems.append(f"warmup must be >= 0 and repetitions >= 1, found {self.warmup} and {self.repetitions}")
+        if self.baseline_repetitions is not None and self.baseline_repetitions < 1:
+            problems.append(f"baseline_repetitions must be >= 1, found {self.baseline_repetitions}")
         if self.verify_queries < 1:
             problems.append(f"verify_queries must be >= 1 (the exactness check is always on), found {self.verify_queries}")
         unknown = [b for b in self.baselines if b not in BASELINE_NAMES]

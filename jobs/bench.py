@@ -23,7 +23,8 @@ and write: the job from Parquet on disk to Parquet written, without Ray's start
 and without the driver's own validation pass over the corpus.
 
 Baselines (``kernels.baselines``) are built and searched in the same actors, on
-the same docs and queries, with the same warm-up and repetitions. Then the
+the same docs and queries, with the same warm-up and ``baseline_repetitions``
+timed repetitions (default: ``repetitions``). Then the
 results of the backend and of every baseline are compared with the NumPy
 reference on a seeded sample of queries; if any id, overlap or length differs,
 the job prints no timing, writes the mismatches to the JSON file and exits 1.
@@ -49,7 +50,7 @@ import numpy as np
 
 import configs
 from configs.benchmark import BenchConfig, bench_config_names, load_bench_config
-from kernels import SetBatch, TopK
+from kernels import TopK
 from shards import InputError, SetLimits, merge_topk, plan_shards, read_queries
 
 __all__ = ["ExactnessError", "build_parser", "main", "run"]
@@ -287,14 +288,15 @@ def run(args) -> dict:
                 log.warning("baseline %s %s", bname, skipped[0])
                 ray.get([a.baseline_free.remote() for a in actors])
                 continue
+            base_reps = cfg.baseline_repetitions or reps
             build_runs = _repeat(lambda: max(ray.get([a.baseline_build.remote(bname) for a in actors])),
-                                 max(0, warmup - 1), reps)  # the build above was the first warm-up
+                                 max(0, warmup - 1), base_reps)  # the build above was the first warm-up
 
             def baseline_once() -> float:
                 shard_s, _, last["baseline_parts"] = search("baseline_search")
                 return shard_s
 
-            base_runs = _repeat(baseline_once, warmup, reps)
+            base_runs = _repeat(baseline_once, warmup, base_reps)
             mismatches += _compare(bname, merge(last["baseline_parts"]), reference, sample)
             checked.append(bname)
             ray.get([a.baseline_free.remote() for a in actors])

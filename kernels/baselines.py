@@ -157,7 +157,6 @@ class SpmmBaseline:
         n_q = queries.n_sets
         width = min(k, self.n_docs)
         values = np.zeros((n_q, width), dtype=np.int64)
-        owner = _owners(queries)
         for lo in range(0, n_q if self.n_docs else 0, self.query_chunk):
             hi = min(lo + self.query_chunk, n_q)
             part = queries.take(np.arange(lo, hi))
@@ -172,7 +171,6 @@ class SpmmBaseline:
             del overlap
             values[lo:hi] = _torch_topk(keys, width)
             del keys
-        del owner
         return decode_values(values, queries.lengths, self._host_len, self.doc_ids, self.max_len, k)
 
 
