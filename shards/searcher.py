@@ -10,6 +10,7 @@ import contextlib
 import os
 import socket
 import time
+import warnings
 
 import numpy as np
 
@@ -154,7 +155,11 @@ def _restarted() -> bool:
     if not ray.is_initialized():  # plain use: asking for the runtime context would start Ray
         return False
     context = ray.get_runtime_context()
-    return context.get_actor_id() is not None and bool(context.was_current_actor_reconstructed)
+    if context.get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # Ray 2.60 implements the property with a deprecated accessor
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(context.was_current_actor_reconstructed)
 
 
 def _make_actor():

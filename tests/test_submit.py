@@ -244,7 +244,7 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
     info = client.get_job_info(submission_id)
     assert info.driver_exit_code == 0
     logs = client.get_job_logs(submission_id)
-    for phase in ("validate", "connect", "load", "search", "write"):
+    for phase in ("validate", "connect", "load", "search", "commit"):
         assert f"phase {phase}:" in logs, logs
     assert f"done: run {submission_id}: 12 queries x 400 docs, k=7" in logs
     assert "search: 100%" in logs  # the progress bar (Ray's tqdm) reached the job log
