@@ -79,7 +79,7 @@ _CHUNK_DRAWS = 1 << 18
 _S_PERMUTATION, _S_DOC_LENGTHS, _S_DOC_IDS, _S_QUERY_PLAN, _S_QUERY_IDS, _S_NEAR_IDS = range(6)
 
 # Rows parquet files are written in per batch (and per row group).
-_WRITE_BATCH_ROWS = 1 << 20
+_WRITE_BATCH_ROWS = 1 << 18  # also the Parquet row group: readers decode row groups in parallel
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ silently shift doc ids.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import re
@@ -81,6 +82,7 @@ _BLOCK_BYTES = 32 << 20  # text read block; a block always holds whole lines
 _MAX_LINE_BYTES = 256 << 20
 _SMALL_PIECE_LINES = 64  # a failing piece this small is checked line by line
 _PARQUET_BATCH_ROWS = 1 << 17
+_MAX_READ_THREADS = 16  # row groups decoded at once
 _TAKE_ROWS = 1 << 20  # rows gathered at a time when re-ordering docs (bounds the int64 index arrays)
 _REMAP = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
 _ALLOWED_TEXT = "comma-separated token ids (non-negative integers; spaces or tabs around an id are allowed)"
@@ -770,6 +772,37 @@ def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: 
     return ids, sets, good
 
 
+def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _Rejects):
+    """Yield ``(ids, (lengths, tokens, repeated), good, row_base, n_rows)`` per batch of one file, in
+    row order. Row groups are decoded and validated in parallel threads (Arrow and NumPy release the
+    GIL), and consumed in order, so the first bad row in file order is the one reported."""
+    parquet = _open_parquet(file)
+    _check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
+    n_groups = parquet.metadata.num_row_groups
+    group_rows = [parquet.metadata.row_group(g).num_rows for g in range(n_groups)]
+    group_base = np.concatenate([[0], np.cumsum(group_rows)]).astype(np.int64)
+
+    def one_group(g: int):
+        local = _Rejects("quarantine" if rejects.quarantine else "error")
+        out, row_base = [], int(group_base[g])
+        batches = pq.ParquetFile(file).iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[g], columns=[id_column, "tokens"])
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(file, "a readable Parquet file", f"unreadable data after row {row_base} ({e})", "re-write the file (it may be truncated or corrupt)") from e
+            if batch is None:
+                return out, local.records
+            out.append((*_validate_batch(file, batch, id_column, row_base, limits, local), row_base, batch.num_rows))
+            row_base += batch.num_rows
+
+    workers = max(1, min(n_groups, os.cpu_count() or 1, _MAX_READ_THREADS))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        for out, records in pool.map(one_group, range(n_groups)):
+            rejects.records.extend(records)
+            yield from out
+
+
 def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None):
     """Read every Parquet file at ``path``.
 
@@ -788,18 +821,7 @@ def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_rang
     n_with_repeats = 0
     n_rows = 0
     for file in files:
-        parquet = _open_parquet(file)
-        _check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
-        batches = parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=[id_column, "tokens"])
-        row_base = 0
-        while True:
-            try:
-                batch = next(batches, None)
-            except (pa.ArrowException, OSError) as e:
-                raise InputError(file, "a readable Parquet file", f"unreadable data after row {row_base} ({e})", "re-write the file (it may be truncated or corrupt)") from e
-            if batch is None:
-                break
-            batch_ids, (lengths, tokens, repeated), good = _validate_batch(file, batch, id_column, row_base, limits, rejects)
+        for batch_ids, (lengths, tokens, repeated), good, row_base, n_batch_rows in _validated_batches(file, id_column, limits, rejects):
             ids.append(batch_ids)
             n_with_repeats += int(repeated.sum())
             keep = _length_keep(lengths, length_range)
@@ -807,9 +829,8 @@ def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_rang
             kept.append(n_rows + good[keep])
             kept_lengths.append(lengths)
             kept_tokens.append(tokens)
-            where.append((file, row_base, batch.num_rows))
-            row_base += batch.num_rows
-            n_rows += batch.num_rows
+            where.append((file, row_base, n_batch_rows))
+            n_rows += n_batch_rows
     kept_rows = np.concatenate(kept).astype(np.int64) if kept else np.zeros(0, dtype=np.int64)
     return files, ids, where, kept_rows, _set_batch(kept_lengths, kept_tokens), n_with_repeats
 
