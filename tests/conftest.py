@@ -8,7 +8,8 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+# ../shared beside the checkout; SETTOPK_SHARED points elsewhere (the GPU machine gets a copy carried along).
+SHARED = pathlib.Path(os.environ.get("SETTOPK_SHARED", ROOT.parent / "shared"))
 
 
 def _cupy_has_device() -> bool:
