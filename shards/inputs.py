@@ -796,7 +796,8 @@ def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _R
             out.append((*_validate_batch(file, batch, id_column, row_base, limits, local), row_base, batch.num_rows))
             row_base += batch.num_rows
 
-    workers = max(1, min(n_groups, os.cpu_count() or 1, _MAX_READ_THREADS))
+    # pa.cpu_count() follows OMP_NUM_THREADS, which Ray sets from the actor's num_cpus.
+    workers = max(1, min(n_groups, pa.cpu_count(), _MAX_READ_THREADS))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         for out, records in pool.map(one_group, range(n_groups)):
             rejects.records.extend(records)
