@@ -53,6 +53,8 @@ from configs.benchmark import BenchConfig, bench_config_names, load_bench_config
 from kernels import TopK
 from shards import InputError, SetLimits, merge_topk, plan_shards, read_queries
 
+from .score import resolve_backend
+
 __all__ = ["ExactnessError", "build_parser", "main", "run"]
 
 log = logging.getLogger("settopk.bench")
@@ -123,30 +125,6 @@ def _doc_lengths(docs_path: Path) -> np.ndarray:
     return np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _resolve_backend(cfg: BenchConfig, resources: dict) -> tuple[str, int]:
-    """Backend and shard count for the cluster's resources (like ``jobs.score``)."""
-    n_gpus, n_cpus = float(resources.get("GPU", 0)), float(resources.get("CPU", 0))
-    backend = cfg.backend
-    if backend == "auto":
-        backend = "cupy" if n_gpus > 0 else "numpy"
-    if backend == "cupy" and n_gpus == 0:
-        raise InputError(f"config asks for backend 'cupy' but the Ray cluster has no GPU (resources: {resources})")
-    if cfg.n_shards == "auto":
-        if backend == "cupy":
-            n_shards = max(1, int(n_gpus / cfg.gpus_per_shard))
-        else:
-            n_shards = max(1, int(n_cpus / cfg.cpus_per_shard) if cfg.cpus_per_shard else int(n_cpus))
-    else:
-        n_shards = int(cfg.n_shards)
-    need_gpus = n_shards * cfg.gpus_per_shard if backend == "cupy" else 0
-    if need_gpus > n_gpus + 1e-9 or n_shards * cfg.cpus_per_shard > n_cpus + 1e-9:
-        raise InputError(
-            f"{n_shards} shards need {need_gpus:g} GPU(s) and {n_shards * cfg.cpus_per_shard:g} CPU(s), "
-            f"the Ray cluster has {n_gpus:g} and {n_cpus:g}"
-        )
-    return backend, n_shards
-
-
 def _resolve_baselines(names: list[str], backend: str) -> list[str]:
     out = []
     for name in names:
@@ -206,7 +184,7 @@ def run(args) -> dict:
 
     if not ray.is_initialized():
         ray.init()
-    backend, n_shards = _resolve_backend(cfg, ray.cluster_resources())
+    backend, n_shards = resolve_backend(cfg, ray.cluster_resources())
     plan = plan_shards(lengths, n_shards, cfg.max_len)
     baselines = _resolve_baselines(cfg.baselines, backend)
     n_docs, n_tokens = int(len(lengths)), int(lengths.sum())

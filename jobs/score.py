@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -55,7 +56,7 @@ from .output import (
     write_tsv,
 )
 
-__all__ = ["main", "build_parser", "run", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
+__all__ = ["main", "build_parser", "run", "resolve_backend", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
 
 log = logging.getLogger("settopk")
 EXIT_OK = 0
@@ -132,23 +133,34 @@ def _resolve_inputs(args, cfg: configs.JobConfig) -> _Inputs:
     from .synthetic import SyntheticSpec, ensure_synthetic
 
     s = cfg.synthetic
-    spec = SyntheticSpec(
-        n_docs=s.n_docs,
-        n_queries=s.n_queries,
-        seed=s.seed,
-        vocab_size=s.vocab_size,
-        id_dist=s.id_dist,
-        zipf_s=s.zipf_s,
-        near_duplicate_fraction=s.near_duplicate_fraction,
-        max_len=cfg.max_len,
-    )
+    shared = {f.name for f in dataclasses.fields(SyntheticSpec)} - {"max_len"}  # cache_dir is the config's only extra
+    spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
     log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
     docs, queries = ensure_synthetic(spec, os.path.expanduser(s.cache_dir))
     return _Inputs(str(docs), str(queries), synthetic=True)
 
 
-def _resolve_backend(cfg: configs.JobConfig, resources: dict) -> tuple[str, int]:
-    """Backend and shard count, checked against the cluster before any actor starts."""
+def resolve_backend(cfg, resources: dict) -> tuple[str, int]:
+    """Backend and shard count for a cluster, checked before any actor starts.
+
+    Parameters
+    ----------
+    cfg : configs.JobConfig or configs.benchmark.BenchConfig
+        Uses ``backend``, ``n_shards``, ``gpus_per_shard`` and ``cpus_per_shard``.
+    resources : dict
+        ``ray.cluster_resources()``.
+
+    Returns
+    -------
+    (str, int)
+        ``"numpy"`` or ``"cupy"``, and the number of shards.
+
+    Raises
+    ------
+    InputError
+        If ``cupy`` is asked for on a cluster without GPUs, or the shards need more
+        GPUs or CPUs than the cluster has (they would wait forever).
+    """
     n_gpus = float(resources.get("GPU", 0))
     n_cpus = float(resources.get("CPU", 0))
     backend = cfg.backend
@@ -383,7 +395,7 @@ def run(args) -> int:
     with _phase("connect", timings):
         if not ray.is_initialized():
             ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
-        backend, n_shards = _resolve_backend(cfg, ray.cluster_resources())
+        backend, n_shards = resolve_backend(cfg, ray.cluster_resources())
         plan = plan_shards(doc_lengths, n_shards, cfg.max_len)
     lines = _plan_lines(plan, backend, cfg, n_docs, queries.queries.n_sets)
     if args.dry_run:
