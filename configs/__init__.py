@@ -68,6 +68,16 @@ class SyntheticConfig:
     cache_dir: str = "~/.cache/settopk"
 
 
+def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:
+    """What is wrong with a ``synthetic`` section, given the run's ``vocab_size`` (empty if nothing)."""
+    problems = []
+    if synthetic.id_dist not in ("zipf", "uniform"):
+        problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {synthetic.id_dist!r}")
+    if synthetic.vocab_size > vocab_size:
+        problems.append("synthetic.vocab_size must not exceed vocab_size")
+    return problems
+
+
 @dataclass(frozen=True)
 class OutputConfig:
     """Layout of the result dataset.
@@ -191,10 +201,7 @@ class JobConfig:
             problems.append(f"query_batch_size must be >= 1, found {self.query_batch_size}")
         if not 0 < self.gpus_per_shard <= 1 or self.cpus_per_shard < 0:
             problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
-        if self.synthetic.id_dist not in ("zipf", "uniform"):
-            problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {self.synthetic.id_dist!r}")
-        if self.synthetic.vocab_size > self.vocab_size:
-            problems.append("synthetic.vocab_size must not exceed vocab_size")
+        problems += synthetic_problems(self.synthetic, self.vocab_size)
         if self.output.partition not in PARTITIONS:
             problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")
         if self.output.row_group_rows < 1:

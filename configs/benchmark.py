@@ -13,7 +13,7 @@ from typing import List, Optional, Union
 
 import dacite
 
-from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping
+from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping, synthetic_problems
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "bench_config_names", "load_bench_config"]
 
@@ -110,10 +110,7 @@ class BenchConfig:
         unknown = [b for b in self.baselines if b not in BASELINE_NAMES]
         if unknown:
             problems.append(f"baselines must be among {BASELINE_NAMES}, found {unknown}")
-        if self.synthetic.id_dist not in ("zipf", "uniform"):
-            problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {self.synthetic.id_dist!r}")
-        if self.synthetic.vocab_size > self.vocab_size:
-            problems.append("synthetic.vocab_size must not exceed vocab_size")
+        problems += synthetic_problems(self.synthetic, self.vocab_size)
         if problems:
             raise ConfigError("; ".join(problems))
 
