@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from kernels import NumpyShardIndex, SetBatch, TopK
-from shards import SetLimits, ShardSpec, read_corpus
+from shards import SetLimits, ShardSpec
+from shards.searcher import build_index, read_shard
 
 __all__ = ["BenchShard", "BenchShardActor"]
 
@@ -89,7 +90,7 @@ class BenchShard:
         return info
 
     def read(self) -> float:
-        """Read the shard's docs from the corpus (``shards.read_corpus``); seconds.
+        """Read the shard's docs from the corpus (``shards.searcher.read_shard``); seconds.
 
         Raises
         ------
@@ -97,13 +98,8 @@ class BenchShard:
             If the docs read do not match the plan's counts.
         """
         start = time.perf_counter()
-        corpus = read_corpus(self.corpus_path, self.limits, (self.spec.min_len, self.spec.max_len))
+        corpus = read_shard(self.spec, self.corpus_path, self.limits)
         elapsed = time.perf_counter() - start
-        if corpus.docs.n_sets != self.spec.n_docs or len(corpus.docs.tokens) != self.spec.n_tokens:
-            raise RuntimeError(
-                f"shard {self.spec.shard_id} read {corpus.docs.n_sets} docs / {len(corpus.docs.tokens)} ids, "
-                f"the plan expects {self.spec.n_docs} / {self.spec.n_tokens}: the corpus changed or holds repeated ids"
-            )
         self.corpus = corpus
         return elapsed
 
@@ -115,14 +111,8 @@ class BenchShard:
         """Build the backend's index from the docs in host memory; seconds (GPU work included)."""
         self.index = None
         _free_gpu(self.backend)
-        docs, ids, max_len = self.corpus.docs, self.corpus.doc_ids, self.limits.max_len
         start = time.perf_counter()
-        if self.backend == "cupy":
-            from kernels.cuda import CupyShardIndex
-
-            self.index = CupyShardIndex(docs, ids, max_len, self.limits.vocab_size)
-        else:
-            self.index = NumpyShardIndex(docs, ids, max_len)
+        self.index = build_index(self.backend, self.corpus, self.limits)
         _sync(self.backend)
         return time.perf_counter() - start
 

@@ -65,7 +65,6 @@ EXIT_FAILED = 1
 """Any failure other than bad input (cluster, actor, disk); nothing was written."""
 EXIT_BAD_INPUT = 2
 """Bad input, config, arguments or output path; nothing was written, a rerun fails the same way."""
-_IN_FLIGHT_BATCHES = 2  # per actor: one searching, one queued, so the GPU never waits on the driver
 _BAR_DELAY_S = 2.0  # local bars appear only for phases longer than this, so short runs stay quiet
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 

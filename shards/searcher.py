@@ -19,7 +19,70 @@ from kernels import NumpyShardIndex, SetBatch, TopK
 from .inputs import SetLimits, fingerprint, read_corpus
 from .plan import ShardSpec
 
-__all__ = ["ShardSearcher", "ShardActor"]
+__all__ = ["ShardSearcher", "ShardActor", "read_shard", "build_index"]
+
+
+def read_shard(spec: ShardSpec, corpus_path: str, limits: SetLimits, on_invalid: str = "error", corpus_sha256: str | None = None):
+    """Read one shard's docs from the corpus and check them against the plan.
+
+    Parameters
+    ----------
+    spec : ShardSpec
+        The length range to keep, and the doc and id counts the plan expects.
+    corpus_path : str
+        The corpus (text or Parquet).
+    limits : SetLimits
+        ``vocab_size`` and ``max_len`` of the run.
+    on_invalid : str
+        ``"error"`` or ``"quarantine"``, as the driver read it.
+    corpus_sha256 : str, optional
+        The driver's :func:`shards.fingerprint` of the corpus.
+
+    Returns
+    -------
+    Corpus
+        The shard's docs in doc id order (host memory).
+
+    Raises
+    ------
+    RuntimeError
+        If the corpus changed since the driver validated it (another fingerprint,
+        or other counts than the plan's).
+    """
+    corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len), on_invalid=on_invalid)
+    if corpus_sha256 is not None and fingerprint(corpus.files, corpus_path)["sha256"] != corpus_sha256:
+        raise RuntimeError(
+            f"shard {spec.shard_id}: {corpus_path} changed (file sizes or modification times) after the "
+            "driver validated it; rerun the job once the corpus is no longer being written"
+        )
+    if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
+        raise RuntimeError(
+            f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) read "
+            f"{corpus.docs.n_sets} docs / {len(corpus.docs.tokens)} ids from {corpus_path}, "
+            f"but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus changed "
+            "while the job ran; rerun the job"
+        )
+    return corpus
+
+
+def build_index(backend: str, corpus, limits: SetLimits):
+    """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
+    :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
+
+    Raises
+    ------
+    ValueError
+        If ``backend`` is not ``"numpy"`` or ``"cupy"``.
+    ImportError
+        If ``backend == "cupy"`` and CuPy is not installed.
+    """
+    if backend == "cupy":
+        from kernels.cuda import CupyShardIndex
+
+        return CupyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len, limits.vocab_size)
+    if backend == "numpy":
+        return NumpyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len)
+    raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
 
 
 class ShardSearcher:
@@ -77,29 +140,10 @@ class ShardSearcher:
         self.spec = spec
         self.backend = backend
         self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
-        corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len), on_invalid=on_invalid)
-        if corpus_sha256 is not None and fingerprint(corpus.files, corpus_path)["sha256"] != corpus_sha256:
-            raise RuntimeError(
-                f"shard {spec.shard_id}: {corpus_path} changed (file sizes or modification times) after the "
-                "driver validated it; rerun the job once the corpus is no longer being written"
-            )
-        if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
-            raise RuntimeError(
-                f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) read "
-                f"{corpus.docs.n_sets} docs / {len(corpus.docs.tokens)} ids from {corpus_path}, "
-                f"but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus changed "
-                "while the job ran; rerun the job"
-            )
+        corpus = read_shard(spec, corpus_path, limits, on_invalid=on_invalid, corpus_sha256=corpus_sha256)
         self.read_s = time.perf_counter() - start
-        if backend == "cupy":
-            from kernels.cuda import CupyShardIndex
-
-            with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
-                self.index = CupyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len, limits.vocab_size)
-        elif backend == "numpy":
-            self.index = NumpyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len)
-        else:
-            raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
+        with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
+            self.index = build_index(backend, corpus, limits)
         self.load_s = time.perf_counter() - start
         self.search_s = 0.0
 
