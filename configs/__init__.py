@@ -164,9 +164,14 @@ class JobConfig:
         ``"quarantine"`` (set bad lines and rows aside into ``_rejected/`` next to the
         results, with the reason, and count them in the manifest).
     query_chunk_size : int
-        Queries per committed part file. Each chunk is written as soon as it is done,
-        so the driver holds one chunk of results, and a run that is killed resumes
+        Queries per committed part file. Each chunk is merged and written by a Ray task as
+        soon as it is searched (the driver holds no results), and a run that is killed resumes
         from the chunks already committed.
+    threshold_exchange : bool
+        Search each batch in two rounds: first every shard its home queries (length in its
+        range), then the others with the home shard's k-th score as a floor, so shards skip
+        docs and queries that cannot enter the top-k. Exact either way; off sends every query
+        to every shard at once.
     faults : FaultConfig
         Timeouts and retries.
     """
@@ -183,6 +188,7 @@ class JobConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     on_invalid: str = "error"
     query_chunk_size: int = 100_000
+    threshold_exchange: bool = True
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:

@@ -8,7 +8,8 @@ Named configs live in ``configs/bench/`` (``sti2-zipf``, ``sti2-uniform``,
 length-bucket shard, and runs each phase ``warmup`` times untimed, then
 ``repetitions`` times timed:
 
-* ``read``: each actor reads its shard from the corpus (``shards.read_corpus``);
+* ``read``: reader tasks decode the corpus pieces (``jobs.reading``), then every
+  actor takes its length range from the object store (``shards.searcher.load_shard``);
 * ``build``: each actor builds its index from the docs in host memory (for the
   cupy backend: host memory to the GPU layout, GPU work included);
 * ``search``: every query against every shard, timed inside the actors (data
@@ -49,10 +50,11 @@ from pathlib import Path
 import numpy as np
 
 import configs
-from configs.benchmark import BenchConfig, bench_config_names, load_bench_config
+from configs.benchmark import bench_config_names, load_bench_config
 from kernels import TopK
-from shards import InputError, SetLimits, merge_topk, plan_shards, read_queries
+from shards import InputError, SetLimits, merge_topk, plan_shards_from_counts, read_queries
 
+from .reading import pieces_for_cluster, read_corpus_pieces
 from .score import resolve_backend
 
 __all__ = ["ExactnessError", "build_parser", "main", "run"]
@@ -111,18 +113,37 @@ def _repeat(fn, warmup: int, repetitions: int) -> list[float]:
     return [float(fn()) for _ in range(repetitions)]
 
 
-def _doc_lengths(docs_path: Path) -> np.ndarray:
-    """Ids per doc of a Parquet corpus, from its list offsets (int64 array of shape (n_docs,)).
+def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg):
+    """Read the corpus with the reader tasks, plan ``n_shards`` shards and start one bench actor each.
 
-    The bench runs on the synthetic corpora, whose sets are written sorted and
-    distinct, so list lengths are set sizes; each actor checks its counts
-    against the plan when it reads (and fails loudly if they differ).
+    Returns
+    -------
+    (list of ShardSpec, list of ActorHandle, callable)
+        The plan, the actors (their docs not taken yet), and ``read_once()``: reads the corpus
+        again and has every actor take its shard; returns the seconds from the first reader task
+        to the slowest actor holding its docs.
     """
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    import ray
 
-    column = pq.read_table(docs_path, columns=["tokens"]).column("tokens")
-    return np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+    from jobs.bench_shard import BenchShardActor
+
+    pieces, _, _ = pieces_for_cluster(str(docs_path), float(ray.cluster_resources().get("CPU", 1)))
+    first = read_corpus_pieces(pieces, limits, "error")
+    plan = plan_shards_from_counts(first.length_counts, n_shards)
+    del first
+    options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
+    actors = [BenchShardActor.options(**options).remote(sp, limits, backend) for sp in plan]
+    # Readers run while the actors hold their CPUs: reserve one each only where CPUs are left.
+    free_cpus = ray.cluster_resources().get("CPU", 0) - len(plan) * cfg.cpus_per_shard
+    reader_cpus = 1.0 if free_cpus >= 1 else 0.0
+
+    def read_once() -> float:
+        start = time.perf_counter()
+        corpus = read_corpus_pieces(pieces, limits, "error", reader_cpus=reader_cpus)
+        ray.get([a.read.remote(corpus.corpus_refs, corpus.drops, corpus.ordered) for a in actors])
+        return time.perf_counter() - start
+
+    return plan, actors, read_once
 
 
 def _resolve_baselines(names: list[str], backend: str) -> list[str]:
@@ -163,7 +184,6 @@ def run(args) -> dict:
     """
     import ray
 
-    from jobs.bench_shard import BenchShardActor
     from jobs.output import results_table, write_results
     from jobs.synthetic import SyntheticSpec, ensure_synthetic
 
@@ -180,14 +200,13 @@ def run(args) -> dict:
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     queries = read_queries(str(queries_path), limits)
     qset = queries.queries
-    lengths = _doc_lengths(docs_path)
 
     if not ray.is_initialized():
         ray.init()
     backend, n_shards = resolve_backend(cfg, ray.cluster_resources())
-    plan = plan_shards(lengths, n_shards, cfg.max_len)
+    plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg)
     baselines = _resolve_baselines(cfg.baselines, backend)
-    n_docs, n_tokens = int(len(lengths)), int(lengths.sum())
+    n_docs, n_tokens = sum(sp.n_docs for sp in plan), sum(sp.n_tokens for sp in plan)
     log.info("bench %s: %d docs, %d ids, %d queries, k=%d, backend %s, %d shard(s), baselines %s",
              name, n_docs, n_tokens, qset.n_sets, cfg.k, backend, len(plan), baselines)
     batch = cfg.query_batch_size or max(1, qset.n_sets)
@@ -195,13 +214,11 @@ def run(args) -> dict:
     batch_refs = [ray.put(qset.take(np.arange(lo, min(lo + batch, qset.n_sets)))) for lo in starts]
     warmup, reps = cfg.warmup, cfg.repetitions
 
-    options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
-    actors = [BenchShardActor.options(**options).remote(sp, str(docs_path), limits, backend) for sp in plan]
     work_dir = Path(tempfile.mkdtemp(prefix="settopk-bench-"))
     try:
         environment = ray.get(actors[0].environment.remote())
         runs: dict[str, list[float]] = {}
-        runs["read"] = _repeat(lambda: max(ray.get([a.read.remote() for a in actors])), warmup, reps)
+        runs["read"] = _repeat(read_once, warmup, reps)
         runs["build"] = _repeat(lambda: max(ray.get([a.build.remote() for a in actors])), warmup, reps)
 
         last: dict = {}

@@ -18,7 +18,7 @@ import numpy as np
 
 from kernels import NumpyShardIndex, SetBatch, TopK
 from shards import SetLimits, ShardSpec
-from shards.searcher import build_index, read_shard
+from shards.searcher import build_index, load_shard
 
 __all__ = ["BenchShard", "BenchShardActor"]
 
@@ -50,20 +50,17 @@ class BenchShard:
     Parameters
     ----------
     spec : ShardSpec
-        The length range to read; the docs read must match its counts.
-    corpus_path : str
-        The corpus (Parquet or text).
+        The length range to hold; the docs taken must match its counts.
     limits : SetLimits
         ``vocab_size`` and ``max_len`` of the run.
     backend : str
         ``"numpy"`` or ``"cupy"``.
     """
 
-    def __init__(self, spec: ShardSpec, corpus_path: str, limits: SetLimits, backend: str):
+    def __init__(self, spec: ShardSpec, limits: SetLimits, backend: str):
         if backend not in ("numpy", "cupy"):
             raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
         self.spec = spec
-        self.corpus_path = corpus_path
         self.limits = limits
         self.backend = backend
         self.corpus = None
@@ -89,30 +86,27 @@ class BenchShard:
             info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
         return info
 
-    def read(self) -> float:
-        """Read the shard's docs from the corpus (``shards.searcher.read_shard``); seconds.
+    def read(self, pieces: list, drops: dict | None = None, ordered: bool = True) -> float:
+        """Take the shard's docs out of the corpus pieces (``shards.searcher.load_shard``); seconds.
+
+        ``pieces`` holds the readers' ``ObjectRef`` s (nested in a list, so the fetch is timed here).
 
         Raises
         ------
         RuntimeError
-            If the docs read do not match the plan's counts.
+            If the docs taken do not match the plan's counts.
         """
         start = time.perf_counter()
-        corpus = read_shard(self.spec, self.corpus_path, self.limits)
-        elapsed = time.perf_counter() - start
-        self.corpus = corpus
-        return elapsed
-
-    def n_tokens(self) -> int:
-        """Ids held by the shard's docs."""
-        return len(self.corpus.docs.tokens)
+        self.corpus = None
+        self.corpus = load_shard(self.spec, pieces, drops, ordered)
+        return time.perf_counter() - start
 
     def build(self) -> float:
         """Build the backend's index from the docs in host memory; seconds (GPU work included)."""
         self.index = None
         _free_gpu(self.backend)
         start = time.perf_counter()
-        self.index = build_index(self.backend, self.corpus, self.limits)
+        self.index = build_index(self.backend, *self.corpus, self.limits)
         _sync(self.backend)
         return time.perf_counter() - start
 
@@ -124,7 +118,8 @@ class BenchShard:
 
     def reference(self, queries: SetBatch, k: int) -> TopK:
         """The NumPy reference (:class:`kernels.NumpyShardIndex`) for ``queries`` on this shard."""
-        return NumpyShardIndex(self.corpus.docs, self.corpus.doc_ids, self.limits.max_len).search(queries, k)
+        doc_ids, docs = self.corpus
+        return NumpyShardIndex(docs, doc_ids, self.limits.max_len).search(queries, k)
 
     def baseline_build(self, name: str) -> float | str:
         """Build baseline ``name`` (see :data:`kernels.baselines.BASELINES`); seconds, or why it cannot run.
@@ -142,7 +137,8 @@ class BenchShard:
                 import cupy  # noqa: F401
                 import torch  # noqa: F401  (the GPU baselines select with torch.topk)
             start = time.perf_counter()
-            self.baseline = cls(self.corpus.docs, self.corpus.doc_ids, self.limits.max_len, self.limits.vocab_size)
+            doc_ids, docs = self.corpus
+            self.baseline = cls(docs, doc_ids, self.limits.max_len, self.limits.vocab_size)
         except ImportError as exc:
             self.baseline = None
             return f"not run: {exc}"

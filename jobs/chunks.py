@@ -17,14 +17,18 @@ import json
 import os
 import pathlib
 import shutil
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from .output import part_name
+from kernels import TopK
+from shards import merge_topk, scatter_rounds
 
-__all__ = ["Chunk", "plan_chunks", "resume_key", "open_work_dir", "check_parts"]
+from .output import part_name, results_table, write_part
+
+__all__ = ["Chunk", "BatchLayout", "plan_chunks", "resume_key", "open_work_dir", "check_parts", "finish_chunk"]
 
 _KEY_FILE = "_resume.json"
 
@@ -36,6 +40,75 @@ class Chunk:
     index: int
     lo: int
     hi: int
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """Which shard results make up one batch of a chunk.
+
+    Attributes
+    ----------
+    lo, hi : int
+        The batch's queries, as rows ``[lo, hi)`` of its chunk.
+    parts : tuple of (int, numpy.ndarray)
+        Per result, in the order the results are passed: the shard and the batch
+        rows (``0 .. hi - lo - 1``) it covers.
+    """
+
+    lo: int
+    hi: int
+    parts: tuple
+
+
+def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int, max_len: int, n_shards: int,
+                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, *results: TopK) -> dict:
+    """Merge one chunk's shard results exactly and commit it as part ``index`` of the work directory.
+
+    Runs as a Ray task, so the driver never holds results: the results arrive as
+    this task's arguments straight from the shard actors.
+
+    Parameters
+    ----------
+    work : str
+        The run's work directory (on a filesystem every node sees).
+    index : int
+        The chunk's part number.
+    query_ids : sequence of str, length n_queries
+        The chunk's query ids.
+    query_len : numpy.ndarray of int, shape (n_queries,)
+    k, max_len : int
+    n_shards : int
+    layouts : list of BatchLayout
+        One per batch, in query order; together they consume ``results`` in order.
+    metadata : dict
+        Parquet footer metadata of the part.
+    row_group_rows : int
+    *results : TopK
+        The shard results, batch after batch, in the order the layouts list them.
+
+    Returns
+    -------
+    dict
+        ``rows`` written, and ``merge_s`` and ``write_s`` spent (seconds).
+    """
+    start = time.perf_counter()
+    merged, position = [], 0
+    for layout in layouts:
+        n = layout.hi - layout.lo
+        per_shard: list[list] = [[] for _ in range(n_shards)]
+        for shard, rows in layout.parts:
+            per_shard[shard].append((rows, results[position]))
+            position += 1
+        parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
+        merged.append(merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len))
+    if position != len(results):
+        raise ValueError(f"the layouts name {position} results, {len(results)} were passed")
+    topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
+    merge_s = time.perf_counter() - start
+    start = time.perf_counter()
+    table = results_table(query_ids, query_len, topk)
+    write_part(work, index, table, metadata=metadata, row_group_rows=row_group_rows)
+    return {"rows": table.num_rows, "merge_s": merge_s, "write_s": time.perf_counter() - start}
 
 
 def plan_chunks(n_queries: int, chunk_size: int) -> list[Chunk]:

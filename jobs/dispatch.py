@@ -38,62 +38,79 @@ def _where(info: dict) -> str:
 
 
 def gather(
-    actors, infos: list[dict], call, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None
+    actors, infos: list[dict], calls, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None,
+    fetch: bool = True,
 ) -> list:
-    """Run ``call(actor)`` on every actor and return the results in actor order.
+    """Run calls on the shard actors and return their results in call order.
 
     Parameters
     ----------
     actors : list of ray.actor.ActorHandle
     infos : list of dict
         ``info()`` of each actor (``shard_id``, ``node``, ``gpu_ids``), for messages.
-    call : callable
-        ``call(actor) -> ObjectRef``; called again for the shards that need a retry.
+    calls : callable or list of (int, callable)
+        ``(i, call)`` pairs: ``call(actors[i]) -> ObjectRef``, called again for the calls
+        that need a retry. A single callable means one call per actor.
     what : str
-        What the call does, for messages (``"search of queries 0..255"``).
+        What the calls do, for messages (``"search of queries 0..255"``).
     timeout_s : float
-        Longest wait for one try, in seconds.
+        Longest wait for one call, in seconds; a try waits this long times the most calls
+        queued on one actor.
     attempts : int
-        Tries per shard, ``>= 1``.
+        Tries per call, ``>= 1``.
     backoff_s : float
         Wait before the second try; doubles on each further one.
     on_done : callable, optional
-        Called with no argument each time a shard's call succeeds (progress bars).
+        Called with no argument each time a call succeeds (progress bars).
+    fetch : bool
+        Return the results (True) or their ``ObjectRef`` s (False: each result is still
+        fetched once to check it succeeded, then left in the object store).
 
     Raises
     ------
     ShardFailure
-        When a shard has failed or timed out ``attempts`` times; names each such
-        shard's node and GPU and the last error.
+        When a call has failed or timed out ``attempts`` times; names each such shard's
+        node and GPU and the last error.
     """
-    results: list = [None] * len(actors)
-    todo = list(range(len(actors)))
+    if callable(calls):
+        calls = [(i, calls) for i in range(len(actors))]
+    results: list = [None] * len(calls)
+    todo = list(range(len(calls)))
     errors: dict[int, str] = {}
 
     def one_try() -> None:
         nonlocal todo
-        pending = {call(actors[i]): i for i in todo}
+        pending = {}
+        for c in todo:
+            i, call = calls[c]
+            pending[call(actors[i])] = c
+        per_actor = max(sum(1 for c in todo if calls[c][0] == i) for i in {calls[c][0] for c in todo})
         failed = []
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_s * per_actor
         while pending and (left := deadline - time.monotonic()) > 0:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
             for ref in done:
-                i = pending.pop(ref)
+                c = pending.pop(ref)
                 try:
-                    results[i] = ray.get(ref)
+                    value = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
-                    errors[i] = _last_line(exc)
-                    failed.append(i)
+                    errors[c] = _last_line(exc)
+                    failed.append(c)
                 else:
+                    results[c] = value if fetch else ref
                     if on_done is not None:
                         on_done()
-        for i in pending.values():
-            errors[i] = f"no answer within {timeout_s:g} s"
+        hung = sorted({calls[c][0] for c in pending.values()})
+        for c in pending.values():
+            errors[c] = f"no answer within {timeout_s * per_actor:g} s"
+            failed.append(c)
+        for i in hung:
             ray.kill(actors[i], no_restart=False)  # a hung actor: Ray restarts it and it reloads its shard
-            failed.append(i)
         todo = sorted(failed)
         if failed:
-            log.warning("%s failed on %s; retrying", what, ", ".join(f"{_where(infos[i])}: {errors[i]}" for i in failed))
+            where = sorted({calls[c][0] for c in failed})
+            log.warning("%s failed on %s; retrying", what, ", ".join(
+                f"{_where(infos[i])}: {next(errors[c] for c in failed if calls[c][0] == i)}" for i in where))
             raise ShardFailure(failed)
 
     try:
@@ -106,7 +123,8 @@ def gather(
             with attempt:
                 one_try()
     except ShardFailure:
-        detail = "; ".join(f"{_where(infos[i])}: {errors[i]}" for i in todo)
+        where = sorted({calls[c][0] for c in todo})
+        detail = "; ".join(f"{_where(infos[i])}: {next(errors[c] for c in todo if calls[c][0] == i)}" for i in where)
         raise ShardFailure(
             f"{what} failed {attempts} time(s) on {detail}; check that node and GPU (driver, memory, "
             "`nvidia-smi`), or raise faults.search_timeout_s if the shard is only slow"

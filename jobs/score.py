@@ -36,11 +36,12 @@ from dataclasses import dataclass
 import numpy as np
 
 import configs
-from kernels import SetBatch, TopK
-from shards import InputError, SetLimits, ShardActor, fingerprint, merge_topk, plan_shards, read_corpus, read_queries
+from shards import InputError, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts, read_queries
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
+from .reading import pieces_for_cluster, read_corpus_pieces
+from .searching import search_chunks, start_shards, stop_shards
 from .output import (
     REJECTED_SCHEMA,
     OutputExistsError,
@@ -49,9 +50,7 @@ from .output import (
     commit_results,
     partition_dir,
     read_part_doc_ids,
-    results_table,
     work_dir,
-    write_part,
     write_rejected,
     write_tsv,
 )
@@ -252,26 +251,6 @@ def _phase(name: str, timings: dict):
     log.info("phase %s: %.3f s", name, timings[f"{name}_s"])
 
 
-def _search_chunk(actors, infos, queries: SetBatch, first: int, cfg: configs.JobConfig, bar) -> tuple[TopK, float]:
-    """Top-k of one chunk of queries: each batch goes to every shard (with timeouts and
-    retries), and the shard lists are merged exactly. Returns the merged lists and the
-    seconds spent merging."""
-    import ray
-
-    f = cfg.faults
-    blocks, merge_s = [], 0.0
-    for lo in range(0, queries.n_sets, cfg.query_batch_size):
-        hi = min(lo + cfg.query_batch_size, queries.n_sets)
-        ref = ray.put(queries.take(np.arange(lo, hi)))
-        what = f"search of queries {first + lo}..{first + hi - 1}"
-        parts = gather(actors, infos, lambda a: a.search.remote(ref, cfg.k), what, f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
-        t = time.perf_counter()
-        blocks.append(merge_topk(parts, queries.lengths[lo:hi], cfg.k, cfg.max_len))
-        merge_s += time.perf_counter() - t
-        bar.update(hi - lo)
-    return TopK(*(np.concatenate([getattr(b, name) for b in blocks]) for name in TopK._fields)), merge_s
-
-
 def _check_unchanged_since(start_ns: int, files) -> None:
     """Refuse inputs modified after ``start_ns`` (while the driver read them): the validated
     data and what the actors will read could differ."""
@@ -297,23 +276,6 @@ def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
         },
         schema=REJECTED_SCHEMA,
     )
-
-
-def _shard_options(cfg: configs.JobConfig, backend: str, spec, corpus_sha256: str) -> tuple[dict, dict]:
-    """Ray options and keyword constructor arguments of one shard actor."""
-    f = cfg.faults
-    options = {
-        "num_cpus": cfg.cpus_per_shard,
-        "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0,
-        # Ray's own fault tolerance: a dead actor restarts (re-reading its shard) and the
-        # searches it was running are sent again; searches are pure, so a retry is exact.
-        "max_restarts": f.actor_restarts,
-        "max_task_retries": f.actor_restarts,
-    }
-    kwargs = {"on_invalid": cfg.on_invalid, "corpus_sha256": corpus_sha256}
-    if spec.shard_id == f.crash_shard:
-        kwargs.update(crash_after=f.crash_after_searches, crash_marker=f.crash_marker, crash_mode=f.crash_mode)
-    return options, kwargs
 
 
 @dataclass
@@ -367,35 +329,44 @@ def run(args) -> int:
     with _phase("validate", timings):
         read_start_ns = time.time_ns()
         queries = read_queries(inputs.queries_path, limits, on_invalid=cfg.on_invalid)
-        corpus = read_corpus(inputs.docs_path, limits, on_invalid=cfg.on_invalid)
-        _check_unchanged_since(read_start_ns, queries.files + corpus.files)
-        rejected = _rejected_table(corpus.rejected, queries.rejected)
-        if corpus.docs.n_sets == 0:
-            raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
+        _, doc_fmt, doc_files = plan_pieces(inputs.docs_path, 1)  # the corpus's files and footers; readers check rows
+        _check_unchanged_since(read_start_ns, queries.files)
         if queries.queries.n_sets == 0:
             raise InputError(f"{inputs.queries_path}: no queries found; expected at least one")
-        fingerprints = {"docs": fingerprint(corpus.files, inputs.docs_path), "queries": fingerprint(queries.files, inputs.queries_path)}
-    doc_lengths = corpus.docs.lengths
-    corpus_rejected = corpus.rejected
-    n_docs, doc_repeats, doc_files, doc_fmt = corpus.docs.n_sets, corpus.n_with_repeats, corpus.files, corpus.fmt
-    del corpus  # the driver only needed the lengths: actors read their own docs
-    log.info(
-        "inputs valid: %d docs (%d with repeated ids) from %s; %d queries (%d with repeated ids) from %s",
-        n_docs, doc_repeats, inputs.docs_path, queries.queries.n_sets, queries.n_with_repeats, inputs.queries_path,
-    )
-    if rejected.num_rows:
-        log.warning(
-            "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
-            "they are listed with the reason in %s/_rejected/", len(corpus_rejected), len(queries.rejected), target.out_dir,
-        )
+        fingerprints = {"docs": fingerprint(doc_files, inputs.docs_path), "queries": fingerprint(queries.files, inputs.queries_path)}
+    log.info("queries valid: %d (%d with repeated ids) from %s", queries.queries.n_sets, queries.n_with_repeats, inputs.queries_path)
 
     import ray
 
     with _phase("connect", timings):
         if not ray.is_initialized():
             ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
-        backend, n_shards = resolve_backend(cfg, ray.cluster_resources())
-        plan = plan_shards(doc_lengths, n_shards, cfg.max_len)
+        resources = ray.cluster_resources()
+        backend, n_shards = resolve_backend(cfg, resources)
+
+    with _phase("read", timings):
+        pieces, doc_fmt, doc_files = pieces_for_cluster(inputs.docs_path, float(resources.get("CPU", 1)))
+        if fingerprint(doc_files, inputs.docs_path) != fingerprints["docs"]:
+            raise InputError(inputs.docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
+                             "run the job once the input is completely written (write it elsewhere, then move it into place)")
+        bar = _bar("read", len(pieces), "piece", args.quiet)
+        try:
+            corpus = read_corpus_pieces(pieces, limits, cfg.on_invalid, on_done=lambda: bar.update(1))
+        finally:
+            bar.close()
+        _check_unchanged_since(read_start_ns, doc_files)
+        if corpus.n_docs == 0:
+            raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
+        plan = plan_shards_from_counts(corpus.length_counts, n_shards)
+    rejected = _rejected_table(corpus.rejected, queries.rejected)
+    n_docs, doc_repeats, n_rejected_docs = corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected)
+    log.info("corpus valid: %d docs (%d with repeated ids) from %s, read in %d piece(s)",
+             n_docs, corpus.n_with_repeats, inputs.docs_path, len(pieces))
+    if rejected.num_rows:
+        log.warning(
+            "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
+            "they are listed with the reason in %s/_rejected/", len(corpus.rejected), len(queries.rejected), target.out_dir,
+        )
     lines = _plan_lines(plan, backend, cfg, n_docs, queries.queries.n_sets)
     if args.dry_run:
         print("\n".join(lines + [f"  output: {target.out_dir}"]))
@@ -412,37 +383,27 @@ def run(args) -> int:
     for line in lines:
         log.info("%s", line)
 
-    actors = []
+    actors, group = [], None
     parquet_metadata = {"settopk.run_id": run_id, "settopk.k": str(cfg.k)}
-    timings["merge_s"] = timings["write_s"] = 0.0
+    f = cfg.faults
     try:
         with _phase("load", timings):
-            for spec in plan:
-                options, kwargs = _shard_options(cfg, backend, spec, fingerprints["docs"]["sha256"])
-                actors.append(ShardActor.options(**options).remote(spec, inputs.docs_path, limits, backend, **kwargs))
+            crash = {"crash_after": f.crash_after_searches, "crash_marker": f.crash_marker, "crash_mode": f.crash_mode}
+            actors, group = start_shards(plan, corpus, limits, backend, cfg, crash_shard_kwargs=crash)
             placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan]
             bar = _bar("load", len(actors), "shard", args.quiet)
-            f = cfg.faults
             infos = gather(actors, placeholders, lambda a: a.info.remote(), "loading", f.load_timeout_s, 1, 0.0, on_done=lambda: bar.update(1))
             bar.close()
 
         with _phase("search", timings):
             todo = [c for c in chunks if c.index not in done]
             bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
-            for chunk in todo:
-                rows = np.arange(chunk.lo, chunk.hi)
-                topk, merge_s = _search_chunk(actors, infos, queries.queries.take(rows), chunk.lo, cfg, bar)
-                t = time.perf_counter()
-                table = results_table(queries.query_ids[chunk.lo : chunk.hi], queries.queries.lengths[chunk.lo : chunk.hi], topk)
-                write_part(work, chunk.index, table, metadata=parquet_metadata, row_group_rows=cfg.output.row_group_rows)
-                timings["merge_s"] += merge_s
-                timings["write_s"] += time.perf_counter() - t
+            timings.update(search_chunks(actors, infos, plan, queries, todo, cfg, work, parquet_metadata, bar))
             bar.close()
-        timings["search_s"] -= timings["merge_s"] + timings["write_s"]
-        infos = gather(actors, infos, lambda a: a.info.remote(), "final info", cfg.faults.search_timeout_s, 1, 0.0)
+        infos = gather(actors, infos, lambda a: a.info.remote(), "final info", f.search_timeout_s, 1, 0.0)
     finally:
-        for a in actors:
-            ray.kill(a)
+        stop_shards(actors, group)
+        del corpus  # frees the pieces' docs in the object store
 
     with _phase("commit", timings):
         total_rows = check_parts(work, chunks, rows_per_query)
@@ -479,7 +440,7 @@ def run(args) -> int:
                 "rows": total_rows,
                 "docs_with_repeated_ids": doc_repeats,
                 "queries_with_repeated_ids": queries.n_with_repeats,
-                "rejected_docs": len(corpus_rejected),
+                "rejected_docs": n_rejected_docs,
                 "rejected_queries": len(queries.rejected),
                 "chunks_resumed": len(done),
             },
@@ -500,7 +461,7 @@ def run(args) -> int:
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
         run_id, queries.queries.n_sets, n_docs, cfg.k, total_rows, target.out_dir, backend, len(plan),
-        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")),
+        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")),
     )
     return EXIT_OK
 

@@ -6,7 +6,7 @@ backend lives in :mod:`kernels.cuda` and is imported lazily, so ``import
 kernels`` works without CuPy.
 """
 
-from .keys import key_scale, min_overlap_above, score_key, score_value
+from .keys import best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
 from .oracle import brute_force_topk
 from .reference import NumpyShardIndex
 from .sets import SetBatch
@@ -16,7 +16,9 @@ __all__ = [
     "SetBatch",
     "TopK",
     "NumpyShardIndex",
+    "best_key_in_range",
     "brute_force_topk",
+    "check_floor_key",
     "empty_topk",
     "key_scale",
     "min_overlap_above",

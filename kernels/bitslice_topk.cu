@@ -25,9 +25,13 @@
 //     ripple into the high planes, instead of 8 x 32 popcounts.
 //
 // Fused thresholds (no score matrix is ever written):
-//   * Each query q has a bound, a (key T, position P) pair at most as good as
-//     its true k-th best (key descending, position ascending). A doc belongs
-//     to the candidates when (key > T) or (key == T and position <= P).
+//   * Each query q has a bound, a (key T, position P) pair (key descending,
+//     position ascending). A doc belongs to the candidates when (key > T) or
+//     (key == T and position <= P). The bound starts at (-1, -1), every doc,
+//     or with a score floor F at (F, 2**31 - 1), exactly the docs with
+//     key >= F; it only moves to the k-th best of candidates already emitted,
+//     so it is never better than the true k-th best of those eligible docs
+//     (see kernels/cuda.py).
 //   * key > T and key >= T are turned into least overlaps per doc length by the
 //     host-side math of kernels.min_overlap_above (need_overlap below); the
 //     block stores them bit-sliced per length and compares all 32 counters with
@@ -413,8 +417,10 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
 //
 // With update != 0, also move the query's bound to its k-th best kept
 // candidate when it kept at least k (any subset of the docs gives a lower
-// bound on the k-th best), and rewrite its threshold tables for the next
-// level: thr_ge = least overlap for key >= T, thr_gt for key > T, by length.
+// bound on the k-th best; kept candidates already clear the bound, so it
+// never drops, in particular never below a score floor), and rewrite its
+// threshold tables for the next level: thr_ge = least overlap for key >= T,
+// thr_gt for key > T, by length.
 __global__ void select_topk(const unsigned long long* __restrict__ cand, const long long* __restrict__ cand_base,
                             const int* __restrict__ cand_cap, const int* __restrict__ cand_count,
                             const int* __restrict__ rows, int k, int sort_size,

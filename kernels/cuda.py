@@ -9,23 +9,37 @@ Algorithm
 ---------
 Scores and ties follow :func:`kernels.score_key`: a doc ``d`` is better than
 ``e`` for a query when its key is larger, or equal with a lower position (doc
-id). No score matrix is written. Each query carries a *bound* ``(T, P)``, a
-(key, position) pair never better than its true k-th best; the counting kernel
-emits only the docs at least as good as the bound (``key > T``, or ``key == T``
-and ``position <= P``), through least-overlap tables per (query, doc length)
-that are compared with bit-sliced counters inside the kernel. Because the
-emitted set holds every doc at least as good as the true k-th best, its exact
-top-k is the answer.
+id). The *eligible* docs of a query are all the shard's docs, or, with a
+per-query floor ``F`` (``search(..., floor_key=...)``, taken from another
+shard's results), those with ``key >= F``; the answer is the exact top-k of
+the eligible docs. No score matrix is written. Each query carries a *bound*
+``(T, P)``, a (key, position) pair; the counting kernel emits only the docs at
+least as good as the bound (``key > T``, or ``key == T`` and
+``position <= P``), through least-overlap tables per (query, doc length)
+that are compared with bit-sliced counters inside the kernel. The bound starts
+at ``(-1, -1)`` (tables all 0), which emits every doc, or at
+``(F, 2**31 - 1)``, which emits exactly the docs with ``key >= F`` (tables
+from :func:`_floor_tables`: the integer math of the kernels' ``need_overlap``,
+in CuPy array operations before the first level). Later bounds are only ever
+the k-th best of emitted candidates, so two invariants hold: every emitted doc
+is eligible, and every eligible doc at least as good as the true k-th best is
+emitted. The exact top-k of the
+emitted set is therefore the answer; where fewer than ``k`` docs are eligible,
+the bound never moves and the row is padded. A query whose floor exceeds
+:func:`kernels.best_key_in_range` over the shard's doc lengths has no eligible
+doc and is not sent to the GPU at all.
 
 Bounds come from nested samples ("sampling levels"). With a ratio ``R``, level
 ``l`` holds every ``R**l``-th chunk of 32 slots of the length-sorted layout (a
 sample stratified by length, read in whole chunks so its loads stay contiguous;
-every level contains the next coarser one). The coarsest level has at least ``k`` docs and emits them all (``T = -1``).
-After each level, the k-th best candidate of each query becomes its bound for
-the next level: the kept candidates are a subset of the docs, so their k-th
-best is never better than the true k-th best, and every doc of the coarser
-level is also in the finer one. A level ``R`` times larger then emits about
-``R k`` docs per query. The last level is the whole shard.
+every level contains the next coarser one). The coarsest level has at least
+``k`` docs and emits all its eligible ones. After each level, a query that
+kept at least ``k`` candidates moves its bound to its k-th best kept
+candidate (the others keep theirs): the kept candidates are eligible docs, so
+their k-th best is never better than the true k-th best and never below the
+floor, and every doc of the coarser level is also in the finer one. A level
+``R`` times larger then emits about ``R k`` docs per query. The last level is
+the whole shard.
 
 Measured on one H200 (``python -m jobs.bench --config sti2-zipf``: 7.85 M docs,
 2000 queries, k = 100): about 15 ms for the last level's count kernel, 2 ms
@@ -54,7 +68,7 @@ import threading
 
 import numpy as np
 
-from .keys import key_scale
+from .keys import best_key_in_range, check_floor_key, key_scale
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
@@ -68,6 +82,8 @@ _MAX_VOCAB = 65536  # token ids are uint16
 _CHUNK_SLOTS = 32  # kChunkSlots in bitslice_topk.cu
 _IDS_PER_GROUP = 8  # kIdsPerGroup
 _PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
+_NEVER_LEN = 255  # kNeverLen: least overlaps are clamped to this (uint8 tables, 8 counter planes)
+_LAST_POSITION = 2**31 - 1  # tie position that admits every doc of key T (positions are int32)
 _COUNT_THREADS = 1024  # __launch_bounds__ of count_emit
 _SELECT_THREADS = 1024
 _THREADS = 256  # decode kernel
@@ -105,6 +121,49 @@ def _blocks_for(n_items: int) -> int:
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(1, (max(n, 1) - 1).bit_length())
+
+
+def _floor_tables(xp, floor, query_len, n_len: int, max_len: int):
+    """Threshold tables of the bound ``(T, P) = (floor, 2**31 - 1)``, as ``select_topk`` writes them.
+
+    Mirrors ``need_overlap`` in ``bitslice_topk.cu`` (which is
+    :func:`kernels.min_overlap_above` clamped to ``kNeverLen``), so the count
+    kernel emits exactly the docs with ``key >= floor``. Clamping matters only
+    where the least overlap exceeds 255, which a floor ``<= S`` never asks of a
+    reachable (query, length) pair; floors above what the shard can reach are
+    skipped before this.
+
+    Parameters
+    ----------
+    xp : module
+        ``numpy`` or ``cupy``: where the arrays live and the tables are made.
+    floor : array of int64, shape (n_q,)
+        Key floor per query, in ``[-1, S]``; ``-1`` gives all-zero tables
+        (every doc), like the bound ``T = -1``.
+    query_len : array of int, shape (n_q,)
+        ``|q|`` per query.
+    n_len : int
+        Doc lengths ``0 .. n_len - 1`` (the shard's longest doc + 1).
+    max_len : int
+        Bound on set sizes; fixes the scale ``S = max_len ** 2``.
+
+    Returns
+    -------
+    (thr_ge, thr_gt) : arrays of uint8, shape (n_q, n_len), C-contiguous
+        Least overlap for ``key >= floor`` and for ``key > floor`` per (query,
+        doc length), clamped to 255.
+    """
+    scale = key_scale(max_len)
+    t = xp.asarray(floor, dtype=xp.int64)[:, None]
+    m = xp.maximum(xp.asarray(query_len, dtype=xp.int64)[:, None], xp.arange(n_len, dtype=xp.int64)[None, :])
+
+    def need_overlap(t):  # least overlap with key > t; the numerator is >= 0 before the division
+        need = (xp.maximum((t + 1) * m, 0) + (scale - 1)) // scale
+        empty = xp.where(t < 0, xp.int64(0), xp.int64(max_len + 1))  # m == 0: every key is 0
+        need = xp.where(m == 0, empty, need)
+        return xp.ascontiguousarray(xp.minimum(need, _NEVER_LEN).astype(xp.uint8))
+
+    return need_overlap(t - 1), need_overlap(t)
 
 
 def _check_set_batch(batch, what: str, max_len: int) -> None:
@@ -172,6 +231,9 @@ class CupyShardIndex:
     rescans : int
         Queries of the last ``search`` whose last-level buffer overflowed and
         were scanned again (a diagnostic; 0 in the common case).
+    last_skipped : int
+        Queries of the last ``search`` that their floor skipped (not sent to
+        the GPU; 0 without floors).
     queries_per_block : int
         32, or 16 when a 32-bit table over the shard's ids would not fit in
         shared memory (ids above about 54,000).
@@ -242,6 +304,7 @@ class CupyShardIndex:
         self.redo_bytes = redo_bytes
         self.sample_ratio = sample_ratio
         self.rescans = 0
+        self.last_skipped = 0
         self._scale = key_scale(max_len)
         device = cupy.cuda.Device()
         self._device_id = device.id
@@ -279,6 +342,7 @@ class CupyShardIndex:
             raise ValueError(f"a set of docs has {hi} ids, more than max_len={self.max_len}")
         if top >= self.vocab_size:
             raise ValueError(f"docs hold id {top}, not below vocab_size={self.vocab_size}")
+        self._shortest = max(lo, 0)  # with hi: the length range the floors are checked against
         self._longest = hi
         self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
         self._len_by_pos = lengths.astype(np.uint8)
@@ -339,8 +403,8 @@ class CupyShardIndex:
 
     # ---- search ---------------------------------------------------------------
 
-    def search(self, queries: SetBatch, k: int) -> TopK:
-        """Exact shard-local top-k for each query.
+    def search(self, queries: SetBatch, k: int, floor_key=None) -> TopK:
+        """Exact shard-local top-k for each query, optionally above a per-query score floor.
 
         Parameters
         ----------
@@ -350,22 +414,35 @@ class CupyShardIndex:
             ``vocab_size``.
         k : int
             Results per query, ``>= 1``.
+        floor_key : numpy.ndarray of int, shape (n_queries,), optional
+            Host array of per-query floors on the score key
+            (:func:`kernels.score_key`): only docs with ``key >= floor_key[q]``
+            are returned for query ``q`` (ties at the floor are kept); ``-1``
+            means no floor. A query whose floor exceeds
+            :func:`kernels.best_key_in_range` over the shard's doc lengths is
+            not sent to the GPU (its row is all padding). None (default): no
+            floor for any query.
 
         Returns
         -------
         TopK
             Host arrays of shape (n_queries, k): ``doc_ids`` int64, ``overlap``
             and ``doc_len`` int16, ordered by score descending then doc id
-            ascending; ``-1`` ids (overlap and doc_len 0) pad rows when the
-            shard has fewer than ``k`` docs. Identical to
+            ascending; ``-1`` ids (overlap and doc_len 0) pad rows where fewer
+            than ``k`` docs of the shard reach the query's floor. Identical to
             :meth:`kernels.NumpyShardIndex.search`.
 
         Raises
         ------
         ValueError
             If ``queries`` has the wrong type, dtype or contiguity, a query is
-            longer than ``max_len`` or holds an id ``>= vocab_size``, or ``k``
-            is not an integer ``>= 1``.
+            longer than ``max_len`` or holds an id ``>= vocab_size``, ``k``
+            is not an integer ``>= 1``, or ``floor_key`` is not an integer
+            array of shape ``(n_queries,)`` with values ``>= -1``.
+
+        Notes
+        -----
+        Sets ``rescans`` and ``last_skipped`` (the queries the floors skipped).
         """
         import cupy
 
@@ -378,16 +455,24 @@ class CupyShardIndex:
             raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")
         if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
             raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")
+        floor = check_floor_key(floor_key, queries.n_sets, self.max_len)
         out = empty_topk(queries.n_sets, k)
         self.rescans = 0
+        self.last_skipped = 0
         if self.n_docs == 0 or queries.n_sets == 0:
             return out
+        if floor is None:
+            active = np.arange(queries.n_sets)
+        else:
+            reachable = best_key_in_range(lengths, self._shortest, self._longest, self.max_len)
+            active = np.flatnonzero(floor <= reachable)
+            self.last_skipped = queries.n_sets - len(active)
         with cupy.cuda.Device(self._device_id):
-            for lo in range(0, queries.n_sets, self.query_batch):
-                hi = min(lo + self.query_batch, queries.n_sets)
-                batch = queries if hi - lo == queries.n_sets else queries.take(np.arange(lo, hi))
-                part = self._search_batch(batch, k)
-                out.doc_ids[lo:hi], out.overlap[lo:hi], out.doc_len[lo:hi] = part
+            for lo in range(0, len(active), self.query_batch):
+                rows = active[lo : lo + self.query_batch]
+                batch = queries if len(rows) == queries.n_sets else queries.take(rows)
+                part = self._search_batch(batch, k, None if floor is None else floor[rows])
+                out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
 
     def _capacity(self, k: int) -> int:
@@ -435,8 +520,12 @@ class CupyShardIndex:
         tile = min(self.tile_docs, max(_COUNT_THREADS, -(-n_sample // want_tiles)))
         return max(tile, -(-n_sample // _MAX_GRID_Y), 1)
 
-    def _search_batch(self, queries: SetBatch, k: int) -> TopK:
-        """Search one batch of queries through the sampling levels (see the module docstring)."""
+    def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None) -> TopK:
+        """Search one batch of queries through the sampling levels (see the module docstring).
+
+        ``floor``: None, or host int64 of shape (n_queries,) with values in
+        ``[-1, S]`` (``-1``: no floor), every query able to reach its floor.
+        """
         import cupy
 
         n_q = queries.n_sets
@@ -458,10 +547,17 @@ class CupyShardIndex:
         count = cupy.zeros(n_q, dtype=np.int32)
         cand_base = cupy.arange(n_q, dtype=np.int64) * capacity
         cand_cap = cupy.full(n_q, capacity, dtype=np.int32)
-        thr_ge = cupy.zeros((n_q, n_len), dtype=np.uint8)  # bound T = -1 admits every doc
-        thr_gt = cupy.zeros((n_q, n_len), dtype=np.uint8)
-        bound_key = cupy.full(n_q, -1, dtype=np.int64)
-        tie_pos = cupy.full(n_q, -1, dtype=np.int32)
+        if floor is None or not (floor >= 0).any():
+            thr_ge = cupy.zeros((n_q, n_len), dtype=np.uint8)  # bound T = -1 admits every doc
+            thr_gt = cupy.zeros((n_q, n_len), dtype=np.uint8)
+            bound_key = cupy.full(n_q, -1, dtype=np.int64)
+            tie_pos = cupy.full(n_q, -1, dtype=np.int32)
+        else:
+            # Bound (F, last position): exactly the docs with key >= F; F = -1 gives the bound above.
+            floor = floor[order]
+            bound_key = cupy.asarray(floor.astype(np.int64))
+            tie_pos = cupy.asarray(np.where(floor >= 0, _LAST_POSITION, -1).astype(np.int32))
+            thr_ge, thr_gt = _floor_tables(cupy, bound_key, qlen, n_len, self.max_len)
         top = cupy.zeros((n_q, k), dtype=np.uint64)
         rows = cupy.arange(n_q, dtype=np.int32)
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)

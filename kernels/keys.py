@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["key_scale", "score_key", "score_value", "min_overlap_above"]
+__all__ = ["key_scale", "score_key", "score_value", "min_overlap_above", "best_key_in_range", "check_floor_key"]
 
 
 def key_scale(max_len: int) -> int:
@@ -105,3 +105,79 @@ def min_overlap_above(threshold_key, query_len, doc_len, max_len: int) -> np.nda
     need = np.maximum(need, 0)
     need = np.where(m == 0, np.where(t < 0, 0, max_len + 1), need)
     return need.astype(np.int32)
+
+
+def best_key_in_range(query_len, min_doc_len, max_doc_len, max_len: int) -> np.ndarray:
+    """Largest key any doc with a length in ``[min_doc_len, max_doc_len]`` can reach for a query.
+
+    The overlap is at most ``min(|q|, |d|)``, so the best key of length ``d`` is
+    ``S * min(|q|, d) // max(|q|, d)``: non-decreasing in ``d`` up to ``|q|`` and
+    non-increasing after it. The best length is therefore
+    ``d* = clip(|q|, min_doc_len, max_doc_len)``. A shard whose lengths lie in
+    the range cannot return a doc with a larger key, so a query whose floor
+    exceeds this value can skip the shard.
+
+    Parameters
+    ----------
+    query_len, min_doc_len, max_doc_len : array_like of int
+        Broadcastable host arrays: ``|q|`` and the inclusive range of doc
+        lengths, all in ``[0, max_len]``.
+    max_len : int
+        Bound on set sizes; fixes the scale ``S = max_len ** 2``.
+
+    Returns
+    -------
+    numpy.ndarray of int32
+        The best key, in ``[0, S]``: ``S`` when ``|q|`` lies in a non-empty range
+        with ``|q| >= 1``, and ``0`` for ``|q| == 0`` (every score of an empty
+        query is 0). ``-1``, below every key, where the range is empty
+        (``min_doc_len > max_doc_len``): no doc, so any floor ``>= 0`` skips.
+    """
+    q = np.asarray(query_len, dtype=np.int64)
+    lo = np.asarray(min_doc_len, dtype=np.int64)
+    hi = np.asarray(max_doc_len, dtype=np.int64)
+    # clip by hand: np.clip's result is unspecified where lo > hi, and those are masked below
+    best_len = np.minimum(np.maximum(q, lo), hi)
+    key = score_key(np.minimum(q, best_len), q, best_len, max_len)
+    return np.where(lo <= hi, key, -1).astype(np.int32)
+
+
+def check_floor_key(floor_key, n_queries: int, max_len: int) -> np.ndarray | None:
+    """Validate a per-query score floor and return it as int64 (the search backends' shared check).
+
+    Parameters
+    ----------
+    floor_key : array_like of int, shape (n_queries,), or None
+        Host array: per query, the least key a returned doc must have (``-1``
+        for no floor). None means no floor for any query.
+    n_queries : int
+        Queries in the batch.
+    max_len : int
+        Bound on set sizes; fixes the scale ``S = max_len ** 2``.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_queries,), or None
+        The floors, with values above ``S`` lowered to ``S + 1`` (no key
+        reaches either, so the results are the same, and the kernels' key
+        arithmetic cannot overflow). None when ``floor_key`` is None.
+
+    Raises
+    ------
+    ValueError
+        If ``floor_key`` is not an integer array of shape ``(n_queries,)`` or
+        holds a value below ``-1``.
+    """
+    if floor_key is None:
+        return None
+    floor = np.asarray(floor_key)
+    if floor.dtype.kind not in "iu":  # bool is kind "b": refused as well
+        raise ValueError(f"floor_key must have an integer dtype, found {floor.dtype}")
+    if floor.shape != (n_queries,):
+        raise ValueError(f"floor_key must have shape ({n_queries},) (one floor per query), found {floor.shape}")
+    ceiling = key_scale(max_len) + 1
+    if floor.dtype.kind == "u":  # compare before the cast: uint64 values above 2**63 would wrap
+        return np.minimum(floor, np.uint64(ceiling)).astype(np.int64)
+    if len(floor) and floor.min() < -1:
+        raise ValueError(f"floor_key values must be >= -1 (-1: no floor), found {floor.min()}")
+    return np.minimum(floor.astype(np.int64), ceiling)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .keys import score_key
+from .keys import best_key_in_range, check_floor_key, score_key
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
@@ -33,6 +33,12 @@ class NumpyShardIndex:
         Global doc ids, strictly increasing (so position order is id order).
     max_len : int
         Bound on set sizes, in ``[1, 32767]``.
+
+    Attributes
+    ----------
+    last_skipped : int
+        Queries of the last ``search`` that their floor skipped (a diagnostic;
+        0 without floors).
 
     Raises
     ------
@@ -56,6 +62,10 @@ class NumpyShardIndex:
         self.doc_ids = doc_ids
         self.doc_len = lengths.astype(np.int16)
         self.max_len = max_len
+        self.last_skipped = 0
+        # Shard length range: a query whose floor no length in it can reach is skipped.
+        self._shortest = int(lengths.min()) if len(lengths) else 0
+        self._longest = int(lengths.max()) if len(lengths) else 0
         self._lane_bits = 8 if max_len <= 255 else 16
         self._groups = []  # (positions, (n, len) uint16 matrix) per distinct length
         for length in np.unique(lengths):
@@ -98,8 +108,8 @@ class NumpyShardIndex:
             out[first : first + len(group)] = counts[:, : len(group)].T
         return out
 
-    def search(self, queries: SetBatch, k: int) -> TopK:
-        """Exact shard-local top-k for each query.
+    def search(self, queries: SetBatch, k: int, floor_key=None) -> TopK:
+        """Exact shard-local top-k for each query, optionally above a per-query score floor.
 
         Parameters
         ----------
@@ -107,29 +117,72 @@ class NumpyShardIndex:
             ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
         k : int
             Results per query, ``>= 1``.
+        floor_key : numpy.ndarray of int, shape (n_queries,), optional
+            Host array of per-query floors on the score key
+            (:func:`kernels.score_key`): only docs with ``key >= floor_key[q]``
+            are returned for query ``q`` (ties at the floor are kept); ``-1``
+            means no floor. A query whose floor exceeds
+            :func:`kernels.best_key_in_range` over the shard's doc lengths is
+            skipped without scoring (its row is all padding). None (default):
+            no floor for any query.
 
         Returns
         -------
         TopK
-            Shape ``(n_queries, k)``; ``-1`` ids pad rows when the shard has fewer
-            than ``k`` docs.
+            Shape ``(n_queries, k)``: per query, the top-k of the shard's docs
+            whose key reaches its floor. ``-1`` ids (overlap and doc_len 0) pad
+            rows where fewer than ``k`` docs qualify. The top-k of
+            ``{key >= F}`` is the unrestricted top-k with the entries below ``F``
+            removed, so a floor never changes the docs a row does return.
+
+        Raises
+        ------
+        ValueError
+            If ``k < 1``, or ``floor_key`` is not an integer array of shape
+            ``(n_queries,)`` with values ``>= -1``.
+
+        Notes
+        -----
+        Sets ``last_skipped`` to the number of queries the floors skipped.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
+        floor = check_floor_key(floor_key, queries.n_sets, self.max_len)
         out = empty_topk(queries.n_sets, k)
+        self.last_skipped = 0
         n = self.n_docs
         if n == 0:
             return out
-        overlap = self.overlaps(queries)
-        key = score_key(overlap, queries.lengths[:, None], self.doc_len[None, :], self.max_len)
+        if floor is None:
+            active = np.arange(queries.n_sets)
+        else:
+            reachable = best_key_in_range(queries.lengths, self._shortest, self._longest, self.max_len)
+            active = np.flatnonzero(floor <= reachable)
+            self.last_skipped = queries.n_sets - len(active)
+            if len(active) == 0:
+                return out
+        searched = queries if len(active) == queries.n_sets else queries.take(active)
+        overlap = self.overlaps(searched)
+        key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len)
         # Unique sort value per doc: key first, then the lower position (= lower doc id) wins.
         tiebreak = (2**31 - 1) - np.arange(n, dtype=np.int64)
-        take = min(k, n)
-        for qi in range(queries.n_sets):
-            value = (key[qi].astype(np.int64) << 31) | tiebreak
-            best = np.argpartition(value, n - take)[n - take :] if take < n else np.arange(n)
-            best = best[np.argsort(-value[best])]
+        for row, qi in enumerate(active.tolist()):
+            value = (key[row].astype(np.int64) << 31) | tiebreak
+            if floor is None or floor[qi] < 0:
+                best = _largest_first(value, k)
+            else:
+                pool = np.flatnonzero(key[row] >= floor[qi])
+                best = pool[_largest_first(value[pool], k)]
+            take = len(best)
             out.doc_ids[qi, :take] = self.doc_ids[best]
-            out.overlap[qi, :take] = overlap[qi, best]
+            out.overlap[qi, :take] = overlap[row, best]
             out.doc_len[qi, :take] = self.doc_len[best]
         return out
+
+
+def _largest_first(value: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``min(k, len(value))`` largest entries of ``value`` (distinct values), largest first."""
+    n = len(value)
+    take = min(k, n)
+    best = np.argpartition(value, n - take)[n - take :] if take < n else np.arange(n)
+    return best[np.argsort(-value[best])]

@@ -1,23 +1,38 @@
-"""Sharding: length-bucket planning, the shard searcher (a Ray actor), inputs, and the exact merge."""
+"""Sharding: corpus pieces and reading, length-bucket planning, the shard searcher (a Ray actor),
+threshold exchange, and the exact merge."""
 
+from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, pieces_ordered, plan_pieces, read_piece
 from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_format, fingerprint, read_corpus, read_queries
 from .merge import merge_topk
-from .plan import ShardSpec, plan_shards
+from .plan import ShardSpec, plan_shards, plan_shards_from_counts
 from .searcher import ShardActor, ShardSearcher
+from .thresholds import floors_from, home_shards, scatter_rounds, split_rounds
 
 __all__ = [
     "Corpus",
+    "CorpusPiece",
     "InputError",
+    "PieceSummary",
     "Queries",
     "SetLimits",
     "ShardActor",
     "ShardSearcher",
     "ShardSpec",
     "Rejected",
+    "assemble_shard",
+    "check_doc_ids",
     "corpus_format",
     "fingerprint",
+    "floors_from",
+    "home_shards",
     "merge_topk",
+    "pieces_ordered",
+    "plan_pieces",
     "plan_shards",
+    "plan_shards_from_counts",
     "read_corpus",
+    "read_piece",
     "read_queries",
+    "scatter_rounds",
+    "split_rounds",
 ]

@@ -208,6 +208,8 @@ class Corpus:
         Files read.
     rejected : tuple of Rejected
         Lines or rows set aside under ``on_invalid="quarantine"`` (empty otherwise).
+    source_rows : numpy.ndarray of int64, shape (n_docs,), optional
+        Where each doc was read: its 0-based line (text) or its 0-based row within its Parquet file.
     """
 
     doc_ids: np.ndarray
@@ -216,6 +218,7 @@ class Corpus:
     fmt: str
     files: tuple[str, ...]
     rejected: tuple[Rejected, ...] = ()
+    source_rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -772,13 +775,17 @@ def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: 
     return ids, sets, good
 
 
-def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _Rejects):
-    """Yield ``(ids, (lengths, tokens, repeated), good, row_base, n_rows)`` per batch of one file, in
-    row order. Row groups are decoded and validated in parallel threads (Arrow and NumPy release the
-    GIL), and consumed in order, so the first bad row in file order is the one reported."""
+def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _Rejects, row_groups=None):
+    """Yield ``(ids, (lengths, tokens, repeated), good, row_base, n_rows)`` per batch of one file (or of
+    its ``row_groups`` only), in row order. Row groups are decoded and validated in parallel threads
+    (Arrow and NumPy release the GIL), and consumed in order, so the first bad row in file order is the
+    one reported."""
     parquet = _open_parquet(file)
     _check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
     n_groups = parquet.metadata.num_row_groups
+    groups = list(range(n_groups)) if row_groups is None else [int(g) for g in row_groups]
+    if any(not 0 <= g < n_groups for g in groups):
+        raise ValueError(f"{file} has {n_groups} row groups; asked for {groups}")
     group_rows = [parquet.metadata.row_group(g).num_rows for g in range(n_groups)]
     group_base = np.concatenate([[0], np.cumsum(group_rows)]).astype(np.int64)
 
@@ -797,15 +804,15 @@ def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _R
             row_base += batch.num_rows
 
     # pa.cpu_count() follows OMP_NUM_THREADS, which Ray sets from the actor's num_cpus.
-    workers = max(1, min(n_groups, pa.cpu_count(), _MAX_READ_THREADS))
+    workers = max(1, min(len(groups), pa.cpu_count(), _MAX_READ_THREADS))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for out, records in pool.map(one_group, range(n_groups)):
+        for out, records in pool.map(one_group, groups):
             rejects.records.extend(records)
             yield from out
 
 
-def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None):
-    """Read every Parquet file at ``path``.
+def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None, row_groups=None):
+    """Read every Parquet file at ``path`` (only ``row_groups`` of it when given: ``path`` is then one file).
 
     Returns
     -------
@@ -822,7 +829,8 @@ def _read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_rang
     n_with_repeats = 0
     n_rows = 0
     for file in files:
-        for batch_ids, (lengths, tokens, repeated), good, row_base, n_batch_rows in _validated_batches(file, id_column, limits, rejects):
+        batches = _validated_batches(file, id_column, limits, rejects, row_groups)
+        for batch_ids, (lengths, tokens, repeated), good, row_base, n_batch_rows in batches:
             ids.append(batch_ids)
             n_with_repeats += int(repeated.sum())
             keep = _length_keep(lengths, length_range)
@@ -854,7 +862,9 @@ def _duplicate_error(where, column: str, value, first: int, again: int) -> Input
 # Public readers
 
 
-def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, int] | None = None, on_invalid: str = "error") -> Corpus:
+def read_corpus(
+    path, limits: SetLimits = SetLimits(), length_range: tuple[int, int] | None = None, on_invalid: str = "error", row_groups=None
+) -> Corpus:
     """Read and validate the doc corpus at ``path`` (format by :func:`corpus_format`).
 
     Parameters
@@ -869,6 +879,9 @@ def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, 
         ``"error"``: the first bad line or row raises. ``"quarantine"``: bad lines and rows (and later
         rows repeating a ``doc_id``) are left out of the corpus and listed in ``Corpus.rejected``; doc ids
         of the other lines keep their line numbers.
+    row_groups : sequence of int, optional
+        Read only these row groups of ``path``, which must then be one Parquet file (a piece of the
+        corpus, see :mod:`shards.ingest`); row numbers in messages stay those of the whole file.
 
     Raises
     ------
@@ -881,9 +894,13 @@ def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, 
     length_range = _check_length_range(length_range)
     rejects = _Rejects(on_invalid)
     if fmt == "text":
+        if row_groups is not None:
+            raise ValueError(f"row_groups needs a Parquet file, found the text corpus {path}")
         lines, docs, n_with_repeats = _read_text_sets(path, limits, length_range, rejects)
-        return Corpus(lines, docs, n_with_repeats, "text", (path,), tuple(rejects.records))
-    files, ids, where, kept, docs, n_with_repeats = _read_parquet_sets(path, "doc_id", limits, length_range, rejects)
+        return Corpus(lines, docs, n_with_repeats, "text", (path,), tuple(rejects.records), source_rows=lines)
+    if row_groups is not None and os.path.isdir(path):
+        raise ValueError(f"row_groups needs one Parquet file, found the directory {path}")
+    files, ids, where, kept, docs, n_with_repeats = _read_parquet_sets(path, "doc_id", limits, length_range, rejects, row_groups)
     all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     valid = np.flatnonzero(all_ids >= 0)  # rows set aside carry -1
     order = valid[np.argsort(all_ids[valid], kind="stable")]
@@ -902,8 +919,12 @@ def read_corpus(path, limits: SetLimits = SetLimits(), length_range: tuple[int, 
     if len(doc_ids) > 1 and not (doc_ids[1:] > doc_ids[:-1]).all():
         by_id = np.argsort(doc_ids, kind="stable")
         pieces = [docs.take(by_id[i : i + _TAKE_ROWS]) for i in range(0, len(by_id), _TAKE_ROWS)]
-        doc_ids, docs = doc_ids[by_id], _set_batch([p.lengths for p in pieces], [p.tokens for p in pieces])
-    return Corpus(doc_ids, docs, n_with_repeats, "parquet", tuple(files), tuple(rejects.records))
+        doc_ids, docs, kept = doc_ids[by_id], _set_batch([p.lengths for p in pieces], [p.tokens for p in pieces]), kept[by_id]
+    batch_starts = np.cumsum([0] + [n for _, _, n in where])
+    batch = np.searchsorted(batch_starts, kept, side="right") - 1
+    first_rows = np.array([first for _, first, _ in where] or [0], dtype=np.int64)
+    source_rows = first_rows[batch] + kept - batch_starts[batch] if len(kept) else np.zeros(0, dtype=np.int64)
+    return Corpus(doc_ids, docs, n_with_repeats, "parquet", tuple(files), tuple(rejects.records), source_rows=source_rows)
 
 
 def _read_query_dir(path: str, limits: SetLimits, rejects: _Rejects) -> Queries:

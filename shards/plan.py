@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["ShardSpec", "plan_shards"]
+__all__ = ["ShardSpec", "plan_shards", "plan_shards_from_counts"]
 
 
 @dataclass(frozen=True)
@@ -100,15 +100,42 @@ def plan_shards(doc_lengths: np.ndarray, n_shards: int, max_len: int) -> list[Sh
     ValueError
         If ``n_shards < 1`` or a length is negative or above ``max_len``.
     """
+    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if len(doc_lengths) and (doc_lengths.min() < 0 or doc_lengths.max() > max_len):
+        raise ValueError(f"doc lengths must lie in [0, {max_len}]")
+    return plan_shards_from_counts(np.bincount(doc_lengths, minlength=max_len + 1), n_shards)
+
+
+def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int) -> list[ShardSpec]:
+    """:func:`plan_shards` from a length histogram (what the readers report; the driver
+    never holds the corpus).
+
+    Parameters
+    ----------
+    length_counts : numpy.ndarray of int, shape (max_len + 1,)
+        Docs of each length ``0 .. max_len``.
+    n_shards : int
+        Most shards wanted, ``>= 1``.
+
+    Returns
+    -------
+    list of ShardSpec
+        As :func:`plan_shards`; the last range ends at ``max_len = len(length_counts) - 1``.
+
+    Raises
+    ------
+    ValueError
+        If ``n_shards < 1``, the histogram is empty or has negative counts.
+    """
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, found {n_shards}")
-    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
-    if len(doc_lengths) == 0:
-        return []
-    if doc_lengths.min() < 0 or doc_lengths.max() > max_len:
-        raise ValueError(f"doc lengths must lie in [0, {max_len}]")
-    counts = np.bincount(doc_lengths, minlength=max_len + 1)
+    counts = np.asarray(length_counts, dtype=np.int64)
+    if counts.ndim != 1 or len(counts) == 0 or (counts < 0).any():
+        raise ValueError("length_counts must be a non-empty 1-D array of counts >= 0")
+    max_len = len(counts) - 1
     present = np.flatnonzero(counts)
+    if len(present) == 0:
+        return []
     # Weight by tokens; empty docs weigh one, so a corpus of only empty docs still plans.
     weights = np.maximum(present * counts[present], 1)
     starts = _boundaries(weights, min(n_shards, len(present)))

@@ -16,56 +16,59 @@ import numpy as np
 
 from kernels import NumpyShardIndex, SetBatch, TopK
 
-from .inputs import SetLimits, fingerprint, read_corpus
+from .ingest import assemble_shard
+from .inputs import SetLimits
 from .plan import ShardSpec
+from .thresholds import floors_from
 
-__all__ = ["ShardSearcher", "ShardActor", "read_shard", "build_index"]
+__all__ = ["ShardSearcher", "ShardActor", "load_shard", "build_index"]
 
 
-def read_shard(spec: ShardSpec, corpus_path: str, limits: SetLimits, on_invalid: str = "error", corpus_sha256: str | None = None):
-    """Read one shard's docs from the corpus and check them against the plan.
+def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True) -> tuple[np.ndarray, SetBatch]:
+    """Take one shard's docs out of the corpus pieces and check them against the plan.
 
     Parameters
     ----------
     spec : ShardSpec
         The length range to keep, and the doc and id counts the plan expects.
-    corpus_path : str
-        The corpus (text or Parquet).
-    limits : SetLimits
-        ``vocab_size`` and ``max_len`` of the run.
-    on_invalid : str
-        ``"error"`` or ``"quarantine"``, as the driver read it.
-    corpus_sha256 : str, optional
-        The driver's :func:`shards.fingerprint` of the corpus.
+    pieces : list of Corpus or ray.ObjectRef
+        Every piece's docs from the reader tasks (:func:`shards.ingest.read_piece`), in read
+        order; references are fetched one at a time.
+    drops : dict, optional
+        Doc ids to leave out per piece position (repeats found by :func:`shards.ingest.check_doc_ids`).
+    ordered : bool
+        The pieces' doc id ranges increase in read order.
 
     Returns
     -------
-    Corpus
-        The shard's docs in doc id order (host memory).
+    (numpy.ndarray, SetBatch)
+        ``doc_ids`` (int64, shape (n_docs,), strictly increasing) and their sets (host memory).
 
     Raises
     ------
     RuntimeError
-        If the corpus changed since the driver validated it (another fingerprint,
-        or other counts than the plan's).
+        If the docs taken do not match the plan's counts.
     """
-    corpus = read_corpus(corpus_path, limits, (spec.min_len, spec.max_len), on_invalid=on_invalid)
-    if corpus_sha256 is not None and fingerprint(corpus.files, corpus_path)["sha256"] != corpus_sha256:
+    doc_ids, docs = assemble_shard(spec.min_len, spec.max_len, _fetched(pieces), drops, ordered)
+    if docs.n_sets != spec.n_docs or len(docs.tokens) != spec.n_tokens:
         raise RuntimeError(
-            f"shard {spec.shard_id}: {corpus_path} changed (file sizes or modification times) after the "
-            "driver validated it; rerun the job once the corpus is no longer being written"
+            f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) holds {docs.n_sets} docs / "
+            f"{len(docs.tokens)} ids, but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus "
+            "pieces changed after planning; rerun the job"
         )
-    if corpus.docs.n_sets != spec.n_docs or len(corpus.docs.tokens) != spec.n_tokens:
-        raise RuntimeError(
-            f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) read "
-            f"{corpus.docs.n_sets} docs / {len(corpus.docs.tokens)} ids from {corpus_path}, "
-            f"but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus changed "
-            "while the job ran; rerun the job"
-        )
-    return corpus
+    return doc_ids, docs
 
 
-def build_index(backend: str, corpus, limits: SetLimits):
+def _fetched(pieces):
+    for piece in pieces:
+        if type(piece).__name__ == "ObjectRef":
+            import ray
+
+            piece = ray.get(piece)
+        yield piece
+
+
+def build_index(backend: str, doc_ids: np.ndarray, docs: SetBatch, limits: SetLimits):
     """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
     :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
 
@@ -79,9 +82,9 @@ def build_index(backend: str, corpus, limits: SetLimits):
     if backend == "cupy":
         from kernels.cuda import CupyShardIndex
 
-        return CupyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len, limits.vocab_size)
+        return CupyShardIndex(docs, doc_ids, limits.max_len, limits.vocab_size)
     if backend == "numpy":
-        return NumpyShardIndex(corpus.docs, corpus.doc_ids, limits.max_len)
+        return NumpyShardIndex(docs, doc_ids, limits.max_len)
     raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
 
 
@@ -91,17 +94,19 @@ class ShardSearcher:
     Parameters
     ----------
     spec : ShardSpec
-        The length range to load.
-    corpus_path : str
-        The corpus (text or Parquet); the searcher reads it itself, keeping only
-        docs whose length lies in ``[spec.min_len, spec.max_len]``.
+        The length range to hold.
+    pieces : list of Corpus or ray.ObjectRef
+        Every corpus piece's docs from the reader tasks, in read order; the searcher
+        keeps the docs whose length lies in ``[spec.min_len, spec.max_len]``
+        (:func:`load_shard`). A restarted actor takes them again from the object store.
     limits : SetLimits
         ``vocab_size`` and ``max_len`` of the run.
     backend : str
         ``"numpy"`` or ``"cupy"``.
-    on_invalid : str
-        The run's policy for bad lines or rows (``"error"`` or ``"quarantine"``); the
-        searcher must skip exactly the docs the driver set aside.
+    drops : dict, optional
+        Doc ids repeated across pieces, to leave out (quarantine).
+    ordered : bool
+        The pieces' doc id ranges increase in read order.
     crash_after : int, optional
         Test-only fault injection: the process exits at this search call (1-based),
         once per ``crash_marker`` file, as a crashed GPU worker would.
@@ -110,16 +115,12 @@ class ShardSearcher:
         without one, every life of the actor crashes.
     crash_mode : str
         ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
-    corpus_sha256 : str, optional
-        The driver's :func:`shards.fingerprint` of the corpus; a different one here means
-        the corpus changed after the driver validated it.
 
     Raises
     ------
     RuntimeError
-        If the docs read do not match the plan (the corpus changed since the
-        driver validated it), or the GPU runs out of memory (the message names
-        the node, the GPU and the setting to lower).
+        If the docs do not match the plan, or the GPU runs out of memory (the message
+        names the node, the GPU and the setting to lower).
     ImportError
         If ``backend == "cupy"`` and CuPy is not installed on this node.
     """
@@ -127,43 +128,70 @@ class ShardSearcher:
     def __init__(
         self,
         spec: ShardSpec,
-        corpus_path: str,
+        pieces,
         limits: SetLimits,
         backend: str,
-        on_invalid: str = "error",
+        drops: dict | None = None,
+        ordered: bool = True,
         crash_after: int | None = None,
         crash_marker: str | None = None,
         crash_mode: str = "exit",
-        corpus_sha256: str | None = None,
     ):
         start = time.perf_counter()
         self.spec = spec
         self.backend = backend
+        self.max_len = limits.max_len
         self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
-        corpus = read_shard(spec, corpus_path, limits, on_invalid=on_invalid, corpus_sha256=corpus_sha256)
+        doc_ids, docs = load_shard(spec, pieces, drops, ordered)
         self.read_s = time.perf_counter() - start
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
-            self.index = build_index(backend, corpus, limits)
+            self.index = build_index(backend, doc_ids, docs, limits)
         self.load_s = time.perf_counter() - start
         self.search_s = 0.0
+        self.searched = self.skipped = 0
 
     def info(self) -> dict:
-        """Where the shard runs and how long it took to load (seconds)."""
+        """Where the shard runs, how long it took to load and search (seconds), and how many
+        (query, shard) searches the floors skipped."""
         gpu_ids = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         return {
             "shard_id": self.spec.shard_id,
             "n_docs": self.index.n_docs,
             "backend": self.backend,
             "node": socket.gethostname(),
+            "node_id": _node_id(),
             "gpu_ids": gpu_ids if self.backend == "cupy" else "",
             "read_s": round(self.read_s, 3),
             "load_s": round(self.load_s, 3),
             "search_s": round(self.search_s, 3),
+            "queries_searched": self.searched,
+            "queries_skipped": self.skipped,
             "restarted": _restarted(),
         }
 
-    def search(self, queries: SetBatch, k: int) -> TopK:
-        """Shard-local top-k of each query: ``TopK`` of shape ``(n_queries, k)``, ``-1`` padded."""
+    def search(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> TopK:
+        """Shard-local top-k of some queries of a batch.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            The batch (``n_queries`` sets, host memory).
+        k : int
+            Results per query.
+        rows : numpy.ndarray of int64, optional
+            The batch rows to search (default: all).
+        home_rows : sequence of numpy.ndarray of int64
+            With ``home_results``: the batch rows each first-round result covers.
+        *home_results : TopK
+            First-round results of the other shards; each query's k-th key there is its
+            floor here (:func:`shards.thresholds.floors_from`): only docs scoring at least
+            that are returned, and a query this shard cannot reach is skipped.
+
+        Returns
+        -------
+        TopK
+            Shape ``(len(rows), k)``, ``-1`` padded (also where a floor left fewer than k docs).
+        """
         self._searches += 1
         if self._crash_after == self._searches and not (self._crash_marker and os.path.exists(self._crash_marker)):
             if self._crash_marker:
@@ -172,8 +200,16 @@ class ShardSearcher:
                 time.sleep(24 * 3600)  # test-only: a call that never returns, like a stuck GPU
             os._exit(1)  # test-only: die like a worker killed by the OS or a GPU fault
         start = time.perf_counter()
-        with self._out_of_memory(f"searching a batch of {queries.n_sets} queries", "lower query_batch_size"):
-            result = self.index.search(queries, k)
+        rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        subset = queries if len(rows) == queries.n_sets else queries.take(rows)
+        floor = None
+        if home_results:
+            floor = floors_from(home_results, home_rows, queries.lengths, k, self.max_len)[rows]
+        with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
+            result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
+        self.searched += len(rows)
+        if floor is not None:
+            self.skipped += int(getattr(self.index, "last_skipped", 0))
         self.search_s += time.perf_counter() - start
         return result
 
@@ -190,6 +226,13 @@ class ShardSearcher:
                 f"shard {self.spec.shard_id} (lengths {self.spec.min_len}..{self.spec.max_len}, {self.spec.n_docs} docs) "
                 f"on node {socket.gethostname()} GPU {gpu} ran out of GPU memory while {doing}: {exc}; {fix}"
             ) from exc
+
+
+def _node_id() -> str:
+    """The Ray node id of this process ("" outside Ray)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 def _restarted() -> bool:

@@ -161,7 +161,7 @@ def test_bad_input_fails_before_actors_and_writes_nothing(tmp_path, monkeypatch,
     def no_actors(*a, **kw):
         raise AssertionError("an actor was started for bad input")
 
-    monkeypatch.setattr(score, "plan_shards", no_actors)
+    monkeypatch.setattr(score, "start_shards", no_actors)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", str(docs), "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2
@@ -342,7 +342,7 @@ def test_phase_logs_and_final_summary_line(tmp_path, tie_corpus, caplog):
         assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--run-id", "r-1"]) == 0
     messages = [r.getMessage() for r in caplog.records if r.name == "settopk"]
     phases = [m.split(":")[0] for m in messages if m.startswith("phase ")]
-    assert phases == ["phase validate", "phase connect", "phase load", "phase search", "phase commit"]
+    assert phases == ["phase validate", "phase connect", "phase read", "phase load", "phase search", "phase commit"]
     assert messages[-1].startswith("done: run r-1: 43 queries x 703 docs, k=100,") and "total_s=" in messages[-1]
 
 
@@ -352,7 +352,7 @@ def test_unexpected_failure_exits_1_and_writes_nothing(tmp_path, tie_corpus, mon
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(score, "write_part", full_disk)
+    monkeypatch.setattr(score, "check_parts", full_disk)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 1 and "failed: the result dataset was not written" in caplog.text and "No space left" in caplog.text
@@ -409,31 +409,32 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
 def test_input_modified_while_the_driver_reads_it_is_refused(tmp_path, monkeypatch, caplog):
     docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [3]])
     q = _write_text_sets(tmp_path / "q.txt", [[1]])
-    real = score.read_corpus
+    real = score.read_corpus_pieces
 
-    def read_then_touch(path, *args, **kwargs):
-        corpus = real(path, *args, **kwargs)
-        os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a writer still at work
+    def read_then_touch(*args, **kwargs):
+        corpus = real(*args, **kwargs)
+        os.utime(docs, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a writer still at work
         return corpus
 
-    monkeypatch.setattr(score, "read_corpus", read_then_touch)
+    monkeypatch.setattr(score, "read_corpus_pieces", read_then_touch)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2 and "docs.txt: expected input files that stay unchanged" in caplog.text
     assert not (tmp_path / "out").exists()
 
 
-def test_corpus_changed_before_the_actors_read_it_stops_the_run(tmp_path, monkeypatch, caplog):
+def test_corpus_changed_before_the_readers_read_it_stops_the_run(tmp_path, monkeypatch, caplog):
     docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [3]])
     q = _write_text_sets(tmp_path / "q.txt", [[1]])
-    real = score.plan_shards
+    real = score.pieces_for_cluster
 
     def plan_then_touch(*args, **kwargs):
+        planned = real(*args, **kwargs)
         os.utime(docs, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # same bytes, new mtime
-        return real(*args, **kwargs)
+        return planned
 
-    monkeypatch.setattr(score, "plan_shards", plan_then_touch)
+    monkeypatch.setattr(score, "pieces_for_cluster", plan_then_touch)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
-    assert code == 1 and "changed (file sizes or modification times) after the driver validated it" in caplog.text
+    assert code == 2 and "docs.txt: expected input files that stay unchanged while the job runs, found files changed while the job listed them" in caplog.text
     assert not (tmp_path / "out").exists()

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from kernels import NumpyShardIndex, SetBatch
+from kernels import NumpyShardIndex, SetBatch, best_key_in_range, score_key
 
 pytestmark = pytest.mark.gpu
 
@@ -333,3 +333,193 @@ def test_max_len_above_255_is_refused():
     docs = SetBatch.from_lists([[1, 2]])
     with pytest.raises(ValueError, match="max_len"):
         _index(docs, np.arange(1), 300)
+
+
+# ---- per-query score floors (threshold exchange)
+
+
+def _floor_cases(cpu, queries, k, max_len, rng):
+    """Floor arrays that land on ties: the exact k-th key, the next one, a random rank, above every key, -1, 0, ...
+
+    Keys come from the NumPy index's full overlap matrix (the shard must have docs).
+    """
+    keys = score_key(cpu.overlaps(queries), queries.lengths[:, None], cpu.doc_len[None, :], max_len)
+    ranked = -np.sort(-keys.astype(np.int64), axis=1)  # per query, every doc's key, best first
+    n_q, n_docs = ranked.shape
+    rows = np.arange(n_q)
+
+    def at(rank):
+        return np.where(rank < n_docs, ranked[rows, np.minimum(rank, n_docs - 1)], ranked[:, 0] + 1)
+
+    reach = best_key_in_range(queries.lengths, cpu.doc_len.min(), cpu.doc_len.max(), max_len).astype(np.int64)
+    cases = {
+        "none": np.full(n_q, -1),
+        "zero": np.zeros(n_q, dtype=np.int64),
+        "kth": at(np.full(n_q, k - 1)),
+        "after_kth": at(np.full(n_q, k)),
+        "first": at(np.zeros(n_q, dtype=np.int64)),
+        "jth": at(rng.integers(0, n_docs, size=n_q)),
+        "near_kth": at(rng.integers(max(0, k - 3), k + 3, size=n_q)),
+        "above_all": ranked[:, 0] + 1,  # reachable by the lengths, but no doc reaches it
+        "skip": reach + 1,  # every query skipped
+    }
+    columns = list(cases.values())
+    pick = rng.integers(0, len(columns), size=n_q)
+    cases["mixed"] = np.array([columns[p][i] for i, p in enumerate(pick)], dtype=np.int64)
+    return {name: floors.astype(np.int64) for name, floors in cases.items()}
+
+
+def _check_floors(gpu, cpu, queries, k, max_len, rng):
+    """Every floor case of ``_floor_cases``: GPU == NumPy; returns the GPU's total rescans."""
+    rescans = 0
+    for name, floors in _floor_cases(cpu, queries, k, max_len, rng).items():
+        want = cpu.search(queries, k, floor_key=floors)
+        got = gpu.search(queries, k, floor_key=floors)
+        try:
+            _assert_same(got, want)
+        except BaseException:
+            print(f"floor case {name!r}, k={k}: floors {floors.tolist()}")
+            raise
+        assert gpu.last_skipped == cpu.last_skipped, name
+        if name == "skip":
+            assert gpu.last_skipped == queries.n_sets and (got.doc_ids == -1).all()
+        if name == "above_all":
+            assert (got.doc_ids == -1).all()
+        rescans += gpu.rescans
+    return rescans
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_floors_on_random_corpora_with_heavy_ties(seed):
+    rng = np.random.default_rng(500 + seed)
+    max_len, vocab = 12, 16
+    sets = _random_sets(rng, int(rng.integers(200, 700)), vocab, max_len).to_lists()
+    for i in (0, 5, 6, 100):
+        sets[i] = []
+    sets[9] = list(range(max_len))
+    docs = SetBatch.from_lists(sets)
+    queries = SetBatch.from_lists(_random_sets(rng, 40, vocab, max_len).to_lists() + [[], list(range(max_len))])
+    doc_ids = np.arange(docs.n_sets, dtype=np.int64) * 3 + 1
+    cpu = NumpyShardIndex(docs, doc_ids, max_len)
+    gpu = _index(docs, doc_ids, max_len)
+    for k in (1, 7, 64):
+        _check_floors(gpu, cpu, queries, k, max_len, rng)
+    # query_batch splits the searched (not skipped) queries into ragged batches
+    _check_floors(_index(docs, doc_ids, max_len, query_batch=5), cpu, queries, 7, max_len, rng)
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 8])
+def test_floors_with_overflow_and_rescans(capacity):
+    """Tiny buffers overflow on every level; the re-scan reuses the floor's tables and stays exact."""
+    rng = np.random.default_rng(600 + capacity)
+    docs = _random_sets(rng, 3000, 12, 6)
+    queries = _random_sets(rng, 30, 12, 6)
+    cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), 6)
+    gpu = _index(docs, np.arange(docs.n_sets), 6, capacity=capacity, tile_docs=700, redo_bytes=1)
+    rescans = sum(_check_floors(gpu, cpu, queries, k, 6, rng) for k in (1, 10, 40))
+    assert rescans > 0
+    # sub-batches of several re-scanned queries, and rescans longer than the shared-memory sort
+    gpu = _index(docs, np.arange(docs.n_sets), 6, capacity=capacity, tile_docs=700, redo_bytes=3 * 8 * 710 * 6)
+    assert _check_floors(gpu, cpu, queries, 10, 6, rng) > 0
+
+
+def test_floors_through_sampling_levels():
+    """Several sampling levels: bounds start at the floor and only rise from there."""
+    rng = np.random.default_rng(700)
+    max_len = 10
+    docs = _random_sets(rng, 30_000, 30, max_len)
+    queries = _random_sets(rng, 70, 30, max_len)
+    cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), max_len)
+    for capacity, ratio in ((64, 2), (1024, None)):
+        gpu = _index(docs, np.arange(docs.n_sets), max_len, capacity=capacity, sample_ratio=ratio)
+        for k in (1, 10, 50):
+            assert len(gpu._levels(k, gpu._capacity(k))) >= 2  # the levels this test is about
+            _check_floors(gpu, cpu, queries, k, max_len, rng)
+
+
+def test_floors_on_zipf_corpus_with_many_query_groups():
+    """Several query groups per batch, skipped queries interleaved with searched ones, ragged batches."""
+    rng = np.random.default_rng(800)
+    max_len = 64
+    docs = _zipf_sets(rng, rng.integers(0, max_len + 1, size=40_000), 4000)
+    queries = _zipf_sets(rng, rng.integers(0, max_len + 1, size=100), 4000)
+    cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), max_len)
+    _check_floors(_index(docs, np.arange(docs.n_sets), max_len), cpu, queries, 30, max_len, rng)
+    _check_floors(_index(docs, np.arange(docs.n_sets), max_len, query_batch=37, tile_docs=1500), cpu, queries, 30,
+                  max_len, rng)
+
+
+def test_floors_on_a_narrow_length_range_skip_what_it_cannot_reach():
+    """A shard of lengths 20..24: short and long queries with floors from a (simulated) home shard."""
+    rng = np.random.default_rng(900)
+    max_len = 64
+    scale = max_len * max_len
+    docs = _random_sets(rng, 5000, 200, 24, min_len=20)
+    queries = _random_sets(rng, 64, 200, max_len)
+    cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), max_len)
+    gpu = _index(docs, np.arange(docs.n_sets), max_len)
+    floors = rng.integers(0, scale // 2, size=queries.n_sets)
+    for k in (5, 100):
+        want = cpu.search(queries, k, floor_key=floors)
+        _assert_same(gpu.search(queries, k, floor_key=floors), want)
+        assert gpu.last_skipped == cpu.last_skipped > 0
+    _check_floors(gpu, cpu, queries, 20, max_len, rng)
+
+
+def test_all_docs_tie_at_the_floor():
+    """Every doc has the same key: a floor at that key keeps the lowest ids, one above keeps nothing."""
+    max_len = 8
+    docs = SetBatch.from_lists([[3, 9, 27, 81]] * 40_000)
+    queries = SetBatch.from_lists([[3, 9, 27, 81], [3, 5], [100], []])
+    doc_ids = np.arange(40_000, dtype=np.int64) * 2 + 1
+    cpu = NumpyShardIndex(docs, doc_ids, max_len)
+    gpu = _index(docs, doc_ids, max_len)
+    tie = score_key(np.array([4, 1, 0, 0]), queries.lengths, 4, max_len).astype(np.int64)
+    got = gpu.search(queries, 100, floor_key=tie)
+    _assert_same(got, cpu.search(queries, 100, floor_key=tie))
+    assert (got.doc_ids[:, :3] == [[1, 3, 5]] * 4).all() and gpu.rescans == 0
+    got = gpu.search(queries, 100, floor_key=tie + 1)
+    _assert_same(got, cpu.search(queries, 100, floor_key=tie + 1))
+    assert (got.doc_ids == -1).all()
+    assert gpu.last_skipped == 2  # floors S + 1 (the identical set) and 1 (the empty query) are out of reach
+    _check_floors(gpu, cpu, queries, 100, max_len, np.random.default_rng(901))
+
+
+def test_floors_with_the_widest_max_len():
+    """max_len = 255: full-length sets reach key S, where the key > T table clamps to 255 (kNeverLen)."""
+    rng = np.random.default_rng(950)
+    max_len = 255
+    full = list(range(1000, 1255))
+    sets = _random_sets(rng, 600, 400, max_len, min_len=200).to_lists() + [full] * 5 + [full[:-1], [], [1]]
+    docs = SetBatch.from_lists(sets)
+    queries = SetBatch.from_lists([full, full[:-1], full[1:], [1], []] + _random_sets(rng, 20, 400, max_len).to_lists())
+    cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), max_len)
+    gpu = _index(docs, np.arange(docs.n_sets), max_len)
+    scale = max_len * max_len
+    floors = np.full(queries.n_sets, -1, dtype=np.int64)
+    floors[0] = scale  # only the identical sets
+    floors[1] = scale * 254 // 255
+    floors[2] = scale
+    _assert_same(gpu.search(queries, 8, floor_key=floors), cpu.search(queries, 8, floor_key=floors))
+    assert gpu.search(queries, 8, floor_key=floors).doc_ids[0, :6].tolist() == [600, 601, 602, 603, 604, -1]
+    for k in (1, 6, 30):
+        _check_floors(gpu, cpu, queries, k, max_len, rng)
+
+
+def test_floors_on_an_empty_shard_and_bad_floors():
+    docs = SetBatch.from_lists([])
+    queries = SetBatch.from_lists([[1, 2], [], [3]])
+    gpu = _index(docs, np.zeros(0, dtype=np.int64), 8)
+    assert (gpu.search(queries, 3, floor_key=np.array([0, -1, 5])).doc_ids == -1).all()
+
+    index = _index(SetBatch.from_lists([[1, 2], [3], [70, 99]]), np.arange(3), 4, vocab_size=100)
+    with pytest.raises(ValueError, match="shape"):
+        index.search(queries, 2, floor_key=np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="shape"):
+        gpu.search(queries, 2, floor_key=np.zeros(4, dtype=np.int64))
+    with pytest.raises(ValueError, match="integer"):
+        index.search(queries, 2, floor_key=np.zeros(3))
+    with pytest.raises(ValueError, match=">= -1"):
+        index.search(queries, 2, floor_key=np.array([0, -3, 0]))
+    got = index.search(queries, 2, floor_key=np.array([2**62, 0, 2**40], dtype=np.uint64))
+    assert got.doc_ids[:, 0].tolist() == [-1, 0, -1] and index.last_skipped == 2

@@ -3,7 +3,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from kernels import key_scale, min_overlap_above, score_key, score_value
+from kernels import best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
 
 
 def _all_pairs(max_len):
@@ -46,3 +46,120 @@ def test_key_scale_bounds():
         key_scale(0)
     with pytest.raises(ValueError):
         key_scale(40000)
+
+
+def _best_key_by_length(max_len):
+    """Brute force: ``best[q, d]`` = the largest key of any overlap with ``|q| = q``, ``|d| = d``."""
+    ov, ql, dl = _all_pairs(max_len)
+    best = np.full((max_len + 1, max_len + 1), -1, dtype=np.int64)
+    np.maximum.at(best, (ql, dl), score_key(ov, ql, dl, max_len))
+    return best
+
+
+@pytest.mark.parametrize("max_len", [1, 2, 12])
+def test_best_key_in_range_matches_brute_force(max_len):
+    best = _best_key_by_length(max_len)
+    lengths = range(max_len + 1)
+    for q in lengths:
+        for lo in lengths:
+            for hi in lengths:
+                want = best[q, lo : hi + 1].max() if lo <= hi else -1
+                got = best_key_in_range(q, lo, hi, max_len)
+                assert got.dtype == np.int32
+                assert got == want, (q, lo, hi)
+
+
+def test_best_key_in_range_broadcasts_and_edge_cases():
+    max_len = 128
+    scale = key_scale(max_len)
+    q = np.arange(max_len + 1)
+    got = best_key_in_range(q[:, None], np.array([0, 10, 64]), np.array([128, 20, 64]), max_len)
+    assert got.shape == (max_len + 1, 3) and got.dtype == np.int32
+    # |q| inside the range: an identical set scores 1; the empty query scores 0 everywhere.
+    assert (got[1:, 0] == scale).all() and got[0, 0] == 0
+    assert got[15, 1] == scale and got[5, 1] == scale * 5 // 10 and got[30, 1] == scale * 20 // 30
+    assert got[64, 2] == scale and got[0, 2] == 0
+    # An empty range holds no doc: -1 is below every key, so every floor >= 0 skips it.
+    assert (best_key_in_range(q, 9, 8, max_len) == -1).all()
+    # The full range of a wide max_len (int32 keys up to 32767**2).
+    assert best_key_in_range(32767, 0, 32767, 32767) == key_scale(32767)
+
+
+def test_check_floor_key():
+    assert check_floor_key(None, 3, 8) is None
+    got = check_floor_key(np.array([-1, 0, 64, 65, 2**40]), 5, 8)
+    assert got.dtype == np.int64
+    assert got.tolist() == [-1, 0, 64, 65, 65]  # above S = 64 every floor skips alike: lowered to S + 1
+    assert check_floor_key([3, 4], 2, 8).tolist() == [3, 4]
+    assert check_floor_key(np.array([2**64 - 1, 7], dtype=np.uint64), 2, 8).tolist() == [65, 7]
+    assert check_floor_key(np.array([5], dtype=np.int8), 1, 8).tolist() == [5]
+    assert check_floor_key(np.zeros(0, dtype=np.int64), 0, 8).shape == (0,)
+    with pytest.raises(ValueError, match="shape"):
+        check_floor_key(np.zeros(4, dtype=np.int64), 3, 8)
+    with pytest.raises(ValueError, match="shape"):
+        check_floor_key(np.zeros((3, 1), dtype=np.int64), 3, 8)
+    with pytest.raises(ValueError, match="shape"):
+        check_floor_key(5, 1, 8)
+    with pytest.raises(ValueError, match="integer"):
+        check_floor_key(np.zeros(3), 3, 8)
+    with pytest.raises(ValueError, match="integer"):
+        check_floor_key(np.ones(3, dtype=bool), 3, 8)
+    with pytest.raises(ValueError, match=">= -1"):
+        check_floor_key(np.array([0, -2, 1]), 3, 8)
+
+
+def _emits(overlap, thr_ge, thr_gt):
+    """The count kernel's test for a bound (F, 2**31 - 1): key > F, or key == F at any position."""
+    return (overlap >= thr_gt) | (overlap >= thr_ge)
+
+
+def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor():
+    """The CUDA backend's starting tables (computed here with NumPy) encode ``key >= F`` exactly."""
+    from kernels.cuda import _floor_tables  # CuPy is not needed to import the module
+
+    max_len = 12
+    scale = key_scale(max_len)
+    ov, ql, dl = _all_pairs(max_len)
+    keys = score_key(ov, ql, dl, max_len)
+    floors = np.arange(-1, scale + 1)
+    lengths = np.arange(max_len + 1)
+    for q in lengths:
+        ge, gt = _floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len)
+        assert ge.dtype == gt.dtype == np.uint8 and ge.shape == (len(floors), max_len + 1)
+        assert ge.flags.c_contiguous and gt.flags.c_contiguous
+        # The same values as the host-side math, unclamped here (13 < 255).
+        want_ge = min_overlap_above(floors[:, None] - 1, q, lengths[None, :], max_len)
+        want_gt = min_overlap_above(floors[:, None], q, lengths[None, :], max_len)
+        assert np.array_equal(ge, want_ge) and np.array_equal(gt, want_gt)
+        sel = ql == q
+        for f, floor in enumerate(floors):
+            got = _emits(ov[sel], ge[f, dl[sel]], gt[f, dl[sel]])
+            assert np.array_equal(got, keys[sel] >= floor), (q, floor)
+    assert not _floor_tables(np, np.full(4, -1), np.arange(4), max_len + 1, max_len)[0].any()  # no floor: all 0
+
+
+def test_floor_tables_at_the_widest_gpu_max_len():
+    """max_len = 255: least overlaps clamp to 255 (kNeverLen); the test still holds for every floor <= S."""
+    from kernels.cuda import _floor_tables
+
+    max_len = 255
+    scale = key_scale(max_len)
+    rng = np.random.default_rng(0)
+    floors = np.unique(np.concatenate([[-1, 0, 1, 2, scale - 1, scale], rng.integers(0, scale + 1, 60)]))
+    q, d = (a.ravel() for a in np.meshgrid(np.arange(max_len + 1), np.arange(max_len + 1), indexing="ij"))
+    reach = np.minimum(q, d)
+    for floor in floors.tolist():
+        lengths = np.arange(max_len + 1)
+        ge, gt = _floor_tables(np, np.full(max_len + 1, floor), lengths, max_len + 1, max_len)  # [|q|, |d|]
+        ge, gt = ge[q, d].astype(np.int64), gt[q, d].astype(np.int64)
+        # Each table entry is the least overlap that passes: check it and the one below, within reach.
+        for overlap in (ge - 1, ge, reach):
+            ok = (overlap >= 0) & (overlap <= reach)
+            got = _emits(overlap[ok], ge[ok], gt[ok])
+            assert np.array_equal(got, score_key(overlap[ok], q[ok], d[ok], max_len) >= floor), floor
+            if floor < scale:  # at F = S the "key > F" table clamps, but the emission test above still holds
+                above = overlap[ok] >= gt[ok]
+                assert np.array_equal(above, score_key(overlap[ok], q[ok], d[ok], max_len) > floor), floor
+        # The reach mask (ge <= min(|q|, |d|)) is set exactly where some overlap reaches the floor.
+        best = score_key(reach, q, d, max_len)
+        assert np.array_equal(ge <= reach, best >= floor), floor

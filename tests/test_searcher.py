@@ -4,23 +4,25 @@ import numpy as np
 import pytest
 
 from kernels import NumpyShardIndex, SetBatch
-from shards import SetLimits, ShardActor, ShardSearcher, plan_shards
+from shards import SetLimits, ShardActor, ShardSearcher, plan_pieces, plan_shards, read_piece
 
 
 @pytest.fixture
 def corpus(tmp_path):
+    """The docs, and the corpus read as one piece (what a reader task leaves in the object store)."""
     docs = [[1, 2], [2, 3, 4], [5], [], [1, 2, 3, 4, 5]]
     path = tmp_path / "docs.txt"
     path.write_text("".join(",".join(map(str, d)) + "\n" for d in docs))
-    return docs, str(path)
+    pieces, _, _ = plan_pieces(str(path), 1)
+    return docs, [read_piece(p, SetLimits(max_len=8))[1] for p in pieces]
 
 
 def test_searcher_loads_only_its_length_range(corpus):
-    docs, path = corpus
+    docs, pieces = corpus
     plan = plan_shards(np.array([len(d) for d in docs]), 2, 8)
     queries = SetBatch.from_lists([[2, 3], [5]])
     whole = NumpyShardIndex(SetBatch.from_lists(docs), np.arange(len(docs)), 8).search(queries, 5)
-    parts = [ShardSearcher(spec, path, SetLimits(max_len=8), "numpy") for spec in plan]
+    parts = [ShardSearcher(spec, pieces, SetLimits(max_len=8), "numpy") for spec in plan]
     assert sum(p.index.n_docs for p in parts) == len(docs)
     for p in parts:
         assert p.info()["n_docs"] == p.spec.n_docs
@@ -28,19 +30,17 @@ def test_searcher_loads_only_its_length_range(corpus):
     assert ids == {int(i) for i in whole.doc_ids.ravel() if i >= 0}
 
 
-def test_searcher_detects_a_corpus_that_changed(corpus, tmp_path):
-    docs, path = corpus
-    spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
-    with open(path, "a") as f:
-        f.write("7,8\n")
-    with pytest.raises(RuntimeError, match="corpus changed"):
-        ShardSearcher(spec, path, SetLimits(max_len=8), "numpy")
+def test_searcher_refuses_pieces_that_do_not_match_the_plan(corpus):
+    docs, pieces = corpus
+    spec = plan_shards(np.array([len(d) for d in docs] + [2]), 1, 8)[0]  # the plan counted one doc more
+    with pytest.raises(RuntimeError, match="plan expects 6 / 13"):
+        ShardSearcher(spec, pieces, SetLimits(max_len=8), "numpy")
 
 
 def test_out_of_memory_message_names_the_setting(corpus):
-    docs, path = corpus
+    docs, pieces = corpus
     spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
-    searcher = ShardSearcher(spec, path, SetLimits(max_len=8), "numpy")
+    searcher = ShardSearcher(spec, pieces, SetLimits(max_len=8), "numpy")
 
     class OutOfMemoryError(Exception):
         pass
@@ -56,11 +56,12 @@ def test_out_of_memory_message_names_the_setting(corpus):
 def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_path):
     import ray
 
-    docs, path = corpus
+    docs, pieces = corpus
     spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
     marker = tmp_path / "crashed"
+    refs = [ray.put(piece) for piece in pieces]  # a restarted actor takes its docs from the object store again
     actor = ShardActor.options(num_cpus=0, max_restarts=1, max_task_retries=0).remote(
-        spec, path, SetLimits(max_len=8), "numpy", "error", 2, str(marker)
+        spec, refs, SetLimits(max_len=8), "numpy", None, True, 2, str(marker)
     )
     queries = SetBatch.from_lists([[2, 3]])
     first = ray.get(actor.search.remote(queries, 3))

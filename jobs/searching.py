@@ -1,0 +1,193 @@
+"""Placing the shard actors and running the query chunks through them.
+
+One placement group holds one bundle per shard (its GPUs and CPUs), so the
+shards are reserved together or not at all, and a restarted actor comes back in
+its own bundle. Each batch of queries is searched in two rounds
+(:mod:`shards.thresholds`): every shard searches its *home* queries (those
+whose length lies in its range), then the other queries with each query's
+home k-th score as a floor. The actors compute the floors themselves from the
+first round's results, which Ray passes to them directly. A chunk's results then
+go, again directly, to a merge task that writes the chunk's part file, so the
+driver holds neither the corpus nor the results, and merging never stalls the
+search of the next chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from shards import ShardActor, split_rounds
+
+from .chunks import BatchLayout, finish_chunk
+from .dispatch import gather
+
+__all__ = ["start_shards", "search_chunks", "stop_shards"]
+
+log = logging.getLogger("settopk")
+_FINISH_WINDOW = 2  # merge tasks in flight; each pins one chunk's shard results in the object store
+_PLACEMENT_TIMEOUT_S = 120.0
+
+
+def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=None):
+    """Reserve one placement-group bundle per shard and start the shard actors in them.
+
+    Parameters
+    ----------
+    plan : list of ShardSpec
+    corpus : jobs.reading.CorpusRead
+        The pieces' docs in the object store.
+    limits : SetLimits
+    backend : str
+    cfg : configs.JobConfig
+    crash_shard_kwargs : dict, optional
+        Test-only fault injection keyword arguments for the shard ``cfg.faults.crash_shard``.
+
+    Returns
+    -------
+    (list of ActorHandle, PlacementGroup)
+
+    Raises
+    ------
+    RuntimeError
+        If the cluster cannot place the bundles within two minutes (the message gives them).
+    """
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    gpus = cfg.gpus_per_shard if backend == "cupy" else 0
+    bundle = {"CPU": cfg.cpus_per_shard, **({"GPU": gpus} if gpus else {})}
+    bundle = {key: value for key, value in bundle.items() if value}
+    group = placement_group([dict(bundle) for _ in plan] if bundle else [{"CPU": 0.001} for _ in plan], strategy="PACK")
+    try:
+        ray.get(group.ready(), timeout=_PLACEMENT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        raise RuntimeError(
+            f"the cluster could not place {len(plan)} shard bundle(s) of {bundle} within {_PLACEMENT_TIMEOUT_S:g} s "
+            f"(resources: {ray.cluster_resources()}); lower n_shards or cpus_per_shard, or add nodes"
+        ) from None
+    f = cfg.faults
+    actors = []
+    for spec in plan:
+        options = {
+            "num_cpus": cfg.cpus_per_shard,
+            "num_gpus": gpus,
+            # Ray's own fault tolerance: a dead actor restarts (taking its docs again from the
+            # object store) and the searches it was running are sent again; searches are pure.
+            "max_restarts": f.actor_restarts,
+            "max_task_retries": f.actor_restarts,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=spec.shard_id),
+        }
+        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered}
+        if crash_shard_kwargs and spec.shard_id == f.crash_shard:
+            kwargs.update(crash_shard_kwargs)
+        actors.append(ShardActor.options(**options).remote(spec, corpus.corpus_refs, limits, backend, **kwargs))
+    return actors, group
+
+
+def stop_shards(actors, group) -> None:
+    """Kill the shard actors and free their placement group."""
+    import ray
+    from ray.util.placement_group import remove_placement_group
+
+    for a in actors:
+        ray.kill(a)
+    if group is not None:
+        remove_placement_group(group)
+
+
+def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dict, bar=None) -> dict:
+    """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
+
+    Parameters
+    ----------
+    actors : list of ActorHandle
+        One per shard of ``plan``, in plan order.
+    infos : list of dict
+        The actors' ``info()``, for messages.
+    plan : list of ShardSpec
+    queries : shards.Queries
+        All queries of the run (the chunks index into them).
+    chunks : list of jobs.chunks.Chunk
+        The chunks still to compute.
+    cfg : configs.JobConfig
+    work : pathlib.Path
+        The run's work directory.
+    metadata : dict
+        Parquet footer metadata of every part.
+    bar : progress bar, optional
+        Advanced by each chunk's queries when its part is written.
+
+    Returns
+    -------
+    dict
+        ``merge_s`` and ``write_s`` summed over the merge tasks (seconds, overlapped with the search).
+    """
+    import ray
+
+    finish = ray.remote(num_cpus=0)(finish_chunk)  # light next to the search; the window bounds how many run
+    f = cfg.faults
+    in_flight: list[tuple[object, int]] = []
+    totals = {"merge_s": 0.0, "write_s": 0.0}
+
+    def settle(limit: int) -> None:
+        while len(in_flight) > limit:
+            ref, n = in_flight.pop(0)
+            out = ray.get(ref)
+            totals["merge_s"] += out["merge_s"]
+            totals["write_s"] += out["write_s"]
+            if bar is not None:
+                bar.update(n)
+
+    for chunk in chunks:
+        chunk_sets = queries.queries.take(np.arange(chunk.lo, chunk.hi))
+        query_len = chunk_sets.lengths
+        layouts, round_one, round_two = [], [], []
+        for lo in range(0, chunk.hi - chunk.lo, cfg.query_batch_size):
+            hi = min(lo + cfg.query_batch_size, chunk.hi - chunk.lo)
+            batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
+            first, second = split_rounds(plan, query_len[lo:hi]) if cfg.threshold_exchange else (
+                [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
+            layouts.append((lo, hi, batch, first, second))
+        what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
+
+        calls, parts = [], []
+        for b, (lo, hi, batch, first, _) in enumerate(layouts):
+            for s, rows in enumerate(first):
+                if len(rows):
+                    calls.append((s, lambda a, batch=batch, rows=rows: a.search.remote(batch, cfg.k, rows)))
+                    parts.append((b, s, rows))
+        refs_one = gather(actors, infos, calls, what + " (round 1)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s, fetch=False)
+        for (b, s, rows), ref in zip(parts, refs_one):
+            round_one.append((b, s, rows, ref))
+
+        calls, parts = [], []
+        for b, (lo, hi, batch, first, second) in enumerate(layouts):
+            home = [(rows, ref) for bb, _, rows, ref in round_one if bb == b]
+            home_rows = [rows for rows, _ in home]
+            home_refs = [ref for _, ref in home]
+            for s, rows in enumerate(second):
+                if len(rows):
+                    calls.append((s, lambda a, batch=batch, rows=rows, hr=home_rows, refs=home_refs:
+                                  a.search.remote(batch, cfg.k, rows, hr, *refs)))
+                    parts.append((b, s, rows))
+        refs_two = gather(actors, infos, calls, what + " (round 2)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s, fetch=False) if calls else []
+        for (b, s, rows), ref in zip(parts, refs_two):
+            round_two.append((b, s, rows, ref))
+
+        batch_layouts, results = [], []
+        for b, (lo, hi, *_rest) in enumerate(layouts):
+            entries = [e for e in round_one + round_two if e[0] == b]
+            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in entries)))
+            results += [ref for *_, ref in entries]
+        ref = finish.remote(
+            str(work), chunk.index, queries.query_ids[chunk.lo : chunk.hi], query_len, cfg.k, cfg.max_len, len(plan),
+            batch_layouts, metadata, cfg.output.row_group_rows, *results,
+        )
+        in_flight.append((ref, chunk.hi - chunk.lo))
+        settle(_FINISH_WINDOW)
+    settle(0)
+    return totals

@@ -1,0 +1,45 @@
+"""Run ``jobs.score.main`` on a two-node Ray cluster simulated on this machine.
+
+    python tests/multinode_run.py REPORT.json JOB_ARGS...
+
+Used by ``tests/test_multinode.py`` in a subprocess: ``ray.cluster_utils.Cluster`` must not
+be started in the pytest process, which already has the session's Ray cluster initialised.
+The cluster is a head and one worker node with one CPU each, so two shard actors of
+``cpus_per_shard: 1.0`` can only run one per node. Writes ``{"exit_code": ..., "node_ids":
+[...]}`` (the job's exit code, the cluster's live Ray node ids) to ``REPORT.json`` and exits
+with the job's exit code. Set ``RAY_TMPDIR`` to keep the cluster's session files (and its
+``ray_current_cluster`` address file) apart from any other Ray on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(argv: list[str]) -> int:
+    report, job_args = argv[0], argv[1:]
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from jobs import score
+
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        code = score.main(job_args)
+        with open(report, "w") as f:
+            json.dump({"exit_code": code, "node_ids": sorted(n["NodeID"] for n in nodes)}, f)
+        return code
+    finally:
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
