@@ -15,12 +15,29 @@ import dacite
 
 from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping, synthetic_problems
 
-__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "bench_config_names", "load_bench_config"]
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "ScalingConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
 BASELINE_NAMES = ("auto", "spmm", "popc4", "scipy")
 _BACKENDS = ("auto", "numpy", "cupy")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """A scaling run: the same search on several shard counts, one shard per GPU (or CPU slot).
+
+    Attributes
+    ----------
+    mode : str
+        ``"strong"``: the same corpus on every shard count; ``"weak"``: a corpus of
+        ``synthetic.n_docs`` times the shard count (same length histogram and id law).
+    shards : list of int
+        Shard counts to run, in order; the first is the baseline of the ratios.
+    """
+
+    mode: str = "strong"
+    shards: List[int] = field(default_factory=lambda: [1, 4])
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,9 @@ class BenchConfig:
     synthetic : SyntheticConfig
         The corpus (generated once into ``synthetic.cache_dir``, or the
         directory given to ``--data-dir``).
+    scaling : ScalingConfig, optional
+        Makes this a scaling run (:mod:`jobs.bench_scale`): ``n_shards`` and the
+        baselines are then unused, and read and build are timed once per shard count.
     """
 
     backend: str = "auto"
@@ -84,9 +104,15 @@ class BenchConfig:
     baselines: List[str] = field(default_factory=lambda: ["auto"])
     seed: int = 0
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    scaling: Optional[ScalingConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
+        if self.scaling is not None:
+            if self.scaling.mode not in ("strong", "weak"):
+                problems.append(f"scaling.mode must be 'strong' or 'weak', found {self.scaling.mode!r}")
+            if not self.scaling.shards or any(n < 1 for n in self.scaling.shards):
+                problems.append(f"scaling.shards must list shard counts >= 1, found {self.scaling.shards}")
         if self.backend not in _BACKENDS:
             problems.append(f"backend must be one of {_BACKENDS}, found {self.backend!r}")
         if self.n_shards != "auto" and (isinstance(self.n_shards, str) or self.n_shards < 1):
@@ -140,7 +166,7 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
     except dacite.UnexpectedDataError as exc:
         valid = sorted(f.name for f in dataclasses.fields(BenchConfig)) + [
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
-        ]
+        ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

@@ -3,7 +3,8 @@
 ``python -m jobs.bench --config NAME|FILE [--out FILE.json] [--data-dir DIR] [--quiet]``
 
 Named configs live in ``configs/bench/`` (``sti2-zipf``, ``sti2-uniform``,
-``smoke``). The job generates the config's synthetic corpus once (into
+``smoke``; the scaling runs ``scale-weak``, ``scale-strong`` and ``scale-smoke``,
+see :mod:`jobs.bench_scale`). The job generates the config's synthetic corpus once (into
 ``--data-dir`` or ``synthetic.cache_dir``), starts one Ray actor per
 length-bucket shard, and runs each phase ``warmup`` times untimed, then
 ``repetitions`` times timed:
@@ -190,6 +191,14 @@ def run(args) -> dict:
     cfg = load_bench_config(args.config)
     name = Path(args.config).stem
     out_path = Path(args.out) if args.out else Path("out") / "bench" / f"{name}.json"
+    if cfg.scaling is not None:
+        from .bench_scale import data_dir_for, format_scaling_table, run_scaling
+
+        result = run_scaling(cfg, name, data_dir_for(cfg, args.data_dir))
+        _write_json(out_path, result)
+        print(format_scaling_table(result))
+        print(f"written: {out_path}")
+        return result
     s = cfg.synthetic
     spec = SyntheticSpec(n_docs=s.n_docs, n_queries=s.n_queries, seed=s.seed, vocab_size=s.vocab_size,
                          id_dist=s.id_dist, zipf_s=s.zipf_s, near_duplicate_fraction=s.near_duplicate_fraction,

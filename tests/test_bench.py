@@ -78,3 +78,29 @@ def test_a_wrong_result_is_reported_and_no_timing_is_printed():
     assert bench._compare("x", got, want, np.array([1]))  # still wrong
     good = TopK(want.doc_ids.copy(), want.overlap.copy(), want.doc_len.copy())
     assert bench._compare("x", good, want, np.array([0])) == []
+
+
+def test_scaling_configs_load_and_the_smoke_scaling_run_is_exact(ray_cluster, tmp_path, capsys):
+    weak, strong = load_bench_config("scale-weak"), load_bench_config("scale-strong")
+    assert (weak.scaling.mode, weak.scaling.shards, weak.synthetic.n_queries) == ("weak", [1, 4], 2000)
+    assert (strong.scaling.mode, strong.scaling.shards, strong.synthetic.n_queries) == ("strong", [1, 4], 20000)
+    out = tmp_path / "scale.json"
+    assert bench.main(["--config", "scale-smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    cfg = load_bench_config("scale-smoke")
+    stages = result["stages"]
+    assert [st["n_shards"] for st in stages] == [1, 2] and result["mode"] == "weak"
+    assert [st["n_docs"] for st in stages] == [cfg.synthetic.n_docs, 2 * cfg.synthetic.n_docs]
+    assert [len(st["shards"]) for st in stages] == [1, 2]
+    for st in stages:
+        assert len(st["search"]["runs_s"]) == cfg.repetitions and st["throughput_checks_per_s"] > 0
+        assert len(st["exact_sample"]) == cfg.verify_queries
+    assert stages[0]["throughput_ratio"] == 1.0
+    assert "every shard count's sampled queries identical to the NumPy reference" in capsys.readouterr().out
+
+
+def test_bad_scaling_section_is_rejected(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("scaling:\n  mode: sideways\n  shards: [0]\n")
+    with pytest.raises(ConfigError, match="scaling.mode must be 'strong' or 'weak'.*scaling.shards must list"):
+        load_bench_config(str(path))
