@@ -449,6 +449,7 @@ def run(args) -> int:
             "config_source": args.config,
             "config": cfg.to_dict(),
             "timings_s": {key: round(v, 4) for key, v in timings.items()},
+            "driver_max_rss_bytes": _max_rss_bytes(),
             "versions": _versions(),
         }
         if args.tsv:
@@ -461,9 +462,17 @@ def run(args) -> int:
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
         run_id, queries.queries.n_sets, n_docs, cfg.k, total_rows, target.out_dir, backend, len(plan),
-        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")),
+        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s"))
+        + f" driver_max_rss_bytes={_max_rss_bytes()}",
     )
     return EXIT_OK
+
+
+def _max_rss_bytes() -> int:
+    """Peak resident memory of this driver process so far (Linux reports kilobytes)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:

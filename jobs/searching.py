@@ -99,6 +99,11 @@ def stop_shards(actors, group) -> None:
         remove_placement_group(group)
 
 
+def _remember(store: dict, key, ref):
+    store[key] = ref
+    return ref
+
+
 def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dict, bar=None) -> dict:
     """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
 
@@ -145,7 +150,7 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dic
     for chunk in chunks:
         chunk_sets = queries.queries.take(np.arange(chunk.lo, chunk.hi))
         query_len = chunk_sets.lengths
-        layouts, round_one, round_two = [], [], []
+        layouts = []
         for lo in range(0, chunk.hi - chunk.lo, cfg.query_batch_size):
             hi = min(lo + cfg.query_batch_size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
@@ -153,36 +158,33 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dic
                 [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
             layouts.append((lo, hi, batch, first, second))
         what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
-
+        # Both rounds go out at once, the second round's calls taking the first round's results
+        # as arguments: each actor runs its first-round calls, then its second-round ones, with
+        # no barrier between the rounds. A retried first-round call replaces its result in
+        # `home`, so a second-round call sent again after it takes the new one.
+        home: dict[tuple[int, int], object] = {}
         calls, parts = [], []
         for b, (lo, hi, batch, first, _) in enumerate(layouts):
             for s, rows in enumerate(first):
                 if len(rows):
-                    calls.append((s, lambda a, batch=batch, rows=rows: a.search.remote(batch, cfg.k, rows)))
+                    calls.append((s, lambda a, b=b, s=s, batch=batch, rows=rows: _remember(home, (b, s), a.search.remote(batch, cfg.k, rows))))
                     parts.append((b, s, rows))
-        refs_one = gather(actors, infos, calls, what + " (round 1)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s, fetch=False)
-        for (b, s, rows), ref in zip(parts, refs_one):
-            round_one.append((b, s, rows, ref))
-
-        calls, parts = [], []
         for b, (lo, hi, batch, first, second) in enumerate(layouts):
-            home = [(rows, ref) for bb, _, rows, ref in round_one if bb == b]
-            home_rows = [rows for rows, _ in home]
-            home_refs = [ref for _, ref in home]
+            home_keys = [(b, s) for s, rows in enumerate(first) if len(rows)]
+            home_rows = [first[s] for _, s in home_keys]
             for s, rows in enumerate(second):
                 if len(rows):
-                    calls.append((s, lambda a, batch=batch, rows=rows, hr=home_rows, refs=home_refs:
-                                  a.search.remote(batch, cfg.k, rows, hr, *refs)))
+                    calls.append((s, lambda a, batch=batch, rows=rows, hr=home_rows, keys=home_keys:
+                                  a.search.remote(batch, cfg.k, rows, hr, *[home[key] for key in keys])))
                     parts.append((b, s, rows))
-        refs_two = gather(actors, infos, calls, what + " (round 2)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s, fetch=False) if calls else []
-        for (b, s, rows), ref in zip(parts, refs_two):
-            round_two.append((b, s, rows, ref))
+        refs = gather(actors, infos, calls, what, f.search_timeout_s, f.search_attempts, f.retry_backoff_s, fetch=False)
+        entries = [(b, s, rows, ref) for (b, s, rows), ref in zip(parts, refs)]
 
         batch_layouts, results = [], []
         for b, (lo, hi, *_rest) in enumerate(layouts):
-            entries = [e for e in round_one + round_two if e[0] == b]
-            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in entries)))
-            results += [ref for *_, ref in entries]
+            mine = [e for e in entries if e[0] == b]
+            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
+            results += [ref for *_, ref in mine]
         ref = finish.remote(
             str(work), chunk.index, queries.query_ids[chunk.lo : chunk.hi], query_len, cfg.k, cfg.max_len, len(plan),
             batch_layouts, metadata, cfg.output.row_group_rows, *results,
