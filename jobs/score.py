@@ -398,7 +398,7 @@ def run(args) -> int:
         with _phase("search", timings):
             todo = [c for c in chunks if c.index not in done]
             bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
-            timings.update(search_chunks(actors, infos, plan, queries, todo, cfg, work, parquet_metadata, bar))
+            timings.update(search_chunks(actors, infos, plan, queries, todo, cfg, backend, work, parquet_metadata, bar))
             bar.close()
         infos = gather(actors, infos, lambda a: a.info.remote(), "final info", f.search_timeout_s, 1, 0.0)
     finally:

@@ -26,7 +26,7 @@ from .dispatch import gather
 __all__ = ["start_shards", "search_chunks", "stop_shards"]
 
 log = logging.getLogger("settopk")
-_FINISH_WINDOW = 2  # merge tasks in flight; each pins one chunk's shard results in the object store
+_FINISH_WINDOW = 4  # merge tasks in flight; each pins one chunk's shard results in the object store
 _PLACEMENT_TIMEOUT_S = 120.0
 
 
@@ -99,12 +99,14 @@ def stop_shards(actors, group) -> None:
         remove_placement_group(group)
 
 
-def _remember(store: dict, key, ref):
-    store[key] = ref
-    return ref
+def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes: list):
+    """Send one search; keep its TopK reference under ``key`` and return the receipt reference."""
+    receipt, topk = actor.search_part.options(num_returns=2).remote(batch, k, rows, *extra, *homes)
+    results[key] = topk
+    return receipt
 
 
-def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dict, bar=None) -> dict:
+def search_chunks(actors, infos, plan, queries, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
     """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
 
     Parameters
@@ -119,6 +121,8 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dic
     chunks : list of jobs.chunks.Chunk
         The chunks still to compute.
     cfg : configs.JobConfig
+    backend : str
+        Decides ``threshold_exchange: auto`` (on for numpy, off for cupy).
     work : pathlib.Path
         The run's work directory.
     metadata : dict
@@ -133,6 +137,7 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dic
     """
     import ray
 
+    exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend == "numpy"
     finish = ray.remote(num_cpus=0)(finish_chunk)  # light next to the search; the window bounds how many run
     f = cfg.faults
     in_flight: list[tuple[object, int]] = []
@@ -154,40 +159,40 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, work, metadata: dic
         for lo in range(0, chunk.hi - chunk.lo, cfg.query_batch_size):
             hi = min(lo + cfg.query_batch_size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
-            first, second = split_rounds(plan, query_len[lo:hi]) if cfg.threshold_exchange else (
+            first, second = split_rounds(plan, query_len[lo:hi]) if exchange else (
                 [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
             layouts.append((lo, hi, batch, first, second))
         what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
-        # Both rounds go out at once, the second round's calls taking the first round's results
-        # as arguments: each actor runs its first-round calls, then its second-round ones, with
-        # no barrier between the rounds. A retried first-round call replaces its result in
-        # `home`, so a second-round call sent again after it takes the new one.
-        home: dict[tuple[int, int], object] = {}
-        calls, parts = [], []
-        for b, (lo, hi, batch, first, _) in enumerate(layouts):
-            for s, rows in enumerate(first):
-                if len(rows):
-                    calls.append((s, lambda a, b=b, s=s, batch=batch, rows=rows: _remember(home, (b, s), a.search.remote(batch, cfg.k, rows))))
-                    parts.append((b, s, rows))
-        for b, (lo, hi, batch, first, second) in enumerate(layouts):
-            home_keys = [(b, s) for s, rows in enumerate(first) if len(rows)]
-            home_rows = [first[s] for _, s in home_keys]
-            for s, rows in enumerate(second):
-                if len(rows):
-                    calls.append((s, lambda a, batch=batch, rows=rows, hr=home_rows, keys=home_keys:
-                                  a.search.remote(batch, cfg.k, rows, hr, *[home[key] for key in keys])))
-                    parts.append((b, s, rows))
-        refs = gather(actors, infos, calls, what, f.search_timeout_s, f.search_attempts, f.retry_backoff_s, fetch=False)
-        entries = [(b, s, rows, ref) for (b, s, rows), ref in zip(parts, refs)]
 
-        batch_layouts, results = [], []
+        # Each call returns a small receipt (waited on here) and its TopK (left in the object
+        # store for the second round and the merge task). A retried call stores its new TopK
+        # in `results`, so whatever is sent later takes the result that succeeded.
+        results: dict[tuple[int, int, int], object] = {}
+        entries = []
+        for round_index in (0, 1):
+            calls = []
+            for b, (lo, hi, batch, first, second) in enumerate(layouts):
+                home_keys = [(0, b, s) for s, rows in enumerate(first) if len(rows)]
+                for s, rows in enumerate(first if round_index == 0 else second):
+                    if not len(rows):
+                        continue
+                    key = (round_index, b, s)
+                    extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
+                    homes = [] if round_index == 0 else home_keys
+                    calls.append((s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
+                        a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
+                    entries.append((b, s, rows, key))
+            if calls:
+                gather(actors, infos, calls, f"{what} (round {round_index + 1})", f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
+
+        batch_layouts, refs = [], []
         for b, (lo, hi, *_rest) in enumerate(layouts):
             mine = [e for e in entries if e[0] == b]
             batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
-            results += [ref for *_, ref in mine]
+            refs += [results[key] for *_, key in mine]
         ref = finish.remote(
             str(work), chunk.index, queries.query_ids[chunk.lo : chunk.hi], query_len, cfg.k, cfg.max_len, len(plan),
-            batch_layouts, metadata, cfg.output.row_group_rows, *results,
+            batch_layouts, metadata, cfg.output.row_group_rows, *refs,
         )
         in_flight.append((ref, chunk.hi - chunk.lo))
         settle(_FINISH_WINDOW)

@@ -72,7 +72,7 @@ from .keys import best_key_in_range, check_floor_key, key_scale
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
-__all__ = ["CupyShardIndex"]
+__all__ = ["CupyShardIndex", "warm_up"]
 
 _SOURCE_PATH = pathlib.Path(__file__).with_name("bitslice_topk.cu")
 _COUNT_KERNELS = {32: "settopk::count_emit<32, unsigned int>", 16: "settopk::count_emit<16, unsigned short>"}
@@ -94,6 +94,18 @@ _DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
 
 _modules: dict[int, object] = {}  # device id -> compiled cupy.RawModule
 _modules_lock = threading.Lock()
+
+
+def warm_up() -> None:
+    """Create the CUDA context on the current device and load the kernels into it.
+
+    Both happen on first use anyway; a shard actor calls this in a thread while its
+    docs arrive, so the index build does not wait for them. Compiled kernels are cached
+    on disk by CuPy, so only the first process on a machine compiles.
+    """
+    import cupy
+
+    _kernels(cupy.cuda.Device().id)
 
 
 def _kernels(device_id: int) -> dict:

@@ -20,7 +20,7 @@ import numpy as np
 
 from kernels.sets import SetBatch
 
-from .inputs import Corpus, InputError, Rejected, SetLimits, _open_parquet, _parquet_files, corpus_format, read_corpus
+from .inputs import Corpus, InputError, Rejected, SetLimits, _open_parquet, _parquet_files, _Rejects, corpus_format, read_corpus
 
 __all__ = ["CorpusPiece", "PieceSummary", "assemble_shard", "check_doc_ids", "pieces_ordered", "plan_pieces", "read_piece"]
 
@@ -228,7 +228,7 @@ def check_doc_ids(pieces: list[CorpusPiece], summaries: list[PieceSummary], fetc
     first_of = np.searchsorted(sorted_ids, sorted_ids[again])  # index (in `order`) of each id's first occurrence
     repeats = sorted(zip(owner[order[again]].tolist(), rows[order[again]].tolist(), order[first_of].tolist(), order[again].tolist()))
     by_index = {p.index: p for p in pieces}
-    errors = []
+    rejects = _Rejects(on_invalid)  # raises the error itself unless quarantining
     drops: dict[int, list[int]] = {}
     for piece_index, row, first, later in repeats:
         first_piece = by_index[int(owner[first])]
@@ -237,11 +237,9 @@ def check_doc_ids(pieces: list[CorpusPiece], summaries: list[PieceSummary], fetc
             f"doc_id {int(ids[later])} again (first at {first_piece.path} row {int(rows[first])})",
             "give every row its own doc_id, or drop the repeated row", row=row,
         )
-        if on_invalid != "quarantine":
-            raise error
-        errors.append(Rejected(error.path, error.line, error.row, error.reason))
+        rejects.add(error)
         drops.setdefault(piece_index, []).append(int(ids[later]))
-    return {i: np.asarray(v, dtype=np.int64) for i, v in drops.items()}, errors
+    return {i: np.asarray(v, dtype=np.int64) for i, v in drops.items()}, rejects.records
 
 
 def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None, ordered: bool = True):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 import warnings
 
@@ -142,8 +143,11 @@ class ShardSearcher:
         self.backend = backend
         self.max_len = limits.max_len
         self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
+        warm = _warm_gpu_in_background() if backend == "cupy" else None
         doc_ids, docs = load_shard(spec, pieces, drops, ordered)
         self.read_s = time.perf_counter() - start
+        if warm is not None:
+            warm.join()
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
             self.index = build_index(backend, doc_ids, docs, limits)
         self.load_s = time.perf_counter() - start
@@ -213,6 +217,15 @@ class ShardSearcher:
         self.search_s += time.perf_counter() - start
         return result
 
+    def search_part(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
+        """:meth:`search` for an actor call with two returns: ``(len(rows), TopK)``.
+
+        The driver waits on the small first return only; the TopK stays in the object
+        store and goes straight to the next round and the merge task.
+        """
+        result = self.search(queries, k, rows, home_rows, *home_results)
+        return len(result.doc_ids), result
+
     @contextlib.contextmanager
     def _out_of_memory(self, doing: str, fix: str):
         """Turn a GPU out-of-memory error into one that says where it happened and what to lower."""
@@ -226,6 +239,23 @@ class ShardSearcher:
                 f"shard {self.spec.shard_id} (lengths {self.spec.min_len}..{self.spec.max_len}, {self.spec.n_docs} docs) "
                 f"on node {socket.gethostname()} GPU {gpu} ran out of GPU memory while {doing}: {exc}; {fix}"
             ) from exc
+
+
+def _warm_gpu_in_background() -> threading.Thread:
+    """Create the CUDA context and load the kernels while the docs are fetched (both take a
+    second or so); an error here surfaces again, with its message, in the index build."""
+
+    def warm() -> None:
+        try:
+            from kernels.cuda import warm_up
+
+            warm_up()
+        except Exception:  # the build reports it
+            pass
+
+    thread = threading.Thread(target=warm, name="settopk-warm-gpu", daemon=True)
+    thread.start()
+    return thread
 
 
 def _node_id() -> str:

@@ -438,3 +438,47 @@ def test_corpus_changed_before_the_readers_read_it_stops_the_run(tmp_path, monke
         code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2 and "docs.txt: expected input files that stay unchanged while the job runs, found files changed while the job listed them" in caplog.text
     assert not (tmp_path / "out").exists()
+
+
+def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id_order(tmp_path, monkeypatch):
+    """Docs in descending doc id order over 3 files of small row groups, read as 6 pieces whose id
+    ranges overlap; 3 shards. Two rounds with floors and one round without give the same table, the
+    oracle's rows."""
+    from jobs import reading
+
+    rng = np.random.default_rng(21)
+    docs = _random_sets(rng, 597, 14, 9) + [[], list(range(128)), [3, 1, 3]]  # lengths 0..9 and 128
+    ids = np.arange(len(docs))[::-1] * 2 + 1  # descending, sparse
+    root = tmp_path / "docs"
+    root.mkdir()
+    for f in range(3):
+        part = slice(200 * f, 200 * (f + 1))
+        table = pa.table({"doc_id": pa.array(ids[part], pa.int64()), "tokens": pa.array(docs[part], pa.list_(pa.int32()))})
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=25)
+    # Home-shard lengths, lengths between the shards' doc lengths (10..127), empty and max_len queries.
+    queries = _random_sets(rng, 30, 14, 9) + [[], list(range(128)), list(range(20)), list(range(60, 100)), [13]]
+    queries_path = _write_text_sets(tmp_path / "q.txt", queries)
+    monkeypatch.setattr(reading, "_MIN_PIECE_ROWS", 1)  # pieces of about 600 rows / (2 per CPU * 2 CPUs)
+    reads = []
+
+    def read_and_keep(*args, **kwargs):
+        reads.append(real(*args, **kwargs))
+        return reads[-1]
+
+    real = score.read_corpus_pieces
+    monkeypatch.setattr(score, "read_corpus_pieces", read_and_keep)
+    k, tables, skipped = 15, {}, {}
+    for exchange in (True, False):
+        out = tmp_path / f"out-{exchange}"
+        cfg = _config(tmp_path, name=f"x{exchange}", n_shards=3, query_batch_size=8, threshold_exchange=exchange)
+        assert score.main(["--docs", str(root), "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
+        tables[exchange] = _read_rows(out)
+        shards = json.loads((out / "_manifest.json").read_text())["shards"]
+        assert len(shards) == 3
+        skipped[exchange] = sum(s["queries_skipped"] for s in shards)
+    assert [len(r.pieces) for r in reads] == [6, 6] and not any(r.ordered for r in reads)
+    assert skipped[True] > 0 and skipped[False] == 0  # the floors did skip searches, and only when on
+    assert tables[True].equals(tables[False])
+    order = np.argsort(ids)
+    expected = _expected_rows([docs[i] for i in order], queries, [str(i) for i in range(len(queries))], k)
+    assert _as_rows(tables[True]) == [(q, r, int(ids[order][d]), s, o, ql, dl) for q, r, d, s, o, ql, dl in expected]
