@@ -56,7 +56,7 @@ from kernels import TopK
 from shards import InputError, SetLimits, merge_topk, plan_shards_from_counts, read_queries
 
 from .reading import pieces_for_cluster, read_corpus_pieces
-from .score import resolve_backend
+from .score import resolve_backend, shard_doc_cost
 
 __all__ = ["ExactnessError", "build_parser", "main", "run"]
 
@@ -130,7 +130,7 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg):
 
     pieces, _, _ = pieces_for_cluster(str(docs_path), float(ray.cluster_resources().get("CPU", 1)))
     first = read_corpus_pieces(pieces, limits, "error")
-    plan = plan_shards_from_counts(first.length_counts, n_shards)
+    plan = plan_shards_from_counts(first.length_counts, n_shards, doc_cost=shard_doc_cost(backend, limits.max_len))
     del first
     options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
     actors = [BenchShardActor.options(**options).remote(sp, limits, backend) for sp in plan]

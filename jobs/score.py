@@ -186,6 +186,16 @@ def resolve_backend(cfg, resources: dict) -> tuple[str, int]:
     return backend, n_shards
 
 
+def shard_doc_cost(backend: str, max_len: int):
+    """What the shard planner balances for ``backend``: the GPU search cost per doc (cupy), or
+    plain ids (None, numpy)."""
+    if backend != "cupy":
+        return None
+    from kernels.cuda import search_cost_per_doc
+
+    return search_cost_per_doc(max_len)
+
+
 def _versions() -> dict:
     import pyarrow
     import ray
@@ -357,7 +367,7 @@ def run(args) -> int:
         _check_unchanged_since(read_start_ns, doc_files)
         if corpus.n_docs == 0:
             raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
-        plan = plan_shards_from_counts(corpus.length_counts, n_shards)
+        plan = plan_shards_from_counts(corpus.length_counts, n_shards, doc_cost=shard_doc_cost(backend, cfg.max_len))
     rejected = _rejected_table(corpus.rejected, queries.rejected)
     n_docs, doc_repeats, n_rejected_docs = corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected)
     log.info("corpus valid: %d docs (%d with repeated ids) from %s, read in %d piece(s)",

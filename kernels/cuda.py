@@ -72,7 +72,7 @@ from .keys import best_key_in_range, check_floor_key, key_scale
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
-__all__ = ["CupyShardIndex", "warm_up"]
+__all__ = ["CupyShardIndex", "search_cost_per_doc", "warm_up"]
 
 _SOURCE_PATH = pathlib.Path(__file__).with_name("bitslice_topk.cu")
 _COUNT_KERNELS = {32: "settopk::count_emit<32, unsigned int>", 16: "settopk::count_emit<16, unsigned short>"}
@@ -81,6 +81,7 @@ _MAX_LEN_LIMIT = 255  # 8 counter planes; the job's configs allow at most 255 to
 _MAX_VOCAB = 65536  # token ids are uint16
 _CHUNK_SLOTS = 32  # kChunkSlots in bitslice_topk.cu
 _IDS_PER_GROUP = 8  # kIdsPerGroup
+_DOC_OVERHEAD_SLOTS = 16  # per-doc search work in id slots (see search_cost_per_doc)
 _PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
 _NEVER_LEN = 255  # kNeverLen: least overlaps are clamped to this (uint8 tables, 8 counter planes)
 _LAST_POSITION = 2**31 - 1  # tie position that admits every doc of key T (positions are int32)
@@ -94,6 +95,22 @@ _DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
 
 _modules: dict[int, object] = {}  # device id -> compiled cupy.RawModule
 _modules_lock = threading.Lock()
+
+
+def search_cost_per_doc(max_len: int) -> np.ndarray:
+    """Count-kernel work of one doc of each length, in id slots: the length rounded up to a multiple
+    of 8 (one 16-byte group per 8 ids) plus a per-doc overhead (its slot length and position, the
+    threshold compare across the counter planes, the emission check) worth about 16 slots. The
+    overhead is a fit to per-shard search times on 4 H200s (STI2 length histogram: the shard of
+    lengths 0..67 holds twice the docs of the others and searched 25% longer at equal ids). The
+    shard planner balances this (``shards.plan_shards_from_counts(doc_cost=...)``).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (max_len + 1,)
+    """
+    lengths = np.arange(max_len + 1, dtype=np.int64)
+    return -(-lengths // _IDS_PER_GROUP) * _IDS_PER_GROUP + _DOC_OVERHEAD_SLOTS
 
 
 def warm_up() -> None:

@@ -106,7 +106,7 @@ def plan_shards(doc_lengths: np.ndarray, n_shards: int, max_len: int) -> list[Sh
     return plan_shards_from_counts(np.bincount(doc_lengths, minlength=max_len + 1), n_shards)
 
 
-def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int) -> list[ShardSpec]:
+def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int, doc_cost: np.ndarray | None = None) -> list[ShardSpec]:
     """:func:`plan_shards` from a length histogram (what the readers report; the driver
     never holds the corpus).
 
@@ -116,6 +116,11 @@ def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int) -> list[Sh
         Docs of each length ``0 .. max_len``.
     n_shards : int
         Most shards wanted, ``>= 1``.
+    doc_cost : numpy.ndarray of int, shape (max_len + 1,), optional
+        Search work of one doc of each length, balanced instead of token counts (default:
+        the length itself). On the GPU a doc costs its ids padded to a multiple of 8 plus a
+        per-doc overhead (:func:`kernels.cuda.search_cost_per_doc`), so short docs cost more
+        than their ids.
 
     Returns
     -------
@@ -136,8 +141,9 @@ def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int) -> list[Sh
     present = np.flatnonzero(counts)
     if len(present) == 0:
         return []
-    # Weight by tokens; empty docs weigh one, so a corpus of only empty docs still plans.
-    weights = np.maximum(present * counts[present], 1)
+    # Weight by tokens (or the given cost); empty docs weigh one, so a corpus of only empty docs still plans.
+    cost = present if doc_cost is None else np.asarray(doc_cost, dtype=np.int64)[present]
+    weights = np.maximum(cost * counts[present], 1)
     starts = _boundaries(weights, min(n_shards, len(present)))
     ends = starts[1:] + [len(present)]
     specs = []

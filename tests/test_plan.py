@@ -189,3 +189,17 @@ def test_only_empty_docs_and_zero_counts():
 def test_bad_histograms_are_refused(counts, n_shards):
     with pytest.raises(ValueError):
         plan_shards_from_counts(counts, n_shards)
+
+
+def test_doc_cost_shifts_boundaries_towards_costlier_lengths():
+    counts = np.zeros(9, dtype=np.int64)
+    counts[[1, 8]] = [80, 10]  # equal ids (80 each); short docs cost more per id on the GPU
+    by_ids = plan_shards_from_counts(counts, 2)
+    assert [(s.min_len, s.max_len) for s in by_ids] == [(0, 7), (8, 8)]
+    cost = np.arange(9) + 16  # a per-doc overhead, as kernels.cuda.search_cost_per_doc adds
+    weighted = plan_shards_from_counts(counts, 2, doc_cost=cost)
+    assert [(s.n_docs, s.n_tokens) for s in weighted] == [(80, 80), (10, 80)]
+    three = np.zeros(9, dtype=np.int64)
+    three[[1, 2, 8]] = [60, 30, 15]  # ids 60, 60, 120
+    assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2)] == [(0, 7), (8, 8)]
+    assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2, doc_cost=np.arange(9) + 16)] == [(0, 1), (2, 8)]
