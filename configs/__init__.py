@@ -112,7 +112,7 @@ class FaultConfig:
         Tries per (batch, shard) before the run stops with a message naming the
         shard's node and GPU.
     actor_restarts : int
-        Times Ray restarts a dead shard actor (which re-reads its shard).
+        Times Ray restarts a dead shard actor (which takes its docs again from the object store).
     retry_backoff_s : float
         First wait before a retry; it doubles on each further try.
     crash_shard, crash_after_searches, crash_marker, crash_mode : int, int, str, str

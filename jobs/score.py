@@ -3,10 +3,13 @@
 ``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 
-The driver validates every input before any actor starts, plans length-bucket
-shards, starts one Ray actor per shard (each reads its own docs from the
-corpus), sends query batches to all of them, merges the shard-local top-k lists
-exactly and writes the result dataset atomically. With no ``--docs/--queries``
+The driver validates the queries and lists the corpus's pieces; reader tasks
+validate and decode the pieces into the object store (``jobs.reading``), all
+before any shard actor starts. The driver plans length-bucket shards from the
+readers' length histograms, starts one Ray actor per shard in a placement group
+(each takes its docs from the pieces), sends query batches to all of them
+(``jobs.searching``), has Ray tasks merge each chunk's shard-local top-k lists
+exactly and write it, and commits the result dataset atomically. With no ``--docs/--queries``
 it runs on the config's synthetic corpus. With a config whose
 ``output.partition`` is ``dt`` (``nightly``), ``--out`` is a dataset root and
 the run writes ``ROOT/dt=YYYY-MM-DD/``.
