@@ -21,8 +21,8 @@ length-bucket shard, and runs each phase ``warmup`` times untimed, then
 
 Phases of several actors run in parallel; a phase's time is the slowest
 actor's. ``total`` is the sum of the medians of read, build, search_rpc, merge
-and write: the job from Parquet on disk to Parquet written, without Ray's start
-and without the driver's own validation pass over the corpus.
+and write: the job from Parquet on disk to Parquet written (the reader tasks
+validate the corpus as they decode it), without Ray's start and the actors' own start.
 
 Baselines (``kernels.baselines``) are built and searched in the same actors, on
 the same docs and queries, with the same warm-up and ``baseline_repetitions``

@@ -203,3 +203,11 @@ def test_doc_cost_shifts_boundaries_towards_costlier_lengths():
     three[[1, 2, 8]] = [60, 30, 15]  # ids 60, 60, 120
     assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2)] == [(0, 7), (8, 8)]
     assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2, doc_cost=np.arange(9) + 16)] == [(0, 1), (2, 8)]
+
+
+def test_gpu_search_cost_pads_ids_to_groups_of_8_plus_a_per_doc_overhead():
+    from kernels.cuda import search_cost_per_doc  # importable without CuPy
+
+    cost = search_cost_per_doc(17)
+    assert cost.shape == (18,) and cost.dtype == np.int64
+    assert cost[[0, 1, 8, 9, 16, 17]].tolist() == [16, 24, 24, 32, 32, 40]
