@@ -38,8 +38,7 @@ def _where(info: dict) -> str:
 
 
 def gather(
-    actors, infos: list[dict], calls, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None,
-    fetch: bool = True,
+    actors, infos: list[dict], calls, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None
 ) -> list:
     """Run calls on the shard actors and return their results in call order.
 
@@ -62,9 +61,6 @@ def gather(
         Wait before the second try; doubles on each further one.
     on_done : callable, optional
         Called with no argument each time a call succeeds (progress bars).
-    fetch : bool
-        Return the results (True) or their ``ObjectRef`` s (False: each result is still
-        fetched once to check it succeeded, then left in the object store).
 
     Raises
     ------
@@ -92,12 +88,11 @@ def gather(
             for ref in done:
                 c = pending.pop(ref)
                 try:
-                    value = ray.get(ref)
+                    results[c] = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                     errors[c] = _last_line(exc)
                     failed.append(c)
                 else:
-                    results[c] = value if fetch else ref
                     if on_done is not None:
                         on_done()
         hung = sorted({calls[c][0] for c in pending.values()})
