@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import configs
-from shards import InputError, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts, read_queries
+from shards import InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
@@ -341,13 +341,13 @@ def run(args) -> int:
 
     with _phase("validate", timings):
         read_start_ns = time.time_ns()
-        queries = read_queries(inputs.queries_path, limits, on_invalid=cfg.on_invalid)
+        queries = QueryStream(inputs.queries_path, limits, on_invalid=cfg.on_invalid)  # validated; read again chunk by chunk
         _, doc_fmt, doc_files = plan_pieces(inputs.docs_path, 1)  # the corpus's files and footers; readers check rows
         _check_unchanged_since(read_start_ns, queries.files)
-        if queries.queries.n_sets == 0:
+        if queries.n_queries == 0:
             raise InputError(f"{inputs.queries_path}: no queries found; expected at least one")
         fingerprints = {"docs": fingerprint(doc_files, inputs.docs_path), "queries": fingerprint(queries.files, inputs.queries_path)}
-    log.info("queries valid: %d (%d with repeated ids) from %s", queries.queries.n_sets, queries.n_with_repeats, inputs.queries_path)
+    log.info("queries valid: %d (%d with repeated ids) from %s", queries.n_queries, queries.n_with_repeats, inputs.queries_path)
 
     import ray
 
@@ -380,11 +380,11 @@ def run(args) -> int:
             "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
             "they are listed with the reason in %s/_rejected/", len(corpus.rejected), len(queries.rejected), target.out_dir,
         )
-    lines = _plan_lines(plan, backend, cfg, n_docs, queries.queries.n_sets)
+    lines = _plan_lines(plan, backend, cfg, n_docs, queries.n_queries)
     if args.dry_run:
         print("\n".join(lines + [f"  output: {target.out_dir}"]))
         return EXIT_OK
-    chunks = plan_chunks(queries.queries.n_sets, cfg.query_chunk_size)
+    chunks = plan_chunks(queries.n_queries, cfg.query_chunk_size)
     rows_per_query = min(cfg.k, n_docs)
     work = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
@@ -411,7 +411,8 @@ def run(args) -> int:
         with _phase("search", timings):
             todo = [c for c in chunks if c.index not in done]
             bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
-            timings.update(search_chunks(actors, infos, plan, queries, todo, cfg, backend, work, parquet_metadata, bar))
+            stream = ((c, ids, sets) for c, (ids, sets) in zip(chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in done)
+            timings.update(search_chunks(actors, infos, plan, stream, cfg, backend, work, parquet_metadata, bar))
             bar.close()
         infos = gather(actors, infos, lambda a: a.info.remote(), "final info", f.search_timeout_s, 1, 0.0)
     finally:
@@ -448,7 +449,7 @@ def run(args) -> int:
             },
             "counts": {
                 "n_docs": n_docs,
-                "n_queries": queries.queries.n_sets,
+                "n_queries": queries.n_queries,
                 "k": cfg.k,
                 "rows": total_rows,
                 "docs_with_repeated_ids": doc_repeats,
@@ -474,7 +475,7 @@ def run(args) -> int:
     timings["total_s"] = time.perf_counter() - t0
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        run_id, queries.queries.n_sets, n_docs, cfg.k, total_rows, target.out_dir, backend, len(plan),
+        run_id, queries.n_queries, n_docs, cfg.k, total_rows, target.out_dir, backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s"))
         + f" driver_max_rss_bytes={_max_rss_bytes()}",
     )

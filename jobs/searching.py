@@ -106,7 +106,7 @@ def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes:
     return receipt
 
 
-def search_chunks(actors, infos, plan, queries, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
+def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
     """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
 
     Parameters
@@ -116,10 +116,9 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, backend: str, work,
     infos : list of dict
         The actors' ``info()``, for messages.
     plan : list of ShardSpec
-    queries : shards.Queries
-        All queries of the run (the chunks index into them).
-    chunks : list of jobs.chunks.Chunk
-        The chunks still to compute.
+    chunks : iterable of (jobs.chunks.Chunk, list of str, SetBatch)
+        The chunks still to compute, with their query ids and queries (read one chunk at a
+        time, :meth:`shards.QueryStream.chunks`).
     cfg : configs.JobConfig
     backend : str
         Decides ``threshold_exchange: auto`` (on for numpy, off for cupy).
@@ -152,8 +151,7 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, backend: str, work,
             if bar is not None:
                 bar.update(n)
 
-    for chunk in chunks:
-        chunk_sets = queries.queries.take(np.arange(chunk.lo, chunk.hi))
+    for chunk, query_ids, chunk_sets in chunks:
         query_len = chunk_sets.lengths
         layouts = []
         for lo in range(0, chunk.hi - chunk.lo, cfg.query_batch_size):
@@ -191,7 +189,7 @@ def search_chunks(actors, infos, plan, queries, chunks, cfg, backend: str, work,
             batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
             refs += [results[key] for *_, key in mine]
         ref = finish.remote(
-            str(work), chunk.index, queries.query_ids[chunk.lo : chunk.hi], query_len, cfg.k, cfg.max_len, len(plan),
+            str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
             batch_layouts, metadata, cfg.output.row_group_rows, *refs,
         )
         in_flight.append((ref, chunk.hi - chunk.lo))

@@ -1,10 +1,11 @@
-"""Sharding: corpus pieces and reading, length-bucket planning, the shard searcher (a Ray actor),
+"""Sharding: corpus pieces and reading, query streams, length-bucket planning, the shard searcher (a Ray actor),
 threshold exchange, and the exact merge."""
 
 from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, pieces_ordered, plan_pieces, read_piece
 from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_format, fingerprint, read_corpus, read_queries
 from .merge import merge_topk
 from .plan import ShardSpec, plan_shards, plan_shards_from_counts
+from .query_stream import QueryStream
 from .searcher import ShardActor, ShardSearcher
 from .thresholds import floors_from, home_shards, scatter_rounds, split_rounds
 
@@ -14,6 +15,7 @@ __all__ = [
     "InputError",
     "PieceSummary",
     "Queries",
+    "QueryStream",
     "SetLimits",
     "ShardActor",
     "ShardSearcher",

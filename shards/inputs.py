@@ -602,21 +602,10 @@ def _set_aside_bad_lines(path: str, block, limits: SetLimits, first_line: int, r
 _NO_SETS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=bool))
 
 
-def _read_text_sets(path: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None):
-    """Parse a text file of sets, one per line.
-
-    Returns
-    -------
-    lines : numpy.ndarray of int64
-        0-based line numbers of the sets kept by ``length_range`` (all valid lines when None).
-    batch : SetBatch
-        Their sets.
-    n_with_repeats : int
-        Lines (kept or not) whose set had a repeated id.
-    """
-    rejects = rejects or _Rejects("error")
-    kept_lines, kept_lengths, kept_tokens = [], [], []
-    n_with_repeats = 0
+def _text_sets(path: str, limits: SetLimits, rejects: _Rejects):
+    """Yield ``(line_numbers, lengths, tokens, repeated)`` per block of a text file of sets: the
+    0-based line numbers of the valid lines and their sets (:func:`_canonical`); bad lines raise
+    or go to ``rejects``."""
     for block, first_line in _text_blocks(path):
         parsed = _parse_block(block, limits)
         line_numbers = None
@@ -634,6 +623,25 @@ def _read_text_sets(path: str, limits: SetLimits, length_range=None, rejects: _R
         lengths, tokens, repeated = parsed
         if line_numbers is None:
             line_numbers = first_line + np.arange(len(lengths), dtype=np.int64)
+        yield line_numbers, lengths, tokens, repeated
+
+
+def _read_text_sets(path: str, limits: SetLimits, length_range=None, rejects: _Rejects | None = None):
+    """Parse a text file of sets, one per line.
+
+    Returns
+    -------
+    lines : numpy.ndarray of int64
+        0-based line numbers of the sets kept by ``length_range`` (all valid lines when None).
+    batch : SetBatch
+        Their sets.
+    n_with_repeats : int
+        Lines (kept or not) whose set had a repeated id.
+    """
+    rejects = rejects or _Rejects("error")
+    kept_lines, kept_lengths, kept_tokens = [], [], []
+    n_with_repeats = 0
+    for line_numbers, lengths, tokens, repeated in _text_sets(path, limits, rejects):
         n_with_repeats += int(repeated.sum())
         keep = _length_keep(lengths, length_range)
         lengths, tokens = _select(lengths, tokens, keep)

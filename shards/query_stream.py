@@ -1,0 +1,183 @@
+"""Queries read in chunks: the driver's memory stays bounded whatever the number of queries.
+
+:class:`QueryStream` validates the queries in one pass that keeps only counts,
+rejects and (for Parquet, whose ``query_id`` values must be unique) an 8-byte
+hash per query; :meth:`QueryStream.chunks` then reads them again, chunk by
+chunk, with the same rules, so the driver holds one chunk of queries at a
+time. The result is the same as :func:`shards.read_queries` (same ids, sets,
+order, errors and rejects); a query directory, whose file names are listed
+anyway, is read whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Iterator
+
+import numpy as np
+
+from kernels.sets import SetBatch
+
+from .inputs import (
+    SetLimits,
+    _duplicate_error,
+    _parquet_files,
+    _Rejects,
+    _set_batch,
+    _text_sets,
+    _validated_batches,
+    queries_format,
+    read_queries,
+)
+
+__all__ = ["QueryStream"]
+
+
+def _hash(query_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(query_id.encode(), digest_size=8).digest(), "little")
+
+
+class QueryStream:
+    """The queries at ``path``, validated, then read chunk by chunk.
+
+    Parameters
+    ----------
+    path : str
+        Queries as :func:`shards.read_queries` takes them (a text file, Parquet, or a
+        directory of one-query files).
+    limits : SetLimits
+    on_invalid : {"error", "quarantine"}
+
+    Attributes
+    ----------
+    n_queries : int
+        Queries kept (valid, and not a repeated ``query_id``).
+    n_with_repeats : int
+        Queries that had a repeated token id.
+    fmt : str
+        ``"dir"``, ``"text"`` or ``"parquet"``.
+    files : tuple of str
+        Files read.
+    rejected : tuple of Rejected
+        Lines, rows or files set aside under ``on_invalid="quarantine"``.
+
+    Raises
+    ------
+    InputError
+        As :func:`shards.read_queries`: the first bad line, row or file, or a repeated
+        ``query_id`` (``on_invalid="error"``), or a missing or unreadable input.
+    """
+
+    def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
+        self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
+        self.fmt = queries_format(path)
+        self._whole = None
+        self._drop = np.zeros(0, dtype=np.int64)  # global rows of later repeats of a query_id
+        if self.fmt == "dir":
+            self._whole = read_queries(path, limits, on_invalid)
+            self.n_queries, self.n_with_repeats = self._whole.queries.n_sets, self._whole.n_with_repeats
+            self.files, self.rejected = self._whole.files, self._whole.rejected
+            return
+        rejects = _Rejects(on_invalid)
+        self.files = (self.path,) if self.fmt == "text" else tuple(_parquet_files(self.path))
+        hashes, rows = [], []
+        n_kept = n_repeats = 0
+        for ids, rows_kept, lengths, _, repeated in self._blocks(rejects):
+            n_kept += len(lengths)
+            n_repeats += int(repeated.sum())
+            if self.fmt == "parquet":
+                hashes.append(np.array([_hash(q) for q in ids], dtype=np.uint64))
+                rows.append(rows_kept)
+        self.n_with_repeats = n_repeats
+        if self.fmt == "parquet" and n_kept:
+            self._drop = self._repeated_ids(np.concatenate(hashes), np.concatenate(rows), rejects)
+        self.n_queries = n_kept - len(self._drop)
+        self.rejected = tuple(rejects.records)
+
+    def _blocks(self, rejects: _Rejects):
+        """Yield ``(ids, rows, lengths, tokens, repeated)`` per block of valid queries in input
+        order: their ids (str), global row indices (0-based over all rows of all files), and sets."""
+        if self.fmt == "text":
+            for lines, lengths, tokens, repeated in _text_sets(self.path, self.limits, rejects):
+                yield [str(i) for i in lines.tolist()], lines, lengths, tokens, repeated
+            return
+        self._where, base = [], 0
+        for file in self.files:
+            for ids, (lengths, tokens, repeated), good, row_base, n_rows in _validated_batches(file, "query_id", self.limits, rejects):
+                kept_ids = [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
+                yield kept_ids, base + good, lengths, tokens, repeated
+                self._where.append((file, row_base, n_rows))
+                base += n_rows
+
+    def _repeated_ids(self, hashes: np.ndarray, rows: np.ndarray, rejects: _Rejects) -> np.ndarray:
+        """Rows repeating an earlier ``query_id``: equal hashes are candidates, confirmed on the ids
+        themselves (read again, for the candidates only). Raises at the first repeat in input order
+        unless quarantining; returns the rows to leave out."""
+        order = np.argsort(hashes, kind="stable")  # stable: equal hashes stay in input order
+        same = hashes[order][1:] == hashes[order][:-1]
+        if not same.any():
+            return np.zeros(0, dtype=np.int64)
+        candidates = set(rows[order[1:][same]].tolist()) | set(rows[order[:-1][same]].tolist())
+        found: dict[int, str] = {}
+        for ids, block_rows, *_ in self._blocks(_Rejects("quarantine")):
+            for query_id, row in zip(ids, block_rows.tolist()):
+                if row in candidates:
+                    found[row] = query_id
+        first: dict[str, int] = {}
+        drop = []
+        for row in sorted(found):
+            earlier = first.setdefault(found[row], row)
+            if earlier != row:
+                rejects.add(_duplicate_error(self._where, "query_id", found[row], earlier, row))
+                drop.append(row)
+        return np.asarray(drop, dtype=np.int64)
+
+    def chunks(self, chunk_size: int, skip: int = 0) -> Iterator[tuple[list[str], SetBatch]]:
+        """Yield ``(query_ids, queries)`` for consecutive chunks of ``chunk_size`` kept queries.
+
+        Parameters
+        ----------
+        chunk_size : int
+            Queries per chunk, ``>= 1``; the last chunk may be shorter.
+        skip : int
+            Leading chunks to read past without yielding them (already done).
+
+        Raises
+        ------
+        RuntimeError
+            If the input no longer holds the queries the validating pass counted (it changed
+            while the job ran).
+        """
+        if self._whole is not None:
+            q = self._whole
+            for lo in range(skip * chunk_size, q.queries.n_sets, chunk_size):
+                hi = min(lo + chunk_size, q.queries.n_sets)
+                yield q.query_ids[lo:hi], q.queries.take(np.arange(lo, hi))
+            return
+        drop = set(self._drop.tolist())
+        ids_buf, len_buf, tok_buf, held, seen, total = [], [], [], 0, 0, 0
+        for ids, rows, lengths, tokens, _ in self._blocks(_Rejects(self.on_invalid)):
+            if drop:
+                keep = np.array([r not in drop for r in rows.tolist()], dtype=bool)
+                ids = [q for q, k in zip(ids, keep) if k]
+                tokens, lengths = tokens[np.repeat(keep, lengths)], lengths[keep]
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            total += len(lengths)
+            start = 0
+            while start < len(lengths):
+                take = min(chunk_size - held, len(lengths) - start)
+                ids_buf.append(ids[start : start + take])
+                len_buf.append(lengths[start : start + take])
+                tok_buf.append(tokens[offsets[start] : offsets[start + take]])
+                held += take
+                start += take
+                if held == chunk_size:
+                    if seen >= skip:
+                        yield [q for part in ids_buf for q in part], _set_batch(len_buf, tok_buf)
+                    seen += 1
+                    ids_buf, len_buf, tok_buf, held = [], [], [], 0
+        if held and seen >= skip:
+            yield [q for part in ids_buf for q in part], _set_batch(len_buf, tok_buf)
+        if total != self.n_queries:
+            raise RuntimeError(f"{self.path}: the queries changed while the job ran (validated {self.n_queries}, "
+                               f"read {total} now); rerun the job")
