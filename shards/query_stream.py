@@ -33,6 +33,11 @@ from .inputs import (
 __all__ = ["QueryStream"]
 
 
+def _ids(parts) -> list[str]:
+    """One chunk's query ids from its pieces: lists of str, or arrays of line numbers."""
+    return [str(q) for part in parts for q in (part.tolist() if isinstance(part, np.ndarray) else part)]
+
+
 def _hash(query_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(query_id.encode(), digest_size=8).digest(), "little")
 
@@ -96,10 +101,11 @@ class QueryStream:
 
     def _blocks(self, rejects: _Rejects):
         """Yield ``(ids, rows, lengths, tokens, repeated)`` per block of valid queries in input
-        order: their ids (str), global row indices (0-based over all rows of all files), and sets."""
+        order: their ids (a list of str, or for text the line numbers, turned into strings only
+        when a chunk is handed out), global row indices (0-based over all rows of all files), and sets."""
         if self.fmt == "text":
             for lines, lengths, tokens, repeated in _text_sets(self.path, self.limits, rejects):
-                yield [str(i) for i in lines.tolist()], lines, lengths, tokens, repeated
+                yield lines, lines, lengths, tokens, repeated
             return
         self._where, base = [], 0
         for file in self.files:
@@ -159,7 +165,7 @@ class QueryStream:
         for ids, rows, lengths, tokens, _ in self._blocks(_Rejects(self.on_invalid)):
             if drop:
                 keep = np.array([r not in drop for r in rows.tolist()], dtype=bool)
-                ids = [q for q, k in zip(ids, keep) if k]
+                ids = [q for q, k in zip(ids, keep) if k]  # only Parquet ids repeat
                 tokens, lengths = tokens[np.repeat(keep, lengths)], lengths[keep]
             offsets = np.concatenate([[0], np.cumsum(lengths)])
             total += len(lengths)
@@ -173,11 +179,11 @@ class QueryStream:
                 start += take
                 if held == chunk_size:
                     if seen >= skip:
-                        yield [q for part in ids_buf for q in part], _set_batch(len_buf, tok_buf)
+                        yield _ids(ids_buf), _set_batch(len_buf, tok_buf)
                     seen += 1
                     ids_buf, len_buf, tok_buf, held = [], [], [], 0
         if held and seen >= skip:
-            yield [q for part in ids_buf for q in part], _set_batch(len_buf, tok_buf)
+            yield _ids(ids_buf), _set_batch(len_buf, tok_buf)
         if total != self.n_queries:
             raise RuntimeError(f"{self.path}: the queries changed while the job ran (validated {self.n_queries}, "
                                f"read {total} now); rerun the job")
