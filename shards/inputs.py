@@ -51,7 +51,9 @@ silently shift doc ids.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import itertools
 import hashlib
 import os
 import re
@@ -783,11 +785,11 @@ def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: 
     return ids, sets, good
 
 
-def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _Rejects, row_groups=None):
+def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _Rejects, row_groups=None, max_threads: int = _MAX_READ_THREADS):
     """Yield ``(ids, (lengths, tokens, repeated), good, row_base, n_rows)`` per batch of one file (or of
-    its ``row_groups`` only), in row order. Row groups are decoded and validated in parallel threads
-    (Arrow and NumPy release the GIL), and consumed in order, so the first bad row in file order is the
-    one reported."""
+    its ``row_groups`` only), in row order. Row groups are decoded and validated in up to ``max_threads``
+    parallel threads (Arrow and NumPy release the GIL), and consumed in order, so the first bad row in
+    file order is the one reported."""
     parquet = _open_parquet(file)
     _check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
     n_groups = parquet.metadata.num_row_groups
@@ -812,9 +814,16 @@ def _validated_batches(file: str, id_column: str, limits: SetLimits, rejects: _R
             row_base += batch.num_rows
 
     # pa.cpu_count() follows OMP_NUM_THREADS, which Ray sets from the actor's num_cpus.
-    workers = max(1, min(len(groups), pa.cpu_count(), _MAX_READ_THREADS))
+    workers = max(1, min(len(groups), pa.cpu_count(), max_threads))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for out, records in pool.map(one_group, groups):
+        # A sliding window: at most `workers` row groups decoded ahead of the consumer, so
+        # memory stays bounded however many row groups the file has.
+        waiting = collections.deque(pool.submit(one_group, g) for g in groups[:workers])
+        following = iter(groups[workers:])
+        while waiting:
+            out, records = waiting.popleft().result()
+            for g in itertools.islice(following, 1):
+                waiting.append(pool.submit(one_group, g))
             rejects.records.extend(records)
             yield from out
 

@@ -32,6 +32,8 @@ from .inputs import (
 
 __all__ = ["QueryStream"]
 
+_QUERY_THREADS = 2  # row groups decoded at once on the driver: each holds a few hundred thousand queries
+
 
 def _ids(parts) -> list[str]:
     """One chunk's query ids from its pieces: lists of str, or arrays of line numbers."""
@@ -109,7 +111,8 @@ class QueryStream:
             return
         self._where, base = [], 0
         for file in self.files:
-            for ids, (lengths, tokens, repeated), good, row_base, n_rows in _validated_batches(file, "query_id", self.limits, rejects):
+            batches = _validated_batches(file, "query_id", self.limits, rejects, max_threads=_QUERY_THREADS)
+            for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
                 kept_ids = [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
                 yield kept_ids, base + good, lengths, tokens, repeated
                 self._where.append((file, row_base, n_rows))
