@@ -195,6 +195,25 @@ def _floor_tables(xp, floor, query_len, n_len: int, max_len: int):
     return need_overlap(t - 1), need_overlap(t)
 
 
+def _upload(pieces: list):
+    """Device CSR arrays ``(offsets int64, tokens uint16)`` of the concatenation of host SetBatches.
+
+    Each piece's ids go straight into their place in one device array; the offsets are shifted
+    on the host (8 bytes per doc)."""
+    import cupy
+
+    n_tokens = sum(len(p.tokens) for p in pieces)
+    tokens = cupy.empty(n_tokens, dtype=np.uint16)
+    host_offsets = [np.zeros(1, dtype=np.int64)]
+    position = 0
+    for piece in pieces:
+        if len(piece.tokens):
+            tokens[position : position + len(piece.tokens)].set(piece.tokens)
+        host_offsets.append(piece.offsets[1:] + position)
+        position += len(piece.tokens)
+    return cupy.asarray(np.concatenate(host_offsets)), tokens
+
+
 def _check_set_batch(batch, what: str, max_len: int) -> None:
     """Raise ValueError unless ``batch`` is a host SetBatch with C-contiguous arrays and sets of <= max_len ids.
 
@@ -220,11 +239,13 @@ class CupyShardIndex:
 
     Parameters
     ----------
-    docs : SetBatch
+    docs : SetBatch or sequence of SetBatch
         The shard's ``n_docs`` docs in host memory, in ``doc_ids`` order:
         ``offsets`` int64 of shape (n_docs + 1,), ``tokens`` uint16, both
         C-contiguous; each set sorted and distinct with at most ``max_len`` ids,
-        all below ``vocab_size``.
+        all below ``vocab_size``. A sequence of batches (the pieces a shard
+        takes from the corpus readers) is concatenated on the GPU, in order,
+        which saves the host a copy of every id.
     doc_ids : numpy.ndarray of integer dtype, shape (n_docs,)
         Global doc ids (host), strictly increasing, so position order is id
         order. Stored as int64.
@@ -287,7 +308,7 @@ class CupyShardIndex:
 
     def __init__(
         self,
-        docs: SetBatch,
+        docs,
         doc_ids: np.ndarray,
         max_len: int,
         vocab_size: int = _MAX_VOCAB,
@@ -312,14 +333,17 @@ class CupyShardIndex:
             raise ValueError(f"capacity must be in [1, {_SORT_MAX}], found {capacity}")
         if sample_ratio is not None and sample_ratio < 2:
             raise ValueError(f"sample_ratio must be >= 2, found {sample_ratio}")
-        _check_set_batch(docs, "docs", max_len)
+        pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
+        for piece in pieces:
+            _check_set_batch(piece, "docs", max_len)
+        n_sets = sum(piece.n_sets for piece in pieces)
         doc_ids = np.asarray(doc_ids)
         if doc_ids.dtype.kind not in "iu":
             raise ValueError(f"doc_ids must have an integer dtype, found {doc_ids.dtype}")
-        if doc_ids.shape != (docs.n_sets,):
-            raise ValueError(f"doc_ids must have shape ({docs.n_sets},), found {doc_ids.shape}")
-        if docs.n_sets >= 2**31:
-            raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {docs.n_sets}; use more shards")
+        if doc_ids.shape != (n_sets,):
+            raise ValueError(f"doc_ids must have shape ({n_sets},), found {doc_ids.shape}")
+        if n_sets >= 2**31:
+            raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {n_sets}; use more shards")
         doc_ids = doc_ids.astype(np.int64, copy=False)
         if len(doc_ids) > 1 and not (doc_ids[1:] > doc_ids[:-1]).all():
             raise ValueError("doc_ids must be strictly increasing")
@@ -340,7 +364,7 @@ class CupyShardIndex:
         self._n_sm = int(device.attributes["MultiProcessorCount"])
         self._shared_optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", _DEFAULT_SHARED_LIMIT))
         self._kernels = _kernels(self._device_id)
-        self._build(docs)
+        self._build(pieces)
 
     @property
     def n_docs(self) -> int:
@@ -349,19 +373,18 @@ class CupyShardIndex:
 
     # ---- build ----------------------------------------------------------------
 
-    def _build(self, docs: SetBatch) -> None:
+    def _build(self, pieces: list) -> None:
         """Upload the CSR arrays, validate them on the GPU, and build the length-sorted chunked layout."""
         import cupy
 
         n = self.n_docs
-        offsets = cupy.asarray(docs.offsets)
-        tokens = cupy.asarray(docs.tokens)
+        offsets, tokens = _upload(pieces)
         lengths = offsets[1:] - offsets[:-1]
         stats = cupy.asarray(np.array([0, 0, -1], dtype=np.int64))  # min length, max length, max id: one transfer
         if n:
             stats[0] = lengths.min()
             stats[1] = lengths.max()
-        if len(docs.tokens):
+        if len(tokens):
             stats[2] = tokens.max()
         lo, hi, top = (int(v) for v in stats.get())
         hi = max(hi, 0)

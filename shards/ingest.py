@@ -242,7 +242,13 @@ def check_doc_ids(pieces: list[CorpusPiece], summaries: list[PieceSummary], fetc
     return {i: np.asarray(v, dtype=np.int64) for i, v in drops.items()}, rejects.records
 
 
-def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None, ordered: bool = True):
+def _offsets_of(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
     """Take one shard's docs out of the pieces: lengths in ``[min_len, max_len]``, in doc id order.
 
     Parameters
@@ -256,10 +262,13 @@ def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None
     ordered : bool
         The pieces' id ranges increase in read order (:func:`pieces_ordered`); if not, the
         result is sorted by doc id.
+    concatenate : bool
+        Return one SetBatch (True), or, where the pieces are ordered, one per piece in order
+        (False: the GPU index concatenates them on the device, saving a host copy).
 
     Returns
     -------
-    (numpy.ndarray, SetBatch)
+    (numpy.ndarray, SetBatch or list of SetBatch)
         ``doc_ids`` (int64, shape (n_docs,), strictly increasing) and their sets (host memory).
     """
     drops = drops or {}
@@ -278,10 +287,10 @@ def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None
         lengths.append(piece_lengths[keep])
         tokens.append(corpus.docs.tokens[np.repeat(keep, piece_lengths)])
     doc_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    if ordered and not concatenate:
+        return doc_ids, [SetBatch(_offsets_of(piece_lengths), piece_tokens) for piece_lengths, piece_tokens in zip(lengths, tokens)]
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    offsets = np.zeros(len(all_lengths) + 1, dtype=np.int64)
-    np.cumsum(all_lengths, out=offsets[1:])
-    docs = SetBatch(offsets, np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16))
+    docs = SetBatch(_offsets_of(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16))
     if not ordered and len(doc_ids) > 1:
         by_id = np.argsort(doc_ids, kind="stable")
         doc_ids, docs = doc_ids[by_id], docs.take(by_id)

@@ -25,7 +25,7 @@ from .thresholds import floors_from
 __all__ = ["ShardSearcher", "ShardActor", "load_shard", "build_index"]
 
 
-def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True) -> tuple[np.ndarray, SetBatch]:
+def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
     """Take one shard's docs out of the corpus pieces and check them against the plan.
 
     Parameters
@@ -39,10 +39,13 @@ def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool
         Doc ids to leave out per piece position (repeats found by :func:`shards.ingest.check_doc_ids`).
     ordered : bool
         The pieces' doc id ranges increase in read order.
+    concatenate : bool
+        One SetBatch (True), or one per piece where the pieces are ordered (False; for the
+        GPU index, which concatenates them on the device).
 
     Returns
     -------
-    (numpy.ndarray, SetBatch)
+    (numpy.ndarray, SetBatch or list of SetBatch)
         ``doc_ids`` (int64, shape (n_docs,), strictly increasing) and their sets (host memory).
 
     Raises
@@ -50,11 +53,12 @@ def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool
     RuntimeError
         If the docs taken do not match the plan's counts.
     """
-    doc_ids, docs = assemble_shard(spec.min_len, spec.max_len, _fetched(pieces), drops, ordered)
-    if docs.n_sets != spec.n_docs or len(docs.tokens) != spec.n_tokens:
+    doc_ids, docs = assemble_shard(spec.min_len, spec.max_len, _fetched(pieces), drops, ordered, concatenate)
+    n_tokens = sum(len(p.tokens) for p in ([docs] if isinstance(docs, SetBatch) else docs))
+    if len(doc_ids) != spec.n_docs or n_tokens != spec.n_tokens:
         raise RuntimeError(
-            f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) holds {docs.n_sets} docs / "
-            f"{len(docs.tokens)} ids, but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus "
+            f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) holds {len(doc_ids)} docs / "
+            f"{n_tokens} ids, but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus "
             "pieces changed after planning; rerun the job"
         )
     return doc_ids, docs
@@ -69,9 +73,11 @@ def _fetched(pieces):
         yield piece
 
 
-def build_index(backend: str, doc_ids: np.ndarray, docs: SetBatch, limits: SetLimits):
+def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits):
     """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
     :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
+
+    ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order.
 
     Raises
     ------
@@ -144,7 +150,7 @@ class ShardSearcher:
         self.max_len = limits.max_len
         self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
         warm = _warm_gpu_in_background() if backend == "cupy" else None
-        doc_ids, docs = load_shard(spec, pieces, drops, ordered)
+        doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
         if warm is not None:
             warm.join()

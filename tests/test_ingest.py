@@ -373,3 +373,18 @@ def test_ray_readers_quarantine_bad_rows_and_ids_repeated_across_pieces(ray_clus
     assert read.length_counts.tolist() == np.bincount(whole.docs.lengths, minlength=MAX_LEN + 1).tolist()
     assert read.n_with_repeats == whole.n_with_repeats
     _assert_same_docs(*_assemble_read(read), whole)
+
+
+def test_assembled_pieces_can_stay_apart_for_the_gpu(tmp_path):
+    rng = np.random.default_rng(5)
+    sets = _random_sets(rng, 90)
+    path = str(tmp_path / "docs.parquet")
+    pq.write_table(pa.table({"doc_id": np.arange(90), "tokens": pa.array(sets, pa.list_(pa.int32()))}), path, row_group_size=20)
+    pieces, _, _ = plan_pieces(path, 1)
+    read = [read_piece(p, LIMITS)[1] for p in pieces]
+    for lo, hi in ((0, MAX_LEN), (2, 5)):
+        ids, whole = assemble_shard(lo, hi, read)
+        apart_ids, apart = assemble_shard(lo, hi, read, concatenate=False)
+        assert isinstance(apart, list) and len(apart) == len(read)
+        assert np.array_equal(ids, apart_ids)
+        assert [s for batch in apart for s in batch.to_lists()] == whole.to_lists()

@@ -63,6 +63,20 @@ def test_random_small_corpora_with_heavy_ties(seed, vocab):
         _check(docs, queries, k, max_len)  # full 65536-id bitsets
 
 
+@pytest.mark.parametrize("cuts", [[0, 300], [0, 3, 3, 250, 300], [0, 100, 299, 300]])
+def test_docs_given_as_pieces_are_concatenated_on_the_gpu(cuts):
+    """The pieces a shard takes from the readers (some empty) give the index of their concatenation."""
+    rng = np.random.default_rng(len(cuts))
+    docs = _random_sets(rng, 300, 40, 12)
+    queries = _random_sets(rng, 17, 40, 12)
+    doc_ids = np.arange(300, dtype=np.int64) * 3 + 1
+    pieces = [docs.take(np.arange(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    want = NumpyShardIndex(docs, doc_ids, 12).search(queries, 20)
+    _assert_same(_index(pieces, doc_ids, 12).search(queries, 20), want)
+    with pytest.raises(ValueError, match="doc_ids must have shape"):
+        _index(pieces, doc_ids[:-1], 12)
+
+
 def test_empty_docs_and_empty_queries():
     rng = np.random.default_rng(1)
     sets = _random_sets(rng, 300, 30, 6).to_lists()
