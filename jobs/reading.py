@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shards import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, pieces_ordered, plan_pieces, read_piece
+from shards import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 
 __all__ = ["CorpusRead", "read_corpus_pieces", "pieces_for_cluster", "unwrap_input_error"]
 
@@ -77,9 +77,7 @@ def pieces_for_cluster(path, n_cpus: float) -> tuple[list[CorpusPiece], str, tup
     pieces, fmt, files = plan_pieces(path, 1)
     total_rows = sum(max(p.n_rows, 0) for p in pieces)
     target = max(_MIN_PIECE_ROWS, -(-total_rows // max(1, int(2 * n_cpus))))
-    if fmt == "parquet" and len(pieces) > 1:
-        pieces, fmt, files = plan_pieces(path, target)
-    return pieces, fmt, files
+    return group_pieces(pieces, target), fmt, files
 
 
 def read_corpus_pieces(pieces: list[CorpusPiece], limits: SetLimits, on_invalid: str, on_done=None, reader_cpus: float = 1.0) -> CorpusRead:

@@ -1,7 +1,7 @@
 """Sharding: corpus pieces and reading, query streams, length-bucket planning, the shard searcher (a Ray actor),
 threshold exchange, and the exact merge."""
 
-from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, pieces_ordered, plan_pieces, read_piece
+from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_format, fingerprint, read_corpus, read_queries
 from .merge import merge_topk
 from .plan import ShardSpec, plan_shards, plan_shards_from_counts
@@ -26,6 +26,7 @@ __all__ = [
     "corpus_format",
     "fingerprint",
     "floors_from",
+    "group_pieces",
     "home_shards",
     "merge_topk",
     "pieces_ordered",

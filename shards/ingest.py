@@ -13,6 +13,7 @@ readers run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from kernels.sets import SetBatch
 
 from .inputs import Corpus, InputError, Rejected, SetLimits, _open_parquet, _parquet_files, _Rejects, corpus_format, read_corpus
 
-__all__ = ["CorpusPiece", "PieceSummary", "assemble_shard", "check_doc_ids", "pieces_ordered", "plan_pieces", "read_piece"]
+__all__ = ["CorpusPiece", "PieceSummary", "assemble_shard", "check_doc_ids", "group_pieces", "pieces_ordered", "plan_pieces", "read_piece"]
 
 @dataclass(frozen=True)
 class CorpusPiece:
@@ -115,21 +116,42 @@ def plan_pieces(path, target_rows: int) -> tuple[list[CorpusPiece], str, tuple[s
         st = os.stat(path)
         return [CorpusPiece(0, path, "text", None, -1, st.st_size, st.st_mtime_ns)], fmt, (path,)
     files = _parquet_files(path)
-    pieces: list[CorpusPiece] = []
+    row_groups: list[CorpusPiece] = []  # one piece per row group first, grouped below
     for file in files:
         st = os.stat(file)
         meta = _open_parquet(file).metadata
-        groups: list[int] = []
-        rows = 0
         for g in range(meta.num_row_groups):
-            groups.append(g)
-            rows += meta.row_group(g).num_rows
-            if rows >= target_rows or g == meta.num_row_groups - 1:
-                pieces.append(CorpusPiece(len(pieces), file, "parquet", tuple(groups), rows, st.st_size, st.st_mtime_ns))
-                groups, rows = [], 0
+            row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (g,), meta.row_group(g).num_rows, st.st_size, st.st_mtime_ns))
         if meta.num_row_groups == 0:  # keep the file: its schema is still checked by a reader
-            pieces.append(CorpusPiece(len(pieces), file, "parquet", (), 0, st.st_size, st.st_mtime_ns))
-    return pieces, fmt, tuple(files)
+            row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (), 0, st.st_size, st.st_mtime_ns))
+    return group_pieces(row_groups, target_rows), fmt, tuple(files)
+
+
+def group_pieces(pieces: list[CorpusPiece], target_rows: int) -> list[CorpusPiece]:
+    """Join consecutive Parquet pieces of one file until each holds at least ``target_rows`` rows
+    (the last piece of a file may hold fewer); a text piece stays as it is. No footer is read."""
+    out: list[CorpusPiece] = []
+    pending: list[CorpusPiece] = []
+
+    def flush() -> None:
+        if pending:
+            first = pending[0]
+            groups = tuple(g for p in pending for g in p.row_groups)
+            out.append(CorpusPiece(len(out), first.path, first.fmt, groups, sum(p.n_rows for p in pending), first.size_bytes, first.mtime_ns))
+            pending.clear()
+
+    for piece in pieces:
+        if piece.fmt != "parquet" or not piece.row_groups:
+            flush()
+            out.append(CorpusPiece(len(out), *dataclasses.astuple(piece)[1:]))
+            continue
+        if pending and pending[0].path != piece.path:
+            flush()
+        pending.append(piece)
+        if sum(p.n_rows for p in pending) >= target_rows:
+            flush()
+    flush()
+    return out
 
 
 def read_piece(piece: CorpusPiece, limits: SetLimits, on_invalid: str = "error") -> tuple[PieceSummary, Corpus]:

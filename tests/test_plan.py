@@ -20,15 +20,7 @@ def _check_cover(plan, lengths, max_len):
 
 def _best_max_load(lengths, n_shards):
     """Brute force over every contiguous split of the distinct lengths."""
-    present = np.unique(lengths)
-    w = [max(int(l) * int((lengths == l).sum()), 1) for l in present]
-    best = None
-    for parts in range(1, min(n_shards, len(w)) + 1):
-        for cuts in itertools.combinations(range(1, len(w)), parts - 1):
-            bounds = [0, *cuts, len(w)]
-            load = max(sum(w[a:b]) for a, b in zip(bounds, bounds[1:]))
-            best = load if best is None else min(best, load)
-    return best
+    return _best_max_load_counts(np.bincount(np.asarray(lengths, dtype=np.int64)), n_shards)
 
 
 @pytest.mark.parametrize("seed", range(12))
