@@ -34,10 +34,20 @@ class ScalingConfig:
         ``synthetic.n_docs`` times the shard count (same length histogram and id law).
     shards : list of int
         Shard counts to run, in order; the first is the baseline of the ratios.
+    replicas : list of int, optional
+        Replicas of every shard in each run (``configs.JobConfig.replicas``), one entry per
+        ``shards`` entry; a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
+        Default: 1 for every run.
     """
 
     mode: str = "strong"
     shards: List[int] = field(default_factory=lambda: [1, 4])
+    replicas: Optional[List[int]] = None
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """``(n_shards, replicas)`` of each run, in order."""
+        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,9 @@ class BenchConfig:
                 problems.append(f"scaling.mode must be 'strong' or 'weak', found {self.scaling.mode!r}")
             if not self.scaling.shards or any(n < 1 for n in self.scaling.shards):
                 problems.append(f"scaling.shards must list shard counts >= 1, found {self.scaling.shards}")
+            replicas = self.scaling.replicas
+            if replicas is not None and (len(replicas) != len(self.scaling.shards) or any(r < 1 for r in replicas)):
+                problems.append(f"scaling.replicas must list one count >= 1 per scaling.shards entry, found {replicas}")
         if self.backend not in _BACKENDS:
             problems.append(f"backend must be one of {_BACKENDS}, found {self.backend!r}")
         if self.n_shards != "auto" and (isinstance(self.n_shards, str) or self.n_shards < 1):

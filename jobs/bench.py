@@ -114,13 +114,15 @@ def _repeat(fn, warmup: int, repetitions: int) -> list[float]:
     return [float(fn()) for _ in range(repetitions)]
 
 
-def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg):
-    """Read the corpus with the reader tasks, plan ``n_shards`` shards and start one bench actor each.
+def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg, replicas: int = 1):
+    """Read the corpus with the reader tasks, plan ``n_shards`` shards and start ``replicas`` bench
+    actors each.
 
     Returns
     -------
     (list of ShardSpec, list of ActorHandle, callable)
-        The plan, the actors (their docs not taken yet), and ``read_once()``: reads the corpus
+        The plan, the actors (their docs not taken yet; actor ``r * n_shards + s`` is replica
+        ``r`` of shard ``s``), and ``read_once()``: reads the corpus
         again and has every actor take its shard; returns the seconds from the first reader task
         to the slowest actor holding its docs.
     """
@@ -133,9 +135,9 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg):
     plan = plan_shards_from_counts(first.length_counts, n_shards, doc_cost=shard_doc_cost(backend, limits.max_len))
     del first
     options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
-    actors = [BenchShardActor.options(**options).remote(sp, limits, backend) for sp in plan]
+    actors = [BenchShardActor.options(**options).remote(sp, limits, backend) for _ in range(replicas) for sp in plan]
     # Readers run while the actors hold their CPUs: reserve one each only where CPUs are left.
-    free_cpus = ray.cluster_resources().get("CPU", 0) - len(plan) * cfg.cpus_per_shard
+    free_cpus = ray.cluster_resources().get("CPU", 0) - len(actors) * cfg.cpus_per_shard
     reader_cpus = 1.0 if free_cpus >= 1 else 0.0
 
     def read_once() -> float:

@@ -1,14 +1,16 @@
 """Scaling runs of the benchmark: the same search on 1, 2, 4, ... shards (one GPU each), in one process.
 
 Run by ``python -m jobs.bench --config scale-weak`` (or any config with a
-``scaling`` section). For each shard count of ``scaling.shards``, in order:
-the corpus (``weak``: ``synthetic.n_docs`` times the shard count; ``strong``:
-the same corpus every time) is read by the reader tasks, planned into that many
-length-bucket shards and loaded by one bench actor per shard (read and build are
-timed once); then every query goes to every shard ``warmup`` times untimed and
-``repetitions`` times timed. ``search`` is the slowest shard's time inside its
-actor, ``search_rpc`` the driver's wall time for the whole request (Ray
-transport included; the shards run in parallel). Throughput is query-token
+``scaling`` section). For each shard count of ``scaling.shards`` (with its
+``scaling.replicas``, default 1), in order: the corpus (``weak``:
+``synthetic.n_docs`` times the shard count; ``strong``: the same corpus every
+time) is read by the reader tasks, planned into that many length-bucket shards
+and loaded by one bench actor per shard and replica (read and build are timed
+once); then the queries are cut into one batch per replica (or
+``query_batch_size``), each batch goes to every shard of one replica
+``warmup`` times untimed and ``repetitions`` times timed. ``search`` is the
+busiest actor's time inside it, ``search_rpc`` the driver's wall time for the
+whole request (Ray transport included; actors run in parallel). Throughput is query-token
 checks per second, ``n_queries * n_tokens / search_rpc``; each count's ratio
 is against the first count's throughput, measured in the same process.
 Results are checked against the NumPy reference on a seeded sample of queries
@@ -32,7 +34,7 @@ __all__ = ["run_scaling", "format_scaling_table"]
 log = logging.getLogger("settopk.bench")
 
 
-def _stage(cfg, n_shards: int, data_dir: str, backend: str, limits: SetLimits) -> dict:
+def _stage(cfg, n_shards: int, replicas: int, data_dir: str, backend: str, limits: SetLimits) -> dict:
     import ray
 
     from .bench import ExactnessError, _compare, _repeat, _stats, load_shards
@@ -44,35 +46,42 @@ def _stage(cfg, n_shards: int, data_dir: str, backend: str, limits: SetLimits) -
                          zipf_s=s.zipf_s, near_duplicate_fraction=s.near_duplicate_fraction, max_len=cfg.max_len)
     t = time.perf_counter()
     docs_path, queries_path = ensure_synthetic(spec, data_dir)
-    log.info("scaling %d shard(s): corpus of %d docs ready in %.1f s", n_shards, n_docs, time.perf_counter() - t)
+    log.info("scaling %d shard(s) x %d replica(s): corpus of %d docs ready in %.1f s", n_shards, replicas, n_docs, time.perf_counter() - t)
     qset = read_queries(str(queries_path), limits).queries
-    plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg)
+    plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg, replicas)
     try:
         read_s = read_once()
         build_s = max(ray.get([a.build.remote() for a in actors]))
-        batch = cfg.query_batch_size or max(1, qset.n_sets)
+        share = -(-max(1, qset.n_sets) // replicas)  # every replica gets a batch
+        batch = min(cfg.query_batch_size or share, share)
         starts = list(range(0, qset.n_sets, batch))
         refs = [ray.put(qset.take(np.arange(lo, min(lo + batch, qset.n_sets)))) for lo in starts]
+        owner = [[b % replicas * n_shards + s for s in range(n_shards)] for b in range(len(refs))]  # batch b: replica b % replicas
         rpc: list[float] = []
         last: dict = {}
 
         def search_once() -> float:
             start = time.perf_counter()
-            answers = [ray.get([a.search.remote(ref, cfg.k) for a in actors]) for ref in refs]
+            pending = [[actors[i].search.remote(ref, cfg.k) for i in owner[b]] for b, ref in enumerate(refs)]
+            answers = [ray.get(p) for p in pending]
             rpc.append(time.perf_counter() - start)
             last["answers"] = answers
-            return max(sum(answers[b][i][0] for b in range(len(refs))) for i in range(len(actors)))
+            busy = [0.0] * len(actors)
+            for b, answer in enumerate(answers):
+                for i, (seconds, _) in zip(owner[b], answer):
+                    busy[i] += seconds
+            return max(busy)
 
         search_runs = _repeat(search_once, cfg.warmup, cfg.repetitions)
         rpc_runs = rpc[cfg.warmup:]
         rng = np.random.default_rng(cfg.seed)
         sample = np.sort(rng.choice(qset.n_sets, size=min(cfg.verify_queries, qset.n_sets), replace=False))
         sample_ref = ray.put(qset.take(sample))
-        reference = merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors]), qset.lengths[sample], cfg.k, cfg.max_len)
+        reference = merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors[:n_shards]]), qset.lengths[sample], cfg.k, cfg.max_len)
         merged = [merge_topk([part for _, part in answer], qset.lengths[lo : lo + batch], cfg.k, cfg.max_len)
                   for answer, lo in zip(last["answers"], starts)]
         topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
-        mismatches = _compare(f"settopk x{n_shards}", topk, reference, sample)
+        mismatches = _compare(f"settopk {n_shards} shard(s) x {replicas} replica(s)", topk, reference, sample)
         if mismatches:
             raise ExactnessError(mismatches)
     finally:
@@ -82,6 +91,7 @@ def _stage(cfg, n_shards: int, data_dir: str, backend: str, limits: SetLimits) -
     rpc_median = statistics.median(rpc_runs)
     return {
         "n_shards": n_shards,
+        "replicas": replicas,
         "n_docs": sum(sp.n_docs for sp in plan),
         "n_tokens": n_tokens,
         "n_queries": qset.n_sets,
@@ -113,9 +123,9 @@ def run_scaling(cfg, name: str, data_dir: str) -> dict:
         ray.init()
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     backend = None
-    for n in cfg.scaling.shards:  # every count must fit before the first one runs
-        backend, _ = resolve_backend(_with_shards(cfg, n), ray.cluster_resources())
-    stages = [_stage(cfg, n, data_dir, backend, limits) for n in cfg.scaling.shards]
+    for n, replicas in cfg.scaling.layouts:  # every layout must fit before the first one runs
+        backend, _ = resolve_backend(_with_shards(cfg, n), ray.cluster_resources(), replicas)
+    stages = [_stage(cfg, n, replicas, data_dir, backend, limits) for n, replicas in cfg.scaling.layouts]
     base = stages[0]
     for st in stages:
         st["throughput_ratio"] = st["throughput_checks_per_s"] / base["throughput_checks_per_s"]
@@ -142,16 +152,16 @@ def format_scaling_table(result: dict) -> str:
     """The printed summary of a scaling result."""
     lines = [
         f"settopk bench {result['config']}: {result['mode']} scaling, backend {result['backend']}",
-        f"{'shards':>6}{'n_docs':>12}{'read_s':>9}{'build_s':>9}{'search_s':>10}{'rpc_s':>9}{'checks/s':>11}{'ratio':>8}{'speedup':>9}",
+        f"{'shards':>6}{'replicas':>9}{'n_docs':>12}{'read_s':>9}{'build_s':>9}{'search_s':>10}{'rpc_s':>9}{'checks/s':>11}{'ratio':>8}{'speedup':>9}",
     ]
     for st in result["stages"]:
         lines.append(
-            f"{st['n_shards']:>6}{st['n_docs']:>12,}{st['read_s']:>9.3f}{st['build_s']:>9.3f}{st['search']['median_s']:>10.4f}"
+            f"{st['n_shards']:>6}{st['replicas']:>9}{st['n_docs']:>12,}{st['read_s']:>9.3f}{st['build_s']:>9.3f}{st['search']['median_s']:>10.4f}"
             f"{st['search_rpc']['median_s']:>9.4f}{st['throughput_checks_per_s']:>11.3e}{st['throughput_ratio']:>8.2f}{st['search_speedup']:>9.2f}"
         )
     lines.append("ratio: throughput (query-token checks per second, rpc time) over the first row's; "
                  "speedup: the first row's rpc time over this row's")
-    lines.append(f"exact: every shard count's sampled queries identical to the NumPy reference ({len(result['stages'][0]['exact_sample'])} queries)")
+    lines.append(f"exact: every layout's sampled queries identical to the NumPy reference ({len(result['stages'][0]['exact_sample'])} queries)")
     return "\n".join(lines)
 
 

@@ -141,7 +141,7 @@ def _resolve_inputs(args, cfg: configs.JobConfig) -> _Inputs:
     return _Inputs(str(docs), str(queries), synthetic=True)
 
 
-def resolve_backend(cfg, resources: dict) -> tuple[str, int]:
+def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
     """Backend and shard count for a cluster, checked before any actor starts.
 
     Parameters
@@ -150,6 +150,8 @@ def resolve_backend(cfg, resources: dict) -> tuple[str, int]:
         Uses ``backend``, ``n_shards``, ``gpus_per_shard`` and ``cpus_per_shard``.
     resources : dict
         ``ray.cluster_resources()``.
+    replicas : int
+        Actors per shard (``configs.JobConfig.replicas``).
 
     Returns
     -------
@@ -159,7 +161,7 @@ def resolve_backend(cfg, resources: dict) -> tuple[str, int]:
     Raises
     ------
     InputError
-        If ``cupy`` is asked for on a cluster without GPUs, or the shards need more
+        If ``cupy`` is asked for on a cluster without GPUs, or the shards' actors need more
         GPUs or CPUs than the cluster has (they would wait forever).
     """
     n_gpus = float(resources.get("GPU", 0))
@@ -175,16 +177,17 @@ def resolve_backend(cfg, resources: dict) -> tuple[str, int]:
         )
     if cfg.n_shards == "auto":
         if backend == "cupy":
-            n_shards = max(1, int(n_gpus / cfg.gpus_per_shard))
+            n_shards = max(1, int(n_gpus / (cfg.gpus_per_shard * replicas)))
         else:
-            n_shards = max(1, int(n_cpus / cfg.cpus_per_shard) if cfg.cpus_per_shard else int(n_cpus))
+            n_shards = max(1, int(n_cpus / (cfg.cpus_per_shard * replicas)) if cfg.cpus_per_shard else int(n_cpus / replicas))
     else:
         n_shards = int(cfg.n_shards)
-    need_gpus = n_shards * cfg.gpus_per_shard if backend == "cupy" else 0
-    if need_gpus > n_gpus + 1e-9 or n_shards * cfg.cpus_per_shard > n_cpus + 1e-9:
+    n_actors = n_shards * replicas
+    need_gpus = n_actors * cfg.gpus_per_shard if backend == "cupy" else 0
+    if need_gpus > n_gpus + 1e-9 or n_actors * cfg.cpus_per_shard > n_cpus + 1e-9:
         raise InputError(
-            f"{n_shards} shards need {need_gpus:g} GPU(s) and {n_shards * cfg.cpus_per_shard:g} CPU(s), "
-            f"the Ray cluster has {n_gpus:g} and {n_cpus:g}; lower n_shards or the per-shard resources"
+            f"{n_shards} shard(s) x {replicas} replica(s) need {need_gpus:g} GPU(s) and {n_actors * cfg.cpus_per_shard:g} CPU(s), "
+            f"the Ray cluster has {n_gpus:g} and {n_cpus:g}; lower n_shards, replicas or the per-shard resources"
         )
     return backend, n_shards
 
@@ -355,7 +358,7 @@ def run(args) -> int:
         if not ray.is_initialized():
             ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
         resources = ray.cluster_resources()
-        backend, n_shards = resolve_backend(cfg, resources)
+        backend, n_shards = resolve_backend(cfg, resources, cfg.replicas)
 
     with _phase("read", timings):
         pieces, doc_fmt, doc_files = pieces_for_cluster(inputs.docs_path, float(resources.get("CPU", 1)))
@@ -403,7 +406,7 @@ def run(args) -> int:
         with _phase("load", timings):
             crash = {"crash_after": f.crash_after_searches, "crash_marker": f.crash_marker, "crash_mode": f.crash_mode}
             actors, group = start_shards(plan, corpus, limits, backend, cfg, crash_shard_kwargs=crash)
-            placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan]
+            placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
             bar = _bar("load", len(actors), "shard", args.quiet)
             infos = gather(actors, placeholders, lambda a: a.info.remote(), "loading", f.load_timeout_s, 1, 0.0, on_done=lambda: bar.update(1))
             bar.close()
@@ -459,7 +462,7 @@ def run(args) -> int:
                 "chunks_resumed": len(done),
             },
             "backend": backend,
-            "shards": [{**spec.to_dict(), **info} for spec, info in zip(plan, infos)],
+            "shards": [{**plan[i % len(plan)].to_dict(), "replica": i // len(plan), **info} for i, info in enumerate(infos)],
             "config_source": args.config,
             "config": cfg.to_dict(),
             "timings_s": {key: round(v, 4) for key, v in timings.items()},
@@ -490,7 +493,8 @@ def _max_rss_bytes() -> int:
 
 
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
-    lines = [f"plan: {n_docs} docs, {n_queries} queries, k={cfg.k}, backend {backend}, {len(plan)} shard(s)"]
+    copies = f" x {cfg.replicas} replicas" if cfg.replicas > 1 else ""
+    lines = [f"plan: {n_docs} docs, {n_queries} queries, k={cfg.k}, backend {backend}, {len(plan)} shard(s){copies}"]
     for s in plan:
         lines.append(f"  shard {s.shard_id}: lengths {s.min_len}..{s.max_len}, {s.n_docs} docs, {s.n_tokens} ids")
     return lines

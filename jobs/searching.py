@@ -31,7 +31,10 @@ _PLACEMENT_TIMEOUT_S = 120.0
 
 
 def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=None):
-    """Reserve one placement-group bundle per shard and start the shard actors in them.
+    """Reserve one placement-group bundle per shard actor and start the actors in them.
+
+    Each shard gets ``cfg.replicas`` actors; actor ``r * len(plan) + s`` is replica ``r``
+    of shard ``s`` (replica 0 of every shard first).
 
     Parameters
     ----------
@@ -42,11 +45,12 @@ def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=Non
     backend : str
     cfg : configs.JobConfig
     crash_shard_kwargs : dict, optional
-        Test-only fault injection keyword arguments for the shard ``cfg.faults.crash_shard``.
+        Test-only fault injection keyword arguments for replica 0 of shard ``cfg.faults.crash_shard``.
 
     Returns
     -------
     (list of ActorHandle, PlacementGroup)
+        ``len(plan) * cfg.replicas`` actors.
 
     Raises
     ------
@@ -60,18 +64,20 @@ def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=Non
     gpus = cfg.gpus_per_shard if backend == "cupy" else 0
     bundle = {"CPU": cfg.cpus_per_shard, **({"GPU": gpus} if gpus else {})}
     bundle = {key: value for key, value in bundle.items() if value}
-    group = placement_group([dict(bundle) for _ in plan] if bundle else [{"CPU": 0.001} for _ in plan], strategy="PACK")
+    n_actors = len(plan) * cfg.replicas
+    group = placement_group([dict(bundle or {"CPU": 0.001}) for _ in range(n_actors)], strategy="PACK")
     try:
         ray.get(group.ready(), timeout=_PLACEMENT_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
         remove_placement_group(group)
         raise RuntimeError(
-            f"the cluster could not place {len(plan)} shard bundle(s) of {bundle} within {_PLACEMENT_TIMEOUT_S:g} s "
+            f"the cluster could not place {n_actors} shard bundle(s) of {bundle} within {_PLACEMENT_TIMEOUT_S:g} s "
             f"(resources: {ray.cluster_resources()}); lower n_shards or cpus_per_shard, or add nodes"
         ) from None
     f = cfg.faults
     actors = []
-    for spec in plan:
+    for index in range(n_actors):
+        spec = plan[index % len(plan)]
         options = {
             "num_cpus": cfg.cpus_per_shard,
             "num_gpus": gpus,
@@ -79,10 +85,10 @@ def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=Non
             # object store) and the searches it was running are sent again; searches are pure.
             "max_restarts": f.actor_restarts,
             "max_task_retries": f.actor_restarts,
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=spec.shard_id),
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
         kwargs = {"drops": corpus.drops, "ordered": corpus.ordered}
-        if crash_shard_kwargs and spec.shard_id == f.crash_shard:
+        if crash_shard_kwargs and index == f.crash_shard:
             kwargs.update(crash_shard_kwargs)
         actors.append(ShardActor.options(**options).remote(spec, corpus.corpus_refs, limits, backend, **kwargs))
     return actors, group
@@ -112,7 +118,9 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     Parameters
     ----------
     actors : list of ActorHandle
-        One per shard of ``plan``, in plan order.
+        ``replicas`` per shard of ``plan``, as :func:`start_shards` returns them. Batch ``b``
+        of a chunk goes to replica ``b % replicas`` of every shard; with replicas, chunks are
+        cut into at least ``replicas`` batches so that every replica has work.
     infos : list of dict
         The actors' ``info()``, for messages.
     plan : list of ShardSpec
@@ -151,11 +159,14 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
             if bar is not None:
                 bar.update(n)
 
+    n_shards = len(plan)
+    replicas = len(actors) // n_shards
     for chunk, query_ids, chunk_sets in chunks:
         query_len = chunk_sets.lengths
         layouts = []
-        for lo in range(0, chunk.hi - chunk.lo, cfg.query_batch_size):
-            hi = min(lo + cfg.query_batch_size, chunk.hi - chunk.lo)
+        size = min(cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // replicas))
+        for lo in range(0, chunk.hi - chunk.lo, size):
+            hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
             first, second = split_rounds(plan, query_len[lo:hi]) if exchange else (
                 [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
@@ -177,7 +188,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
                     key = (round_index, b, s)
                     extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
                     homes = [] if round_index == 0 else home_keys
-                    calls.append((s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
+                    calls.append((b % replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
                         a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
                     entries.append((b, s, rows, key))
             if calls:

@@ -481,26 +481,31 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
 // Decode top-k entries: doc id (-1 for an empty slot), overlap recovered
 // exactly from the key (overlap = ceil(key * m / scale), m = max(|q|, |d|):
 // keys of different overlaps differ by scale / m >= 1), and doc length.
+// Entry i belongs to the batch's (length-sorted) query i / k, whose output row
+// is out_row[i / k], so the host receives its rows in their own order.
 __global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
-                            const int* __restrict__ qlen, const unsigned char* __restrict__ len_by_pos, int scale,
+                            const int* __restrict__ qlen, const int* __restrict__ out_row,
+                            const unsigned char* __restrict__ len_by_pos, int scale,
                             const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
                             short* __restrict__ overlap, short* __restrict__ doc_len) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const unsigned long long v = top[i];
+        const long long q = i / k;
+        const long long o = static_cast<long long>(out_row[q]) * k + (i - q * k);
         if (v == 0ull) {
-            doc_id[i] = -1;
-            overlap[i] = 0;
-            doc_len[i] = 0;
+            doc_id[o] = -1;
+            overlap[o] = 0;
+            doc_len[o] = 0;
             continue;
         }
         const int pos = static_cast<int>(~static_cast<unsigned>(v));
         const long long key = static_cast<long long>(v >> 32);
         const int len = len_by_pos[pos];
-        const int m = max(qlen[i / k], len);
-        doc_id[i] = doc_ids[pos];
-        overlap[i] = static_cast<short>(m > 0 ? (key * m + scale - 1) / scale : 0);
-        doc_len[i] = static_cast<short>(len);
+        const int m = max(qlen[q], len);
+        doc_id[o] = doc_ids[pos];
+        overlap[o] = static_cast<short>(m > 0 ? (key * m + scale - 1) / scale : 0);
+        doc_len[o] = static_cast<short>(len);
     }
 }
 

@@ -508,23 +508,34 @@ class CupyShardIndex:
         if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
             raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len)
-        out = empty_topk(queries.n_sets, k)
         self.rescans = 0
         self.last_skipped = 0
         if self.n_docs == 0 or queries.n_sets == 0:
-            return out
+            return empty_topk(queries.n_sets, k)
         if floor is None:
             active = np.arange(queries.n_sets)
         else:
             reachable = best_key_in_range(lengths, self._shortest, self._longest, self.max_len)
             active = np.flatnonzero(floor <= reachable)
             self.last_skipped = queries.n_sets - len(active)
+        # Rows of searched queries are written once, straight from the GPU; only skipped rows are padded.
+        out = TopK(np.empty((queries.n_sets, k), np.int64), np.empty((queries.n_sets, k), np.int16),
+                   np.empty((queries.n_sets, k), np.int16))
+        if len(active) < queries.n_sets:
+            skipped = np.setdiff1d(np.arange(queries.n_sets), active)
+            out.doc_ids[skipped], out.overlap[skipped], out.doc_len[skipped] = -1, 0, 0
         with cupy.cuda.Device(self._device_id):
             for lo in range(0, len(active), self.query_batch):
                 rows = active[lo : lo + self.query_batch]
+                contiguous = rows[-1] - rows[0] == len(rows) - 1
                 batch = queries if len(rows) == queries.n_sets else queries.take(rows)
-                part = self._search_batch(batch, k, None if floor is None else floor[rows])
-                out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
+                if contiguous:  # the common case: decode into the output rows themselves
+                    part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out))
+                    self._search_batch(batch, k, None if floor is None else floor[rows], part)
+                else:
+                    part = empty_topk(len(rows), k)
+                    self._search_batch(batch, k, floor[rows], part)
+                    out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
 
     def _capacity(self, k: int) -> int:
@@ -572,11 +583,12 @@ class CupyShardIndex:
         tile = min(self.tile_docs, max(_COUNT_THREADS, -(-n_sample // want_tiles)))
         return max(tile, -(-n_sample // _MAX_GRID_Y), 1)
 
-    def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None) -> TopK:
+    def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK) -> None:
         """Search one batch of queries through the sampling levels (see the module docstring).
 
         ``floor``: None, or host int64 of shape (n_queries,) with values in
         ``[-1, S]`` (``-1``: no floor), every query able to reach its floor.
+        ``out``: C-contiguous host arrays of shape (n_queries, k), filled in place.
         """
         import cupy
 
@@ -634,13 +646,12 @@ class CupyShardIndex:
         self._kernels["decode_topk"](
             (_blocks_for(n_q * k),),
             (_THREADS,),
-            (top, np.int64(n_q * k), np.int32(k), qlen, self._len_by_pos, np.int32(self._scale), self._doc_ids,
-             doc_ids, overlap, doc_len),
+            (top, np.int64(n_q * k), np.int32(k), qlen, cupy.asarray(order.astype(np.int32)), self._len_by_pos,
+             np.int32(self._scale), self._doc_ids, doc_ids, overlap, doc_len),
         )
-        doc_ids, overlap, doc_len = doc_ids.get(), overlap.get(), doc_len.get()
-        out = empty_topk(n_q, k)
-        out.doc_ids[order], out.overlap[order], out.doc_len[order] = doc_ids, overlap, doc_len
-        return out
+        doc_ids.get(out=out.doc_ids)
+        overlap.get(out=out.overlap)
+        doc_len.get(out=out.doc_len)
 
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""

@@ -154,6 +154,7 @@ class ShardSearcher:
         self.read_s = time.perf_counter() - start
         if warm is not None:
             warm.join()
+        self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
             self.index = build_index(backend, doc_ids, docs, limits)
         self.load_s = time.perf_counter() - start
@@ -173,6 +174,7 @@ class ShardSearcher:
             "gpu_ids": gpu_ids if self.backend == "cupy" else "",
             "read_s": round(self.read_s, 3),
             "load_s": round(self.load_s, 3),
+            "warm_s": round(self.warm_s, 3),
             "search_s": round(self.search_s, 3),
             "queries_searched": self.searched,
             "queries_skipped": self.skipped,
@@ -247,19 +249,28 @@ class ShardSearcher:
             ) from exc
 
 
-def _warm_gpu_in_background() -> threading.Thread:
-    """Create the CUDA context and load the kernels while the docs are fetched (both take a
-    second or so); an error here surfaces again, with its message, in the index build."""
+class _WarmUp(threading.Thread):
+    """Creates the CUDA context and loads the kernels while the docs are fetched (both take a
+    second or so); an error here surfaces again, with its message, in the index build.
+    ``seconds`` is how long it took."""
 
-    def warm() -> None:
+    def __init__(self) -> None:
+        super().__init__(name="settopk-warm-gpu", daemon=True)
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        start = time.perf_counter()
         try:
             from kernels.cuda import warm_up
 
             warm_up()
         except Exception:  # the build reports it
             pass
+        self.seconds = time.perf_counter() - start
 
-    thread = threading.Thread(target=warm, name="settopk-warm-gpu", daemon=True)
+
+def _warm_gpu_in_background() -> _WarmUp:
+    thread = _WarmUp()
     thread.start()
     return thread
 

@@ -83,24 +83,27 @@ def test_a_wrong_result_is_reported_and_no_timing_is_printed():
 def test_scaling_configs_load_and_the_smoke_scaling_run_is_exact(ray_cluster, tmp_path, capsys):
     weak, strong = load_bench_config("scale-weak"), load_bench_config("scale-strong")
     assert (weak.scaling.mode, weak.scaling.shards, weak.synthetic.n_queries) == ("weak", [1, 4], 2000)
-    assert (strong.scaling.mode, strong.scaling.shards, strong.synthetic.n_queries) == ("strong", [1, 4], 20000)
+    assert (strong.scaling.mode, strong.scaling.layouts, strong.synthetic.n_queries) == ("strong", [(1, 1), (4, 1), (1, 4), (2, 2)], 20000)
     out = tmp_path / "scale.json"
     assert bench.main(["--config", "scale-smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
     result = json.loads(out.read_text())
     cfg = load_bench_config("scale-smoke")
     stages = result["stages"]
-    assert [st["n_shards"] for st in stages] == [1, 2] and result["mode"] == "weak"
-    assert [st["n_docs"] for st in stages] == [cfg.synthetic.n_docs, 2 * cfg.synthetic.n_docs]
-    assert [len(st["shards"]) for st in stages] == [1, 2]
+    assert [(st["n_shards"], st["replicas"]) for st in stages] == [(1, 1), (2, 1), (1, 2)] and result["mode"] == "weak"
+    assert [st["n_docs"] for st in stages] == [cfg.synthetic.n_docs, 2 * cfg.synthetic.n_docs, cfg.synthetic.n_docs]
+    assert [len(st["shards"]) for st in stages] == [1, 2, 1]
     for st in stages:
         assert len(st["search"]["runs_s"]) == cfg.repetitions and st["throughput_checks_per_s"] > 0
         assert len(st["exact_sample"]) == cfg.verify_queries
     assert stages[0]["throughput_ratio"] == 1.0
-    assert "every shard count's sampled queries identical to the NumPy reference" in capsys.readouterr().out
+    assert "every layout's sampled queries identical to the NumPy reference" in capsys.readouterr().out
 
 
 def test_bad_scaling_section_is_rejected(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("scaling:\n  mode: sideways\n  shards: [0]\n")
     with pytest.raises(ConfigError, match="scaling.mode must be 'strong' or 'weak'.*scaling.shards must list"):
+        load_bench_config(str(path))
+    path.write_text("scaling:\n  shards: [1, 4]\n  replicas: [1]\n")
+    with pytest.raises(ConfigError, match=r"scaling.replicas must list one count >= 1 per scaling.shards entry, found \[1\]"):
         load_bench_config(str(path))

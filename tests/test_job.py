@@ -100,6 +100,23 @@ def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
     assert tables[0].equals(tables[1])
 
 
+@pytest.mark.parametrize("n_shards, replicas", [(1, 3), (2, 2)])
+def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpus, n_shards, replicas):
+    """Every shard held by several actors; batches take turns among the replicas (with the
+    threshold exchange on, as numpy's auto does), and the table is still the oracle's."""
+    docs, queries, docs_path, queries_path = tie_corpus
+    k = 25
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, n_shards=n_shards, replicas=replicas, cpus_per_shard=0.25, query_batch_size=1000)
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
+    assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
+    shards = json.loads((out / "_manifest.json").read_text())["shards"]
+    assert [(s["shard_id"], s["replica"]) for s in shards] == [(i % n_shards, i // n_shards) for i in range(n_shards * replicas)]
+    # A chunk is cut into one batch per replica at least, so every actor searched queries.
+    assert all(s["queries_searched"] > 0 for s in shards)
+    assert sum(s["queries_searched"] for s in shards if s["shard_id"] == 0) >= len(queries)
+
+
 def test_parquet_and_directory_inputs(tmp_path):
     rng = np.random.default_rng(11)
     docs = _random_sets(rng, 300, 30, 12)
@@ -482,3 +499,16 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
     order = np.argsort(ids)
     expected = _expected_rows([docs[i] for i in order], queries, [str(i) for i in range(len(queries))], k)
     assert _as_rows(tables[True]) == [(q, r, int(ids[order][d]), s, o, ql, dl) for q, r, d, s, o, ql, dl in expected]
+
+
+def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
+    from configs import ConfigError, JobConfig
+
+    gpus = {"GPU": 8.0, "CPU": 64.0}
+    assert score.resolve_backend(JobConfig(backend="cupy"), gpus, 1) == ("cupy", 8)
+    assert score.resolve_backend(JobConfig(backend="cupy"), gpus, 4) == ("cupy", 2)
+    assert score.resolve_backend(JobConfig(backend="numpy", cpus_per_shard=2.0), gpus, 2) == ("numpy", 16)
+    with pytest.raises(score.InputError, match=r"3 shard\(s\) x 3 replica\(s\) need 9 GPU\(s\) and 9 CPU\(s\), the Ray cluster has 8"):
+        score.resolve_backend(JobConfig(backend="cupy", n_shards=3), gpus, 3)
+    with pytest.raises(ConfigError, match="replicas must be an integer >= 1, found 0"):
+        JobConfig(replicas=0)
