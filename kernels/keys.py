@@ -51,9 +51,13 @@ def score_key(overlap, query_len, doc_len, max_len: int) -> np.ndarray:
         Keys in ``[0, S]``; a larger key is a strictly larger score.
     """
     scale = key_scale(max_len)
-    overlap = np.asarray(overlap, dtype=np.int64)
-    denom = np.maximum(np.asarray(query_len, dtype=np.int64), np.asarray(doc_len, dtype=np.int64))
-    key = (scale * overlap) // np.maximum(denom, 1)
+    # Float64 division is exact here and vectorises (NumPy's integer division does not): the
+    # numerator a = S * overlap < 2**45, so the rounded quotient is off by at most a / b * 2**-53 <
+    # 1 / b, less than the distance from a / b to the next integer when a / b is not one; an
+    # integral quotient is representable. So floor(fl(a / b)) == a // b.
+    numerator = np.multiply(np.asarray(overlap), float(scale), dtype=np.float64)
+    denom = np.maximum(np.asarray(query_len, dtype=np.float64), np.asarray(doc_len, dtype=np.float64))
+    key = np.floor(numerator / np.maximum(denom, 1.0))
     return key.astype(np.int32)
 
 

@@ -19,6 +19,7 @@ from .topk import TopK, empty_topk
 __all__ = ["NumpyShardIndex"]
 
 _GATHER_ELEMENTS = 1 << 20  # ids gathered per step: keeps the uint64 temporary at 8 MiB
+_BAND = 8  # doc lengths per group: at most 7 padding ids per doc
 _TABLE_SIZE = 65536
 
 
@@ -67,12 +68,19 @@ class NumpyShardIndex:
         self._shortest = int(lengths.min()) if len(lengths) else 0
         self._longest = int(lengths.max()) if len(lengths) else 0
         self._lane_bits = 8 if max_len <= 255 else 16
-        self._groups = []  # (positions, (n, len) uint16 matrix) per distinct length
-        for length in np.unique(lengths):
-            rows = np.flatnonzero(lengths == length)
-            starts = docs.offsets[rows]
-            matrix = docs.tokens[starts[:, None] + np.arange(length)]
-            self._groups.append((rows, np.ascontiguousarray(matrix)))
+        # Docs grouped by length in bands of _BAND lengths: one dense (n, width) matrix per band,
+        # rows padded with id 0 up to the band's longest doc. Bands keep the NumPy calls few on
+        # small shards; the padding's counts are taken back out in overlaps().
+        self._groups = []  # (positions, (n, width) uint16 matrix, (n,) pad count) per band
+        band = np.minimum(lengths, max_len) // _BAND if len(lengths) else lengths
+        for b in np.unique(band):
+            rows = np.flatnonzero(band == b)
+            row_len = lengths[rows]
+            width = int(row_len.max())
+            columns = np.minimum(np.arange(width), np.maximum(row_len[:, None] - 1, 0))
+            matrix = docs.tokens[np.minimum(docs.offsets[rows][:, None] + columns, max(len(docs.tokens) - 1, 0))] if width else np.zeros((len(rows), 0), np.uint16)
+            matrix = np.where(np.arange(width) < row_len[:, None], matrix, np.uint16(0)).astype(np.uint16)
+            self._groups.append((rows, np.ascontiguousarray(matrix), (width - row_len).astype(np.uint64)))
 
     @property
     def n_docs(self) -> int:
@@ -100,10 +108,13 @@ class NumpyShardIndex:
             for lane, qi in enumerate(group):
                 table[queries[qi]] |= np.uint64(1) << np.uint64(self._lane_bits * lane)
             counts = np.zeros((self.n_docs, lanes), dtype=lane_dtype)
-            for rows, matrix in self._groups:
+            for rows, matrix, pads in self._groups:
                 step = max(1, _GATHER_ELEMENTS // max(1, matrix.shape[1]))
                 for lo in range(0, len(rows), step):
                     words = table[matrix[lo : lo + step]].sum(axis=1, dtype="<u8")
+                    # Padding ids are 0: remove what they added, lane by lane (no lane went
+                    # negative or past its width: a doc's width is at most max_len).
+                    words -= pads[lo : lo + step] * table[0]
                     counts[rows[lo : lo + step]] = words.view(lane_dtype).reshape(-1, lanes)
             out[first : first + len(group)] = counts[:, : len(group)].T
         return out
@@ -166,18 +177,36 @@ class NumpyShardIndex:
         key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len)
         # Unique sort value per doc: key first, then the lower position (= lower doc id) wins.
         tiebreak = (2**31 - 1) - np.arange(n, dtype=np.int64)
-        for row, qi in enumerate(active.tolist()):
+        plain = np.ones(len(active), dtype=bool) if floor is None else floor[active] < 0
+        if plain.any():  # rows without a floor: one selection over all of them at once
+            rows = np.flatnonzero(plain)
+            value = (key[rows].astype(np.int64) << 31) | tiebreak
+            best = _largest_first_rows(value, k)
+            take = best.shape[1]
+            qi = active[rows]
+            out.doc_ids[qi, :take] = self.doc_ids[best]
+            out.overlap[qi, :take] = np.take_along_axis(overlap[rows], best, axis=1)
+            out.doc_len[qi, :take] = self.doc_len[best]
+        for row in np.flatnonzero(~plain).tolist():
+            qi = int(active[row])
             value = (key[row].astype(np.int64) << 31) | tiebreak
-            if floor is None or floor[qi] < 0:
-                best = _largest_first(value, k)
-            else:
-                pool = np.flatnonzero(key[row] >= floor[qi])
-                best = pool[_largest_first(value[pool], k)]
+            pool = np.flatnonzero(key[row] >= floor[qi])
+            best = pool[_largest_first(value[pool], k)]
             take = len(best)
             out.doc_ids[qi, :take] = self.doc_ids[best]
             out.overlap[qi, :take] = overlap[row, best]
             out.doc_len[qi, :take] = self.doc_len[best]
         return out
+
+
+def _largest_first_rows(value: np.ndarray, k: int) -> np.ndarray:
+    """Per row of ``value`` (shape (n_rows, n), distinct values in a row), the column indices of its
+    ``min(k, n)`` largest entries, largest first: shape (n_rows, min(k, n))."""
+    n = value.shape[1]
+    take = min(k, n)
+    best = np.argpartition(value, n - take, axis=1)[:, n - take :] if take < n else np.broadcast_to(np.arange(n), value.shape)
+    order = np.argsort(-np.take_along_axis(value, best, axis=1), axis=1)
+    return np.take_along_axis(best, order, axis=1)
 
 
 def _largest_first(value: np.ndarray, k: int) -> np.ndarray:

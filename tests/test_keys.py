@@ -163,3 +163,26 @@ def test_floor_tables_at_the_widest_gpu_max_len():
         # The reach mask (ge <= min(|q|, |d|)) is set exactly where some overlap reaches the floor.
         best = score_key(reach, q, d, max_len)
         assert np.array_equal(ge <= reach, best >= floor), floor
+
+
+@pytest.mark.parametrize("max_len", [1, 7, 128, 255])
+def test_score_key_equals_integer_floor_division_on_every_triple(max_len):
+    """score_key divides in float64; every (overlap, |q|, |d|) up to max_len gives the integer quotient."""
+    o = np.arange(max_len + 1, dtype=np.int64)[:, None, None]
+    q = np.arange(max_len + 1, dtype=np.int64)[None, :, None]
+    d = np.arange(max_len + 1, dtype=np.int64)[None, None, :]
+    exact = (key_scale(max_len) * o) // np.maximum(np.maximum(q, d), 1)
+    got = score_key(o, q, d, max_len)
+    assert got.dtype == np.int32 and np.array_equal(got, exact)
+
+
+def test_score_key_is_exact_at_the_largest_max_len():
+    """Numerators near 2**45 (max_len 32767), quotients just below and at integers."""
+    max_len, scale = 32767, 32767**2
+    rng = np.random.default_rng(5)
+    o = rng.integers(0, max_len + 1, 200_000)
+    m = rng.integers(1, max_len + 1, 200_000)
+    o = np.concatenate([o, m, m - 1, np.full(3, max_len)])
+    m = np.concatenate([m, m, m, [max_len, 1, max_len - 1]])
+    o = np.minimum(o, m)
+    assert np.array_equal(score_key(o, m, m, max_len), (scale * o) // m)
