@@ -114,15 +114,20 @@ def search_cost_per_doc(max_len: int) -> np.ndarray:
 
 
 def warm_up() -> None:
-    """Create the CUDA context on the current device and load the kernels into it.
+    """Create the CUDA context on the current device and load every kernel a build and a search use.
 
-    Both happen on first use anyway; a shard actor calls this in a thread while its
-    docs arrive, so the index build does not wait for them. Compiled kernels are cached
-    on disk by CuPy, so only the first process on a machine compiles.
+    All of it happens on first use anyway; a shard actor calls this in a thread while its
+    docs arrive, so the index build does not wait for it. Besides this module's kernels,
+    a tiny index is built and searched once, which loads CuPy's own kernels (casts,
+    reductions, sorts, scans) into the process. Compiled kernels are cached on disk by
+    CuPy, so only the first process on a machine compiles.
     """
     import cupy
 
     _kernels(cupy.cuda.Device().id)
+    docs = SetBatch(np.array([0, 3, 5, 5], dtype=np.int64), np.array([1, 2, 3, 2, 7], dtype=np.uint16))
+    index = CupyShardIndex(docs, np.arange(3), max_len=8)
+    index.search(SetBatch(np.array([0, 2], dtype=np.int64), np.array([2, 3], dtype=np.uint16)), 2)
 
 
 def _kernels(device_id: int) -> dict:

@@ -537,3 +537,19 @@ def test_floors_on_an_empty_shard_and_bad_floors():
         index.search(queries, 2, floor_key=np.array([0, -3, 0]))
     got = index.search(queries, 2, floor_key=np.array([2**62, 0, 2**40], dtype=np.uint64))
     assert got.doc_ids[:, 0].tolist() == [-1, 0, -1] and index.last_skipped == 2
+
+
+def test_warm_up_in_a_thread_then_an_index_built_in_the_main_thread_matches_numpy():
+    """The shard actor's pattern: warm_up() in a background thread (context, kernels, a tiny
+    index), then the real index in the main thread."""
+    import threading
+
+    from kernels.cuda import warm_up
+
+    thread = threading.Thread(target=warm_up)
+    thread.start()
+    thread.join()
+    rng = np.random.default_rng(17)
+    docs, queries = _random_sets(rng, 3000, 300, 40), _random_sets(rng, 50, 300, 40)
+    ids = np.arange(docs.n_sets) * 3
+    _assert_same(_index(docs, ids, 64).search(queries, 20), NumpyShardIndex(docs, ids, 64).search(queries, 20))
