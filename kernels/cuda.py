@@ -43,7 +43,7 @@ the whole shard.
 
 Measured on one H200 (``python -m jobs.bench --config sti2-zipf``: 7.85 M docs,
 2000 queries, k = 100): about 15 ms for the last level's count kernel, 2 ms
-for the three sampling levels, 1.3 ms for the four selections, 22 ms in all
+for the three sampling levels, 1.3 ms for the four selections, 20 ms in all
 from host queries to host results (the README's Benchmark section has the
 tables).
 
