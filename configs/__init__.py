@@ -68,6 +68,25 @@ class SyntheticConfig:
     cache_dir: str = "~/.cache/settopk"
 
 
+def search_problems(cfg) -> list[str]:
+    """What is wrong with the settings a job and a benchmark share (empty if nothing): ``backend``,
+    ``n_shards``, ``gpus_per_shard``, ``cpus_per_shard``, ``k``, ``max_len`` and ``vocab_size``."""
+    problems = []
+    if cfg.backend not in BACKENDS:
+        problems.append(f"backend must be one of {BACKENDS}, found {cfg.backend!r}")
+    if cfg.n_shards != "auto" and (isinstance(cfg.n_shards, str) or cfg.n_shards < 1):
+        problems.append(f"n_shards must be 'auto' or an integer >= 1, found {cfg.n_shards!r}")
+    if not 0 < cfg.gpus_per_shard <= 1 or cfg.cpus_per_shard < 0:
+        problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
+    if cfg.k < 1:
+        problems.append(f"k must be >= 1, found {cfg.k}")
+    if not 1 <= cfg.max_len <= 255:
+        problems.append(f"max_len must be in [1, 255], found {cfg.max_len}")
+    if not 1 <= cfg.vocab_size <= 65536:
+        problems.append(f"vocab_size must be in [1, 65536], found {cfg.vocab_size}")
+    return problems
+
+
 def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:
     """What is wrong with a ``synthetic`` section, given the run's ``vocab_size`` (empty if nothing)."""
     problems = []
@@ -202,23 +221,11 @@ class JobConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.backend not in BACKENDS:
-            problems.append(f"backend must be one of {BACKENDS}, found {self.backend!r}")
-        if self.n_shards != "auto" and (isinstance(self.n_shards, str) or self.n_shards < 1):
-            problems.append(f"n_shards must be 'auto' or an integer >= 1, found {self.n_shards!r}")
+        problems = search_problems(self)
         if self.replicas < 1:
             problems.append(f"replicas must be an integer >= 1, found {self.replicas!r}")
-        if self.k < 1:
-            problems.append(f"k must be >= 1, found {self.k}")
-        if not 1 <= self.max_len <= 255:
-            problems.append(f"max_len must be in [1, 255], found {self.max_len}")
-        if not 1 <= self.vocab_size <= 65536:
-            problems.append(f"vocab_size must be in [1, 65536], found {self.vocab_size}")
         if self.query_batch_size < 1:
             problems.append(f"query_batch_size must be >= 1, found {self.query_batch_size}")
-        if not 0 < self.gpus_per_shard <= 1 or self.cpus_per_shard < 0:
-            problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
         problems += synthetic_problems(self.synthetic, self.vocab_size)
         if self.output.partition not in PARTITIONS:
             problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")

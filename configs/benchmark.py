@@ -13,14 +13,13 @@ from typing import List, Optional, Union
 
 import dacite
 
-from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping, synthetic_problems
+from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping, search_problems, synthetic_problems
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "ScalingConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
 BASELINE_NAMES = ("auto", "spmm", "popc4", "scipy")
-_BACKENDS = ("auto", "numpy", "cupy")
 
 
 @dataclass(frozen=True)
@@ -126,18 +125,7 @@ class BenchConfig:
             replicas = self.scaling.replicas
             if replicas is not None and (len(replicas) != len(self.scaling.shards) or any(r < 1 for r in replicas)):
                 problems.append(f"scaling.replicas must list one count >= 1 per scaling.shards entry, found {replicas}")
-        if self.backend not in _BACKENDS:
-            problems.append(f"backend must be one of {_BACKENDS}, found {self.backend!r}")
-        if self.n_shards != "auto" and (isinstance(self.n_shards, str) or self.n_shards < 1):
-            problems.append(f"n_shards must be 'auto' or an integer >= 1, found {self.n_shards!r}")
-        if not 0 < self.gpus_per_shard <= 1 or self.cpus_per_shard < 0:
-            problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
-        if self.k < 1:
-            problems.append(f"k must be >= 1, found {self.k}")
-        if not 1 <= self.max_len <= 255:
-            problems.append(f"max_len must be in [1, 255], found {self.max_len}")
-        if not 1 <= self.vocab_size <= 65536:
-            problems.append(f"vocab_size must be in [1, 65536], found {self.vocab_size}")
+        problems += search_problems(self)
         if self.query_batch_size < 0:
             problems.append(f"query_batch_size must be >= 0 (0: all queries at once), found {self.query_batch_size}")
         if self.warmup < 0 or self.repetitions < 1:
