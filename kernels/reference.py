@@ -77,10 +77,9 @@ class NumpyShardIndex:
             rows = np.flatnonzero(band == b)
             row_len = lengths[rows]
             width = int(row_len.max())
-            columns = np.minimum(np.arange(width), np.maximum(row_len[:, None] - 1, 0))
-            matrix = docs.tokens[np.minimum(docs.offsets[rows][:, None] + columns, max(len(docs.tokens) - 1, 0))] if width else np.zeros((len(rows), 0), np.uint16)
-            matrix = np.where(np.arange(width) < row_len[:, None], matrix, np.uint16(0)).astype(np.uint16)
-            self._groups.append((rows, np.ascontiguousarray(matrix), (width - row_len).astype(np.uint64)))
+            matrix = np.zeros((len(rows), width), dtype=np.uint16)
+            matrix[np.arange(width) < row_len[:, None]] = docs.take(rows).tokens  # row-major, as take() lays them out
+            self._groups.append((rows, matrix, (width - row_len).astype(np.uint64)))
 
     @property
     def n_docs(self) -> int:
@@ -191,7 +190,7 @@ class NumpyShardIndex:
             qi = int(active[row])
             value = (key[row].astype(np.int64) << 31) | tiebreak
             pool = np.flatnonzero(key[row] >= floor[qi])
-            best = pool[_largest_first(value[pool], k)]
+            best = pool[_largest_first_rows(value[None, pool], k)[0]]
             take = len(best)
             out.doc_ids[qi, :take] = self.doc_ids[best]
             out.overlap[qi, :take] = overlap[row, best]
@@ -207,11 +206,3 @@ def _largest_first_rows(value: np.ndarray, k: int) -> np.ndarray:
     best = np.argpartition(value, n - take, axis=1)[:, n - take :] if take < n else np.broadcast_to(np.arange(n), value.shape)
     order = np.argsort(-np.take_along_axis(value, best, axis=1), axis=1)
     return np.take_along_axis(best, order, axis=1)
-
-
-def _largest_first(value: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``min(k, len(value))`` largest entries of ``value`` (distinct values), largest first."""
-    n = len(value)
-    take = min(k, n)
-    best = np.argpartition(value, n - take)[n - take :] if take < n else np.arange(n)
-    return best[np.argsort(-value[best])]
