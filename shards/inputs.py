@@ -379,7 +379,7 @@ def _canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.n
     boundary = ends[:-1][(ends[:-1] > 0) & (ends[:-1] < len(values))] - 1  # pairs that straddle two sets
     increasing[boundary] = True
     if increasing.all():  # fast path: already sorted and repeat-free (the usual case for docs.txt)
-        return counts.astype(np.int64), values.astype(np.uint16), np.zeros(n_sets, dtype=bool)
+        return counts.astype(np.int64), values.astype(np.uint16, copy=False), np.zeros(n_sets, dtype=bool)
     set_of = np.repeat(np.arange(n_sets, dtype=np.int64), counts)
     key = (set_of << 16) | values.astype(np.int64)
     key.sort()
@@ -705,12 +705,13 @@ def _parquet_batch_sets(file: str, tokens: pa.Array, row_base: int, limits: SetL
         row, number = row_and_id(_first(flat.is_null().to_numpy(zero_copy_only=False)))
         raise InputError(file, "token ids without nulls in column 'tokens'", f"a null at id #{number}", "drop the null ids from the list", row=row_base + row)
     values = flat.to_numpy(zero_copy_only=False)
-    bad = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
-    if bad.any():
-        position = _first(bad)
-        row, number = row_and_id(position)
-        raise InputError(file, f"token ids in [0, {limits.vocab_size})", f"{int(values[position])} at id #{number}", _REMAP, row=row_base + row)
-    lengths, set_tokens, repeated = _canonical(values.astype(np.uint16), counts)
+    if values.dtype.kind != "u" or limits.vocab_size <= np.iinfo(values.dtype).max:  # else every value is in range
+        bad = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
+        if bad.any():
+            position = _first(bad)
+            row, number = row_and_id(position)
+            raise InputError(file, f"token ids in [0, {limits.vocab_size})", f"{int(values[position])} at id #{number}", _REMAP, row=row_base + row)
+    lengths, set_tokens, repeated = _canonical(values.astype(np.uint16, copy=False), counts)
     too_long = lengths > limits.max_len
     if too_long.any():
         row = _first(too_long)

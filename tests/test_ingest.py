@@ -299,7 +299,7 @@ def test_pieces_for_cluster_sizes_pieces_to_the_cluster(tmp_path, ordered_dir, m
     assert fmt == "parquet" and len(files) == 2
     assert [p.row_groups for p in pieces] == [(0, 1, 2, 3), (0, 1, 2, 3)]
     monkeypatch.setattr(reading, "_MIN_PIECE_ROWS", 1)
-    pieces, _, _ = pieces_for_cluster(ordered_dir, 2)  # about two pieces per CPU: 17 rows / 4 -> 5 rows
+    pieces, _, _ = pieces_for_cluster(ordered_dir, 4)  # about one piece per CPU: 17 rows / 4 -> 5 rows
     assert [(p.index, p.row_groups) for p in pieces] == [(p.index, p.row_groups) for p in plan_pieces(ordered_dir, 5)[0]]
 
 

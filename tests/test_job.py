@@ -475,7 +475,8 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
     # Home-shard lengths, lengths between the shards' doc lengths (10..127), empty and max_len queries.
     queries = _random_sets(rng, 30, 14, 9) + [[], list(range(128)), list(range(20)), list(range(60, 100)), [13]]
     queries_path = _write_text_sets(tmp_path / "q.txt", queries)
-    monkeypatch.setattr(reading, "_MIN_PIECE_ROWS", 1)  # pieces of about 600 rows / (2 per CPU * 2 CPUs)
+    monkeypatch.setattr(reading, "_MIN_PIECE_ROWS", 1)
+    monkeypatch.setattr(reading, "_PIECES_PER_CPU", 2)  # pieces of about 600 rows / (2 per CPU * 2 CPUs): files split in two
     reads = []
 
     def read_and_keep(*args, **kwargs):
