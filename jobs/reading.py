@@ -84,7 +84,32 @@ def pieces_for_cluster(path, n_cpus: float) -> tuple[list[CorpusPiece], str, tup
     return group_pieces(pieces, target), fmt, files
 
 
-def read_corpus_pieces(pieces: list[CorpusPiece], limits: SetLimits, on_invalid: str, on_done=None, reader_cpus: float = 1.0) -> CorpusRead:
+def _reader_placements(n_pieces: int, group, reader_cpus: float, cluster_cpus: float) -> list:
+    """``(scheduling strategy or None, num_cpus)`` per reader.
+
+    The CPUs of the bundles of ``group`` (idle until the shard actors start) and the CPUs
+    outside them are cut into reader slots, and the pieces are dealt over the slots in turn,
+    so no reader ever waits for CPUs that the bundles hold: a bundle with fewer CPUs than
+    ``reader_cpus`` gets one reader that asks for what the bundle has.
+    """
+    if group is None or reader_cpus <= 0:
+        return [(None, reader_cpus)] * n_pieces
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    slots, reserved = [], 0.0
+    for index, bundle in enumerate(group.bundle_specs):
+        cpus = float(bundle.get("CPU", 0))
+        reserved += cpus
+        if cpus > 0:
+            where = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+            slots += [(where, min(cpus, reader_cpus))] * max(1, int(cpus / reader_cpus + 1e-9))
+    slots += [(None, reader_cpus)] * int((cluster_cpus - reserved) / reader_cpus + 1e-9)
+    return [slots[i % len(slots)] for i in range(n_pieces)] if slots else [(None, reader_cpus)] * n_pieces
+
+
+def read_corpus_pieces(
+    pieces: list[CorpusPiece], limits: SetLimits, on_invalid: str, on_done=None, reader_cpus: float = 1.0, group=None
+) -> CorpusRead:
     """Read every piece in a Ray task (``reader_cpus`` CPUs each) and check doc ids across pieces.
 
     Parameters
@@ -98,6 +123,10 @@ def read_corpus_pieces(pieces: list[CorpusPiece], limits: SetLimits, on_invalid:
     reader_cpus : float
         Ray CPUs each reader task reserves; 0 lets readers run beside actors that hold
         every CPU (the benchmark reads again while its shard actors are up).
+    group : ray.util.placement_group.PlacementGroup, optional
+        The shard actors' reserved bundles (:func:`jobs.searching.reserve_shards`): readers
+        run in their CPUs and in the CPUs outside them, so the read uses the whole cluster
+        and the actors then start in bundles that are already placed.
 
     Raises
     ------
@@ -107,8 +136,12 @@ def read_corpus_pieces(pieces: list[CorpusPiece], limits: SetLimits, on_invalid:
     """
     import ray
 
-    reader = ray.remote(num_returns=3, num_cpus=reader_cpus)(_read_piece_parts)
-    refs = [reader.remote(piece, limits, on_invalid) for piece in pieces]
+    reader = ray.remote(num_returns=3)(_read_piece_parts)
+    cluster_cpus = float(ray.cluster_resources().get("CPU", 0)) if group is not None else 0.0
+    refs = [
+        reader.options(num_cpus=cpus, scheduling_strategy=where).remote(piece, limits, on_invalid)
+        for piece, (where, cpus) in zip(pieces, _reader_placements(len(pieces), group, reader_cpus, cluster_cpus))
+    ]
     summary_refs = [r[0] for r in refs]
     summaries: list[PieceSummary | None] = [None] * len(pieces)
     errors: dict[int, BaseException] = {}

@@ -3,11 +3,12 @@
 ``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 
-The driver validates the queries and lists the corpus's pieces; reader tasks
-validate and decode the pieces into the object store (``jobs.reading``), all
-before any shard actor starts. The driver plans length-bucket shards from the
-readers' length histograms, starts one Ray actor per shard in a placement group
-(each takes its docs from the pieces), sends query batches to all of them
+The driver validates the queries and lists the corpus's pieces, and reserves
+the shard actors' placement group (its CPUs run reader tasks until the actors
+start); reader tasks validate and decode the pieces into the object store
+(``jobs.reading``), all before any shard actor starts. The driver plans
+length-bucket shards from the readers' length histograms, starts one Ray actor
+per shard in its bundle (each takes its docs from the pieces), sends query batches to all of them
 (``jobs.searching``), has Ray tasks merge each chunk's shard-local top-k lists
 exactly and write it, and commits the result dataset atomically. With no ``--docs/--queries``
 it runs on the config's synthetic corpus. With a config whose
@@ -44,7 +45,7 @@ from shards import InputError, QueryStream, SetLimits, fingerprint, plan_pieces,
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .reading import pieces_for_cluster, read_corpus_pieces
-from .searching import search_chunks, start_shards, stop_shards
+from .searching import reserve_shards, search_chunks, start_shards, stop_shards
 from .output import (
     REJECTED_SCHEMA,
     OutputExistsError,
@@ -313,6 +314,18 @@ def _target(args, cfg: configs.JobConfig, now: datetime.datetime) -> _Target:
     return _Target(args.out, args.out, None)
 
 
+@dataclass
+class _Held:
+    """What a run holds on the cluster: the shard bundles (from before the read) and actors."""
+
+    group: object = None
+    actors: list = dataclasses.field(default_factory=list)
+
+    def release(self) -> None:
+        actors, group, self.actors, self.group = self.actors, self.group, [], None
+        stop_shards(actors, group)
+
+
 def run(args) -> int:
     """Run the job for parsed arguments.
 
@@ -326,6 +339,14 @@ def run(args) -> int:
     int
         :data:`EXIT_OK`; bad input raises (``main`` maps it to :data:`EXIT_BAD_INPUT`).
     """
+    held = _Held()
+    try:
+        return _run(args, held)
+    finally:
+        held.release()  # also when the read fails: the bundles were reserved before it
+
+
+def _run(args, held: _Held) -> int:
     t0 = time.perf_counter()
     started = datetime.datetime.now(datetime.timezone.utc)
     timings: dict[str, float] = {}
@@ -361,13 +382,15 @@ def run(args) -> int:
         backend, n_shards = resolve_backend(cfg, resources, cfg.replicas)
 
     with _phase("read", timings):
+        if not args.dry_run:
+            held.group = reserve_shards(n_shards * cfg.replicas, backend, cfg)
         pieces, doc_fmt, doc_files = pieces_for_cluster(inputs.docs_path, float(resources.get("CPU", 1)))
         if fingerprint(doc_files, inputs.docs_path) != fingerprints["docs"]:
             raise InputError(inputs.docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
                              "run the job once the input is completely written (write it elsewhere, then move it into place)")
         bar = _bar("read", len(pieces), "piece", args.quiet)
         try:
-            corpus = read_corpus_pieces(pieces, limits, cfg.on_invalid, on_done=lambda: bar.update(1))
+            corpus = read_corpus_pieces(pieces, limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=held.group)
         finally:
             bar.close()
         _check_unchanged_since(read_start_ns, doc_files)
@@ -399,13 +422,12 @@ def run(args) -> int:
     for line in lines:
         log.info("%s", line)
 
-    actors, group = [], None
     parquet_metadata = {"settopk.run_id": run_id, "settopk.k": str(cfg.k)}
     f = cfg.faults
     try:
         with _phase("load", timings):
             crash = {"crash_after": f.crash_after_searches, "crash_marker": f.crash_marker, "crash_mode": f.crash_mode}
-            actors, group = start_shards(plan, corpus, limits, backend, cfg, crash_shard_kwargs=crash)
+            actors = held.actors = start_shards(plan, corpus, limits, backend, cfg, held.group, crash_shard_kwargs=crash)
             placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
             bar = _bar("load", len(actors), "shard", args.quiet)
             infos = gather(actors, placeholders, lambda a: a.info.remote(), "loading", f.load_timeout_s, 1, 0.0, on_done=lambda: bar.update(1))
@@ -419,7 +441,7 @@ def run(args) -> int:
             bar.close()
         infos = gather(actors, infos, lambda a: a.info.remote(), "final info", f.search_timeout_s, 1, 0.0)
     finally:
-        stop_shards(actors, group)
+        held.release()  # the GPUs are free before the commit
         del corpus  # frees the pieces' docs in the object store
 
     with _phase("commit", timings):

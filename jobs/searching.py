@@ -23,18 +23,68 @@ from shards import ShardActor, split_rounds
 from .chunks import BatchLayout, finish_chunk
 from .dispatch import gather
 
-__all__ = ["start_shards", "search_chunks", "stop_shards"]
+__all__ = ["reserve_shards", "shard_bundle", "start_shards", "search_chunks", "stop_shards"]
 
 log = logging.getLogger("settopk")
 _FINISH_WINDOW = 4  # merge tasks in flight; each pins one chunk's shard results in the object store
 _PLACEMENT_TIMEOUT_S = 120.0
 
 
-def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=None):
-    """Reserve one placement-group bundle per shard actor and start the actors in them.
+def shard_bundle(backend: str, cfg) -> dict:
+    """The resources one shard actor reserves: ``cpus_per_shard`` CPUs and, for ``cupy``,
+    ``gpus_per_shard`` GPUs (a token 0.001 CPU where both are 0: a bundle cannot be empty)."""
+    gpus = cfg.gpus_per_shard if backend == "cupy" else 0
+    bundle = {key: value for key, value in {"CPU": cfg.cpus_per_shard, "GPU": gpus}.items() if value}
+    return bundle or {"CPU": 0.001}
+
+
+def reserve_shards(n_actors: int, backend: str, cfg):
+    """Reserve one placement-group bundle per shard actor and wait until Ray has placed them all.
+
+    The job reserves before it reads the corpus: reader tasks run in the bundles' CPUs until
+    the actors take them (:func:`jobs.reading.read_corpus_pieces`), and a cluster that cannot
+    hold the shards fails before anything is read. Asking only once the readers had freed
+    their CPUs cost 0.03 s or 0.6 s at random (Ray places a group from a cluster view that
+    lags the freed CPUs, then retries with a back-off).
+
+    Parameters
+    ----------
+    n_actors : int
+        Shards times replicas.
+    backend : str
+    cfg : configs.JobConfig
+
+    Returns
+    -------
+    ray.util.placement_group.PlacementGroup
+        ``n_actors`` bundles of :func:`shard_bundle`, strategy PACK.
+
+    Raises
+    ------
+    RuntimeError
+        If the cluster cannot place the bundles within two minutes (the message gives them).
+    """
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundle = shard_bundle(backend, cfg)
+    group = placement_group([dict(bundle) for _ in range(n_actors)], strategy="PACK")
+    try:
+        ray.get(group.ready(), timeout=_PLACEMENT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        raise RuntimeError(
+            f"the cluster could not place {n_actors} shard bundle(s) of {bundle} within {_PLACEMENT_TIMEOUT_S:g} s "
+            f"(resources: {ray.cluster_resources()}); lower n_shards, replicas or cpus_per_shard, or add nodes"
+        ) from None
+    return group
+
+
+def start_shards(plan, corpus, limits, backend: str, cfg, group, crash_shard_kwargs=None) -> list:
+    """Start the shard actors in the bundles of ``group``.
 
     Each shard gets ``cfg.replicas`` actors; actor ``r * len(plan) + s`` is replica ``r``
-    of shard ``s`` (replica 0 of every shard first).
+    of shard ``s`` (replica 0 of every shard first) and runs in bundle ``r * len(plan) + s``.
 
     Parameters
     ----------
@@ -44,43 +94,25 @@ def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=Non
     limits : SetLimits
     backend : str
     cfg : configs.JobConfig
+    group : ray.util.placement_group.PlacementGroup
+        From :func:`reserve_shards` with ``len(plan) * cfg.replicas`` bundles.
     crash_shard_kwargs : dict, optional
         Test-only fault injection keyword arguments for replica 0 of shard ``cfg.faults.crash_shard``.
 
     Returns
     -------
-    (list of ActorHandle, PlacementGroup)
+    list of ActorHandle
         ``len(plan) * cfg.replicas`` actors.
-
-    Raises
-    ------
-    RuntimeError
-        If the cluster cannot place the bundles within two minutes (the message gives them).
     """
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    gpus = cfg.gpus_per_shard if backend == "cupy" else 0
-    bundle = {"CPU": cfg.cpus_per_shard, **({"GPU": gpus} if gpus else {})}
-    bundle = {key: value for key, value in bundle.items() if value}
-    n_actors = len(plan) * cfg.replicas
-    group = placement_group([dict(bundle or {"CPU": 0.001}) for _ in range(n_actors)], strategy="PACK")
-    try:
-        ray.get(group.ready(), timeout=_PLACEMENT_TIMEOUT_S)
-    except ray.exceptions.GetTimeoutError:
-        remove_placement_group(group)
-        raise RuntimeError(
-            f"the cluster could not place {n_actors} shard bundle(s) of {bundle} within {_PLACEMENT_TIMEOUT_S:g} s "
-            f"(resources: {ray.cluster_resources()}); lower n_shards or cpus_per_shard, or add nodes"
-        ) from None
     f = cfg.faults
     actors = []
-    for index in range(n_actors):
+    for index in range(len(plan) * cfg.replicas):
         spec = plan[index % len(plan)]
         options = {
             "num_cpus": cfg.cpus_per_shard,
-            "num_gpus": gpus,
+            "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0,
             # Ray's own fault tolerance: a dead actor restarts (taking its docs again from the
             # object store) and the searches it was running are sent again; searches are pure.
             "max_restarts": f.actor_restarts,
@@ -91,11 +123,11 @@ def start_shards(plan, corpus, limits, backend: str, cfg, crash_shard_kwargs=Non
         if crash_shard_kwargs and index == f.crash_shard:
             kwargs.update(crash_shard_kwargs)
         actors.append(ShardActor.options(**options).remote(spec, corpus.corpus_refs, limits, backend, **kwargs))
-    return actors, group
+    return actors
 
 
 def stop_shards(actors, group) -> None:
-    """Kill the shard actors and free their placement group."""
+    """Kill the shard actors and free their placement group (``group`` may be None)."""
     import ray
     from ray.util.placement_group import remove_placement_group
 

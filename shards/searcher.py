@@ -73,10 +73,10 @@ def _fetched(pieces):
         yield piece
 
 
-def _upload(docs, limits: SetLimits):
+def _upload(docs, limits: SetLimits, ready):
     from kernels.cuda import upload_sets
 
-    return upload_sets(docs, limits.max_len)
+    return upload_sets(docs, limits.max_len, ready)
 
 
 def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits):
@@ -163,9 +163,8 @@ class ShardSearcher:
         if warm is not None:
             # The copy to the GPU needs only the context; it runs while the warm-up thread
             # loads the kernels (both take a few hundred ms in a fresh process).
-            warm.context_ready.wait()
             with self._out_of_memory("copying its docs to the GPU", fix):
-                docs = _upload(docs, limits)
+                docs = _upload(docs, limits, warm.context_ready)
             warm.join()
         self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", fix):

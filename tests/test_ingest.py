@@ -324,6 +324,36 @@ def test_ray_readers_give_the_corpus_read_in_one_pass(ray_cluster, tmp_path):
     _assert_same_docs(*_assemble_read(read, 3, 6), read_corpus(str(root), LIMITS, length_range=(3, 6)))
 
 
+def test_readers_are_dealt_over_the_shard_bundles_and_the_free_cpus(ray_cluster, tmp_path):
+    from types import SimpleNamespace
+
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    def dealt(n_pieces, bundles, cluster_cpus, reader_cpus=1.0):
+        where = reading._reader_placements(n_pieces, SimpleNamespace(bundle_specs=bundles), reader_cpus, cluster_cpus)
+        return [(w.placement_group_bundle_index if w else None, cpus) for w, cpus in where]
+
+    # 16 CPUs, 8 in a GPU shard's bundle: one wave of 15 readers, 8 in the bundle and 7 outside.
+    assert dealt(15, [{"CPU": 8.0, "GPU": 1.0}], 16) == [(0, 1.0)] * 8 + [(None, 1.0)] * 7
+    assert dealt(5, [{"CPU": 2.5}, {"GPU": 1.0}], 3.5) == [(0, 1.0), (0, 1.0), (None, 1.0), (0, 1.0), (0, 1.0)]
+    # Bundles holding every CPU in halves: readers ask for half a CPU inside them, never outside.
+    assert dealt(5, [{"CPU": 0.5}] * 4, 2) == [(0, 0.5), (1, 0.5), (2, 0.5), (3, 0.5), (0, 0.5)]
+    assert dealt(2, [{"CPU": 0.5}], 2, 0.0) == [(None, 0.0)] * 2  # reader_cpus 0: placed anywhere
+    assert reading._reader_placements(2, None, 1.0, 8) == [(None, 1.0)] * 2
+    rng = np.random.default_rng(8)
+    root = tmp_path / "docs"
+    root.mkdir()
+    _write_parquet(root / "0.parquet", np.arange(40), _random_sets(rng, 40), 5)
+    pieces, _, _ = plan_pieces(str(root), 10)
+    group = placement_group([{"CPU": 1.0}])  # the 2-CPU cluster: one reader inside the bundle, one outside
+    try:
+        read = read_corpus_pieces(pieces, LIMITS, "error", group=group)
+    finally:
+        remove_placement_group(group)
+    assert len(pieces) == 4 and read.n_docs == 40
+    _assert_same_docs(*_assemble_read(read), read_corpus(str(root), LIMITS))
+
+
 def test_ray_readers_report_the_first_bad_row_in_read_order(ray_cluster, tmp_path):
     """Pieces 1 and 5 both fail; piece 1 is much larger, so piece 5 usually fails first."""
     rng = np.random.default_rng(7)

@@ -182,6 +182,10 @@ def test_bad_input_fails_before_actors_and_writes_nothing(tmp_path, monkeypatch,
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", str(docs), "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2
+    import ray
+
+    groups = ray.util.placement_group_table().values()  # the shard bundles reserved before the read are released
+    assert groups and all(g["state"] == "REMOVED" for g in groups)
     message = caplog.text
     assert f"docs.txt{where}" in message and reason in message
     assert not (tmp_path / "out").exists()

@@ -552,10 +552,10 @@ def test_docs_copied_while_a_thread_warms_up_give_the_index_numpy_gives():
     rng = np.random.default_rng(17)
     docs, queries = _random_sets(rng, 3000, 300, 40), _random_sets(rng, 50, 300, 40)
     ids = np.arange(docs.n_sets) * 3
-    assert ready.wait(timeout=300)
-    device = upload_sets([docs.take(np.arange(1000)), docs.take(np.arange(1000, 3000))], 64)
+    device = upload_sets([docs.take(np.arange(1000)), docs.take(np.arange(1000, 3000))], 64, ready)
     thread.join()
     assert device.n_sets == docs.n_sets and device.tokens.get().tolist() == docs.tokens.tolist()
+    assert device.slot_pos.get().tolist() == np.lexsort((np.arange(docs.n_sets), docs.lengths)).tolist()
     _assert_same(_index(device, ids, 64).search(queries, 20), NumpyShardIndex(docs, ids, 64).search(queries, 20))
     with pytest.raises(ValueError, match="shape"):
         _index(device, ids[:-1], 64)
@@ -563,3 +563,7 @@ def test_docs_copied_while_a_thread_warms_up_give_the_index_numpy_gives():
         upload_sets(SetBatch(docs.offsets, np.repeat(docs.tokens, 2)[::2]), 64)
     with pytest.raises(ValueError, match="must be a kernels.SetBatch"):
         upload_sets([docs.to_lists()], 64)
+    with pytest.raises(ValueError, match="more than max_len=8"):
+        upload_sets(docs, 8)
+    with pytest.raises(ValueError, match="more than max_len=8"):
+        _index(device, ids, 8)  # copied under max_len 64: the index checks its own
