@@ -220,16 +220,13 @@ class DeviceSets:
         Device memory; ``offsets[0] == 0``.
     tokens : cupy.ndarray of uint16, shape (offsets[-1],)
         Device memory; the sets one after another.
-    slot_pos : cupy.ndarray of int32, shape (n_sets,)
-        Device memory; the set positions ordered by (length, position), the index's slot order.
     """
 
-    __slots__ = ("offsets", "tokens", "slot_pos")
+    __slots__ = ("offsets", "tokens")
 
-    def __init__(self, offsets, tokens, slot_pos):
+    def __init__(self, offsets, tokens):
         self.offsets = offsets
         self.tokens = tokens
-        self.slot_pos = slot_pos
 
     @property
     def n_sets(self) -> int:
@@ -238,13 +235,11 @@ class DeviceSets:
 
 
 def upload_sets(docs, max_len: int, ready=None) -> DeviceSets:
-    """Check host sets, order them by length, and copy them to the current GPU on a stream of their own.
+    """Check host sets and copy them to the current GPU on a stream of their own.
 
     The copy does not wait on, or hold up, work other threads queue on the default stream,
     so a shard actor copies its docs while its warm-up thread loads kernels
-    (:func:`warm_up`); the call returns once the copy is done. The slot order is a stable
-    radix sort of the lengths on the host (NumPy), which spares the GPU build CuPy's sort
-    (its first call imports ``cupyx`` and, where installed, SciPy: 0.25 s in a fresh process).
+    (:func:`warm_up`); the call returns once the copy is done.
 
     Parameters
     ----------
@@ -253,10 +248,11 @@ def upload_sets(docs, max_len: int, ready=None) -> DeviceSets:
         uint16, C-contiguous, sets of at most ``max_len`` ids; pieces are concatenated on
         the GPU, in order.
     max_len : int
-        Longest set allowed, at most 255.
+        For the messages of the checks; set lengths and id ranges are checked on the GPU by
+        :class:`CupyShardIndex`.
     ready : threading.Event, optional
-        Waited on after the host work and before the first CUDA call (set by the thread
-        that creates the CUDA context).
+        Waited on after the checks and before the first CUDA call (set by the thread that
+        creates the CUDA context).
 
     Returns
     -------
@@ -265,41 +261,30 @@ def upload_sets(docs, max_len: int, ready=None) -> DeviceSets:
     Raises
     ------
     ValueError
-        If a piece is not a host SetBatch of int64 offsets and uint16 tokens, C-contiguous,
-        if its offsets decrease, or if a set has more than ``max_len`` ids.
+        If a piece is not a host SetBatch of int64 offsets and uint16 tokens, C-contiguous.
     """
     import cupy
 
-    if not 1 <= max_len <= _MAX_LEN_LIMIT:
-        raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
     pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
     for piece in pieces:
         _check_set_batch(piece, "docs", max_len)
-    lengths = np.concatenate([np.diff(p.offsets) for p in pieces] or [np.zeros(0, dtype=np.int64)])
-    if len(lengths) and lengths.min() < 0:
-        raise ValueError("docs.offsets must be non-decreasing")
-    if len(lengths) and lengths.max() > max_len:
-        raise ValueError(f"a set of docs has {int(lengths.max())} ids, more than max_len={max_len}")
-    slot_pos = np.argsort(lengths.astype(np.uint8), kind="stable").astype(np.int32)  # 8-bit keys: a radix sort
-    host_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=host_offsets[1:])
     if ready is not None:
         ready.wait()
     # The arrays are allocated on the current stream (the memory pool ties freed blocks to the
     # stream that allocated them); only the copies go to the non-blocking stream.
     stream = cupy.cuda.Stream(non_blocking=True)
-    tokens = cupy.empty(int(host_offsets[-1]), dtype=np.uint16)
-    start = 0
+    tokens = cupy.empty(sum(len(p.tokens) for p in pieces), dtype=np.uint16)
+    host_offsets = [np.zeros(1, dtype=np.int64)]
+    position = 0
     for piece in pieces:
         if len(piece.tokens):
-            tokens[start : start + len(piece.tokens)].set(piece.tokens, stream=stream)
-        start += len(piece.tokens)
-    offsets = cupy.empty(len(host_offsets), dtype=np.int64)
-    offsets.set(host_offsets, stream=stream)
-    device_slots = cupy.empty(len(slot_pos), dtype=np.int32)
-    device_slots.set(slot_pos, stream=stream)
+            tokens[position : position + len(piece.tokens)].set(piece.tokens, stream=stream)
+        host_offsets.append(piece.offsets[1:] + position)  # shifted on the host: 8 bytes per doc
+        position += len(piece.tokens)
+    offsets = cupy.empty(sum(p.n_sets for p in pieces) + 1, dtype=np.int64)
+    offsets.set(np.concatenate(host_offsets), stream=stream)
     stream.synchronize()
-    return DeviceSets(offsets, tokens, device_slots)
+    return DeviceSets(offsets, tokens)
 
 
 def _check_set_batch(batch, what: str, max_len: int) -> None:
@@ -484,7 +469,9 @@ class CupyShardIndex:
             stats[2] = tokens.max()
         lo, hi, top = (int(v) for v in stats.get())
         hi = max(hi, 0)
-        if hi > self.max_len:  # upload_sets checked the lengths against its own max_len
+        if lo < 0:
+            raise ValueError("docs.offsets must be non-decreasing")
+        if hi > self.max_len:
             raise ValueError(f"a set of docs has {hi} ids, more than max_len={self.max_len}")
         if top >= self.vocab_size:
             raise ValueError(f"docs hold id {top}, not below vocab_size={self.vocab_size}")
@@ -494,9 +481,11 @@ class CupyShardIndex:
         self._len_by_pos = lengths.astype(np.uint8)
         self._doc_ids = cupy.asarray(self.doc_ids) if n else cupy.zeros(1, dtype=np.int64)  # decoded on the GPU
 
-        # Slots: docs sorted by (length, position), ordered on the host (upload_sets).
-        self._slot_pos = docs.slot_pos
-        self._slot_len = self._len_by_pos[self._slot_pos]
+        # Slots: docs sorted by (length, position); the key is unique, so any sort is stable here.
+        order = cupy.sort((lengths << 32) | cupy.arange(n, dtype=np.int64))
+        self._slot_len = (order >> 32).astype(np.uint8)
+        self._slot_pos = (order & 0xFFFFFFFF).astype(np.int32)
+        del order
         n_chunks = -(-n // _CHUNK_SLOTS)
         last = cupy.minimum(cupy.arange(1, n_chunks + 1, dtype=np.int64) * _CHUNK_SLOTS, n) - 1
         chunk_groups = ((self._slot_len[last].astype(np.int32) + _IDS_PER_GROUP - 1) // _IDS_PER_GROUP).astype(np.int32)
