@@ -192,6 +192,29 @@ def test_bad_input_fails_before_actors_and_writes_nothing(tmp_path, monkeypatch,
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
+def test_a_cluster_that_cannot_hold_the_shards_fails_before_reading(tmp_path, monkeypatch, caplog):
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from jobs import searching
+
+    def no_read(*a, **kw):
+        raise AssertionError("the corpus was read although the shards had no room")
+
+    monkeypatch.setattr(searching, "_PLACEMENT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(score, "read_corpus_pieces", no_read)
+    docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2]])
+    busy = placement_group([{"CPU": 2.0}])  # another job holding every CPU of the 2-CPU cluster
+    ray.get(busy.ready(), timeout=60)
+    try:
+        with caplog.at_level(logging.ERROR, logger="settopk"):
+            code = score.main(["--docs", docs, "--queries", docs, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
+    finally:
+        remove_placement_group(busy)
+    assert code == 1 and "could not place 1 shard bundle(s) of {'CPU': 0.5} within 1 s" in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
 def test_too_long_set_and_empty_corpus_are_errors(tmp_path, caplog):
     q = _write_text_sets(tmp_path / "q.txt", [list(range(5))])
     docs = _write_text_sets(tmp_path / "docs.txt", [[1]])
