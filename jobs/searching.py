@@ -2,7 +2,8 @@
 
 One placement group holds one bundle per shard (its GPUs and CPUs), so the
 shards are reserved together or not at all, and a restarted actor comes back in
-its own bundle. Each batch of queries is searched in two rounds
+its own bundle. The job reserves it before reading the corpus; the readers use
+its CPUs until the actors start. Each batch of queries is searched in two rounds
 (:mod:`shards.thresholds`): every shard searches its *home* queries (those
 whose length lies in its range), then the other queries with each query's
 home k-th score as a floor. The actors compute the floors themselves from the
@@ -23,14 +24,14 @@ from shards import ShardActor, split_rounds
 from .chunks import BatchLayout, finish_chunk
 from .dispatch import gather
 
-__all__ = ["reserve_shards", "shard_bundle", "start_shards", "search_chunks", "stop_shards"]
+__all__ = ["reserve_shards", "start_shards", "search_chunks", "stop_shards"]
 
 log = logging.getLogger("settopk")
 _FINISH_WINDOW = 4  # merge tasks in flight; each pins one chunk's shard results in the object store
 _PLACEMENT_TIMEOUT_S = 120.0
 
 
-def shard_bundle(backend: str, cfg) -> dict:
+def _shard_bundle(backend: str, cfg) -> dict:
     """The resources one shard actor reserves: ``cpus_per_shard`` CPUs and, for ``cupy``,
     ``gpus_per_shard`` GPUs (a token 0.001 CPU where both are 0: a bundle cannot be empty)."""
     gpus = cfg.gpus_per_shard if backend == "cupy" else 0
@@ -57,7 +58,7 @@ def reserve_shards(n_actors: int, backend: str, cfg):
     Returns
     -------
     ray.util.placement_group.PlacementGroup
-        ``n_actors`` bundles of :func:`shard_bundle`, strategy PACK.
+        ``n_actors`` bundles of :func:`_shard_bundle`, strategy PACK.
 
     Raises
     ------
@@ -67,7 +68,7 @@ def reserve_shards(n_actors: int, backend: str, cfg):
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    bundle = shard_bundle(backend, cfg)
+    bundle = _shard_bundle(backend, cfg)
     group = placement_group([dict(bundle) for _ in range(n_actors)], strategy="PACK")
     try:
         ray.get(group.ready(), timeout=_PLACEMENT_TIMEOUT_S)
