@@ -72,7 +72,7 @@ from .keys import best_key_in_range, check_floor_key, key_scale
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
-__all__ = ["CupyShardIndex", "DeviceSets", "search_cost_per_doc", "upload_sets", "warm_up"]
+__all__ = ["CupyShardIndex", "search_cost_per_doc", "warm_up"]
 
 _SOURCE_PATH = pathlib.Path(__file__).with_name("bitslice_topk.cu")
 _COUNT_KERNELS = {32: "settopk::count_emit<32, unsigned int>", 16: "settopk::count_emit<16, unsigned short>"}
@@ -113,7 +113,7 @@ def search_cost_per_doc(max_len: int) -> np.ndarray:
     return -(-lengths // _IDS_PER_GROUP) * _IDS_PER_GROUP + _DOC_OVERHEAD_SLOTS
 
 
-def warm_up(on_context=None) -> None:
+def warm_up() -> None:
     """Create the CUDA context on the current device and load every kernel a build and a search use.
 
     All of it happens on first use anyway; a shard actor calls this in a thread while its
@@ -121,18 +121,9 @@ def warm_up(on_context=None) -> None:
     a tiny index is built and searched once, which loads CuPy's own kernels (casts,
     reductions, sorts, scans) into the process. Compiled kernels are cached on disk by
     CuPy, so only the first process on a machine compiles.
-
-    Parameters
-    ----------
-    on_context : callable, optional
-        Called with no argument as soon as the context exists, before the kernels load (a
-        shard actor then starts copying its docs with :func:`upload_sets`).
     """
     import cupy
 
-    cupy.cuda.runtime.free(0)  # cudaFree(NULL): creates the device's context and nothing else
-    if on_context is not None:
-        on_context()
     _kernels(cupy.cuda.Device().id)
     docs = SetBatch(np.array([0, 3, 5, 5], dtype=np.int64), np.array([1, 2, 3, 2, 7], dtype=np.uint16))
     index = CupyShardIndex(docs, np.arange(3), max_len=8)
@@ -209,82 +200,23 @@ def _floor_tables(xp, floor, query_len, n_len: int, max_len: int):
     return need_overlap(t - 1), need_overlap(t)
 
 
-class DeviceSets:
-    """A batch of sets copied to GPU memory (CSR), as :class:`CupyShardIndex` takes it.
+def _upload(pieces: list):
+    """Device CSR arrays ``(offsets int64, tokens uint16)`` of the concatenation of host SetBatches.
 
-    Made by :func:`upload_sets`, which checks the host arrays first.
-
-    Attributes
-    ----------
-    offsets : cupy.ndarray of int64, shape (n_sets + 1,)
-        Device memory; ``offsets[0] == 0``.
-    tokens : cupy.ndarray of uint16, shape (offsets[-1],)
-        Device memory; the sets one after another.
-    """
-
-    __slots__ = ("offsets", "tokens")
-
-    def __init__(self, offsets, tokens):
-        self.offsets = offsets
-        self.tokens = tokens
-
-    @property
-    def n_sets(self) -> int:
-        """Number of sets."""
-        return len(self.offsets) - 1
-
-
-def upload_sets(docs, max_len: int, ready=None) -> DeviceSets:
-    """Check host sets and copy them to the current GPU on a stream of their own.
-
-    The copy does not wait on, or hold up, work other threads queue on the default stream,
-    so a shard actor copies its docs while its warm-up thread loads kernels
-    (:func:`warm_up`); the call returns once the copy is done.
-
-    Parameters
-    ----------
-    docs : SetBatch or sequence of SetBatch
-        Host memory, as :class:`CupyShardIndex` takes it: ``offsets`` int64, ``tokens``
-        uint16, C-contiguous, sets of at most ``max_len`` ids; pieces are concatenated on
-        the GPU, in order.
-    max_len : int
-        For the messages of the checks; set lengths and id ranges are checked on the GPU by
-        :class:`CupyShardIndex`.
-    ready : threading.Event, optional
-        Waited on after the checks and before the first CUDA call (set by the thread that
-        creates the CUDA context).
-
-    Returns
-    -------
-    DeviceSets
-
-    Raises
-    ------
-    ValueError
-        If a piece is not a host SetBatch of int64 offsets and uint16 tokens, C-contiguous.
-    """
+    Each piece's ids go straight into their place in one device array; the offsets are shifted
+    on the host (8 bytes per doc)."""
     import cupy
 
-    pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
-    for piece in pieces:
-        _check_set_batch(piece, "docs", max_len)
-    if ready is not None:
-        ready.wait()
-    # The arrays are allocated on the current stream (the memory pool ties freed blocks to the
-    # stream that allocated them); only the copies go to the non-blocking stream.
-    stream = cupy.cuda.Stream(non_blocking=True)
-    tokens = cupy.empty(sum(len(p.tokens) for p in pieces), dtype=np.uint16)
+    n_tokens = sum(len(p.tokens) for p in pieces)
+    tokens = cupy.empty(n_tokens, dtype=np.uint16)
     host_offsets = [np.zeros(1, dtype=np.int64)]
     position = 0
     for piece in pieces:
         if len(piece.tokens):
-            tokens[position : position + len(piece.tokens)].set(piece.tokens, stream=stream)
-        host_offsets.append(piece.offsets[1:] + position)  # shifted on the host: 8 bytes per doc
+            tokens[position : position + len(piece.tokens)].set(piece.tokens)
+        host_offsets.append(piece.offsets[1:] + position)
         position += len(piece.tokens)
-    offsets = cupy.empty(sum(p.n_sets for p in pieces) + 1, dtype=np.int64)
-    offsets.set(np.concatenate(host_offsets), stream=stream)
-    stream.synchronize()
-    return DeviceSets(offsets, tokens)
+    return cupy.asarray(np.concatenate(host_offsets)), tokens
 
 
 def _check_set_batch(batch, what: str, max_len: int) -> None:
@@ -312,15 +244,13 @@ class CupyShardIndex:
 
     Parameters
     ----------
-    docs : SetBatch or sequence of SetBatch or DeviceSets
+    docs : SetBatch or sequence of SetBatch
         The shard's ``n_docs`` docs in host memory, in ``doc_ids`` order:
         ``offsets`` int64 of shape (n_docs + 1,), ``tokens`` uint16, both
         C-contiguous; each set sorted and distinct with at most ``max_len`` ids,
         all below ``vocab_size``. A sequence of batches (the pieces a shard
         takes from the corpus readers) is concatenated on the GPU, in order,
-        which saves the host a copy of every id. Or the same already on the
-        current GPU (:func:`upload_sets`); lengths and id ranges are checked
-        on the GPU either way.
+        which saves the host a copy of every id.
     doc_ids : numpy.ndarray of integer dtype, shape (n_docs,)
         Global doc ids (host), strictly increasing, so position order is id
         order. Stored as int64.
@@ -369,8 +299,7 @@ class CupyShardIndex:
         If an argument has the wrong type, dtype, shape, contiguity or range,
         if ``doc_ids`` is not strictly increasing, if ``docs.offsets`` is not
         non-decreasing, if a doc is longer than ``max_len`` or holds an id
-        ``>= vocab_size``, if the shard has ``2**31`` docs or more, or if
-        :class:`DeviceSets` are on another GPU than the current one.
+        ``>= vocab_size``, or if the shard has ``2**31`` docs or more.
 
     Notes
     -----
@@ -409,15 +338,10 @@ class CupyShardIndex:
             raise ValueError(f"capacity must be in [1, {_SORT_MAX}], found {capacity}")
         if sample_ratio is not None and sample_ratio < 2:
             raise ValueError(f"sample_ratio must be >= 2, found {sample_ratio}")
-        if isinstance(docs, DeviceSets):
-            if docs.tokens.device.id != cupy.cuda.Device().id:
-                raise ValueError(f"docs are on GPU {docs.tokens.device.id}, the current device is {cupy.cuda.Device().id}")
-            n_sets = docs.n_sets
-        else:
-            docs = [docs] if isinstance(docs, SetBatch) else list(docs)
-            for piece in docs:
-                _check_set_batch(piece, "docs", max_len)
-            n_sets = sum(piece.n_sets for piece in docs)
+        pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
+        for piece in pieces:
+            _check_set_batch(piece, "docs", max_len)
+        n_sets = sum(piece.n_sets for piece in pieces)
         doc_ids = np.asarray(doc_ids)
         if doc_ids.dtype.kind not in "iu":
             raise ValueError(f"doc_ids must have an integer dtype, found {doc_ids.dtype}")
@@ -445,7 +369,7 @@ class CupyShardIndex:
         self._n_sm = int(device.attributes["MultiProcessorCount"])
         self._shared_optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", _DEFAULT_SHARED_LIMIT))
         self._kernels = _kernels(self._device_id)
-        self._build(docs if isinstance(docs, DeviceSets) else upload_sets(docs, max_len))
+        self._build(pieces)
 
     @property
     def n_docs(self) -> int:
@@ -454,12 +378,12 @@ class CupyShardIndex:
 
     # ---- build ----------------------------------------------------------------
 
-    def _build(self, docs: DeviceSets) -> None:
-        """Validate the CSR arrays on the GPU and build the length-sorted chunked layout."""
+    def _build(self, pieces: list) -> None:
+        """Upload the CSR arrays, validate them on the GPU, and build the length-sorted chunked layout."""
         import cupy
 
         n = self.n_docs
-        offsets, tokens = docs.offsets, docs.tokens
+        offsets, tokens = _upload(pieces)
         lengths = offsets[1:] - offsets[:-1]
         stats = cupy.asarray(np.array([0, 0, -1], dtype=np.int64))  # min length, max length, max id: one transfer
         if n:

@@ -73,18 +73,11 @@ def _fetched(pieces):
         yield piece
 
 
-def _upload(docs, limits: SetLimits, ready):
-    from kernels.cuda import upload_sets
-
-    return upload_sets(docs, limits.max_len, ready)
-
-
 def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits):
     """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
     :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
 
-    ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order
-    or the same already on the GPU (:class:`kernels.cuda.DeviceSets`).
+    ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order.
 
     Raises
     ------
@@ -159,17 +152,11 @@ class ShardSearcher:
         warm = _warm_gpu_in_background() if backend == "cupy" else None
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
-        fix = "raise n_shards (or add GPUs) so each shard holds fewer docs"
         if warm is not None:
-            # The copy to the GPU needs only the context; it runs while the warm-up thread
-            # loads the kernels (both take a few hundred ms in a fresh process).
-            with self._out_of_memory("copying its docs to the GPU", fix):
-                docs = _upload(docs, limits, warm.context_ready)
             warm.join()
         self.warm_s = warm.seconds if warm is not None else 0.0
-        with self._out_of_memory("loading its docs", fix):
+        with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
             self.index = build_index(backend, doc_ids, docs, limits)
-        del docs  # the GPU copy of the CSR arrays, no longer needed once the index is built
         self.load_s = time.perf_counter() - start
         self.search_s = 0.0
         self.searched = self.skipped = 0
@@ -264,26 +251,22 @@ class ShardSearcher:
 
 class _WarmUp(threading.Thread):
     """Creates the CUDA context and loads the kernels while the docs are fetched (both take a
-    second or so); an error here surfaces again, with its message, in the copy or the index
-    build. ``context_ready`` is set once the context exists (or the warm-up failed);
-    ``seconds`` is how long the whole warm-up took."""
+    second or so); an error here surfaces again, with its message, in the index build.
+    ``seconds`` is how long it took."""
 
     def __init__(self) -> None:
         super().__init__(name="settopk-warm-gpu", daemon=True)
         self.seconds = 0.0
-        self.context_ready = threading.Event()
 
     def run(self) -> None:
         start = time.perf_counter()
         try:
             from kernels.cuda import warm_up
 
-            warm_up(on_context=self.context_ready.set)
-        except Exception:  # the copy or the build reports it
+            warm_up()
+        except Exception:  # the build reports it
             pass
-        finally:
-            self.context_ready.set()
-            self.seconds = time.perf_counter() - start
+        self.seconds = time.perf_counter() - start
 
 
 def _warm_gpu_in_background() -> _WarmUp:
