@@ -450,17 +450,22 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
     assert counts["rejected_docs"] == 2 and counts["rejected_queries"] == 1
 
 
+def _touch_after(monkeypatch, name: str, path) -> None:
+    """Make ``score.<name>`` move ``path``'s modification time a second ahead once it returns."""
+    real = getattr(score, name)
+
+    def call_then_touch(*args, **kwargs):
+        result = real(*args, **kwargs)
+        os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+        return result
+
+    monkeypatch.setattr(score, name, call_then_touch)
+
+
 def test_input_modified_while_the_driver_reads_it_is_refused(tmp_path, monkeypatch, caplog):
     docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [3]])
     q = _write_text_sets(tmp_path / "q.txt", [[1]])
-    real = score.read_corpus_pieces
-
-    def read_then_touch(*args, **kwargs):
-        corpus = real(*args, **kwargs)
-        os.utime(docs, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a writer still at work
-        return corpus
-
-    monkeypatch.setattr(score, "read_corpus_pieces", read_then_touch)
+    _touch_after(monkeypatch, "read_corpus_pieces", docs)  # a writer still at work
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2 and "docs.txt: expected input files that stay unchanged" in caplog.text
@@ -470,14 +475,7 @@ def test_input_modified_while_the_driver_reads_it_is_refused(tmp_path, monkeypat
 def test_corpus_changed_before_the_readers_read_it_stops_the_run(tmp_path, monkeypatch, caplog):
     docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [3]])
     q = _write_text_sets(tmp_path / "q.txt", [[1]])
-    real = score.pieces_for_cluster
-
-    def plan_then_touch(*args, **kwargs):
-        planned = real(*args, **kwargs)
-        os.utime(docs, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # same bytes, new mtime
-        return planned
-
-    monkeypatch.setattr(score, "pieces_for_cluster", plan_then_touch)
+    _touch_after(monkeypatch, "pieces_for_cluster", docs)  # same bytes, new mtime
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2 and "docs.txt: expected input files that stay unchanged while the job runs, found files changed while the job listed them" in caplog.text
