@@ -100,7 +100,8 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
             per_shard[shard].append((rows, results[position]))
             position += 1
         parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
-        merged.append(merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len))
+        # One shard's list is already the exact top-k (replicas and single-shard layouts).
+        merged.append(parts[0] if len(parts) == 1 else merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len))
     if position != len(results):
         raise ValueError(f"the layouts name {position} results, {len(results)} were passed")
     topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))

@@ -38,7 +38,8 @@ def _where(info: dict) -> str:
 
 
 def gather(
-    actors, infos: list[dict], calls, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None
+    actors, infos: list[dict], calls, what: str, timeout_s: float, attempts: int, backoff_s: float, on_done=None,
+    submitted: list | None = None,
 ) -> list:
     """Run calls on the shard actors and return their results in call order.
 
@@ -61,6 +62,10 @@ def gather(
         Wait before the second try; doubles on each further one.
     on_done : callable, optional
         Called with no argument each time a call succeeds (progress bars).
+    submitted : list of ObjectRef, optional
+        The first try's references, one per call, where the caller already made the calls
+        (so that they run while it prepares other work); retries call again. The wait for
+        them starts here.
 
     Raises
     ------
@@ -75,11 +80,12 @@ def gather(
     errors: dict[int, str] = {}
 
     def one_try() -> None:
-        nonlocal todo
+        nonlocal todo, submitted
         pending = {}
         for c in todo:
             i, call = calls[c]
-            pending[call(actors[i])] = c
+            pending[call(actors[i]) if submitted is None else submitted[c]] = c
+        submitted = None
         per_actor = max(sum(1 for c in todo if calls[c][0] == i) for i in {calls[c][0] for c in todo})
         failed = []
         deadline = time.monotonic() + timeout_s * per_actor

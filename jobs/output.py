@@ -100,6 +100,10 @@ REJECTED_SCHEMA = pa.schema(
 )
 """Schema of ``_rejected/rejected.parquet``: the input lines and rows set aside under
 ``on_invalid: quarantine``, with why."""
+# Doc ids are nearly all distinct within a row group, so a dictionary only costs: on 10 M rows
+# (100,000 queries x 100) it took 0.68 s and 54 MB against 0.29 s and 36 MB plain (zstd both).
+# The other columns repeat values and keep their dictionaries (score: 18 MB with, 32 MB without).
+_DICTIONARY_COLUMNS = [f.name for f in RESULT_SCHEMA if f.name != "doc_id"]
 _PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 
 
@@ -188,7 +192,7 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -
     query_ids : sequence of str, length n_queries
     query_len : numpy.ndarray of int, shape (n_queries,)
     topk : TopK
-        Shape ``(n_queries, k)``; ``-1`` padding is dropped.
+        Shape ``(n_queries, k)``, host memory; ``-1`` padding is dropped.
 
     Returns
     -------
@@ -196,20 +200,28 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -
         With schema :data:`RESULT_SCHEMA`.
     """
     n_queries, k = topk.doc_ids.shape
+    query_len = np.asarray(query_len, dtype=np.int16)
     valid = topk.doc_ids >= 0
-    rows_q, rows_r = np.nonzero(valid)
-    qlen = np.asarray(query_len, dtype=np.int64)[rows_q]
-    overlap = topk.overlap[valid]
-    doc_len = topk.doc_len[valid]
+    if valid.all():  # the common case (n_docs >= k): every row full, no mask copies
+        rows_q = np.repeat(np.arange(n_queries, dtype=np.int32), k)
+        rank = np.tile(np.arange(1, k + 1, dtype=np.int16), n_queries)
+        doc_ids, overlap, doc_len = (a.reshape(-1) for a in topk)
+        qlen = np.repeat(query_len, k)
+    else:
+        rows_q, rows_r = np.nonzero(valid)
+        rows_q = rows_q.astype(np.int32)
+        rank = (rows_r + 1).astype(np.int16)
+        doc_ids, overlap, doc_len = (a[valid] for a in topk)
+        qlen = query_len[rows_q]
     ids = pa.array(list(query_ids), pa.string())
     columns = [
         ids.take(pa.array(rows_q)) if len(ids) else pa.array([], pa.string()),
-        pa.array((rows_r + 1).astype(np.int16)),
-        pa.array(topk.doc_ids[valid]),
+        pa.array(rank),
+        pa.array(doc_ids.astype(np.int64, copy=False)),
         pa.array(score_value(overlap, qlen, doc_len)),
-        pa.array(overlap.astype(np.int16)),
-        pa.array(qlen.astype(np.int16)),
-        pa.array(doc_len.astype(np.int16)),
+        pa.array(overlap.astype(np.int16, copy=False)),
+        pa.array(qlen),
+        pa.array(doc_len.astype(np.int16, copy=False)),
     ]
     return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
 
@@ -407,7 +419,7 @@ def _write_parquet(table: pa.Table, directory: pathlib.Path, row_group_rows: int
     written = directory / "data-0.parquet"
     if table.num_rows == 0:
         # write_dataset writes no file for no rows; readers still need the schema
-        pq.write_table(table, written, compression="zstd")
+        pq.write_table(table, written, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
         return written
     rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
     group = max(1, row_group_rows // rows_per_query) * rows_per_query
@@ -416,7 +428,7 @@ def _write_parquet(table: pa.Table, directory: pathlib.Path, row_group_rows: int
         directory,
         format="parquet",
         basename_template="data-{i}.parquet",
-        file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
+        file_options=ds.ParquetFileFormat().make_write_options(compression="zstd", use_dictionary=_DICTIONARY_COLUMNS),
         min_rows_per_group=group,  # equal bounds: uniform groups, each a whole number of queries
         max_rows_per_group=group,
         preserve_order=True,  # rows stay in query order, so row-group statistics follow queries

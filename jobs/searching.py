@@ -10,11 +10,13 @@ home k-th score as a floor. The actors compute the floors themselves from the
 first round's results, which Ray passes to them directly. A chunk's results then
 go, again directly, to a merge task that writes the chunk's part file, so the
 driver holds neither the corpus nor the results, and merging never stalls the
-search of the next chunk.
+search of the next chunk. The next chunk's first round is sent before the driver
+waits for the current one, so the actors never wait on the driver between chunks.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 
 import numpy as np
@@ -27,7 +29,8 @@ from .dispatch import gather
 __all__ = ["reserve_shards", "start_shards", "search_chunks", "stop_shards"]
 
 log = logging.getLogger("settopk")
-_FINISH_WINDOW = 4  # merge tasks in flight; each pins one chunk's shard results in the object store
+_FINISH_WINDOW = 4  # least merge tasks in flight; each pins one chunk's shard results in the object store
+_CHUNKS_AHEAD = 1  # chunks sent to the actors beyond the one the driver waits for
 _PLACEMENT_TIMEOUT_S = 120.0
 
 
@@ -145,8 +148,78 @@ def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes:
     return receipt
 
 
+class _ChunkSearch:
+    """One chunk's searches: its first round is sent on creation, :meth:`finish` waits for it.
+
+    The driver creates the next chunk's search before it waits for this one's, so the
+    actors always have a chunk queued while the driver reads queries and starts merge tasks.
+    Each call returns a small receipt (waited on) and its TopK (left in the object store
+    for the second round and the merge task). A retried call stores its new TopK in
+    ``results``, so whatever is sent later takes the result that succeeded.
+    """
+
+    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool):
+        import ray
+
+        self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
+        self.query_len = chunk_sets.lengths
+        self.replicas = len(actors) // len(plan)
+        self.layouts = []
+        size = min(cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // self.replicas))
+        for lo in range(0, chunk.hi - chunk.lo, size):
+            hi = min(lo + size, chunk.hi - chunk.lo)
+            batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
+            first, second = split_rounds(plan, self.query_len[lo:hi]) if exchange else (
+                [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
+            self.layouts.append((lo, hi, batch, first, second))
+        self.what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
+        self.results: dict[tuple[int, int, int], object] = {}
+        self.entries: list = []
+        self.first_calls = self._calls(0)
+        self.first_refs = [call(actors[i]) for i, call in self.first_calls]
+
+    def _calls(self, round_index: int) -> list:
+        """``(actor index, call)`` pairs of one round; records each call's (batch, shard, rows, key)."""
+        n_shards, cfg, calls = len(self.plan), self.cfg, []
+        for b, (lo, hi, batch, first, second) in enumerate(self.layouts):
+            home_keys = [(0, b, s) for s, rows in enumerate(first) if len(rows)]
+            for s, rows in enumerate(first if round_index == 0 else second):
+                if not len(rows):
+                    continue
+                key = (round_index, b, s)
+                extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
+                homes = [] if round_index == 0 else home_keys
+                calls.append((b % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
+                    a, self.results, key, batch, cfg.k, rows, extra, [self.results[h] for h in homes])))
+                self.entries.append((b, s, rows, key))
+        return calls
+
+    def finish(self, infos, finish, work, metadata: dict):
+        """Wait for both rounds (retrying failed calls), then start the merge task that writes the
+        chunk's part; returns the task's reference."""
+        f = self.cfg.faults
+        if self.first_calls:
+            gather(self.actors, infos, self.first_calls, f"{self.what} (round 1)", f.search_timeout_s,
+                   f.search_attempts, f.retry_backoff_s, submitted=self.first_refs)
+        second = self._calls(1)
+        if second:
+            gather(self.actors, infos, second, f"{self.what} (round 2)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
+        batch_layouts, refs = [], []
+        for b, (lo, hi, *_rest) in enumerate(self.layouts):
+            mine = [e for e in self.entries if e[0] == b]
+            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
+            refs += [self.results[key] for *_, key in mine]
+        return finish.remote(
+            str(work), self.chunk.index, self.query_ids, self.query_len, self.cfg.k, self.cfg.max_len, len(self.plan),
+            batch_layouts, metadata, self.cfg.output.row_group_rows, *refs,
+        )
+
+
 def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
     """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
+
+    The actors search chunk ``c + 1`` while the driver waits for chunk ``c`` and starts
+    its merge task, so they never wait on the driver between chunks.
 
     Parameters
     ----------
@@ -179,7 +252,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
 
     exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend == "numpy"
     finish = ray.remote(num_cpus=0)(finish_chunk)  # light next to the search; the window bounds how many run
-    f = cfg.faults
+    window = max(_FINISH_WINDOW, 2 * len(actors))  # more GPUs fill more parts per second
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0}
 
@@ -192,51 +265,18 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
             if bar is not None:
                 bar.update(n)
 
-    n_shards = len(plan)
-    replicas = len(actors) // n_shards
+    searching: collections.deque[_ChunkSearch] = collections.deque()
+
+    def finish_oldest() -> None:
+        search = searching.popleft()
+        in_flight.append((search.finish(infos, finish, work, metadata), search.chunk.hi - search.chunk.lo))
+        settle(window)
+
     for chunk, query_ids, chunk_sets in chunks:
-        query_len = chunk_sets.lengths
-        layouts = []
-        size = min(cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // replicas))
-        for lo in range(0, chunk.hi - chunk.lo, size):
-            hi = min(lo + size, chunk.hi - chunk.lo)
-            batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
-            first, second = split_rounds(plan, query_len[lo:hi]) if exchange else (
-                [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
-            layouts.append((lo, hi, batch, first, second))
-        what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
-
-        # Each call returns a small receipt (waited on here) and its TopK (left in the object
-        # store for the second round and the merge task). A retried call stores its new TopK
-        # in `results`, so whatever is sent later takes the result that succeeded.
-        results: dict[tuple[int, int, int], object] = {}
-        entries = []
-        for round_index in (0, 1):
-            calls = []
-            for b, (lo, hi, batch, first, second) in enumerate(layouts):
-                home_keys = [(0, b, s) for s, rows in enumerate(first) if len(rows)]
-                for s, rows in enumerate(first if round_index == 0 else second):
-                    if not len(rows):
-                        continue
-                    key = (round_index, b, s)
-                    extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
-                    homes = [] if round_index == 0 else home_keys
-                    calls.append((b % replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
-                        a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
-                    entries.append((b, s, rows, key))
-            if calls:
-                gather(actors, infos, calls, f"{what} (round {round_index + 1})", f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
-
-        batch_layouts, refs = [], []
-        for b, (lo, hi, *_rest) in enumerate(layouts):
-            mine = [e for e in entries if e[0] == b]
-            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
-            refs += [results[key] for *_, key in mine]
-        ref = finish.remote(
-            str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
-            batch_layouts, metadata, cfg.output.row_group_rows, *refs,
-        )
-        in_flight.append((ref, chunk.hi - chunk.lo))
-        settle(_FINISH_WINDOW)
+        searching.append(_ChunkSearch(actors, plan, chunk, query_ids, chunk_sets, cfg, exchange))
+        if len(searching) > _CHUNKS_AHEAD:
+            finish_oldest()
+    while searching:
+        finish_oldest()
     settle(0)
     return totals

@@ -108,6 +108,8 @@ def scatter_rounds(n_queries: int, k: int, parts: Sequence[tuple[np.ndarray, Top
     TopK
         Shape ``(n_queries, k)``; rows no part covers are padding (``-1`` ids).
     """
+    if len(parts) == 1 and len(parts[0][0]) == n_queries and np.array_equal(parts[0][0], np.arange(n_queries)):
+        return parts[0][1]  # one round covered every row in order: nothing to scatter
     out = empty_topk(n_queries, k)
     for rows, result in parts:
         for name in TopK._fields:
