@@ -15,7 +15,7 @@ import dacite
 
 from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping, search_problems, synthetic_problems
 
-__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "ScalingConfig", "bench_config_names", "load_bench_config"]
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
@@ -42,6 +42,32 @@ class ScalingConfig:
     mode: str = "strong"
     shards: List[int] = field(default_factory=lambda: [1, 4])
     replicas: Optional[List[int]] = None
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """``(n_shards, replicas)`` of each run, in order."""
+        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """A whole-job throughput run (:mod:`jobs.bench_job`): ``jobs.score`` end to end on each layout.
+
+    Attributes
+    ----------
+    shards : list of int
+        Length-bucket shards of each run, in order; the first run is the baseline of the
+        speed-ups and the reference the others' results must equal.
+    replicas : list of int, optional
+        Replicas of every shard in each run, one entry per ``shards`` entry (default 1);
+        a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
+    query_chunk_size : int
+        Queries per committed part (``configs.JobConfig.query_chunk_size``).
+    """
+
+    shards: List[int] = field(default_factory=lambda: [1])
+    replicas: Optional[List[int]] = None
+    query_chunk_size: int = 100_000
 
     @property
     def layouts(self) -> list[tuple[int, int]]:
@@ -96,6 +122,10 @@ class BenchConfig:
     scaling : ScalingConfig, optional
         Makes this a scaling run (:mod:`jobs.bench_scale`): ``n_shards`` and the
         baselines are then unused, and read and build are timed once per shard count.
+    throughput : ThroughputConfig, optional
+        Makes this a whole-job throughput run (:mod:`jobs.bench_job`): ``n_shards``,
+        ``warmup``, ``repetitions`` and the baselines are then unused; ``query_batch_size``
+        must be >= 1.
     """
 
     backend: str = "auto"
@@ -114,9 +144,22 @@ class BenchConfig:
     seed: int = 0
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     scaling: Optional[ScalingConfig] = None
+    throughput: Optional[ThroughputConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
+        if self.throughput is not None:
+            t = self.throughput
+            if self.scaling is not None:
+                problems.append("a config has a scaling or a throughput section, not both")
+            if not t.shards or any(n < 1 for n in t.shards):
+                problems.append(f"throughput.shards must list shard counts >= 1, found {t.shards}")
+            if t.replicas is not None and (len(t.replicas) != len(t.shards) or any(r < 1 for r in t.replicas)):
+                problems.append(f"throughput.replicas must list one count >= 1 per throughput.shards entry, found {t.replicas}")
+            if t.query_chunk_size < 1:
+                problems.append(f"throughput.query_chunk_size must be >= 1, found {t.query_chunk_size}")
+            if self.query_batch_size < 1:
+                problems.append(f"query_batch_size must be >= 1 in a throughput run, found {self.query_batch_size}")
         if self.scaling is not None:
             if self.scaling.mode not in ("strong", "weak"):
                 problems.append(f"scaling.mode must be 'strong' or 'weak', found {self.scaling.mode!r}")
@@ -167,7 +210,8 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
     except dacite.UnexpectedDataError as exc:
         valid = sorted(f.name for f in dataclasses.fields(BenchConfig)) + [
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
-        ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)]
+        ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
+            f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

@@ -4,7 +4,8 @@
 
 Named configs live in ``configs/bench/`` (``sti2-zipf``, ``sti2-uniform``,
 ``smoke``; the scaling runs ``scale-weak``, ``scale-strong`` and ``scale-smoke``,
-see :mod:`jobs.bench_scale`). The job generates the config's synthetic corpus once (into
+see :mod:`jobs.bench_scale`; the whole-job throughput runs ``job-1m``, ``job-1m-4gpu``,
+``job-10m-4gpu`` and ``job-smoke``, see :mod:`jobs.bench_job`). The job generates the config's synthetic corpus once (into
 ``--data-dir`` or ``synthetic.cache_dir``), starts one Ray actor per
 length-bucket shard, and runs each phase ``warmup`` times untimed, then
 ``repetitions`` times timed:
@@ -208,6 +209,14 @@ def run(args) -> dict:
     t = time.perf_counter()
     docs_path, queries_path = ensure_synthetic(spec, os.path.expanduser(args.data_dir or s.cache_dir))
     log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
+    if cfg.throughput is not None:
+        from .bench_job import format_throughput_table, run_throughput
+
+        result = run_throughput(cfg, name, docs_path, queries_path)
+        _write_json(out_path, result)
+        print(format_throughput_table(result))
+        print(f"written: {out_path}")
+        return result
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     queries = read_queries(str(queries_path), limits)
     qset = queries.queries

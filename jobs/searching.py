@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 
 import numpy as np
 
@@ -246,7 +247,9 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     Returns
     -------
     dict
-        ``merge_s`` and ``write_s`` summed over the merge tasks (seconds, overlapped with the search).
+        ``merge_s`` and ``write_s`` summed over the merge tasks (seconds, overlapped with the search);
+        ``read_queries_s`` and ``send_s``: the driver's time reading the query chunks, and cutting
+        them into batches and sending them (seconds).
     """
     import ray
 
@@ -254,7 +257,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     finish = ray.remote(num_cpus=0)(finish_chunk)  # light next to the search; the window bounds how many run
     window = max(_FINISH_WINDOW, 2 * len(actors))  # more GPUs fill more parts per second
     in_flight: list[tuple[object, int]] = []
-    totals = {"merge_s": 0.0, "write_s": 0.0}
+    totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}
 
     def settle(limit: int) -> None:
         while len(in_flight) > limit:
@@ -272,8 +275,16 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         in_flight.append((search.finish(infos, finish, work, metadata), search.chunk.hi - search.chunk.lo))
         settle(window)
 
-    for chunk, query_ids, chunk_sets in chunks:
-        searching.append(_ChunkSearch(actors, plan, chunk, query_ids, chunk_sets, cfg, exchange))
+    stream = iter(chunks)
+    while True:
+        start = time.perf_counter()
+        item = next(stream, None)
+        totals["read_queries_s"] += time.perf_counter() - start
+        if item is None:
+            break
+        start = time.perf_counter()
+        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange))
+        totals["send_s"] += time.perf_counter() - start
         if len(searching) > _CHUNKS_AHEAD:
             finish_oldest()
     while searching:
