@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from kernels import TopK
 from shards import merge_topk, scatter_rounds
 
-from .output import part_name, results_table, write_part
+from .output import PartWriter, part_name, results_table
 
 __all__ = ["Chunk", "BatchLayout", "plan_chunks", "resume_key", "open_work_dir", "check_parts", "finish_chunk"]
 
@@ -61,11 +61,13 @@ class BatchLayout:
 
 
 def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int, max_len: int, n_shards: int,
-                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, *results: TopK) -> dict:
+                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list) -> dict:
     """Merge one chunk's shard results exactly and commit it as part ``index`` of the work directory.
 
-    Runs as a Ray task, so the driver never holds results: the results arrive as
-    this task's arguments straight from the shard actors.
+    Runs as a Ray task, so the driver never holds results: they come straight from the
+    shard actors. The task can start while the chunk is still being searched: it takes
+    the results batch by batch, in order, merging and writing each batch as soon as its
+    results exist, so only the last batch is written after the search.
 
     Parameters
     ----------
@@ -83,33 +85,66 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
     metadata : dict
         Parquet footer metadata of the part.
     row_group_rows : int
-    *results : TopK
-        The shard results, batch after batch, in the order the layouts list them.
+    results : list of TopK or ray.ObjectRef
+        The shard results, batch after batch, in the order the layouts list them
+        (references are fetched when their batch is merged).
 
     Returns
     -------
     dict
-        ``rows`` written, and ``merge_s`` and ``write_s`` spent (seconds).
+        ``rows`` written, and ``merge_s`` and ``write_s`` spent (seconds, waits for results excluded).
+
+    Raises
+    ------
+    ValueError
+        If the layouts do not consume exactly ``results``.
+    ray.exceptions.RayError
+        If a search whose result is passed failed (the driver then sends the chunk again).
     """
-    start = time.perf_counter()
-    merged, position = [], 0
-    for layout in layouts:
-        n = layout.hi - layout.lo
-        per_shard: list[list] = [[] for _ in range(n_shards)]
-        for shard, rows in layout.parts:
-            per_shard[shard].append((rows, results[position]))
-            position += 1
-        parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
-        # One shard's list is already the exact top-k (replicas and single-shard layouts).
-        merged.append(parts[0] if len(parts) == 1 else merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len))
-    if position != len(results):
-        raise ValueError(f"the layouts name {position} results, {len(results)} were passed")
-    topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
-    merge_s = time.perf_counter() - start
-    start = time.perf_counter()
-    table = results_table(query_ids, query_len, topk)
-    write_part(work, index, table, metadata=metadata, row_group_rows=row_group_rows)
-    return {"rows": table.num_rows, "merge_s": merge_s, "write_s": time.perf_counter() - start}
+    if sum(len(layout.parts) for layout in layouts) != len(results):
+        raise ValueError(f"the layouts name {sum(len(layout.parts) for layout in layouts)} results, {len(results)} were passed")
+    merge_s = write_s = 0.0
+    rows = position = 0
+    writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
+    try:
+        for layout in layouts:
+            fetched = _fetched(results[position : position + len(layout.parts)])
+            position += len(layout.parts)
+            start = time.perf_counter()
+            n = layout.hi - layout.lo
+            per_shard: list[list] = [[] for _ in range(n_shards)]
+            for (shard, batch_rows), result in zip(layout.parts, fetched):
+                per_shard[shard].append((batch_rows, result))
+            parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
+            # One shard's list is already the exact top-k (replicas and single-shard layouts).
+            topk = parts[0] if len(parts) == 1 else merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len)
+            middle = time.perf_counter()
+            table = results_table(query_ids[layout.lo : layout.hi], query_len[layout.lo : layout.hi], topk)
+            writer.write(table)
+            rows += table.num_rows
+            merge_s += middle - start
+            write_s += time.perf_counter() - middle
+        start = time.perf_counter()
+        writer.close()
+        write_s += time.perf_counter() - start
+    except BaseException:
+        writer.abort()
+        raise
+    return {"rows": rows, "merge_s": merge_s, "write_s": write_s}
+
+
+def _fetched(results: list) -> list:
+    """The TopKs of one batch: references fetched (one call, so the batch waits once)."""
+    refs = [i for i, r in enumerate(results) if type(r).__name__ == "ObjectRef"]
+    if not refs:
+        return results
+    import ray
+
+    values = ray.get([results[i] for i in refs])
+    out = list(results)
+    for i, value in zip(refs, values):
+        out[i] = value
+    return out
 
 
 def plan_chunks(n_queries: int, chunk_size: int) -> list[Chunk]:
@@ -153,8 +188,8 @@ def open_work_dir(path: pathlib.Path, key: str, chunks: list[Chunk], run_id: str
         else:
             run_id = recorded.get("run_id", run_id)
     path.mkdir(parents=True, exist_ok=True)
-    for leftover in path.glob(".tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in path.glob(".tmp-*"):  # a killed writer's file, or an older version's directory
+        shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
     key_file = path / _KEY_FILE
     if not key_file.exists():
         tmp = path / ".tmp-key"

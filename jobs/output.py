@@ -50,6 +50,7 @@ __all__ = [
     "write_tsv",
     "part_name",
     "write_part",
+    "PartWriter",
     "commit_results",
     "work_dir",
     "REJECTED_SCHEMA",
@@ -305,6 +306,95 @@ def work_dir(out_dir: str | os.PathLike, dataset_root: str | os.PathLike | None 
     return root.parent / f".{root.name}.work-{tag}"
 
 
+class PartWriter:
+    """Writes result part ``index`` into ``directory`` table by table, atomically.
+
+    Rows go to a temporary file as they come, in row groups of whole queries
+    (``row_group_rows`` rounded down to the rows per query, the largest ``rank``
+    of the first rows written), every group full but the last; :meth:`close`
+    renames the file into place. A merge task writes a chunk's batches as their
+    searches end, so only the last batch is written after the chunk's search.
+
+    Parameters
+    ----------
+    directory : path
+        A staging or work directory (not yet visible to readers).
+    index : int
+        Part number; the file is :func:`part_name` ``(index)``.
+    metadata : mapping of str to str, optional
+        Extra Parquet schema metadata; keys must start with ``settopk.``.
+    row_group_rows : int
+        Target rows per row group.
+
+    Raises
+    ------
+    ValueError
+        If a metadata key is not namespaced, or ``row_group_rows < 1``.
+    """
+
+    def __init__(self, directory, index: int, *, metadata: Mapping[str, str] | None = None,
+                 row_group_rows: int = ROW_GROUP_ROWS):
+        extra = dict(metadata or {})
+        bad = sorted(key for key in extra if not key.startswith("settopk."))
+        if bad:
+            raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
+        if row_group_rows < 1:
+            raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
+        self.final = pathlib.Path(directory) / part_name(index)
+        self.tmp = pathlib.Path(directory) / f".tmp-{uuid.uuid4().hex}.parquet"
+        file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
+        self._schema = RESULT_SCHEMA.with_metadata(file_metadata)
+        self._writer = pq.ParquetWriter(self.tmp, self._schema, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
+        self._row_group_rows = row_group_rows
+        self._group = 0  # rows per group, fixed by the first rows written
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Append rows with :data:`RESULT_SCHEMA`, in query order then rank, after those written.
+
+        Raises
+        ------
+        ValueError
+            If ``table`` does not have :data:`RESULT_SCHEMA`.
+        """
+        if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
+            raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
+        if table.num_rows == 0:
+            return
+        if not self._group:
+            rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
+            self._group = max(1, self._row_group_rows // rows_per_query) * rows_per_query
+        self._pending.append(table.replace_schema_metadata(self._schema.metadata))
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= self._group:
+            self._flush(self._pending_rows - self._pending_rows % self._group)
+
+    def _flush(self, n_rows: int) -> None:
+        rows = pa.concat_tables(self._pending)
+        self._writer.write_table(rows.slice(0, n_rows), row_group_size=self._group)
+        rest = rows.slice(n_rows)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def close(self) -> pathlib.Path:
+        """Write the rows still held, close the file and rename it into place; returns its path."""
+        try:
+            if self._pending_rows:
+                self._flush(self._pending_rows)
+            self._writer.close()
+            os.replace(self.tmp, self.final)
+        finally:
+            self.tmp.unlink(missing_ok=True)
+        return self.final
+
+    def abort(self) -> None:
+        """Drop the temporary file (after an error); nothing appears under the part's name."""
+        try:
+            self._writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
 def write_part(
     directory: str | os.PathLike,
     index: int,
@@ -313,7 +403,7 @@ def write_part(
     metadata: Mapping[str, str] | None = None,
     row_group_rows: int = ROW_GROUP_ROWS,
 ) -> pathlib.Path:
-    """Write result part ``index`` into ``directory``, atomically (temporary name, then rename).
+    """Write result part ``index`` into ``directory`` in one call, atomically (:class:`PartWriter`).
 
     Parameters
     ----------
@@ -342,23 +432,13 @@ def write_part(
     """
     if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
         raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
-    extra = dict(metadata or {})
-    bad = sorted(key for key in extra if not key.startswith("settopk."))
-    if bad:
-        raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
-    if row_group_rows < 1:
-        raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
-    directory = pathlib.Path(directory)
-    file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
-    tmp = directory / f".tmp-{uuid.uuid4().hex}"
-    tmp.mkdir()
+    writer = PartWriter(directory, index, metadata=metadata, row_group_rows=row_group_rows)
     try:
-        written = _write_parquet(table.replace_schema_metadata(file_metadata), tmp, row_group_rows)
-        final = directory / part_name(index)
-        os.replace(written, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+        writer.write(table)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()
 
 
 def write_rejected(directory: str | os.PathLike, table: pa.Table) -> pathlib.Path:
@@ -411,30 +491,6 @@ def commit_results(
         os.rename(stage, out)
     _fsync_dir(out.parent)
     return out
-
-
-def _write_parquet(table: pa.Table, directory: pathlib.Path, row_group_rows: int) -> pathlib.Path:
-    """One Parquet file in the empty ``directory``: zstd, row groups of whole queries, rows in
-    the given order. Returns its path."""
-    written = directory / "data-0.parquet"
-    if table.num_rows == 0:
-        # write_dataset writes no file for no rows; readers still need the schema
-        pq.write_table(table, written, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
-        return written
-    rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
-    group = max(1, row_group_rows // rows_per_query) * rows_per_query
-    ds.write_dataset(
-        table,
-        directory,
-        format="parquet",
-        basename_template="data-{i}.parquet",
-        file_options=ds.ParquetFileFormat().make_write_options(compression="zstd", use_dictionary=_DICTIONARY_COLUMNS),
-        min_rows_per_group=group,  # equal bounds: uniform groups, each a whole number of queries
-        max_rows_per_group=group,
-        preserve_order=True,  # rows stay in query order, so row-group statistics follow queries
-        existing_data_behavior="error",  # the directory is new and empty
-    )
-    return written
 
 
 def read_part_doc_ids(directory: str | os.PathLike, index: int, rows_per_query: int) -> np.ndarray:

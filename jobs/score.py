@@ -380,6 +380,7 @@ def _run(args, held: _Held) -> int:
             ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
         resources = ray.cluster_resources()
         backend, n_shards = resolve_backend(cfg, resources, cfg.replicas)
+        cfg = dataclasses.replace(cfg, query_batch_size=cfg.batch_size_for(backend))
 
     with _phase("read", timings):
         if not args.dry_run:

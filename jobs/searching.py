@@ -153,16 +153,19 @@ class _ChunkSearch:
     """One chunk's searches: its first round is sent on creation, :meth:`finish` waits for it.
 
     The driver creates the next chunk's search before it waits for this one's, so the
-    actors always have a chunk queued while the driver reads queries and starts merge tasks.
-    Each call returns a small receipt (waited on) and its TopK (left in the object store
-    for the second round and the merge task). A retried call stores its new TopK in
-    ``results``, so whatever is sent later takes the result that succeeded.
+    actors always have a chunk queued while the driver reads queries. Each call returns
+    a small receipt (waited on) and its TopK (left in the object store for the second
+    round and the merge task). Where the chunk has one round (no threshold exchange),
+    its merge task starts with the first round too and writes each batch as its search
+    ends; if a call had to be sent again, that task is cancelled and a new one takes the
+    results that succeeded (a retried call stores its new TopK in ``results``).
     """
 
-    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool):
+    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_finish):
         import ray
 
         self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
+        self.start_finish = start_finish
         self.query_len = chunk_sets.lengths
         self.replicas = len(actors) // len(plan)
         self.layouts = []
@@ -178,6 +181,8 @@ class _ChunkSearch:
         self.entries: list = []
         self.first_calls = self._calls(0)
         self.first_refs = [call(actors[i]) for i, call in self.first_calls]
+        self.one_round = not any(len(rows) for *_, second in self.layouts for rows in second)
+        self.early = self._start_finish() if self.one_round else None
 
     def _calls(self, round_index: int) -> list:
         """``(actor index, call)`` pairs of one round; records each call's (batch, shard, rows, key)."""
@@ -195,9 +200,20 @@ class _ChunkSearch:
                 self.entries.append((b, s, rows, key))
         return calls
 
-    def finish(self, infos, finish, work, metadata: dict):
-        """Wait for both rounds (retrying failed calls), then start the merge task that writes the
-        chunk's part; returns the task's reference."""
+    def _start_finish(self):
+        """Start the merge task on the current results: ``(task reference, result references)``."""
+        batch_layouts, refs = [], []
+        for b, (lo, hi, *_rest) in enumerate(self.layouts):
+            mine = [e for e in self.entries if e[0] == b]
+            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
+            refs += [self.results[key] for *_, key in mine]
+        return self.start_finish(self.chunk, self.query_ids, self.query_len, batch_layouts, refs), refs
+
+    def finish(self, infos):
+        """Wait for both rounds (retrying failed calls); returns the reference of the merge task
+        that writes the chunk's part."""
+        import ray
+
         f = self.cfg.faults
         if self.first_calls:
             gather(self.actors, infos, self.first_calls, f"{self.what} (round 1)", f.search_timeout_s,
@@ -205,15 +221,13 @@ class _ChunkSearch:
         second = self._calls(1)
         if second:
             gather(self.actors, infos, second, f"{self.what} (round 2)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
-        batch_layouts, refs = [], []
-        for b, (lo, hi, *_rest) in enumerate(self.layouts):
-            mine = [e for e in self.entries if e[0] == b]
-            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
-            refs += [self.results[key] for *_, key in mine]
-        return finish.remote(
-            str(work), self.chunk.index, self.query_ids, self.query_len, self.cfg.k, self.cfg.max_len, len(self.plan),
-            batch_layouts, metadata, self.cfg.output.row_group_rows, *refs,
-        )
+        if self.early is not None:
+            task, refs = self.early
+            if refs == [self.results[key] for *_, key in self.entries]:
+                return task
+            ray.cancel(task)  # it waits on a result that was replaced; its temporary file is dropped
+            ray.wait([task], timeout=self.cfg.faults.search_timeout_s)
+        return self._start_finish()[0]
 
 
 def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
@@ -270,9 +284,14 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
 
     searching: collections.deque[_ChunkSearch] = collections.deque()
 
+    def start_finish(chunk, query_ids, query_len, layouts, refs):
+        # The references travel inside a list, so the task starts before the searches end.
+        return finish.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
+                             layouts, metadata, cfg.output.row_group_rows, refs)
+
     def finish_oldest() -> None:
         search = searching.popleft()
-        in_flight.append((search.finish(infos, finish, work, metadata), search.chunk.hi - search.chunk.lo))
+        in_flight.append((search.finish(infos), search.chunk.hi - search.chunk.lo))
         settle(window)
 
     stream = iter(chunks)
@@ -283,7 +302,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         if item is None:
             break
         start = time.perf_counter()
-        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange))
+        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_finish))
         totals["send_s"] += time.perf_counter() - start
         if len(searching) > _CHUNKS_AHEAD:
             finish_oldest()

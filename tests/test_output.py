@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.output import (
+    PartWriter,
     RESULT_SCHEMA,
     OutputExistsError,
     check_dataset_root,
@@ -76,7 +77,7 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(ds, "write_dataset", boom)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", boom)
     with pytest.raises(OSError, match="disk full"):
         write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {})
     assert list(tmp_path.iterdir()) == []
@@ -189,3 +190,29 @@ def test_check_dataset_root(tmp_path):
         check_dataset_root(flat)
     with pytest.raises(OutputExistsError, match="is a file"):
         check_dataset_root(flat / "part-00000.parquet")
+
+
+def test_part_writer_streams_batches_into_uniform_row_groups_of_whole_queries(tmp_path):
+    rng = np.random.default_rng(3)
+    n, k = 23, 4
+    topk = TopK(rng.integers(0, 1000, (n, k)), rng.integers(1, 9, (n, k)).astype(np.int16), rng.integers(1, 9, (n, k)).astype(np.int16))
+    ids, qlen = [f"q{i}" for i in range(n)], rng.integers(1, 9, n)
+    whole = results_table(ids, qlen, topk)
+    writer = PartWriter(tmp_path, 3, metadata={"settopk.run_id": "r"}, row_group_rows=10)  # 2 queries per group
+    for lo, hi in ((0, 5), (5, 6), (6, 17), (17, 23)):
+        writer.write(results_table(ids[lo:hi], qlen[lo:hi], TopK(*(a[lo:hi] for a in topk))))
+    assert not (tmp_path / "part-00003.parquet").exists()  # nothing under the part's name before close
+    path = writer.close()
+    assert path == tmp_path / "part-00003.parquet" and [p.name for p in tmp_path.iterdir()] == [path.name]
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [8] * 11 + [4]
+    table = pq.read_table(path)
+    assert table.equals(whole.replace_schema_metadata(table.schema.metadata))
+    assert table.schema.metadata[b"settopk.run_id"] == b"r"
+
+
+def test_part_writer_abort_leaves_nothing(tmp_path):
+    writer = PartWriter(tmp_path, 0)
+    writer.write(results_table(["a", "b"], np.array([2, 0]), _topk()))
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
