@@ -357,3 +357,33 @@ def test_best_key_in_range_matches_brute_force_for_every_score(score, max_len):
 def test_check_floor_key_ceiling_follows_the_score(score):
     top = max_key(8, score)
     assert check_floor_key(np.array([-1, 0, top, 2**40]), 4, 8, score).tolist() == [-1, 0, top, top + 1]
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor_for_every_score(score):
+    from kernels.cuda import _floor_tables
+
+    max_len = 10
+    ov, ql, dl = _all_pairs(max_len)
+    keys = score_key(ov, ql, dl, max_len, score)
+    floors = _distinct_keys_around(keys, max_key(max_len, score))
+    floors = floors[floors <= max_key(max_len, score) + 1]
+    for q in range(max_len + 1):
+        ge, gt = _floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len, score)
+        sel = ql == q
+        for f, floor in enumerate(floors.tolist()):
+            got = _emits(ov[sel], ge[f, dl[sel]], gt[f, dl[sel]])
+            assert np.array_equal(got, keys[sel] >= floor), (q, floor)
+
+
+def test_cuda_score_enum_follows_scores():
+    """The kernels take the score as its index in kernels.SCORES: the enum must list them in that order."""
+    import pathlib
+    import re
+
+    source = (pathlib.Path(__file__).resolve().parent.parent / "kernels" / "bitslice_topk.cu").read_text()
+    enum = re.search(r"enum Score : int \{(.*?)\};", source, re.S).group(1)
+    values = [int(v) for v in re.findall(r"= (\d+),", enum)]
+    names = re.findall(r"k(\w+) = \d+", enum)
+    assert values == list(range(len(SCORES)))
+    assert [re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower() for n in names] == list(SCORES)
