@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from kernels import TopK
+from kernels import DEFAULT_SCORE, TopK, score_definition
 from shards import merge_topk, scatter_rounds
 
 from .output import part_name, results_table, write_part
@@ -61,7 +61,8 @@ class BatchLayout:
 
 
 def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int, max_len: int, n_shards: int,
-                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, *results: TopK) -> dict:
+                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, *results: TopK,
+                 score: str = DEFAULT_SCORE) -> dict:
     """Merge one chunk's shard results exactly and commit it as part ``index`` of the work directory.
 
     Runs as a Ray task, so the driver never holds results: the results arrive as
@@ -85,6 +86,9 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
     row_group_rows : int
     *results : TopK
         The shard results, batch after batch, in the order the layouts list them.
+    score : str
+        The score the shards ranked by (one of :data:`kernels.SCORES`): the merge's order,
+        the ``score`` column, and the part's ``settopk.score`` metadata.
 
     Returns
     -------
@@ -100,13 +104,14 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
             per_shard[shard].append((rows, results[position]))
             position += 1
         parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
-        merged.append(merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len))
+        merged.append(merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len, score))
     if position != len(results):
         raise ValueError(f"the layouts name {position} results, {len(results)} were passed")
     topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
     merge_s = time.perf_counter() - start
     start = time.perf_counter()
-    table = results_table(query_ids, query_len, topk)
+    table = results_table(query_ids, query_len, topk, score)
+    metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it
     write_part(work, index, table, metadata=metadata, row_group_rows=row_group_rows)
     return {"rows": table.num_rows, "merge_s": merge_s, "write_s": time.perf_counter() - start}
 
