@@ -152,3 +152,17 @@ def test_a_run_interrupted_under_one_score_is_not_resumed_under_another(tmp_path
     assert job.main(base + ["--score", "braun_blanquet", "--force"]) == 0
     assert json.loads((out / "_manifest.json").read_text())["counts"]["chunks_resumed"] == 3
     assert _rows(out) == _expected_rows(docs, queries, 8, "braun_blanquet")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("score", SCORES)
+def test_cupy_job_matches_the_oracle_for_every_score(tmp_path, corpus, score):
+    """The GPU backend end to end (two shards on one GPU, threshold exchange forced on so the floors
+    travel in the score's keys), row for row the oracle's."""
+    docs, queries, docs_path, queries_path = corpus
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, backend="cupy", gpus_per_shard=0.5, threshold_exchange="true")
+    assert job.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "30",
+                     "--score", score, "--config", cfg, "--quiet"]) == 0
+    assert json.loads((out / "_manifest.json").read_text())["backend"] == "cupy"
+    assert _rows(out) == _expected_rows(docs, queries, 30, score)
