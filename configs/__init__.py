@@ -15,6 +15,8 @@ from typing import Union
 import dacite
 import yaml
 
+from kernels.keys import SCORES
+
 __all__ = [
     "AUTO_QUERY_BATCH_SIZE",
     "ConfigError",
@@ -71,8 +73,10 @@ class SyntheticConfig:
 
 def search_problems(cfg) -> list[str]:
     """What is wrong with the settings a job and a benchmark share (empty if nothing): ``backend``,
-    ``n_shards``, ``gpus_per_shard``, ``cpus_per_shard``, ``k``, ``max_len`` and ``vocab_size``."""
+    ``n_shards``, ``gpus_per_shard``, ``cpus_per_shard``, ``k``, ``max_len``, ``vocab_size`` and ``score``."""
     problems = []
+    if cfg.score not in SCORES:
+        problems.append(f"score must be one of {', '.join(SCORES)}; found {cfg.score!r}")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend must be one of {BACKENDS}, found {cfg.backend!r}")
     if cfg.n_shards != "auto" and (isinstance(cfg.n_shards, str) or cfg.n_shards < 1):
@@ -184,6 +188,12 @@ class JobConfig:
         Ray resources of each shard actor (``gpus_per_shard`` only with ``cupy``).
     k : int
         Results per query.
+    score : str
+        What the top-k ranks by, one of :data:`kernels.SCORES`: ``"braun_blanquet"``
+        ``|q∩d| / max(|q|, |d|)`` (the default), ``"jaccard"`` ``|q∩d| / |q∪d|``,
+        ``"cosine"`` ``|q∩d| / sqrt(|q| |d|)``, ``"dice"`` ``2 |q∩d| / (|q| + |d|)``,
+        ``"overlap"`` ``|q∩d|`` or ``"containment"`` ``|q∩d| / |q|`` (0/0 counts as 0;
+        ties go to the lower doc id). ``--score`` overrides it.
     max_len : int
         Most ids a doc or query may have (after de-duplication).
     vocab_size : int
@@ -220,6 +230,7 @@ class JobConfig:
     gpus_per_shard: float = 1.0
     cpus_per_shard: float = 1.0
     k: int = 100
+    score: str = "braun_blanquet"
     max_len: int = 128
     vocab_size: int = 65_536
     query_batch_size: Union[int, str] = "auto"

@@ -91,6 +91,10 @@ class BenchConfig:
         Ray resources of each shard actor.
     k : int
         Results per query.
+    score : str
+        What the search ranks by, one of :data:`kernels.SCORES` (default
+        ``"braun_blanquet"``). The baselines rank by Braun-Blanquet only, so any
+        other score needs ``baselines: []``.
     max_len : int
         Most ids per set, in [1, 255].
     vocab_size : int
@@ -133,6 +137,7 @@ class BenchConfig:
     gpus_per_shard: float = 1.0
     cpus_per_shard: float = 1.0
     k: int = 100
+    score: str = "braun_blanquet"
     max_len: int = 128
     vocab_size: int = 65_536
     query_batch_size: int = 0
@@ -180,6 +185,11 @@ class BenchConfig:
         unknown = [b for b in self.baselines if b not in BASELINE_NAMES]
         if unknown:
             problems.append(f"baselines must be among {BASELINE_NAMES}, found {unknown}")
+        if self.score != "braun_blanquet" and self.baselines and self.scaling is None:
+            problems.append(
+                f"the baselines {self.baselines} rank by braun_blanquet only, found score {self.score!r}; "
+                "set baselines: [] to benchmark another score, or score: braun_blanquet to compare with them"
+            )
         problems += synthetic_problems(self.synthetic, self.vocab_size)
         if problems:
             raise ConfigError("; ".join(problems))

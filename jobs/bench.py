@@ -136,7 +136,7 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg, 
     plan = plan_shards_from_counts(first.length_counts, n_shards, doc_cost=shard_doc_cost(backend, limits.max_len))
     del first
     options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
-    actors = [BenchShardActor.options(**options).remote(sp, limits, backend) for _ in range(replicas) for sp in plan]
+    actors = [BenchShardActor.options(**options).remote(sp, limits, backend, cfg.score) for _ in range(replicas) for sp in plan]
     # Readers run while the actors hold their CPUs: reserve one each only where CPUs are left.
     free_cpus = ray.cluster_resources().get("CPU", 0) - len(actors) * cfg.cpus_per_shard
     reader_cpus = 1.0 if free_cpus >= 1 else 0.0
@@ -189,6 +189,7 @@ def run(args) -> dict:
     import ray
 
     from jobs.output import results_table, write_results
+    from kernels import score_definition
     from jobs.synthetic import SyntheticSpec, ensure_synthetic
 
     cfg = load_bench_config(args.config)
@@ -227,8 +228,8 @@ def run(args) -> dict:
     plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg)
     baselines = _resolve_baselines(cfg.baselines, backend)
     n_docs, n_tokens = sum(sp.n_docs for sp in plan), sum(sp.n_tokens for sp in plan)
-    log.info("bench %s: %d docs, %d ids, %d queries, k=%d, backend %s, %d shard(s), baselines %s",
-             name, n_docs, n_tokens, qset.n_sets, cfg.k, backend, len(plan), baselines)
+    log.info("bench %s: %d docs, %d ids, %d queries, k=%d, score %s, backend %s, %d shard(s), baselines %s",
+             name, n_docs, n_tokens, qset.n_sets, cfg.k, cfg.score, backend, len(plan), baselines)
     batch = cfg.query_batch_size or max(1, qset.n_sets)
     starts = list(range(0, qset.n_sets, batch))
     batch_refs = [ray.put(qset.take(np.arange(lo, min(lo + batch, qset.n_sets)))) for lo in starts]
@@ -253,7 +254,7 @@ def run(args) -> dict:
             return max(shard_s), wall, [[part for _, part in answer] for answer in answers]
 
         def merge(parts: list[list[TopK]]) -> TopK:
-            merged = [merge_topk(p, qset.lengths[lo : lo + batch], cfg.k, cfg.max_len) for p, lo in zip(parts, starts)]
+            merged = [merge_topk(p, qset.lengths[lo : lo + batch], cfg.k, cfg.max_len, cfg.score) for p, lo in zip(parts, starts)]
             return TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
 
         def search_once() -> float:
@@ -276,7 +277,8 @@ def run(args) -> dict:
         def write_once() -> float:
             target = work_dir / f"results-{time.monotonic_ns()}"
             start = time.perf_counter()
-            write_results(target, results_table(queries.query_ids, qset.lengths, topk), manifest)
+            write_results(target, results_table(queries.query_ids, qset.lengths, topk, cfg.score), manifest,
+                          metadata={"settopk.score": score_definition(cfg.score)})
             elapsed = time.perf_counter() - start
             shutil.rmtree(target, ignore_errors=True)
             return elapsed
@@ -289,7 +291,7 @@ def run(args) -> dict:
         t = time.perf_counter()
         sample_ref = ray.put(qset.take(sample))
         reference = merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors]),
-                               qset.lengths[sample], cfg.k, cfg.max_len)
+                               qset.lengths[sample], cfg.k, cfg.max_len, cfg.score)
         log.info("NumPy reference for %d sampled queries in %.1f s", len(sample), time.perf_counter() - t)
         mismatches = _compare("settopk", topk, reference, sample)
         checked = ["settopk"]

@@ -77,8 +77,9 @@ def _stage(cfg, n_shards: int, replicas: int, data_dir: str, backend: str, limit
         rng = np.random.default_rng(cfg.seed)
         sample = np.sort(rng.choice(qset.n_sets, size=min(cfg.verify_queries, qset.n_sets), replace=False))
         sample_ref = ray.put(qset.take(sample))
-        reference = merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors[:n_shards]]), qset.lengths[sample], cfg.k, cfg.max_len)
-        merged = [merge_topk([part for _, part in answer], qset.lengths[lo : lo + batch], cfg.k, cfg.max_len)
+        reference = merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors[:n_shards]]), qset.lengths[sample],
+                               cfg.k, cfg.max_len, cfg.score)
+        merged = [merge_topk([part for _, part in answer], qset.lengths[lo : lo + batch], cfg.k, cfg.max_len, cfg.score)
                   for answer, lo in zip(last["answers"], starts)]
         topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
         mismatches = _compare(f"settopk {n_shards} shard(s) x {replicas} replica(s)", topk, reference, sample)

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from kernels import NumpyShardIndex, SetBatch, TopK
+from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK
 from shards import SetLimits, ShardSpec
 from shards.searcher import build_index, load_shard
 
@@ -55,14 +55,23 @@ class BenchShard:
         ``vocab_size`` and ``max_len`` of the run.
     backend : str
         ``"numpy"`` or ``"cupy"``.
+    score : str
+        What the index and the reference rank by (one of :data:`kernels.SCORES`); the
+        baselines rank by Braun-Blanquet only.
+
+    Raises
+    ------
+    ValueError
+        If ``backend`` is unknown.
     """
 
-    def __init__(self, spec: ShardSpec, limits: SetLimits, backend: str):
+    def __init__(self, spec: ShardSpec, limits: SetLimits, backend: str, score: str = DEFAULT_SCORE):
         if backend not in ("numpy", "cupy"):
             raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
         self.spec = spec
         self.limits = limits
         self.backend = backend
+        self.score = score
         self.corpus = None
         self.index = None
         self.baseline = None
@@ -106,7 +115,7 @@ class BenchShard:
         self.index = None
         _free_gpu(self.backend)
         start = time.perf_counter()
-        self.index = build_index(self.backend, *self.corpus, self.limits)
+        self.index = build_index(self.backend, *self.corpus, self.limits, self.score)
         _sync(self.backend)
         return time.perf_counter() - start
 
@@ -131,14 +140,21 @@ class BenchShard:
     def reference(self, queries: SetBatch, k: int) -> TopK:
         """The NumPy reference (:class:`kernels.NumpyShardIndex`) for ``queries`` on this shard."""
         doc_ids, docs = self.corpus
-        return NumpyShardIndex(docs, doc_ids, self.limits.max_len).search(queries, k)
+        return NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score).search(queries, k)
 
     def baseline_build(self, name: str) -> float | str:
         """Build baseline ``name`` (see :data:`kernels.baselines.BASELINES`); seconds, or why it cannot run.
 
         A missing optional library (CuPy, PyTorch, SciPy) is reported as a
         string instead of raising; any other error raises.
+
+        Raises
+        ------
+        ValueError
+            If the shard's score is not braun_blanquet, the only score the baselines rank by.
         """
+        if self.score != DEFAULT_SCORE:
+            raise ValueError(f"the baselines rank by {DEFAULT_SCORE} only, this shard by {self.score!r}; run no baselines")
         from kernels.baselines import BASELINES
 
         self.baseline = None

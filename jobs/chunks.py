@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from kernels import TopK
+from kernels import DEFAULT_SCORE, TopK, score_definition
 from shards import merge_topk, scatter_rounds
 
 from .output import PartWriter, part_name, results_table
@@ -61,7 +61,8 @@ class BatchLayout:
 
 
 def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int, max_len: int, n_shards: int,
-                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list) -> dict:
+                 layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list,
+                 score: str = DEFAULT_SCORE) -> dict:
     """Merge one chunk's shard results exactly and commit it as part ``index`` of the work directory.
 
     Runs as a Ray task, so the driver never holds results: they come straight from the
@@ -88,6 +89,9 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
     results : list of TopK or ray.ObjectRef
         The shard results, batch after batch, in the order the layouts list them
         (references are fetched when their batch is merged).
+    score : str
+        The score the shards ranked by (one of :data:`kernels.SCORES`): the merge's order,
+        the ``score`` column, and the part's ``settopk.score`` metadata.
 
     Returns
     -------
@@ -105,6 +109,7 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
         raise ValueError(f"the layouts name {sum(len(layout.parts) for layout in layouts)} results, {len(results)} were passed")
     merge_s = write_s = 0.0
     rows = position = 0
+    metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it
     writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
     try:
         for layout in layouts:
@@ -117,9 +122,9 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
                 per_shard[shard].append((batch_rows, result))
             parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
             # One shard's list is already the exact top-k (replicas and single-shard layouts).
-            topk = parts[0] if len(parts) == 1 else merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len)
+            topk = parts[0] if len(parts) == 1 else merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len, score)
             middle = time.perf_counter()
-            table = results_table(query_ids[layout.lo : layout.hi], query_len[layout.lo : layout.hi], topk)
+            table = results_table(query_ids[layout.lo : layout.hi], query_len[layout.lo : layout.hi], topk, score)
             writer.write(table)
             rows += table.num_rows
             merge_s += middle - start

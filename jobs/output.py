@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from kernels import TopK, score_value
+from kernels import DEFAULT_SCORE, TopK, score_definition, score_value
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -68,14 +68,16 @@ RESULT_SCHEMA = pa.schema(
         pa.field("doc_len", pa.int16(), nullable=False),
     ],
     metadata={
-        b"settopk.score": b"Braun-Blanquet |q & d| / max(|q|, |d|); 0/0 = 0; ties by lower doc_id",
+        b"settopk.score": score_definition(DEFAULT_SCORE).encode(),
         b"settopk.schema_version": b"1",
     },
 )
 """Schema of the result dataset: one row per (query, rank), rank 1 is best.
 
 Signed integer types only (unsigned Parquet integers need Spark >= 3.2). Each
-written file adds ``settopk.run_id`` and ``settopk.k`` to this metadata."""
+written file adds ``settopk.run_id`` and ``settopk.k`` to this metadata, and
+replaces ``settopk.score`` (the default score's name and definition) with the
+run's (:func:`kernels.score_definition`)."""
 
 PARTITION_KEY = "dt"
 DT_PARTITIONING = ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), flavor="hive")
@@ -185,7 +187,7 @@ def open_results(path: str | os.PathLike) -> ds.Dataset:
     return ds.dataset(path, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
 
 
-def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -> pa.Table:
+def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK, score: str = DEFAULT_SCORE) -> pa.Table:
     """Rows of the result dataset for a batch of queries, in query order then rank.
 
     Parameters
@@ -194,11 +196,19 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -
     query_len : numpy.ndarray of int, shape (n_queries,)
     topk : TopK
         Shape ``(n_queries, k)``, host memory; ``-1`` padding is dropped.
+    score : str
+        The score ``topk`` is ranked by (one of :data:`kernels.SCORES`); its float64
+        value (:func:`kernels.score_value`) fills the ``score`` column.
 
     Returns
     -------
     pyarrow.Table
         With schema :data:`RESULT_SCHEMA`.
+
+    Raises
+    ------
+    ValueError
+        If ``score`` is unknown.
     """
     n_queries, k = topk.doc_ids.shape
     query_len = np.asarray(query_len, dtype=np.int16)
@@ -219,7 +229,7 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK) -
         ids.take(pa.array(rows_q)) if len(ids) else pa.array([], pa.string()),
         pa.array(rank),
         pa.array(doc_ids.astype(np.int64, copy=False)),
-        pa.array(score_value(overlap, qlen, doc_len)),
+        pa.array(score_value(overlap, qlen, doc_len, score)),
         pa.array(overlap.astype(np.int16, copy=False)),
         pa.array(qlen),
         pa.array(doc_len.astype(np.int16, copy=False)),

@@ -1,6 +1,6 @@
-"""The scoring job: exact top-k Braun-Blanquet search from a corpus to Parquet.
+"""The scoring job: exact top-k set-similarity search (Braun-Blanquet by default) from a corpus to Parquet.
 
-``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--config NAME|FILE] [--tsv FILE]``
+``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--score NAME] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 
 The driver validates the queries and lists the corpus's pieces, and reserves
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import configs
+from kernels import SCORES
 from shards import InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of ``jobs.score``."""
     p = argparse.ArgumentParser(
         prog="python -m jobs.score",
-        description="Exact top-k Braun-Blanquet set-overlap search; results as a Parquet dataset.",
+        description="Exact top-k set-overlap search (Braun-Blanquet by default); results as a Parquet dataset.",
     )
     p.add_argument("--docs", help="corpus: STI2 docs.txt, or a Parquet file/directory (doc_id, tokens)")
     p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens)")
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="result dataset directory; with a partitioned config (nightly) the dataset root (default: %(default)s)",
     )
     p.add_argument("--k", type=int, help="results per query (default: the config's k, 100)")
+    p.add_argument(
+        "--score", choices=SCORES, metavar="NAME",
+        help=f"what to rank by, one of {', '.join(SCORES)} (default: the config's score, braun_blanquet)",
+    )
     p.add_argument("--config", default="local", help=f"config name {configs.config_names()} or YAML path (default: %(default)s)")
     p.add_argument("--tsv", help="also write the competition's TSV result file here")
     p.add_argument("--dry-run", action="store_true", help="validate inputs, print the shard plan, and exit")
@@ -350,7 +355,7 @@ def _run(args, held: _Held) -> int:
     t0 = time.perf_counter()
     started = datetime.datetime.now(datetime.timezone.utc)
     timings: dict[str, float] = {}
-    overrides = {"k": args.k} if args.k is not None else {}
+    overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
     cfg = configs.load_config(args.config, overrides)
     target = _target(args, cfg, started)
     if target.day is not None:
@@ -484,6 +489,7 @@ def _run(args, held: _Held) -> int:
                 "rejected_queries": len(queries.rejected),
                 "chunks_resumed": len(done),
             },
+            "score": cfg.score,
             "backend": backend,
             "shards": [{**plan[i % len(plan)].to_dict(), "replica": i // len(plan), **info} for i, info in enumerate(infos)],
             "config_source": args.config,
@@ -517,7 +523,7 @@ def _max_rss_bytes() -> int:
 
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
     copies = f" x {cfg.replicas} replicas" if cfg.replicas > 1 else ""
-    lines = [f"plan: {n_docs} docs, {n_queries} queries, k={cfg.k}, backend {backend}, {len(plan)} shard(s){copies}"]
+    lines = [f"plan: {n_docs} docs, {n_queries} queries, k={cfg.k}, score {cfg.score}, backend {backend}, {len(plan)} shard(s){copies}"]
     for s in plan:
         lines.append(f"  shard {s.shard_id}: lengths {s.min_len}..{s.max_len}, {s.n_docs} docs, {s.n_tokens} ids")
     return lines

@@ -124,7 +124,7 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, crash_shard_kwa
             "max_task_retries": f.actor_restarts,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
-        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered}
+        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score}
         if crash_shard_kwargs and index == f.crash_shard:
             kwargs.update(crash_shard_kwargs)
         actors.append(ShardActor.options(**options).remote(spec, corpus.corpus_refs, limits, backend, **kwargs))
@@ -287,7 +287,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     def start_finish(chunk, query_ids, query_len, layouts, refs):
         # The references travel inside a list, so the task starts before the searches end.
         return finish.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
-                             layouts, metadata, cfg.output.row_group_rows, refs)
+                             layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score)
 
     def finish_oldest() -> None:
         search = searching.popleft()

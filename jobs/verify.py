@@ -46,7 +46,8 @@ def main(argv=None) -> int:
     corpus = read_corpus(args.docs, limits)
     rng = np.random.default_rng(args.seed)
     sample = np.sort(rng.choice(queries.queries.n_sets, size=min(args.sample, queries.queries.n_sets), replace=False))
-    index = NumpyShardIndex(corpus.docs, corpus.doc_ids, cfg.max_len)
+    # The score the run ranked by: its manifest's (older results name none: Braun-Blanquet).
+    index = NumpyShardIndex(corpus.docs, corpus.doc_ids, cfg.max_len, manifest.get("score", "braun_blanquet"))
     del corpus
     expected = index.search(queries.queries.take(sample), k)
     reference_s = time.perf_counter() - t

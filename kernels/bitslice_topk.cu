@@ -1,5 +1,12 @@
-// Exact top-k Braun-Blanquet search with bit-sliced counters: the CUDA half of
-// kernels/bitslice.py (which compiles this file with NVRTC and drives it).
+// Exact top-k set-similarity search with bit-sliced counters: the CUDA half of
+// kernels/cuda.py (which compiles this file with NVRTC and drives it).
+//
+// Scores: every kernel that needs the score takes it as a runtime argument (a
+// Score value, the index of the name in kernels.SCORES) with the key's scale S.
+// The score enters only where keys are made or inverted (need_overlap,
+// encode_candidate, the decode), never in the counting loop, and it is the same
+// for a whole launch, so the branch costs nothing measurable and one compiled
+// module serves every score.
 //
 // Doc layout (built by build_layout):
 //   * Docs are sorted by (length, position) into "slots"; slot_len[s] and
@@ -50,9 +57,11 @@
 //
 // Candidate encoding (unsigned 64-bit, larger is better, 0 = empty):
 //   (key << 32) | ~position
-// with key = (scale * overlap) / max(|q|, |d|) (kernels.score_key) and
-// position < 2**31, so ~position has its top bit set and a real candidate is
-// never 0. Sorting descending gives key descending, then position ascending.
+// with key = floor(S * num / den) (kernels.score_key; for Braun-Blanquet
+// (S * overlap) / max(|q|, |d|)), below 2**32 for every score (cosine's
+// S = max_len**4 < 2**32 for max_len <= 255), and position < 2**31, so
+// ~position has its top bit set and a real candidate is never 0. Sorting
+// descending gives key descending, then position ascending.
 
 namespace settopk {
 
@@ -63,19 +72,57 @@ constexpr int kIdsPerGroup = 8;    // uint16 ids per uint4
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int kNeverLen = 255;     // least-overlap value no counter can pass (clamped)
 
-// Least overlap whose key is > t for these lengths: kernels.min_overlap_above,
-// clamped to 255 (8 planes). Clamping only lowers a threshold that no doc can
-// reach, so it can only admit extra candidates (the final sort is exact).
-__device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_len, int scale, int max_len) {
-    const int m = max(query_len, doc_len);
-    long long need;
-    if (m == 0) {
-        need = t < 0 ? 0 : max_len + 1;
-    } else {
-        const long long num = (t + 1) * m;
-        need = num <= 0 ? 0 : (num + scale - 1) / scale;
+// The scores, in the order of kernels.SCORES (tests/test_keys.py checks it).
+enum Score : int {
+    kBraunBlanquet = 0,  // o / max(|q|, |d|)
+    kJaccard = 1,        // o / (|q| + |d| - o)
+    kCosine = 2,         // ranked by o^2 / (|q| |d|)
+    kDice = 3,           // 2 o / (|q| + |d|)
+    kOverlap = 4,        // o
+    kContainment = 5,    // o / |q|
+};
+
+// Denominator of the score's fraction for these lengths (for jaccard the one at
+// overlap 0, |q| + |d|, which is 0 exactly where |q u d| is).
+__device__ __forceinline__ long long score_den(int score, int query_len, int doc_len) {
+    switch (score) {
+        case kBraunBlanquet: return max(query_len, doc_len);
+        case kCosine: return static_cast<long long>(query_len) * doc_len;
+        case kOverlap: return 1;
+        case kContainment: return query_len;
+        default: return query_len + doc_len;  // jaccard, dice
     }
-    return static_cast<int>(min(need, static_cast<long long>(kNeverLen)));
+}
+
+// Unclamped least overlap whose key is > t: kernels.keys._least_overlap (see
+// kernels.min_overlap_above for the derivation). scale = S; max_key = S, or
+// max_len for overlap. t is clipped to [-1, max_key] as on the host.
+__device__ __forceinline__ long long least_overlap(long long t, int query_len, int doc_len, long long scale,
+                                                   int max_len, int score) {
+    const long long top = score == kOverlap ? max_len : scale;
+    const long long t1 = min(max(t, -1ll), top) + 1;  // t + 1, in [0, max_key + 1]
+    const long long den = score_den(score, query_len, doc_len);
+    if (den == 0) return t1 <= 0 ? 0 : max_len + 1;  // the key is always 0 (0/0)
+    switch (score) {
+        case kJaccard: return (t1 * den + scale + t1 - 1) / (scale + t1);
+        case kCosine: {
+            const long long x = (t1 * den + scale - 1) / scale;  // o^2 must reach this
+            long long r = static_cast<long long>(sqrt(static_cast<double>(x)));
+            while (r * r > x) --r;
+            while ((r + 1) * (r + 1) <= x) ++r;
+            return r * r < x ? r + 1 : r;
+        }
+        case kDice: return (t1 * den + 2 * scale - 1) / (2 * scale);
+        default: return (t1 * den + scale - 1) / scale;  // braun_blanquet, overlap, containment
+    }
+}
+
+// least_overlap clamped to 255 (8 planes). Clamping only lowers a threshold that
+// no doc can reach, so it can only admit extra candidates (the final sort is exact).
+__device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_len, long long scale, int max_len,
+                                            int score) {
+    return static_cast<int>(min(least_overlap(t, query_len, doc_len, scale, max_len, score),
+                                static_cast<long long>(kNeverLen)));
 }
 
 // Slot of sample index i at a level that keeps every `stride`-th chunk of 32
@@ -124,11 +171,16 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
     return ~borrow;
 }
 
-__device__ __forceinline__ unsigned long long encode_candidate(int scale, int overlap, int query_len, int doc_len,
-                                                               int position) {
-    const int m = max(query_len, doc_len);
-    const unsigned key = m > 0 ? static_cast<unsigned>(scale * overlap / m) : 0u;  // < 2**31: scale <= 255**2
-    return (static_cast<unsigned long long>(key) << 32) | static_cast<unsigned>(~position);
+// The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48.
+__device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale, int overlap, int query_len,
+                                                               int doc_len, int position) {
+    long long num = overlap;
+    long long den = score_den(score, query_len, doc_len);
+    if (score == kJaccard) den -= overlap;
+    else if (score == kCosine) num = static_cast<long long>(overlap) * overlap;
+    else if (score == kDice) num = 2ll * overlap;
+    const unsigned long long key = den > 0 ? static_cast<unsigned long long>(scale * num / den) : 0ull;  // < 2**32
+    return (key << 32) | static_cast<unsigned>(~position);
 }
 
 // ---------------------------------------------------------------------------
@@ -256,7 +308,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
            const int* __restrict__ group_query, const long long* __restrict__ qoff,
            const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
            const unsigned char* __restrict__ thr_ge, const unsigned char* __restrict__ thr_gt,
-           const int* __restrict__ tie_pos, int max_doc_len, int n_words, int scale,
+           const int* __restrict__ tie_pos, int max_doc_len, int n_words, long long scale, int score,
            int* __restrict__ cand_count, const long long* __restrict__ cand_base,
            const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
     extern __shared__ uint4 smem[];
@@ -401,7 +453,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
 #pragma unroll
             for (int b = 0; b < kPlanes; ++b) overlap |= static_cast<int>((c[b] >> j) & 1u) << b;
             const int at = atomicAdd(&cand_count[q], 1);
-            if (at < cand_cap[q]) cand[cand_base[q] + at] = encode_candidate(scale, overlap, s_qlen[j], len, pos);
+            if (at < cand_cap[q]) cand[cand_base[q] + at] = encode_candidate(score, scale, overlap, s_qlen[j], len, pos);
         }
     }
 }
@@ -426,7 +478,7 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
                             const int* __restrict__ rows, int k, int sort_size,
                             unsigned long long* __restrict__ top, int update,
                             long long* __restrict__ bound_key, int* __restrict__ tie_pos,
-                            const int* __restrict__ qlen, int max_doc_len, int scale, int max_len,
+                            const int* __restrict__ qlen, int max_doc_len, long long scale, int max_len, int score,
                             unsigned char* __restrict__ thr_ge, unsigned char* __restrict__ thr_gt) {
     extern __shared__ unsigned long long s_sort[];
     __shared__ long long s_key;
@@ -472,20 +524,23 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
     const int n_len = max_doc_len + 1;
     for (int len = threadIdx.x; len < n_len; len += blockDim.x) {
         thr_ge[static_cast<long long>(q) * n_len + len] =
-            static_cast<unsigned char>(need_overlap(key - 1, qlen[q], len, scale, max_len));
+            static_cast<unsigned char>(need_overlap(key - 1, qlen[q], len, scale, max_len, score));
         thr_gt[static_cast<long long>(q) * n_len + len] =
-            static_cast<unsigned char>(need_overlap(key, qlen[q], len, scale, max_len));
+            static_cast<unsigned char>(need_overlap(key, qlen[q], len, scale, max_len, score));
     }
 }
 
 // Decode top-k entries: doc id (-1 for an empty slot), overlap recovered
-// exactly from the key (overlap = ceil(key * m / scale), m = max(|q|, |d|):
-// keys of different overlaps differ by scale / m >= 1), and doc length.
+// exactly from the key, and doc length. For fixed lengths the key is strictly
+// increasing in the overlap (different overlaps are different fractions, and
+// the key is strictly order-preserving), so the overlap is the least one whose
+// key is > key - 1: least_overlap(key - 1) (for Braun-Blanquet
+// ceil(key * m / S), m = max(|q|, |d|)); 0 where the key is 0/0's.
 // Entry i belongs to the batch's (length-sorted) query i / k, whose output row
 // is out_row[i / k], so the host receives its rows in their own order.
 __global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
                             const int* __restrict__ qlen, const int* __restrict__ out_row,
-                            const unsigned char* __restrict__ len_by_pos, int scale,
+                            const unsigned char* __restrict__ len_by_pos, long long scale, int max_len, int score,
                             const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
                             short* __restrict__ overlap, short* __restrict__ doc_len) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;
@@ -502,9 +557,8 @@ __global__ void decode_topk(const unsigned long long* __restrict__ top, long lon
         const int pos = static_cast<int>(~static_cast<unsigned>(v));
         const long long key = static_cast<long long>(v >> 32);
         const int len = len_by_pos[pos];
-        const int m = max(qlen[q], len);
         doc_id[o] = doc_ids[pos];
-        overlap[o] = static_cast<short>(m > 0 ? (key * m + scale - 1) / scale : 0);
+        overlap[o] = static_cast<short>(least_overlap(key - 1, qlen[q], len, scale, max_len, score));
         doc_len[o] = static_cast<short>(len);
     }
 }

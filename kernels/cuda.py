@@ -7,9 +7,10 @@ imported inside the functions, so importing this module needs no CuPy.
 
 Algorithm
 ---------
-Scores and ties follow :func:`kernels.score_key`: a doc ``d`` is better than
-``e`` for a query when its key is larger, or equal with a lower position (doc
-id). The *eligible* docs of a query are all the shard's docs, or, with a
+Scores and ties follow :func:`kernels.score_key` for the index's score (any of
+:data:`kernels.SCORES`, passed to the kernels at run time; see the source's
+header): a doc ``d`` is better than ``e`` for a query when its key is larger,
+or equal with a lower position (doc id). The *eligible* docs of a query are all the shard's docs, or, with a
 per-query floor ``F`` (``search(..., floor_key=...)``, taken from another
 shard's results), those with ``key >= F``; the answer is the exact top-k of
 the eligible docs. No score matrix is written. Each query carries a *bound*
@@ -68,7 +69,7 @@ import threading
 
 import numpy as np
 
-from .keys import best_key_in_range, check_floor_key, key_scale
+from .keys import DEFAULT_SCORE, SCORES, _least_overlap, best_key_in_range, check_floor_key, key_scale
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
@@ -157,13 +158,13 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(1, (max(n, 1) - 1).bit_length())
 
 
-def _floor_tables(xp, floor, query_len, n_len: int, max_len: int):
+def _floor_tables(xp, floor, query_len, n_len: int, max_len: int, score: str = DEFAULT_SCORE):
     """Threshold tables of the bound ``(T, P) = (floor, 2**31 - 1)``, as ``select_topk`` writes them.
 
-    Mirrors ``need_overlap`` in ``bitslice_topk.cu`` (which is
-    :func:`kernels.min_overlap_above` clamped to ``kNeverLen``), so the count
-    kernel emits exactly the docs with ``key >= floor``. Clamping matters only
-    where the least overlap exceeds 255, which a floor ``<= S`` never asks of a
+    :func:`kernels.min_overlap_above` clamped to ``kNeverLen``, as
+    ``need_overlap`` in ``bitslice_topk.cu`` computes it, so the count kernel
+    emits exactly the docs with ``key >= floor``. Clamping matters only where
+    the least overlap exceeds 255, which a floor ``<= max_key`` never asks of a
     reachable (query, length) pair; floors above what the shard can reach are
     skipped before this.
 
@@ -179,7 +180,9 @@ def _floor_tables(xp, floor, query_len, n_len: int, max_len: int):
     n_len : int
         Doc lengths ``0 .. n_len - 1`` (the shard's longest doc + 1).
     max_len : int
-        Bound on set sizes; fixes the scale ``S = max_len ** 2``.
+        Bound on set sizes; fixes the key scale.
+    score : str
+        One of :data:`kernels.SCORES`.
 
     Returns
     -------
@@ -187,14 +190,12 @@ def _floor_tables(xp, floor, query_len, n_len: int, max_len: int):
         Least overlap for ``key >= floor`` and for ``key > floor`` per (query,
         doc length), clamped to 255.
     """
-    scale = key_scale(max_len)
     t = xp.asarray(floor, dtype=xp.int64)[:, None]
-    m = xp.maximum(xp.asarray(query_len, dtype=xp.int64)[:, None], xp.arange(n_len, dtype=xp.int64)[None, :])
+    q = xp.asarray(query_len, dtype=xp.int64)[:, None]
+    lengths = xp.arange(n_len, dtype=xp.int64)[None, :]
 
-    def need_overlap(t):  # least overlap with key > t; the numerator is >= 0 before the division
-        need = (xp.maximum((t + 1) * m, 0) + (scale - 1)) // scale
-        empty = xp.where(t < 0, xp.int64(0), xp.int64(max_len + 1))  # m == 0: every key is 0
-        need = xp.where(m == 0, empty, need)
+    def need_overlap(t):  # least overlap with key > t
+        need = _least_overlap(xp, t, q, lengths, max_len, score)
         return xp.ascontiguousarray(xp.minimum(need, _NEVER_LEN).astype(xp.uint8))
 
     return need_overlap(t - 1), need_overlap(t)
@@ -256,7 +257,7 @@ class CupyShardIndex:
         order. Stored as int64.
     max_len : int
         Bound on set sizes, in ``[1, 255]`` (overlaps are counted in 8 bit
-        planes); fixes the key scale ``max_len**2``.
+        planes); fixes the key scale (:func:`kernels.key_scale`).
     vocab_size : int, default 65536
         Token ids are below this, in ``[1, 65536]``.
     capacity : int, optional
@@ -278,6 +279,8 @@ class CupyShardIndex:
         Ratio ``R`` between sampling levels, ``>= 2`` (default:
         ``capacity // (2.5 k)`` clipped to [2, 32], so a level expects about
         ``2.5`` times fewer candidates than it has room for).
+    score : str, default "braun_blanquet"
+        What :meth:`search` ranks by, one of :data:`kernels.SCORES`.
 
     Attributes
     ----------
@@ -296,7 +299,8 @@ class CupyShardIndex:
     Raises
     ------
     ValueError
-        If an argument has the wrong type, dtype, shape, contiguity or range,
+        If an argument has the wrong type, dtype, shape, contiguity or range
+        (an unknown ``score`` included),
         if ``doc_ids`` is not strictly increasing, if ``docs.offsets`` is not
         non-decreasing, if a doc is longer than ``max_len`` or holds an id
         ``>= vocab_size``, or if the shard has ``2**31`` docs or more.
@@ -323,10 +327,11 @@ class CupyShardIndex:
         query_batch: int = 4096,
         redo_bytes: int = 1 << 30,
         sample_ratio: int | None = None,
+        score: str = DEFAULT_SCORE,
     ):
         import cupy
 
-        key_scale(max_len)
+        key_scale(max_len, score)  # an unknown score fails here
         if not 1 <= max_len <= _MAX_LEN_LIMIT:
             raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
         if not 1 <= vocab_size <= _MAX_VOCAB:
@@ -361,9 +366,11 @@ class CupyShardIndex:
         self.query_batch = query_batch
         self.redo_bytes = redo_bytes
         self.sample_ratio = sample_ratio
+        self.score = score
         self.rescans = 0
         self.last_skipped = 0
-        self._scale = key_scale(max_len)
+        self._scale = key_scale(max_len, score)
+        self._score_code = SCORES.index(score)  # the kernels' Score enum follows kernels.SCORES
         device = cupy.cuda.Device()
         self._device_id = device.id
         self._n_sm = int(device.attributes["MultiProcessorCount"])
@@ -461,7 +468,7 @@ class CupyShardIndex:
     # ---- search ---------------------------------------------------------------
 
     def search(self, queries: SetBatch, k: int, floor_key=None) -> TopK:
-        """Exact shard-local top-k for each query, optionally above a per-query score floor.
+        """Exact shard-local top-k for each query by the index's score, optionally above a per-query floor.
 
         Parameters
         ----------
@@ -512,7 +519,7 @@ class CupyShardIndex:
             raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")
         if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
             raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")
-        floor = check_floor_key(floor_key, queries.n_sets, self.max_len)
+        floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         self.rescans = 0
         self.last_skipped = 0
         if self.n_docs == 0 or queries.n_sets == 0:
@@ -520,7 +527,7 @@ class CupyShardIndex:
         if floor is None:
             active = np.arange(queries.n_sets)
         else:
-            reachable = best_key_in_range(lengths, self._shortest, self._longest, self.max_len)
+            reachable = best_key_in_range(lengths, self._shortest, self._longest, self.max_len, self.score)
             active = np.flatnonzero(floor <= reachable)
             self.last_skipped = queries.n_sets - len(active)
         # Rows of searched queries are written once, straight from the GPU; only skipped rows are padded.
@@ -626,7 +633,7 @@ class CupyShardIndex:
             floor = floor[order]
             bound_key = cupy.asarray(floor.astype(np.int64))
             tie_pos = cupy.asarray(np.where(floor >= 0, _LAST_POSITION, -1).astype(np.int32))
-            thr_ge, thr_gt = _floor_tables(cupy, bound_key, qlen, n_len, self.max_len)
+            thr_ge, thr_gt = _floor_tables(cupy, bound_key, qlen, n_len, self.max_len, self.score)
         top = cupy.zeros((n_q, k), dtype=np.uint64)
         rows = cupy.arange(n_q, dtype=np.int32)
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
@@ -652,7 +659,8 @@ class CupyShardIndex:
             (_blocks_for(n_q * k),),
             (_THREADS,),
             (top, np.int64(n_q * k), np.int32(k), qlen, cupy.asarray(order.astype(np.int32)), self._len_by_pos,
-             np.int32(self._scale), self._doc_ids, doc_ids, overlap, doc_len),
+             np.int64(self._scale), np.int32(self.max_len), np.int32(self._score_code), self._doc_ids, doc_ids,
+             overlap, doc_len),
         )
         doc_ids.get(out=out.doc_ids)
         overlap.get(out=out.overlap)
@@ -684,7 +692,8 @@ class CupyShardIndex:
                 tie_pos,
                 np.int32(self._longest),
                 np.int32(self._n_words),
-                np.int32(self._scale),
+                np.int64(self._scale),
+                np.int32(self._score_code),
                 count,
                 cand_base,
                 cand_cap,
@@ -717,8 +726,9 @@ class CupyShardIndex:
                 tie_pos,
                 qlen,
                 np.int32(self._longest),
-                np.int32(self._scale),
+                np.int64(self._scale),
                 np.int32(self.max_len),
+                np.int32(self._score_code),
                 thr_ge,
                 thr_gt,
             ),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .keys import best_key_in_range, check_floor_key, score_key
+from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
@@ -33,7 +33,9 @@ class NumpyShardIndex:
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         Global doc ids, strictly increasing (so position order is id order).
     max_len : int
-        Bound on set sizes, in ``[1, 32767]``.
+        Bound on set sizes, in ``[1, 32767]`` (``[1, 255]`` for cosine).
+    score : str, default "braun_blanquet"
+        What :meth:`search` ranks by: one of :data:`kernels.SCORES`.
 
     Attributes
     ----------
@@ -45,11 +47,13 @@ class NumpyShardIndex:
     ------
     ValueError
         If ``doc_ids`` is not strictly increasing, its length differs from
-        ``docs``, a doc is longer than ``max_len``, or the shard has ``2**31`` docs
-        or more.
+        ``docs``, a doc is longer than ``max_len``, the shard has ``2**31`` docs
+        or more, or ``score`` is unknown or does not allow ``max_len``
+        (:func:`kernels.key_scale`).
     """
 
-    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int):
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, score: str = DEFAULT_SCORE):
+        key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
         doc_ids = np.asarray(doc_ids, dtype=np.int64)
         if len(doc_ids) != docs.n_sets:
             raise ValueError(f"{len(doc_ids)} doc ids for {docs.n_sets} docs")
@@ -63,6 +67,7 @@ class NumpyShardIndex:
         self.doc_ids = doc_ids
         self.doc_len = lengths.astype(np.int16)
         self.max_len = max_len
+        self.score = score
         self.last_skipped = 0
         # Shard length range: a query whose floor no length in it can reach is skipped.
         self._shortest = int(lengths.min()) if len(lengths) else 0
@@ -119,7 +124,7 @@ class NumpyShardIndex:
         return out
 
     def search(self, queries: SetBatch, k: int, floor_key=None) -> TopK:
-        """Exact shard-local top-k for each query, optionally above a per-query score floor.
+        """Exact shard-local top-k for each query by the index's score, optionally above a per-query floor.
 
         Parameters
         ----------
@@ -157,7 +162,7 @@ class NumpyShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
-        floor = check_floor_key(floor_key, queries.n_sets, self.max_len)
+        floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
         n = self.n_docs
@@ -166,15 +171,16 @@ class NumpyShardIndex:
         if floor is None:
             active = np.arange(queries.n_sets)
         else:
-            reachable = best_key_in_range(queries.lengths, self._shortest, self._longest, self.max_len)
+            reachable = best_key_in_range(queries.lengths, self._shortest, self._longest, self.max_len, self.score)
             active = np.flatnonzero(floor <= reachable)
             self.last_skipped = queries.n_sets - len(active)
             if len(active) == 0:
                 return out
         searched = queries if len(active) == queries.n_sets else queries.take(active)
         overlap = self.overlaps(searched)
-        key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len)
-        # Unique sort value per doc: key first, then the lower position (= lower doc id) wins.
+        key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len, self.score)
+        # Unique sort value per doc: key first, then the lower position (= lower doc id) wins. Keys are
+        # below 2**32 for every score (kernels.keys), so key << 31 stays below 2**63.
         tiebreak = (2**31 - 1) - np.arange(n, dtype=np.int64)
         plain = np.ones(len(active), dtype=bool) if floor is None else floor[active] < 0
         if plain.any():  # rows without a floor: one selection over all of them at once

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .keys import score_key
+from .keys import DEFAULT_SCORE, score_key
 
 __all__ = ["TopK", "empty_topk", "order_candidates"]
 
@@ -23,8 +23,8 @@ class TopK(NamedTuple):
     doc_len : numpy.ndarray of int16, shape (n_queries, k)
         ``|d|``; 0 where ``doc_ids == -1``.
 
-    Rows are ordered by Braun-Blanquet score descending, then doc id ascending;
-    padding comes last.
+    Rows are ordered by the search's score (Braun-Blanquet unless another was
+    asked for) descending, then doc id ascending; padding comes last.
     """
 
     doc_ids: np.ndarray
@@ -41,7 +41,7 @@ def empty_topk(n_queries: int, k: int) -> TopK:
     )
 
 
-def order_candidates(doc_ids, overlap, doc_len, query_len, k: int, max_len: int) -> TopK:
+def order_candidates(doc_ids, overlap, doc_len, query_len, k: int, max_len: int, score: str = DEFAULT_SCORE) -> TopK:
     """Exact top-k of candidate lists, row by row.
 
     Parameters
@@ -57,18 +57,25 @@ def order_candidates(doc_ids, overlap, doc_len, query_len, k: int, max_len: int)
         Number of results per row.
     max_len : int
         Bound on set sizes (fixes the key scale).
+    score : str
+        One of :data:`kernels.SCORES`: what the rows are ranked by.
 
     Returns
     -------
     TopK
         Shape ``(n_queries, k)``, ordered by score descending then doc id ascending.
+
+    Raises
+    ------
+    ValueError
+        If ``score`` is unknown or ``max_len`` out of its range (:func:`kernels.key_scale`).
     """
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
     n_queries, n_cand = doc_ids.shape
     out = empty_topk(n_queries, k)
     if n_cand == 0:
         return out
-    key = score_key(overlap, np.asarray(query_len)[:, None], doc_len, max_len)
+    key = score_key(overlap, np.asarray(query_len)[:, None], doc_len, max_len, score)
     valid = doc_ids >= 0
     order = _best_first(key, doc_ids, valid, k)
     take = np.take_along_axis

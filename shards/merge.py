@@ -6,12 +6,12 @@ from typing import Sequence
 
 import numpy as np
 
-from kernels import TopK, order_candidates
+from kernels import DEFAULT_SCORE, TopK, order_candidates
 
 __all__ = ["merge_topk"]
 
 
-def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: int) -> TopK:
+def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: int, score: str = DEFAULT_SCORE) -> TopK:
     """Merge shard-local top-k lists into the global top-k.
 
     Each doc lives in exactly one shard, so the global top-k is the top-k of the
@@ -28,6 +28,8 @@ def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: in
         Results per query in the merged list.
     max_len : int
         Bound on set sizes (fixes the score key scale).
+    score : str
+        The score the shard lists are ranked by (one of :data:`kernels.SCORES`).
 
     Returns
     -------
@@ -52,4 +54,5 @@ def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: in
         query_len,
         k,
         max_len,
+        score,
     )

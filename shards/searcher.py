@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from kernels import NumpyShardIndex, SetBatch, TopK
+from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK
 
 from .ingest import assemble_shard
 from .inputs import SetLimits
@@ -73,25 +73,26 @@ def _fetched(pieces):
         yield piece
 
 
-def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits):
+def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits, score: str = DEFAULT_SCORE):
     """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
     :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
 
-    ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order.
+    ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order;
+    ``score`` (one of :data:`kernels.SCORES`) is what the index ranks by.
 
     Raises
     ------
     ValueError
-        If ``backend`` is not ``"numpy"`` or ``"cupy"``.
+        If ``backend`` is not ``"numpy"`` or ``"cupy"``, or ``score`` is unknown.
     ImportError
         If ``backend == "cupy"`` and CuPy is not installed.
     """
     if backend == "cupy":
         from kernels.cuda import CupyShardIndex
 
-        return CupyShardIndex(docs, doc_ids, limits.max_len, limits.vocab_size)
+        return CupyShardIndex(docs, doc_ids, limits.max_len, limits.vocab_size, score=score)
     if backend == "numpy":
-        return NumpyShardIndex(docs, doc_ids, limits.max_len)
+        return NumpyShardIndex(docs, doc_ids, limits.max_len, score)
     raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
 
 
@@ -122,6 +123,8 @@ class ShardSearcher:
         without one, every life of the actor crashes.
     crash_mode : str
         ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
+    score : str
+        What the shard ranks by, one of :data:`kernels.SCORES` (default braun_blanquet).
 
     Raises
     ------
@@ -143,11 +146,13 @@ class ShardSearcher:
         crash_after: int | None = None,
         crash_marker: str | None = None,
         crash_mode: str = "exit",
+        score: str = DEFAULT_SCORE,
     ):
         start = time.perf_counter()
         self.spec = spec
         self.backend = backend
         self.max_len = limits.max_len
+        self.score = score
         self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
         warm = _warm_gpu_in_background() if backend == "cupy" else None
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
@@ -156,7 +161,7 @@ class ShardSearcher:
             warm.join()
         self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
-            self.index = build_index(backend, doc_ids, docs, limits)
+            self.index = build_index(backend, doc_ids, docs, limits, score)
         self.load_s = time.perf_counter() - start
         self.search_s = 0.0
         self.searched = self.skipped = 0
@@ -216,7 +221,7 @@ class ShardSearcher:
         subset = queries if len(rows) == queries.n_sets else queries.take(rows)
         floor = None
         if home_results:
-            floor = floors_from(home_results, home_rows, queries.lengths, k, self.max_len)[rows]
+            floor = floors_from(home_results, home_rows, queries.lengths, k, self.max_len, self.score)[rows]
         with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
             result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
         self.searched += len(rows)

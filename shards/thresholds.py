@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kernels import TopK, empty_topk, score_key
+from kernels import DEFAULT_SCORE, TopK, empty_topk, score_key
 
 from .plan import ShardSpec
 
@@ -61,7 +61,8 @@ def split_rounds(plan: Sequence[ShardSpec], query_len: np.ndarray) -> tuple[list
     return first, second
 
 
-def floors_from(results: Sequence[TopK], rows: Sequence[np.ndarray], query_len: np.ndarray, k: int, max_len: int) -> np.ndarray:
+def floors_from(results: Sequence[TopK], rows: Sequence[np.ndarray], query_len: np.ndarray, k: int, max_len: int,
+                score: str = DEFAULT_SCORE) -> np.ndarray:
     """Floor key of each query of a batch: the key of the k-th entry of its first-round result.
 
     Parameters
@@ -75,6 +76,8 @@ def floors_from(results: Sequence[TopK], rows: Sequence[np.ndarray], query_len: 
     k : int
     max_len : int
         Fixes the key scale.
+    score : str
+        The score the results are ranked by (one of :data:`kernels.SCORES`); the floors are its keys.
 
     Returns
     -------
@@ -89,7 +92,7 @@ def floors_from(results: Sequence[TopK], rows: Sequence[np.ndarray], query_len: 
         if result.doc_ids.shape != (len(row), k):
             raise ValueError(f"a first-round result has shape {result.doc_ids.shape}, expected {(len(row), k)}")
         full = result.doc_ids[:, k - 1] >= 0
-        keys = score_key(result.overlap[:, k - 1], query_len[row], result.doc_len[:, k - 1], max_len)
+        keys = score_key(result.overlap[:, k - 1], query_len[row], result.doc_len[:, k - 1], max_len, score)
         floors[row[full]] = keys[full]
     return floors
 

@@ -186,3 +186,204 @@ def test_score_key_is_exact_at_the_largest_max_len():
     m = np.concatenate([m, m, m, [max_len, 1, max_len - 1]])
     o = np.minimum(o, m)
     assert np.array_equal(score_key(o, m, m, max_len), (scale * o) // m)
+
+
+# ---------------------------------------------------------------------------- every score
+
+from kernels import SCORES, check_score, key_dtype, max_key, score_definition  # noqa: E402
+
+
+def _exact_fraction(o, q, d, score):
+    """(num, den) of the fraction each score ranks by, written out apart from kernels.keys."""
+    return {
+        "braun_blanquet": (o, max(q, d)),
+        "jaccard": (o, q + d - o),
+        "cosine": (o * o, q * d),
+        "dice": (2 * o, q + d),
+        "overlap": (o, 1),
+        "containment": (o, q),
+    }[score]
+
+
+def _fraction_arrays(o, q, d, score):
+    o, q, d = (np.asarray(a, dtype=np.int64) for a in (o, q, d))
+    return {
+        "braun_blanquet": (o, np.maximum(q, d)),
+        "jaccard": (o, q + d - o),
+        "cosine": (o * o, q * d),
+        "dice": (2 * o, q + d),
+        "overlap": (o, np.ones_like(o)),
+        "containment": (o, q + 0 * d),
+    }[score]
+
+
+def _assert_order_preserving(keys, num, den):
+    """Keys sort exactly like the fractions num/den (0 where den == 0): equal fractions get equal
+    keys, a larger fraction a strictly larger key. Checked on neighbours in key order with exact
+    integer cross-multiplication, which covers every pair by transitivity."""
+    num = np.where(den == 0, 0, num)
+    den = np.where(den == 0, 1, den)
+    order = np.lexsort((num * 0, keys))  # by key; within a key any order
+    k, n, m = keys[order].astype(np.int64), num[order], den[order]
+    cross = n[1:] * m[:-1] - n[:-1] * m[1:]  # sign of fraction[i + 1] - fraction[i]; below 2**63 for L <= 255
+    same_key = k[1:] == k[:-1]
+    assert np.all(cross[same_key] == 0), "two different fractions share a key"
+    assert np.all(cross[~same_key] > 0), "a larger key for a fraction that is not larger"
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("max_len", [1, 2, 3, 7, 16])
+def test_every_score_key_is_order_preserving_and_exact_on_every_triple(score, max_len):
+    ov, ql, dl = _all_pairs(max_len)
+    keys = score_key(ov, ql, dl, max_len, score)
+    assert keys.dtype == key_dtype(max_len, score) == np.int32
+    num, den = _fraction_arrays(ov, ql, dl, score)
+    scale = key_scale(max_len, score)
+    assert np.array_equal(keys, np.where(den > 0, (scale * num) // np.maximum(den, 1), 0))
+    _assert_order_preserving(keys, num, den)
+    assert keys.min() == 0 and keys.max() == max_key(max_len, score)
+    for o, q, d, key in list(zip(ov.tolist(), ql.tolist(), dl.tolist(), keys.tolist()))[:: max(1, len(ov) // 300)]:
+        n, m = _exact_fraction(o, q, d, score)  # the same key from Python's integers
+        assert key == (scale * n // m if m else 0)
+
+
+def _sample_triples(rng, max_len, n):
+    """Random valid (overlap, |q|, |d|), plus every triple with both lengths within 4 of max_len and
+    of a few small lengths: the closest distinct fractions have the largest denominators."""
+    q = rng.integers(0, max_len + 1, n)
+    d = rng.integers(0, max_len + 1, n)
+    o = (rng.random(n) * (np.minimum(q, d) + 1)).astype(np.int64)
+    near = np.arange(max(0, max_len - 4), max_len + 1)
+    small = np.arange(0, min(max_len, 5) + 1)
+    extra = [(a, b, c) for lens in (near, small, np.concatenate([small, near])) for b in lens for c in lens
+             for a in range(min(b, c) + 1)]
+    eo, eq, ed = (np.array(v, dtype=np.int64) for v in zip(*extra))
+    return np.concatenate([o, eo]), np.concatenate([q, eq]), np.concatenate([d, ed])
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("max_len", [128, 255])
+def test_every_score_key_is_order_preserving_and_exact_on_a_sample(score, max_len):
+    rng = np.random.default_rng(max_len + SCORES.index(score))
+    ov, ql, dl = _sample_triples(rng, max_len, 200_000)
+    keys = score_key(ov, ql, dl, max_len, score)
+    assert keys.dtype == key_dtype(max_len, score)
+    num, den = _fraction_arrays(ov, ql, dl, score)
+    scale = key_scale(max_len, score)
+    exact = np.where(den > 0, (scale * num) // np.maximum(den, 1), 0)  # below 2**49: exact in int64
+    assert np.array_equal(keys, exact)
+    _assert_order_preserving(keys, num, den)
+    assert keys.max() <= max_key(max_len, score) < 2**32
+
+
+def test_key_scales_widths_and_limits():
+    assert [key_scale(128, s) for s in SCORES] == [128**2, 4 * 128**2, 128**4, 4 * 128**2, 1, 128**2]
+    assert [max_key(128, s) for s in SCORES] == [128**2, 4 * 128**2, 128**4, 4 * 128**2, 128, 128**2]
+    assert key_dtype(215, "cosine") == np.int32 and key_dtype(216, "cosine") == np.int64
+    assert key_dtype(255, "braun_blanquet") == np.int32 and key_dtype(32767, "jaccard") == np.int64
+    assert max_key(255, "cosine") < 2**32 and max_key(32767, "dice") < 2**32
+    with pytest.raises(ValueError, match=r"\[1, 255\] for score 'cosine'"):
+        key_scale(256, "cosine")
+    with pytest.raises(ValueError, match="braun_blanquet, jaccard, cosine, dice, overlap, containment"):
+        check_score("tanimoto")
+    with pytest.raises(ValueError, match="score must be one of"):
+        score_key(1, 1, 1, 8, "BB")
+    assert score_definition("braun_blanquet") == "Braun-Blanquet |q & d| / max(|q|, |d|); 0/0 = 0; ties by lower doc_id"
+    assert all(score_definition(s) for s in SCORES)
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_score_value_is_the_score_and_zero_over_zero_is_zero(score):
+    import math
+
+    ov, ql, dl = _all_pairs(9)
+    got = score_value(ov, ql, dl, score)
+    assert got.dtype == np.float64
+    for o, q, d, value in zip(ov.tolist(), ql.tolist(), dl.tolist(), got.tolist()):
+        if score == "cosine":
+            want = o / math.sqrt(q * d) if q * d else 0.0
+        else:
+            n, m = _exact_fraction(o, q, d, score)
+            want = float(Fraction(n, m)) if m else 0.0  # correctly rounded
+        assert value == want, (o, q, d)
+    # Broadcasting as the output writer uses it: one row of lengths against many.
+    assert score_value(np.array([[1, 2]]), np.array([[3]]), np.array([4]), score).shape == (1, 2)
+
+
+def _distinct_keys_around(keys, top):
+    """Every key, one below and one above, and the bounds around [-1, top]."""
+    values = np.unique(keys)
+    return np.unique(np.concatenate([values - 1, values, values + 1, [-1, 0, top - 1, top, top + 1, top + 50]]))
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_min_overlap_above_matches_the_key_for_every_score(score):
+    max_len = 12
+    ov, ql, dl = _all_pairs(max_len)
+    keys = score_key(ov, ql, dl, max_len, score)
+    for t in _distinct_keys_around(keys, max_key(max_len, score)).tolist():
+        need = min_overlap_above(t, ql, dl, max_len, score)
+        assert need.dtype == np.int32
+        assert np.array_equal(ov >= need, keys > t), t
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_min_overlap_above_on_a_sample_at_max_len_255(score):
+    max_len = 255
+    rng = np.random.default_rng(SCORES.index(score))
+    ov, ql, dl = _sample_triples(rng, max_len, 100_000)
+    keys = score_key(ov, ql, dl, max_len, score)
+    # Thresholds at, just below and just above sampled keys: where an off-by-one would show.
+    for t in np.concatenate([[-1, 0, max_key(max_len, score)], rng.choice(keys, 40) + rng.integers(-1, 2, 40)]).tolist():
+        need = min_overlap_above(t, ql, dl, max_len, score)
+        assert np.array_equal(ov >= need, keys > t), t
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("max_len", [1, 2, 9])
+def test_best_key_in_range_matches_brute_force_for_every_score(score, max_len):
+    ov, ql, dl = _all_pairs(max_len)
+    best = np.full((max_len + 1, max_len + 1), -1, dtype=np.int64)
+    np.maximum.at(best, (ql, dl), score_key(ov, ql, dl, max_len, score))
+    lengths = np.arange(max_len + 1)
+    q, lo, hi = np.meshgrid(lengths, lengths, lengths, indexing="ij")
+    got = best_key_in_range(q, lo, hi, max_len, score)
+    assert got.dtype == key_dtype(max_len, score)
+    for qi, l, h, g in zip(q.ravel().tolist(), lo.ravel().tolist(), hi.ravel().tolist(), got.ravel().tolist()):
+        assert g == (best[qi, l : h + 1].max() if l <= h else -1), (qi, l, h)
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_check_floor_key_ceiling_follows_the_score(score):
+    top = max_key(8, score)
+    assert check_floor_key(np.array([-1, 0, top, 2**40]), 4, 8, score).tolist() == [-1, 0, top, top + 1]
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor_for_every_score(score):
+    from kernels.cuda import _floor_tables
+
+    max_len = 10
+    ov, ql, dl = _all_pairs(max_len)
+    keys = score_key(ov, ql, dl, max_len, score)
+    floors = _distinct_keys_around(keys, max_key(max_len, score))
+    floors = floors[floors <= max_key(max_len, score) + 1]
+    for q in range(max_len + 1):
+        ge, gt = _floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len, score)
+        sel = ql == q
+        for f, floor in enumerate(floors.tolist()):
+            got = _emits(ov[sel], ge[f, dl[sel]], gt[f, dl[sel]])
+            assert np.array_equal(got, keys[sel] >= floor), (q, floor)
+
+
+def test_cuda_score_enum_follows_scores():
+    """The kernels take the score as its index in kernels.SCORES: the enum must list them in that order."""
+    import pathlib
+    import re
+
+    source = (pathlib.Path(__file__).resolve().parent.parent / "kernels" / "bitslice_topk.cu").read_text()
+    enum = re.search(r"enum Score : int \{(.*?)\};", source, re.S).group(1)
+    values = [int(v) for v in re.findall(r"= (\d+),", enum)]
+    names = re.findall(r"k(\w+) = \d+", enum)
+    assert values == list(range(len(SCORES)))
+    assert [re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower() for n in names] == list(SCORES)
