@@ -86,7 +86,7 @@ def _run_job(cfg, n_shards: int, replicas: int, docs: Path, queries: Path, out: 
         raise RuntimeError(f"jobs.score on {n_shards} shard(s) x {replicas} replica(s) exited {code}; its log ends:\n{tail}")
     manifest = json.loads((out / "_manifest.json").read_text())
     t = manifest["timings_s"]
-    busy = [s["search_s"] for s in manifest["shards"]]
+    busy = [s["busy_s"] for s in manifest["shards"]]
     search_s = t["search_s"]
     n_queries = manifest["counts"]["n_queries"]
     return {

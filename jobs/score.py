@@ -270,7 +270,7 @@ def _phase(name: str, timings: dict):
     t = time.perf_counter()
     yield
     timings[f"{name}_s"] = time.perf_counter() - t
-    log.info("phase %s: %.3f s", name, timings[f"{name}_s"])
+    log.info("phase %s: %.3f s (driver peak RSS so far %.2f GB)", name, timings[f"{name}_s"], _max_rss_bytes() / 1e9)
 
 
 def _check_unchanged_since(start_ns: int, files) -> None:

@@ -31,6 +31,7 @@ __all__ = ["reserve_shards", "start_shards", "search_chunks", "stop_shards"]
 
 log = logging.getLogger("settopk")
 _FINISH_WINDOW = 4  # least merge tasks in flight; each pins one chunk's shard results in the object store
+_GPU_CALLS_AT_ONCE = 2  # searches one GPU actor runs at once (threads; see start_shards)
 _CHUNKS_AHEAD = 1  # chunks sent to the actors beyond the one the driver waits for
 _PLACEMENT_TIMEOUT_S = 120.0
 
@@ -122,6 +123,9 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, crash_shard_kwa
             # object store) and the searches it was running are sent again; searches are pure.
             "max_restarts": f.actor_restarts,
             "max_task_retries": f.actor_restarts,
+            # Two calls at once on a GPU: one's Ray transport (arguments in, results out to the
+            # object store) runs while the other's kernels do; the GPU serialises the kernels.
+            "max_concurrency": _GPU_CALLS_AT_ONCE if backend == "cupy" else 1,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
         kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score}

@@ -163,12 +163,15 @@ class ShardSearcher:
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
             self.index = build_index(backend, doc_ids, docs, limits, score)
         self.load_s = time.perf_counter() - start
-        self.search_s = 0.0
+        self.search_s = self.busy_s = 0.0
+        self._lock = threading.Lock()  # GPU actors run two searches at once
+        self._active, self._busy_since = 0, 0.0
         self.searched = self.skipped = 0
 
     def info(self) -> dict:
         """Where the shard runs, how long it took to load and search (seconds), and how many
-        (query, shard) searches the floors skipped."""
+        (query, shard) searches the floors skipped. ``search_s`` sums the calls' times;
+        ``busy_s`` is the time at least one search ran (less where calls overlapped)."""
         gpu_ids = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         return {
             "shard_id": self.spec.shard_id,
@@ -181,6 +184,7 @@ class ShardSearcher:
             "load_s": round(self.load_s, 3),
             "warm_s": round(self.warm_s, 3),
             "search_s": round(self.search_s, 3),
+            "busy_s": round(self.busy_s, 3),
             "queries_searched": self.searched,
             "queries_skipped": self.skipped,
             "restarted": _restarted(),
@@ -209,26 +213,51 @@ class ShardSearcher:
         TopK
             Shape ``(len(rows), k)``, ``-1`` padded (also where a floor left fewer than k docs).
         """
-        self._searches += 1
-        if self._crash_after == self._searches and not (self._crash_marker and os.path.exists(self._crash_marker)):
+        with self._lock:
+            self._searches += 1
+            crash = self._crash_after == self._searches
+        if crash and not (self._crash_marker and os.path.exists(self._crash_marker)):
             if self._crash_marker:
                 open(self._crash_marker, "w").close()
             if self._crash_mode == "hang":
                 time.sleep(24 * 3600)  # test-only: a call that never returns, like a stuck GPU
             os._exit(1)  # test-only: die like a worker killed by the OS or a GPU fault
-        start = time.perf_counter()
+        start = self._enter()
         rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         subset = queries if len(rows) == queries.n_sets else queries.take(rows)
         floor = None
         if home_results:
             floor = floors_from(home_results, home_rows, queries.lengths, k, self.max_len, self.score)[rows]
-        with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
-            result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
-        self.searched += len(rows)
-        if floor is not None:
-            self.skipped += int(getattr(self.index, "last_skipped", 0))
-        self.search_s += time.perf_counter() - start
+        skipped = 0
+        try:
+            with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
+                result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
+            if floor is not None:  # with two calls at once this may count the other's: a diagnostic only
+                skipped = int(getattr(self.index, "last_skipped", 0))
+        finally:
+            self._leave(start, len(rows), skipped)
         return result
+
+    def _enter(self) -> float:
+        """Mark a search as started; returns its start time."""
+        now = time.perf_counter()
+        with self._lock:
+            if not self._active:
+                self._busy_since = now
+            self._active += 1
+        return now
+
+    def _leave(self, start: float, n_rows: int, skipped: int) -> None:
+        """Mark a search as ended: its time adds to ``search_s``, and to ``busy_s`` the time since
+        the last moment no search ran (GPU actors run two calls at once)."""
+        now = time.perf_counter()
+        with self._lock:
+            self._active -= 1
+            if not self._active:
+                self.busy_s += now - self._busy_since
+            self.search_s += now - start
+            self.searched += n_rows
+            self.skipped += skipped
 
     def search_part(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
         """:meth:`search` for an actor call with two returns: ``(len(rows), TopK)``.

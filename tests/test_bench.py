@@ -107,3 +107,34 @@ def test_bad_scaling_section_is_rejected(tmp_path):
     path.write_text("scaling:\n  shards: [1, 4]\n  replicas: [1]\n")
     with pytest.raises(ConfigError, match=r"scaling.replicas must list one count >= 1 per scaling.shards entry, found \[1\]"):
         load_bench_config(str(path))
+
+
+@pytest.mark.timeout(240)
+def test_throughput_smoke_runs_the_job_on_each_layout_and_checks_it(ray_cluster, tmp_path, capsys):
+    out = tmp_path / "job-smoke.json"
+    assert bench.main(["--config", "job-smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    cfg = load_bench_config("job-smoke")
+    assert result["benchmark"] == "settopk.bench.throughput" and result["backend"] == "numpy"
+    assert [(r["n_shards"], r["replicas"]) for r in result["runs"]] == cfg.throughput.layouts
+    n_queries = cfg.synthetic.n_queries
+    for run in result["runs"]:
+        assert run["rows"] == n_queries * cfg.k and run["parts"] == -(-n_queries // cfg.throughput.query_chunk_size)
+        assert run["bytes"] > 0 and run["driver_max_rss_bytes"] > 0
+        assert run["search_s"] > 0 and run["queries_per_s"] == pytest.approx(n_queries / run["search_s"])
+        assert run["kernel_only_s"] == pytest.approx(result["kernel_only_1_actor_s"] / run["n_actors"])
+        assert run["host_overhead"] == pytest.approx(run["search_s"] / run["kernel_only_s"])
+        assert 0 < run["gpu_busy"] <= 1.0 + 1e-9
+        assert set(run["stages_s"]) == {"read_queries_s", "send_s", "merge_s", "write_s"}
+    exact = result["exactness"]
+    assert exact["identical"] and exact["layouts_identical"] and len(exact["sample"]) == cfg.verify_queries
+    printed = capsys.readouterr().out
+    assert "whole job" in printed and "exact:" in printed
+
+
+def test_throughput_config_is_checked(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("query_batch_size: 0\nthroughput:\n  shards: [1, 2]\n  replicas: [1]\n")
+    with pytest.raises(ConfigError) as err:
+        load_bench_config(str(path))
+    assert "throughput.replicas must list one count" in str(err.value) and "query_batch_size must be >= 1" in str(err.value)
