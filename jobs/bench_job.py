@@ -102,6 +102,7 @@ def _run_job(cfg, n_shards: int, replicas: int, docs: Path, queries: Path, out: 
         "gpu_busy": float(np.mean(busy)) / search_s if search_s > 0 else 0.0,
         "stages_s": {key: t.get(key, 0.0) for key in ("read_queries_s", "send_s", "merge_s", "write_s")},
         "driver_max_rss_bytes": manifest["driver_max_rss_bytes"],
+        "driver_max_rss_bytes_by_phase": manifest.get("driver_max_rss_bytes_by_phase", {}),
         "rows": manifest["counts"]["rows"],
         "bytes": sum(f.stat().st_size for f in out.glob("*.parquet")),
         "parts": manifest["output"]["parts"],

@@ -265,11 +265,13 @@ def _bar(desc: str, total: int, unit: str, quiet: bool):
 
 
 @contextlib.contextmanager
-def _phase(name: str, timings: dict):
-    """Time a phase into ``timings[name + '_s']`` and log it when it ends."""
+def _phase(name: str, timings: dict, peaks: dict):
+    """Time a phase into ``timings[name + '_s']``, record the driver's peak RSS in ``peaks[name]``,
+    and log both when it ends."""
     t = time.perf_counter()
     yield
     timings[f"{name}_s"] = time.perf_counter() - t
+    peaks[name] = _max_rss_bytes()  # the peak so far: the manifest shows which phase raised it
     log.info("phase %s: %.3f s (driver peak RSS so far %.2f GB)", name, timings[f"{name}_s"], _max_rss_bytes() / 1e9)
 
 
@@ -355,6 +357,7 @@ def _run(args, held: _Held) -> int:
     t0 = time.perf_counter()
     started = datetime.datetime.now(datetime.timezone.utc)
     timings: dict[str, float] = {}
+    peaks: dict[str, int] = {}  # driver peak RSS after each phase, bytes
     overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
     cfg = configs.load_config(args.config, overrides)
     target = _target(args, cfg, started)
@@ -368,7 +371,7 @@ def _run(args, held: _Held) -> int:
     inputs = _resolve_inputs(args, cfg)
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
 
-    with _phase("validate", timings):
+    with _phase("validate", timings, peaks):
         read_start_ns = time.time_ns()
         queries = QueryStream(inputs.queries_path, limits, on_invalid=cfg.on_invalid)  # validated; read again chunk by chunk
         _, doc_fmt, doc_files = plan_pieces(inputs.docs_path, 1)  # the corpus's files and footers; readers check rows
@@ -380,14 +383,14 @@ def _run(args, held: _Held) -> int:
 
     import ray
 
-    with _phase("connect", timings):
+    with _phase("connect", timings, peaks):
         if not ray.is_initialized():
             ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
         resources = ray.cluster_resources()
         backend, n_shards = resolve_backend(cfg, resources, cfg.replicas)
         cfg = dataclasses.replace(cfg, query_batch_size=cfg.batch_size_for(backend))
 
-    with _phase("read", timings):
+    with _phase("read", timings, peaks):
         if not args.dry_run:
             held.group = reserve_shards(n_shards * cfg.replicas, backend, cfg)
         pieces, doc_fmt, doc_files = pieces_for_cluster(inputs.docs_path, float(resources.get("CPU", 1)))
@@ -431,7 +434,7 @@ def _run(args, held: _Held) -> int:
     parquet_metadata = {"settopk.run_id": run_id, "settopk.k": str(cfg.k)}
     f = cfg.faults
     try:
-        with _phase("load", timings):
+        with _phase("load", timings, peaks):
             crash = {"crash_after": f.crash_after_searches, "crash_marker": f.crash_marker, "crash_mode": f.crash_mode}
             actors = held.actors = start_shards(plan, corpus, limits, backend, cfg, held.group, crash_shard_kwargs=crash)
             placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
@@ -439,7 +442,7 @@ def _run(args, held: _Held) -> int:
             infos = gather(actors, placeholders, lambda a: a.info.remote(), "loading", f.load_timeout_s, 1, 0.0, on_done=lambda: bar.update(1))
             bar.close()
 
-        with _phase("search", timings):
+        with _phase("search", timings, peaks):
             todo = [c for c in chunks if c.index not in done]
             bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
             stream = ((c, ids, sets) for c, (ids, sets) in zip(chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in done)
@@ -450,7 +453,7 @@ def _run(args, held: _Held) -> int:
         held.release()  # the GPUs are free before the commit
         del corpus  # frees the pieces' docs in the object store
 
-    with _phase("commit", timings):
+    with _phase("commit", timings, peaks):
         total_rows = check_parts(work, chunks, rows_per_query)
         if cfg.on_invalid == "quarantine":
             write_rejected(work, rejected)
@@ -496,6 +499,7 @@ def _run(args, held: _Held) -> int:
             "config": cfg.to_dict(),
             "timings_s": {key: round(v, 4) for key, v in timings.items()},
             "driver_max_rss_bytes": _max_rss_bytes(),
+            "driver_max_rss_bytes_by_phase": peaks,
             "versions": _versions(),
         }
         if args.tsv:

@@ -165,13 +165,14 @@ class _ChunkSearch:
     results that succeeded (a retried call stores its new TopK in ``results``).
     """
 
-    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_finish):
+    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_finish, first_batch: int = 0):
         import ray
 
         self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
         self.start_finish = start_finish
         self.query_len = chunk_sets.lengths
         self.replicas = len(actors) // len(plan)
+        self.first_batch = first_batch  # batches of the run before this chunk: replicas take turns across chunks
         self.layouts = []
         size = min(cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // self.replicas))
         for lo in range(0, chunk.hi - chunk.lo, size):
@@ -199,7 +200,7 @@ class _ChunkSearch:
                 key = (round_index, b, s)
                 extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
                 homes = [] if round_index == 0 else home_keys
-                calls.append((b % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
+                calls.append(((self.first_batch + b) % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
                     a, self.results, key, batch, cfg.k, rows, extra, [self.results[h] for h in homes])))
                 self.entries.append((b, s, rows, key))
         return calls
@@ -243,9 +244,10 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     Parameters
     ----------
     actors : list of ActorHandle
-        ``replicas`` per shard of ``plan``, as :func:`start_shards` returns them. Batch ``b``
-        of a chunk goes to replica ``b % replicas`` of every shard; with replicas, chunks are
-        cut into at least ``replicas`` batches so that every replica has work.
+        ``replicas`` per shard of ``plan``, as :func:`start_shards` returns them. The run's
+        batch ``b`` (counted across chunks, so no replica gets a chunk's odd batch every time)
+        goes to replica ``b % replicas`` of every shard; with replicas, chunks are cut into at
+        least ``replicas`` batches so that every replica has work.
     infos : list of dict
         The actors' ``info()``, for messages.
     plan : list of ShardSpec
@@ -298,7 +300,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         in_flight.append((search.finish(infos), search.chunk.hi - search.chunk.lo))
         settle(window)
 
-    stream = iter(chunks)
+    stream, batches = iter(chunks), 0
     while True:
         start = time.perf_counter()
         item = next(stream, None)
@@ -306,7 +308,8 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         if item is None:
             break
         start = time.perf_counter()
-        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_finish))
+        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_finish, first_batch=batches))
+        batches += len(searching[-1].layouts)
         totals["send_s"] += time.perf_counter() - start
         if len(searching) > _CHUNKS_AHEAD:
             finish_oldest()
