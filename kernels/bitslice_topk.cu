@@ -174,6 +174,11 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
 // The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48.
 __device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale, int overlap, int query_len,
                                                                int doc_len, int position) {
+    if (score == kBraunBlanquet) {  // the default keeps 32-bit math: S * overlap <= 255**3 < 2**32
+        const unsigned m = static_cast<unsigned>(max(query_len, doc_len));
+        const unsigned key = m > 0 ? static_cast<unsigned>(scale) * static_cast<unsigned>(overlap) / m : 0u;
+        return (static_cast<unsigned long long>(key) << 32) | static_cast<unsigned>(~position);
+    }
     long long num = overlap;
     long long den = score_den(score, query_len, doc_len);
     if (score == kJaccard) den -= overlap;
