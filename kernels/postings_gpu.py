@@ -33,12 +33,16 @@ TILE_DOCS = 1 << 16  # kPostTile
 _THREADS = 512  # kPostThreads
 _SHARED = TILE_DOCS  # byte counters
 _MAX_GRID_Y = 65535
-# Cost model, seconds per query. Scan: its share of the count kernel, which reads every id slot of the
-# layout once per 32 queries (about 15 ms for 2000 queries over 7.85 M docs on one H200). Postings: per
-# postings entry (a 2-byte load and a shared-memory atomic) and per tile block (clearing 64 KiB of counters).
-SCAN_S_PER_SLOT = 1.2e-14
-POSTINGS_S_PER_ENTRY = 2.0e-12
+# Cost model, seconds per query, fitted on one H200 (jobs.bench sti2-uniform and sti2-zipf, 7.85 M docs):
+# scan, its share of the last level's count kernel (14.8 ms for 1980 queries over 689 M id slots:
+# 1.1e-14 s per slot); postings, per postings entry (a 2-byte load and a shared-memory atomic: 7.2 ms for
+# 2000 uniform queries of about 665,000 entries each) and per tile block (clearing 64 KiB of counters).
+# Routing a batch costs about 1 ms more (the bounds are read back to the host, a second kernel runs after
+# the scan): a batch is routed only where the modelled saving exceeds that.
+SCAN_S_PER_SLOT = 1.1e-14
+POSTINGS_S_PER_ENTRY = 5.5e-12
 POSTINGS_S_PER_TILE = 1.0e-8
+ROUTING_BATCH_S = 1.0e-3
 
 _modules: dict[int, object] = {}
 _lock = threading.Lock()
@@ -153,7 +157,8 @@ def route_mask(routing: str, queries, doc_freq: np.ndarray, n_tiles: int, scan_s
 
     ``queries`` is a host SetBatch; ``doc_freq`` int64 of shape (n_words,) (ids at or above it have
     no postings); ``scan_slots`` the id slots the scan reads per query group (the layout's size).
-    ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings time is below the scan's.
+    ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings time is below the scan's,
+    provided the batch's modelled saving exceeds ``ROUTING_BATCH_S`` (else none).
     """
     n = queries.n_sets
     if routing == "scan" or n == 0:
@@ -166,4 +171,8 @@ def route_mask(routing: str, queries, doc_freq: np.ndarray, n_tiles: int, scan_s
     if len(freq):
         entries[nonempty] = np.add.reduceat(freq, queries.offsets[nonempty])
     postings_s = POSTINGS_S_PER_ENTRY * entries + POSTINGS_S_PER_TILE * n_tiles
-    return postings_s < SCAN_S_PER_SLOT * scan_slots
+    saving = SCAN_S_PER_SLOT * scan_slots - postings_s
+    routed = saving > 0
+    if saving[routed].sum() <= ROUTING_BATCH_S:
+        routed[:] = False
+    return routed
