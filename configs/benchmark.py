@@ -91,6 +91,11 @@ class BenchConfig:
         Ray resources of each shard actor.
     k : int
         Results per query.
+    routing : str
+        ``"scan"`` (default), ``"auto"`` or ``"postings"``: the index's
+        per-query routing between the scan and the inverted index
+        (:data:`kernels.postings.ROUTINGS`); the result JSON reports the mix,
+        the time per path and the postings' bytes.
     score : str
         What the search ranks by, one of :data:`kernels.SCORES` (default
         ``"braun_blanquet"``). The baselines rank by Braun-Blanquet only, so any
@@ -138,6 +143,7 @@ class BenchConfig:
     cpus_per_shard: float = 1.0
     k: int = 100
     score: str = "braun_blanquet"
+    routing: str = "scan"
     max_len: int = 128
     vocab_size: int = 65_536
     query_batch_size: int = 0
@@ -174,6 +180,8 @@ class BenchConfig:
             if replicas is not None and (len(replicas) != len(self.scaling.shards) or any(r < 1 for r in replicas)):
                 problems.append(f"scaling.replicas must list one count >= 1 per scaling.shards entry, found {replicas}")
         problems += search_problems(self)
+        if self.routing not in ("scan", "auto", "postings"):  # kernels.postings.ROUTINGS
+            problems.append(f"routing must be one of scan, auto, postings; found {self.routing!r}")
         if self.query_batch_size < 0:
             problems.append(f"query_batch_size must be >= 0 (0: all queries at once), found {self.query_batch_size}")
         if self.warmup < 0 or self.repetitions < 1:

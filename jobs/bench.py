@@ -136,7 +136,7 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg, 
     plan = plan_shards_from_counts(first.length_counts, n_shards, doc_cost=shard_doc_cost(backend, limits.max_len))
     del first
     options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
-    actors = [BenchShardActor.options(**options).remote(sp, limits, backend, cfg.score) for _ in range(replicas) for sp in plan]
+    actors = [BenchShardActor.options(**options).remote(sp, limits, backend, cfg.score, cfg.routing) for _ in range(replicas) for sp in plan]
     # Readers run while the actors hold their CPUs: reserve one each only where CPUs are left.
     free_cpus = ray.cluster_resources().get("CPU", 0) - len(actors) * cfg.cpus_per_shard
     reader_cpus = 1.0 if free_cpus >= 1 else 0.0
@@ -264,6 +264,8 @@ def run(args) -> dict:
 
         runs["search"] = _repeat(search_once, warmup, reps)
         runs["search_rpc"] = runs["search_rpc"][warmup:]
+        routing = ray.get([a.routing_stats.remote() for a in actors])  # of the last timed search
+        log.info("routing of the last search, per shard: %s", routing)
 
         def merge_once() -> float:
             start = time.perf_counter()
@@ -351,6 +353,7 @@ def run(args) -> dict:
         "checks": qset.n_sets * n_tokens,
         "throughput_checks_per_s": qset.n_sets * n_tokens / search_s if search_s > 0 else float("inf"),
         "baselines": baseline_results,
+        "routing": routing,
     })
     _write_json(out_path, result)
     print(format_table(result))
@@ -380,6 +383,13 @@ def format_table(result: dict) -> str:
     lines.append(f"{'total':<14}{result['total_s']:>12.4f}{'':>12}  (read + build + search_rpc + merge + write)")
     lines.append(f"throughput: {result['throughput_checks_per_s']:.3e} query-token checks/s "
                  f"({result['checks']:.3e} checks in the search median)")
+    for i, r in enumerate(result.get("routing", [])):
+        last = r["last"]
+        mix = ", ".join(f"{p} {last[p]}" for p in ("scan", "postings", "scancount", "prefix", "fallback") if p in last)
+        times = ", ".join(f"{p} {last[p] * 1e3:.2f} ms" for p in ("scan_s", "postings_s") if p in last)
+        lines.append(f"routing {r['routing']} (shard {i}): {mix}" + (f" | last level {times}" if times else "")
+                     + f" | postings {r['postings_bytes'] / 2**20:.1f} MiB = {r['postings_bytes'] / max(1, r['docs_bytes']):.2f}x"
+                     f" the docs' {r['docs_bytes'] / 2**20:.1f} MiB")
     if result["baselines"]:
         lines.append(f"{'baseline':<14}{'build_s':>12}{'search_s':>12}{'search_min_s':>14}{'settopk_x':>11}")
         for name, b in result["baselines"].items():

@@ -58,6 +58,8 @@ class BenchShard:
     score : str
         What the index and the reference rank by (one of :data:`kernels.SCORES`); the
         baselines rank by Braun-Blanquet only.
+    routing : str
+        The index's routing (:data:`kernels.postings.ROUTINGS`); the reference always scans.
 
     Raises
     ------
@@ -65,13 +67,15 @@ class BenchShard:
         If ``backend`` is unknown.
     """
 
-    def __init__(self, spec: ShardSpec, limits: SetLimits, backend: str, score: str = DEFAULT_SCORE):
+    def __init__(self, spec: ShardSpec, limits: SetLimits, backend: str, score: str = DEFAULT_SCORE,
+                 routing: str = "scan"):
         if backend not in ("numpy", "cupy"):
             raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
         self.spec = spec
         self.limits = limits
         self.backend = backend
         self.score = score
+        self.routing = routing
         self.corpus = None
         self.index = None
         self.baseline = None
@@ -115,7 +119,17 @@ class BenchShard:
         self.index = None
         _free_gpu(self.backend)
         start = time.perf_counter()
-        self.index = build_index(self.backend, *self.corpus, self.limits, self.score)
+        if self.routing == "scan":
+            self.index = build_index(self.backend, *self.corpus, self.limits, self.score)
+        elif self.backend == "cupy":
+            from kernels.cuda import CupyShardIndex
+
+            doc_ids, docs = self.corpus
+            self.index = CupyShardIndex(docs, doc_ids, self.limits.max_len, self.limits.vocab_size, score=self.score,
+                                        routing=self.routing)
+        else:
+            doc_ids, docs = self.corpus
+            self.index = NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score, routing=self.routing)
         _sync(self.backend)
         return time.perf_counter() - start
 
@@ -124,6 +138,20 @@ class BenchShard:
         start = time.perf_counter()
         result = self.index.search(queries, k)
         return time.perf_counter() - start, result
+
+    def routing_stats(self) -> dict:
+        """The index's routing of its last search (``last_routing``: queries per path, and GPU seconds per
+        path for cupy), the postings' bytes and the docs' bytes (CSR: 2 per id, 8 per doc)."""
+        doc_ids, docs = self.corpus
+        pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
+        index = self.index
+        if isinstance(index, NumpyShardIndex):
+            postings_bytes = index.postings.nbytes if index.postings is not None else 0
+        else:
+            postings_bytes = getattr(index, "postings_bytes", 0)
+        return {"routing": self.routing, "last": dict(getattr(index, "last_routing", {})),
+                "postings_bytes": int(postings_bytes),
+                "docs_bytes": int(sum(p.tokens.nbytes + p.offsets.nbytes for p in pieces))}
 
     def search_batches(self, queries: SetBatch, k: int, batch_size: int) -> float:
         """Seconds inside the index's ``search`` for ``queries`` searched in batches of
@@ -140,7 +168,7 @@ class BenchShard:
     def reference(self, queries: SetBatch, k: int) -> TopK:
         """The NumPy reference (:class:`kernels.NumpyShardIndex`) for ``queries`` on this shard."""
         doc_ids, docs = self.corpus
-        return NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score).search(queries, k)
+        return NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score, routing="scan").search(queries, k)
 
     def baseline_build(self, name: str) -> float | str:
         """Build baseline ``name`` (see :data:`kernels.baselines.BASELINES`); seconds, or why it cannot run.

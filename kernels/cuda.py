@@ -70,6 +70,7 @@ import threading
 import numpy as np
 
 from .keys import DEFAULT_SCORE, SCORES, _least_overlap, best_key_in_range, check_floor_key, key_scale
+from .postings import check_routing
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
@@ -147,6 +148,10 @@ def _kernels(device_id: int) -> dict:
     for queries, name in _COUNT_KERNELS.items():
         out[f"count{queries}"] = module.get_function(name)
     return out
+
+
+def _no_routing() -> dict:
+    return {"scan": 0, "postings": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
 
 
 def _blocks_for(n_items: int) -> int:
@@ -281,11 +286,27 @@ class CupyShardIndex:
         ``2.5`` times fewer candidates than it has room for).
     score : str, default "braun_blanquet"
         What :meth:`search` ranks by, one of :data:`kernels.SCORES`.
+    routing : str, default "scan"
+        ``"scan"``: every query's last level scans the shard. ``"auto"``: an
+        inverted index is built too (:class:`kernels.postings_gpu.GpuPostings`,
+        ``2 n_tokens + 8 n_words ceil(n_docs / 65536)`` bytes of GPU memory) and
+        each query's last level runs through its ids' postings where the cost
+        model (:func:`kernels.postings_gpu.route_mask`) says it is cheaper and
+        its bound from the sampling levels is at least key 1; ``"postings"``:
+        every query with such a bound. Results are identical in every mode.
 
     Attributes
     ----------
     n_docs : int
         Number of docs in the shard.
+    last_routing : dict
+        The last ``search``'s routing, summed over its batches: ``scan`` and
+        ``postings`` (queries per path of the last level), ``fallback``
+        (routed to the postings but scanned, their bound being below key 1),
+        ``scan_s`` and ``postings_s`` (GPU seconds of each path's last-level
+        kernel, CUDA events).
+    postings_bytes : int
+        GPU bytes of the postings (0 with ``routing="scan"``).
     rescans : int
         Queries of the last ``search`` whose last-level buffer overflowed and
         were scanned again (a diagnostic; 0 in the common case).
@@ -328,9 +349,11 @@ class CupyShardIndex:
         redo_bytes: int = 1 << 30,
         sample_ratio: int | None = None,
         score: str = DEFAULT_SCORE,
+        routing: str = "scan",
     ):
         import cupy
 
+        check_routing(routing)
         key_scale(max_len, score)  # an unknown score fails here
         if not 1 <= max_len <= _MAX_LEN_LIMIT:
             raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
@@ -367,8 +390,12 @@ class CupyShardIndex:
         self.redo_bytes = redo_bytes
         self.sample_ratio = sample_ratio
         self.score = score
+        self.routing = routing
         self.rescans = 0
         self.last_skipped = 0
+        self.last_routing = _no_routing()
+        self.postings_bytes = 0
+        self._postings = None
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows kernels.SCORES
         device = cupy.cuda.Device()
@@ -410,6 +437,11 @@ class CupyShardIndex:
         self._longest = hi
         self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
         self._len_by_pos = lengths.astype(np.uint8)
+        if self.routing != "scan" and n:
+            from .postings_gpu import GpuPostings
+
+            self._postings = GpuPostings(offsets, tokens, self._n_words)
+            self.postings_bytes = self._postings.nbytes
         self._doc_ids = cupy.asarray(self.doc_ids) if n else cupy.zeros(1, dtype=np.int64)  # decoded on the GPU
 
         # Slots: docs sorted by (length, position); the key is unique, so any sort is stable here.
@@ -423,6 +455,7 @@ class CupyShardIndex:
         sizes = chunk_groups.astype(np.int64) * _CHUNK_SLOTS
         self._chunk_start = cupy.cumsum(sizes) - sizes  # in uint4 elements
         total = int(sizes.sum()) if n_chunks else 0
+        self._scan_slots = total * _IDS_PER_GROUP + _DOC_OVERHEAD_SLOTS * n  # the cost model's scan size
         self._groups = cupy.empty((max(1, total), 4), dtype=np.uint32)  # never a null pointer
         if total:
             stride = hi + (hi & 1)  # ids per lane in the build's shared memory (even keeps the cursors aligned)
@@ -522,6 +555,7 @@ class CupyShardIndex:
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         self.rescans = 0
         self.last_skipped = 0
+        self.last_routing = _no_routing()
         if self.n_docs == 0 or queries.n_sets == 0:
             return empty_topk(queries.n_sets, k)
         if floor is None:
@@ -639,10 +673,25 @@ class CupyShardIndex:
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
 
         levels = self._levels(k, capacity)
+        want_postings = None
+        if self._postings is not None:
+            from .postings_gpu import route_mask
+
+            want_postings = route_mask(self.routing, sorted_q, self._postings.doc_freq, self._postings.n_tiles,
+                                       self._scan_slots)
+        post_rows = None
         for li, (stride, n_sample) in enumerate(levels):
             last = li == len(levels) - 1
             count.fill(0)
-            self._count_emit(group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand)
+            if last and want_postings is not None and want_postings.any():
+                group_query, n_groups, post_rows = self._split_last_level(want_postings, bound_key, per_block)
+            if last and post_rows is not None:
+                self._last_level_routed(group_query, n_groups, post_rows, query_arrays, bound_key, count, cand_base,
+                                        cand_cap, cand)
+            else:
+                if last:
+                    self.last_routing["scan"] += n_q
+                self._count_emit(group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand)
             self._select(cand, cand_base, cand_cap, count, rows, n_q, k, _pow2_at_least(capacity), top,
                          update=not last, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen, thr_ge=thr_ge, thr_gt=thr_gt)
 
@@ -650,7 +699,17 @@ class CupyShardIndex:
         overflowed = np.flatnonzero(counts > capacity)
         if len(overflowed):
             self.rescans += len(overflowed)
-            self._rescan(overflowed, counts, query_arrays, bound_key, k, top)
+            routed = np.zeros(n_q, dtype=bool)
+            if post_rows is not None:
+                routed[post_rows.get()] = True
+            scanned, posted = overflowed[~routed[overflowed]], overflowed[routed[overflowed]]
+            if len(scanned):
+                self._rescan(scanned, counts, query_arrays, bound_key, k, top)
+            if len(posted):  # the same path again, so the same candidates
+                self._rescan(posted, counts, query_arrays, bound_key, k, top,
+                             emit=lambda members, cnt, base, cap, buf: self._postings.emit(
+                                 members, *query_arrays[:4], self._longest, bound_key, query_arrays[5],
+                                 self._len_by_pos, self._scale, self._score_code, cnt, base, cap, buf))
 
         doc_ids = cupy.empty((n_q, k), dtype=np.int64)
         overlap = cupy.empty((n_q, k), dtype=np.int16)
@@ -665,6 +724,43 @@ class CupyShardIndex:
         doc_ids.get(out=out.doc_ids)
         overlap.get(out=out.overlap)
         doc_len.get(out=out.doc_len)
+
+    def _split_last_level(self, want_postings: np.ndarray, bound_key, per_block: int):
+        """Queries (sorted order) of the last level per path: ``(group_query, n_groups, post_rows)`` for the
+        scan's groups and the postings' rows (device int32, or None when none goes there). A query wanted
+        for the postings goes there only when its bound is at least key 1 (no doc outside the postings,
+        overlap 0 and key 0, can then qualify); the others are counted in ``last_routing["fallback"]``."""
+        import cupy
+
+        eligible = want_postings & (bound_key.get() >= 1)
+        self.last_routing["fallback"] += int(want_postings.sum() - eligible.sum())
+        scanned = np.flatnonzero(~eligible).astype(np.int32)
+        n_groups = -(-len(scanned) // per_block)
+        group_query = np.full(max(1, n_groups) * per_block, -1, dtype=np.int32)
+        group_query[: len(scanned)] = scanned
+        posted = np.flatnonzero(eligible).astype(np.int32)
+        return cupy.asarray(group_query), n_groups, cupy.asarray(posted) if len(posted) else None
+
+    def _last_level_routed(self, group_query, n_groups, post_rows, query_arrays, bound_key, count, cand_base,
+                           cand_cap, cand) -> None:
+        """The whole-shard level with the scan for ``group_query`` and the postings for ``post_rows``, each
+        timed with CUDA events into ``last_routing`` (read after the batch's synchronising copy)."""
+        import cupy
+
+        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = query_arrays
+        marks = [cupy.cuda.Event() for _ in range(3)]
+        marks[0].record()
+        if n_groups:
+            self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
+        marks[1].record()
+        self._postings.emit(post_rows, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos, self._len_by_pos,
+                            self._scale, self._score_code, count, cand_base, cand_cap, cand)
+        marks[2].record()
+        marks[2].synchronize()
+        self.last_routing["scan"] += int((group_query.get() >= 0).sum())
+        self.last_routing["postings"] += len(post_rows)
+        self.last_routing["scan_s"] += cupy.cuda.get_elapsed_time(marks[0], marks[1]) / 1e3
+        self.last_routing["postings_s"] += cupy.cuda.get_elapsed_time(marks[1], marks[2]) / 1e3
 
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""
@@ -735,11 +831,14 @@ class CupyShardIndex:
             shared_mem=shared,
         )
 
-    def _rescan(self, overflowed, counts, query_arrays, bound_key, k, top):
+    def _rescan(self, overflowed, counts, query_arrays, bound_key, k, top, emit=None):
         """Scan the whole shard again for the overflowed queries with exact-size buffers, then select.
 
         The thresholds are those of the last level, so the kernel emits the
         same docs again: exactly ``counts[q]`` of them, which is checked.
+        ``emit(members, count, cand_base, cand_cap, cand)`` (members: device
+        int32 query indices) replaces the scan for queries whose last level
+        ran through the postings.
         """
         import cupy
 
@@ -771,7 +870,11 @@ class CupyShardIndex:
             group_query[: len(members)] = members
             cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
             count = cupy.zeros(n_q, dtype=np.int32)
-            self._count_emit(cupy.asarray(group_query), n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
+            if emit is None:
+                self._count_emit(cupy.asarray(group_query), n_groups, query_arrays, 1, self.n_docs, count, cand_base,
+                                 cand_cap, cand)
+            else:
+                emit(cupy.asarray(members.astype(np.int32)), count, cand_base, cand_cap, cand)
             again = count.get()[members]
             if not np.array_equal(again, sizes):
                 raise RuntimeError(

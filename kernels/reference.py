@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
+from .postings import build_postings, check_routing, postings_cost, postings_search
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
@@ -21,6 +22,12 @@ __all__ = ["NumpyShardIndex"]
 _GATHER_ELEMENTS = 1 << 20  # ids gathered per step: keeps the uint64 temporary at 8 MiB
 _BAND = 8  # doc lengths per group: at most 7 padding ids per doc
 _TABLE_SIZE = 65536
+# CPU cost model (seconds), fitted on 2 cores (20,000 docs of the STI2 length histogram, 64 queries):
+# the lane-packed scan costs about 0.6 ns per doc id per query; ScanCount through the postings about
+# 35 ns per postings entry plus 0.35 ms per query (NumPy calls per query).
+_SCAN_S_PER_ID = 0.6e-9
+_POSTINGS_S_PER_ENTRY = 35e-9
+_POSTINGS_S_PER_QUERY = 0.35e-3
 
 
 class NumpyShardIndex:
@@ -36,12 +43,26 @@ class NumpyShardIndex:
         Bound on set sizes, in ``[1, 32767]`` (``[1, 255]`` for cosine).
     score : str, default "braun_blanquet"
         What :meth:`search` ranks by: one of :data:`kernels.SCORES`.
+    routing : str, default "scan"
+        ``"scan"``: every query is counted against every doc (the lane-packed
+        lookup). ``"auto"``: an inverted index (:mod:`kernels.postings`, about
+        ``4 n_tokens + 8 * 65536`` more host bytes) is built too, and each query
+        takes the path the cost model (module constants, fitted on 2 CPU cores)
+        says is cheaper: ScanCount through the postings when its ids' postings are
+        short (uniform ids), the scan otherwise (Zipf ids). ``"postings"``: every
+        query goes through the postings (tests, measurements). Results are
+        identical in every mode.
 
     Attributes
     ----------
     last_skipped : int
         Queries of the last ``search`` that their floor skipped (a diagnostic;
         0 without floors).
+    last_routing : dict
+        Queries of the last ``search`` per path: ``scan``, ``scancount`` and
+        ``prefix`` (the postings paths of :func:`kernels.postings.postings_search`).
+    postings : kernels.postings.Postings or None
+        The inverted index (None with ``routing="scan"``).
 
     Raises
     ------
@@ -49,10 +70,13 @@ class NumpyShardIndex:
         If ``doc_ids`` is not strictly increasing, its length differs from
         ``docs``, a doc is longer than ``max_len``, the shard has ``2**31`` docs
         or more, or ``score`` is unknown or does not allow ``max_len``
-        (:func:`kernels.key_scale`).
+        (:func:`kernels.key_scale`), or ``routing`` is not one of
+        :data:`kernels.postings.ROUTINGS`.
     """
 
-    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, score: str = DEFAULT_SCORE):
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, score: str = DEFAULT_SCORE,
+                 routing: str = "scan"):
+        check_routing(routing)
         key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
         doc_ids = np.asarray(doc_ids, dtype=np.int64)
         if len(doc_ids) != docs.n_sets:
@@ -69,6 +93,10 @@ class NumpyShardIndex:
         self.max_len = max_len
         self.score = score
         self.last_skipped = 0
+        self.routing = routing
+        self.last_routing = {"scan": 0, "scancount": 0, "prefix": 0}
+        self._docs = docs if routing != "scan" else None
+        self.postings = build_postings(docs) if routing != "scan" else None
         # Shard length range: a query whose floor no length in it can reach is skipped.
         self._shortest = int(lengths.min()) if len(lengths) else 0
         self._longest = int(lengths.max()) if len(lengths) else 0
@@ -176,6 +204,18 @@ class NumpyShardIndex:
             self.last_skipped = queries.n_sets - len(active)
             if len(active) == 0:
                 return out
+        self.last_routing = {"scan": 0, "scancount": 0, "prefix": 0}
+        routed = self._route(queries, active)
+        if len(routed):
+            sub = queries.take(routed)
+            part, paths = postings_search(self._docs, self.doc_ids, self.postings, sub, k, self.max_len, self.score,
+                                          floor_key=None if floor is None else floor[routed])
+            out.doc_ids[routed], out.overlap[routed], out.doc_len[routed] = part
+            self.last_routing.update(paths)
+            active = np.setdiff1d(active, routed)
+            if len(active) == 0:
+                return out
+        self.last_routing["scan"] = len(active)
         searched = queries if len(active) == queries.n_sets else queries.take(active)
         overlap = self.overlaps(searched)
         key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len, self.score)
@@ -202,6 +242,17 @@ class NumpyShardIndex:
             out.overlap[qi, :take] = overlap[row, best]
             out.doc_len[qi, :take] = self.doc_len[best]
         return out
+
+    def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
+        """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
+        if self.routing == "scan" or len(active) == 0:
+            return active[:0]
+        if self.routing == "postings":
+            return active
+        entries = postings_cost(queries.take(active), self.postings.doc_freq)
+        postings_s = _POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_QUERY
+        scan_s = _SCAN_S_PER_ID * len(self._docs.tokens)
+        return active[postings_s < scan_s]
 
 
 def _largest_first_rows(value: np.ndarray, k: int) -> np.ndarray:

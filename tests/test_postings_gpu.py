@@ -1,0 +1,107 @@
+"""CupyShardIndex with the postings path (routing auto/postings) against NumpyShardIndex, every score.
+
+Every test is marked ``gpu``; tests/conftest.py skips them where CuPy sees no GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import SCORES, NumpyShardIndex, SetBatch, score_key
+
+pytestmark = pytest.mark.gpu
+
+
+def _index(*args, **kwargs):
+    from kernels.cuda import CupyShardIndex
+
+    return CupyShardIndex(*args, **kwargs)
+
+
+def _sets(rng, n, vocab, max_len, min_len=0):
+    lengths = rng.integers(min_len, max_len + 1, size=n)
+    return SetBatch.from_lists(rng.choice(vocab, size=int(l), replace=False) for l in lengths)
+
+
+def _near_duplicates(rng, docs: SetBatch, n, vocab):
+    out = []
+    for d in rng.integers(0, docs.n_sets, size=n):
+        ids = docs[int(d)].tolist()
+        keep = ids[: max(1, int(0.85 * len(ids)))]
+        out.append(keep + rng.choice(vocab, size=len(ids) - len(keep)).tolist())
+    return SetBatch.from_lists(out)
+
+
+def _assert_same(got, want):
+    for name in ("doc_ids", "overlap", "doc_len"):
+        g, w = getattr(got, name), getattr(want, name)
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        bad = np.argwhere(g != w)
+        assert not len(bad), f"{name} differs first at {tuple(bad[0])}: {g[tuple(bad[0])]} != {w[tuple(bad[0])]}"
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_postings_path_matches_numpy_every_score(score):
+    rng = np.random.default_rng(SCORES.index(score))
+    vocab = 3000
+    docs = _sets(rng, 140_000, vocab, 24)  # three tiles of 65,536 docs
+    queries = SetBatch.from_lists(_sets(rng, 40, vocab, 24).to_lists() + _near_duplicates(rng, docs, 40, vocab).to_lists()
+                                  + [[], [vocab + 5, vocab + 9]])  # an empty query, ids no doc holds
+    ids = np.arange(docs.n_sets, dtype=np.int64) * 3 + 1
+    want = NumpyShardIndex(docs, ids, 32, score).search(queries, 10)
+    for routing in ("postings", "auto"):
+        index = _index(docs, ids, 32, vocab_size=vocab + 10, score=score, routing=routing, capacity=512)
+        got = index.search(queries, 10)
+        _assert_same(got, want)
+        if routing == "postings":
+            assert index.last_routing["postings"] > 0 and index.postings_bytes > 0
+            r = index.last_routing
+            assert r["scan"] + r["postings"] == queries.n_sets
+
+
+@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard", "cosine"])
+def test_postings_with_floors_ties_and_overflow(score):
+    rng = np.random.default_rng(7)
+    vocab = 200  # heavy ties: many docs share overlaps
+    docs = _sets(rng, 70_000, vocab, 12, min_len=1)
+    queries = SetBatch.from_lists(_sets(rng, 30, vocab, 12, min_len=1).to_lists() + _near_duplicates(rng, docs, 30, vocab).to_lists())
+    ids = np.arange(docs.n_sets, dtype=np.int64)
+    reference = NumpyShardIndex(docs, ids, 16, score)
+    plain = reference.search(queries, 20)
+    kth = score_key(plain.overlap[:, -1], queries.lengths, plain.doc_len[:, -1], 16, score).astype(np.int64)
+    floors = np.where(np.arange(queries.n_sets) % 2 == 0, kth, -1)
+    want = reference.search(queries, 20, floor_key=floors)
+    for capacity in (64, 4096):  # 64: most queries overflow their buffer and are re-emitted
+        index = _index(docs, ids, 16, vocab_size=vocab, score=score, routing="postings", capacity=capacity)
+        _assert_same(index.search(queries, 20, floor_key=floors), want)
+        _assert_same(index.search(queries, 20), plain)
+        assert index.last_routing["postings"] > 0
+    assert index.rescans >= 0
+
+
+def test_routing_is_refused_when_unknown_and_scan_builds_no_postings():
+    docs = SetBatch.from_lists([[1, 2], [3]])
+    with pytest.raises(ValueError, match="routing"):
+        _index(docs, np.arange(2), 8, routing="fast")
+    index = _index(docs, np.arange(2), 8)
+    assert index.postings_bytes == 0
+    index.search(docs, 1)
+    assert index.last_routing["postings"] == 0 and index.last_routing["scan"] == 2
+
+
+def test_launcher_checks_dtypes():
+    import cupy
+
+    from kernels.postings_gpu import GpuPostings
+
+    offsets = cupy.asarray(np.array([0, 2, 3], np.int64))
+    tokens = cupy.asarray(np.array([1, 2, 3], np.uint16))
+    p = GpuPostings(offsets, tokens, 4)
+    assert p.doc_freq.tolist() == [0, 1, 1, 1] and p.nbytes == 2 * 3 + 8 * (4 * 1 + 1)
+    z = cupy.zeros(1, np.int32)
+    with pytest.raises(ValueError, match="rows"):
+        p.emit(cupy.zeros(1, np.int64), offsets, tokens, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
+               cupy.zeros(2, np.uint8), 4, 0, z, cupy.zeros(1, np.int64), z, cupy.zeros(1, np.uint64))
+    with pytest.raises(ValueError, match="offsets"):
+        GpuPostings(offsets.astype(np.int32), tokens, 4)
