@@ -220,6 +220,13 @@ class JobConfig:
         to every shard at once. ``"auto"``: on with the numpy backend, off with cupy (on
         4 H200s and STI2-shaped data the second call per batch cost more than the skipped
         work saved; on CPU the exchange saved about a fifth of the search).
+    self_join : bool
+        Search the corpus against itself: every doc is a query (its id, as text, is the
+        ``query_id``; there are no separate queries), and by default its own doc is left out
+        of its results, so a query gets ``min(k, n_docs - 1)`` rows. ``--self-join`` sets it.
+    include_self : bool
+        With ``self_join``: keep each doc in its own results (``min(k, n_docs)`` rows, as
+        for other queries). ``--include-self`` sets it; it needs ``self_join``.
     faults : FaultConfig
         Timeouts and retries.
     """
@@ -239,6 +246,8 @@ class JobConfig:
     on_invalid: str = "error"
     query_chunk_size: int = 100_000
     threshold_exchange: Union[bool, str] = "auto"
+    self_join: bool = False
+    include_self: bool = False
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:
@@ -257,6 +266,9 @@ class JobConfig:
             problems.append(f"on_invalid must be 'error' or 'quarantine', found {self.on_invalid!r}")
         if self.threshold_exchange not in (True, False, "auto"):
             problems.append(f"threshold_exchange must be true, false or 'auto', found {self.threshold_exchange!r}")
+        if self.include_self and not self.self_join:
+            problems.append("include_self: true needs self_join: true (it keeps each doc in its own results of a "
+                            "self-join); set self_join: true (--self-join), or drop include_self (--include-self)")
         if self.query_chunk_size < 1:
             problems.append(f"query_chunk_size must be >= 1, found {self.query_chunk_size}")
         f = self.faults

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kernels import DEFAULT_SCORE, TopK, score_definition
-from shards import merge_topk, scatter_rounds
+from shards import drop_own_docs, merge_topk, scatter_rounds
 
 from .output import PartWriter, part_name, results_table
 
@@ -62,7 +62,7 @@ class BatchLayout:
 
 def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int, max_len: int, n_shards: int,
                  layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list,
-                 score: str = DEFAULT_SCORE) -> dict:
+                 score: str = DEFAULT_SCORE, exclude_self: bool = False) -> dict:
     """Merge one chunk's shard results exactly and commit it as part ``index`` of the work directory.
 
     Runs as a Ray task, so the driver never holds results: they come straight from the
@@ -92,6 +92,11 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
     score : str
         The score the shards ranked by (one of :data:`kernels.SCORES`): the merge's order,
         the ``score`` column, and the part's ``settopk.score`` metadata.
+    exclude_self : bool
+        Self-join without the query's own doc: the query ids are doc ids (as text), the
+        shards searched ``k`` per query (the job asks for one more than it writes), and each
+        row loses its own doc, or its last entry where the own doc is not in it
+        (:func:`shards.drop_own_docs`), so ``k - 1`` rows per query are written.
 
     Returns
     -------
@@ -111,6 +116,7 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
     rows = position = 0
     metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it
     writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
+    own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if exclude_self else None
     try:
         for layout in layouts:
             fetched = _fetched(results[position : position + len(layout.parts)])
@@ -123,6 +129,8 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
             parts = [scatter_rounds(n, k, pieces) for pieces in per_shard if pieces]
             # One shard's list is already the exact top-k (replicas and single-shard layouts).
             topk = parts[0] if len(parts) == 1 else merge_topk(parts, query_len[layout.lo : layout.hi], k, max_len, score)
+            if exclude_self:
+                topk = drop_own_docs(topk, own_ids[layout.lo : layout.hi])
             middle = time.perf_counter()
             table = results_table(query_ids[layout.lo : layout.hi], query_len[layout.lo : layout.hi], topk, score)
             writer.write(table)

@@ -2,6 +2,7 @@
 
 ``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--score NAME] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
+``python -m jobs.score --self-join --docs PATH --out DIR [--include-self]``
 
 The driver validates the queries and lists the corpus's pieces, and reserves
 the shard actors' placement group (its CPUs run reader tasks until the actors
@@ -13,7 +14,10 @@ per shard in its bundle (each takes its docs from the pieces), sends query batch
 exactly and write it, and commits the result dataset atomically. With no ``--docs/--queries``
 it runs on the config's synthetic corpus. With a config whose
 ``output.partition`` is ``dt`` (``nightly``), ``--out`` is a dataset root and
-the run writes ``ROOT/dt=YYYY-MM-DD/``.
+the run writes ``ROOT/dt=YYYY-MM-DD/``. A self-join (``--self-join``, no ``--queries``)
+searches every doc of the corpus against the corpus, read as queries chunk by chunk
+(:class:`shards.DocQueryStream`), leaving each doc out of its own results unless
+``--include-self``.
 
 Exit codes: 0 done (or the output was already complete), 2 bad input, config,
 arguments or output path (nothing written), 1 any other failure (nothing written).
@@ -41,7 +45,7 @@ import numpy as np
 
 import configs
 from kernels import SCORES
-from shards import InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
+from shards import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
@@ -94,6 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--score", choices=SCORES, metavar="NAME",
         help=f"what to rank by, one of {', '.join(SCORES)} (default: the config's score, braun_blanquet)",
     )
+    p.add_argument(
+        "--self-join", action="store_true",
+        help="every doc of --docs is a query against the corpus (query_id: its doc id), its own doc left out; "
+        "no --queries (config key self_join)",
+    )
+    p.add_argument(
+        "--include-self", action="store_true",
+        help="with --self-join: keep each doc in its own results (config key include_self)",
+    )
     p.add_argument("--config", default="local", help=f"config name {configs.config_names()} or YAML path (default: %(default)s)")
     p.add_argument("--tsv", help="also write the competition's TSV result file here")
     p.add_argument("--dry-run", action="store_true", help="validate inputs, print the shard plan, and exit")
@@ -128,14 +141,18 @@ def _run_id_arg(text: str) -> str:
 @dataclass
 class _Inputs:
     docs_path: str
-    queries_path: str
+    queries_path: str | None  # None for a self-join: the queries are the docs
     synthetic: bool
 
 
 def _resolve_inputs(args, cfg: configs.JobConfig) -> _Inputs:
-    if (args.docs is None) != (args.queries is None):
+    if cfg.self_join:
+        _check_self_join_args(args)
+        if args.docs is not None:
+            return _Inputs(args.docs, None, synthetic=False)
+    elif (args.docs is None) != (args.queries is None):
         raise InputError("give both --docs and --queries, or neither (to run on the config's synthetic corpus)")
-    if args.docs is not None:
+    elif args.docs is not None:
         return _Inputs(args.docs, args.queries, synthetic=False)
     from .synthetic import SyntheticSpec, ensure_synthetic
 
@@ -144,7 +161,16 @@ def _resolve_inputs(args, cfg: configs.JobConfig) -> _Inputs:
     spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
     log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
     docs, queries = ensure_synthetic(spec, os.path.expanduser(s.cache_dir))
-    return _Inputs(str(docs), str(queries), synthetic=True)
+    return _Inputs(str(docs), None if cfg.self_join else str(queries), synthetic=True)
+
+
+def _check_self_join_args(args) -> None:
+    """A self-join takes its queries from the corpus: refuse ``--queries`` with it."""
+    if args.queries is not None:
+        raise UsageError(
+            f"--queries {args.queries} was given with a self-join (--self-join, or self_join: true in the config): "
+            "a self-join takes its queries from the corpus (--docs); drop --queries, or drop the self-join to search those queries"
+        )
 
 
 def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
@@ -359,7 +385,10 @@ def _run(args, held: _Held) -> int:
     timings: dict[str, float] = {}
     peaks: dict[str, int] = {}  # driver peak RSS after each phase, bytes
     overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
+    overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
     cfg = configs.load_config(args.config, overrides)
+    if cfg.self_join:
+        _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
     target = _target(args, cfg, started)
     if target.day is not None:
         check_dataset_root(target.dataset_root)
@@ -371,15 +400,24 @@ def _run(args, held: _Held) -> int:
     inputs = _resolve_inputs(args, cfg)
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
 
+    exclude_self = cfg.self_join and not cfg.include_self
     with _phase("validate", timings, peaks):
         read_start_ns = time.time_ns()
-        queries = QueryStream(inputs.queries_path, limits, on_invalid=cfg.on_invalid)  # validated; read again chunk by chunk
+        if cfg.self_join:  # the corpus itself, validated as the readers will; read again chunk by chunk
+            queries = DocQueryStream(inputs.docs_path, limits, on_invalid=cfg.on_invalid)
+        else:
+            queries = QueryStream(inputs.queries_path, limits, on_invalid=cfg.on_invalid)  # validated; read again chunk by chunk
         _, doc_fmt, doc_files = plan_pieces(inputs.docs_path, 1)  # the corpus's files and footers; readers check rows
         _check_unchanged_since(read_start_ns, queries.files)
-        if queries.n_queries == 0:
+        if cfg.self_join:
+            _check_self_join_size(inputs.docs_path, queries.n_queries, exclude_self)
+        elif queries.n_queries == 0:
             raise InputError(f"{inputs.queries_path}: no queries found; expected at least one")
-        fingerprints = {"docs": fingerprint(doc_files, inputs.docs_path), "queries": fingerprint(queries.files, inputs.queries_path)}
-    log.info("queries valid: %d (%d with repeated ids) from %s", queries.n_queries, queries.n_with_repeats, inputs.queries_path)
+        fingerprints = {"docs": fingerprint(doc_files, inputs.docs_path)}
+        # A self-join's queries are the docs: the same files, the same fingerprint.
+        fingerprints["queries"] = fingerprints["docs"] if cfg.self_join else fingerprint(queries.files, inputs.queries_path)
+    log.info("queries valid: %d (%d with repeated ids) from %s%s", queries.n_queries, queries.n_with_repeats,
+             inputs.queries_path or inputs.docs_path, _self_join_note(cfg) if cfg.self_join else "")
 
     import ray
 
@@ -405,22 +443,29 @@ def _run(args, held: _Held) -> int:
         _check_unchanged_since(read_start_ns, doc_files)
         if corpus.n_docs == 0:
             raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
+        if cfg.self_join and corpus.n_docs != queries.n_queries:
+            # Both apply the same rules to the same unchanged files; a difference is a bug, not bad input.
+            raise RuntimeError(f"{inputs.docs_path}: the self-join's query pass kept {queries.n_queries} docs, "
+                               f"the corpus readers {corpus.n_docs}; they must agree (report this)")
         plan = plan_shards_from_counts(corpus.length_counts, n_shards, doc_cost=shard_doc_cost(backend, cfg.max_len))
-    rejected = _rejected_table(corpus.rejected, queries.rejected)
+    # In a self-join the queries set aside are the docs set aside: listed once, as docs.
+    query_rejected = () if cfg.self_join else queries.rejected
+    rejected = _rejected_table(corpus.rejected, query_rejected)
     n_docs, doc_repeats, n_rejected_docs = corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected)
     log.info("corpus valid: %d docs (%d with repeated ids) from %s, read in %d piece(s)",
              n_docs, corpus.n_with_repeats, inputs.docs_path, len(pieces))
     if rejected.num_rows:
         log.warning(
             "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
-            "they are listed with the reason in %s/_rejected/", len(corpus.rejected), len(queries.rejected), target.out_dir,
+            "they are listed with the reason in %s/_rejected/", len(corpus.rejected), len(query_rejected), target.out_dir,
         )
     lines = _plan_lines(plan, backend, cfg, n_docs, queries.n_queries)
     if args.dry_run:
         print("\n".join(lines + [f"  output: {target.out_dir}"]))
         return EXIT_OK
     chunks = plan_chunks(queries.n_queries, cfg.query_chunk_size)
-    rows_per_query = min(cfg.k, n_docs)
+    # Excluding self, a query ranks the n_docs - 1 other docs.
+    rows_per_query = min(cfg.k, n_docs - 1) if exclude_self else min(cfg.k, n_docs)
     work = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
     key = resume_key(fingerprints=fingerprints, config=results_config, out=os.path.abspath(target.out_dir))
@@ -446,7 +491,10 @@ def _run(args, held: _Held) -> int:
             todo = [c for c in chunks if c.index not in done]
             bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
             stream = ((c, ids, sets) for c, (ids, sets) in zip(chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in done)
-            timings.update(search_chunks(actors, infos, plan, stream, cfg, backend, work, parquet_metadata, bar))
+            # Excluding self, the shards search k + 1 per query and the merge tasks drop each
+            # query's own doc (exact: see shards.drop_own_docs).
+            search_cfg = dataclasses.replace(cfg, k=cfg.k + 1) if exclude_self else cfg
+            timings.update(search_chunks(actors, infos, plan, stream, search_cfg, backend, work, parquet_metadata, bar))
             bar.close()
         infos = gather(actors, infos, lambda a: a.info.remote(), "final info", f.search_timeout_s, 1, 0.0)
     finally:
@@ -474,7 +522,10 @@ def _run(args, held: _Held) -> int:
             },
             "inputs": {
                 "docs": {"path": inputs.docs_path, "format": doc_fmt, "files": list(doc_files), "synthetic": inputs.synthetic},
-                "queries": {"path": inputs.queries_path, "format": queries.fmt, "files_count": len(queries.files)},
+                "queries": {"path": inputs.queries_path, "format": queries.fmt, "files_count": len(queries.files)}
+                if not cfg.self_join else
+                {"self_join": True, "include_self": cfg.include_self, "path": inputs.docs_path, "format": queries.fmt,
+                 "files_count": len(queries.files), "description": _self_join_note(cfg).strip(" ()")},
             },
             "fingerprint": {
                 **fingerprints,
@@ -489,7 +540,8 @@ def _run(args, held: _Held) -> int:
                 "docs_with_repeated_ids": doc_repeats,
                 "queries_with_repeated_ids": queries.n_with_repeats,
                 "rejected_docs": n_rejected_docs,
-                "rejected_queries": len(queries.rejected),
+                "rejected_queries": len(query_rejected),
+                "rows_per_query": rows_per_query,
                 "chunks_resumed": len(done),
             },
             "score": cfg.score,
@@ -525,9 +577,26 @@ def _max_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def _self_join_note(cfg: configs.JobConfig) -> str:
+    own = "each doc included in its own results" if cfg.include_self else "each doc left out of its own results"
+    return f" (self-join: every doc is a query, {own})"
+
+
+def _check_self_join_size(docs_path: str, n_docs: int, exclude_self: bool) -> None:
+    """Refuse a self-join that would write no row at all: no docs, or one doc without itself."""
+    if n_docs == 0:
+        raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")
+    if exclude_self and n_docs < 2:
+        raise InputError(
+            f"{docs_path}: self-join needs at least 2 docs (each doc is searched against the others), found {n_docs}; "
+            "add docs, or keep each doc in its own results with --include-self"
+        )
+
+
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
     copies = f" x {cfg.replicas} replicas" if cfg.replicas > 1 else ""
-    lines = [f"plan: {n_docs} docs, {n_queries} queries, k={cfg.k}, score {cfg.score}, backend {backend}, {len(plan)} shard(s){copies}"]
+    join = _self_join_note(cfg) if cfg.self_join else ""
+    lines = [f"plan: {n_docs} docs, {n_queries} queries{join}, k={cfg.k}, score {cfg.score}, backend {backend}, {len(plan)} shard(s){copies}"]
     for s in plan:
         lines.append(f"  shard {s.shard_id}: lengths {s.min_len}..{s.max_len}, {s.n_docs} docs, {s.n_tokens} ids")
     return lines

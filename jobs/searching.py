@@ -255,6 +255,8 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         The chunks still to compute, with their query ids and queries (read one chunk at a
         time, :meth:`shards.QueryStream.chunks`).
     cfg : configs.JobConfig
+        ``cfg.k`` is what each shard searches per query: for a self-join without the own
+        doc the job passes ``k + 1``, and the merge tasks drop each query's own doc.
     backend : str
         Decides ``threshold_exchange: auto`` (on for numpy, off for cupy).
     work : pathlib.Path
@@ -293,7 +295,8 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     def start_finish(chunk, query_ids, query_len, layouts, refs):
         # The references travel inside a list, so the task starts before the searches end.
         return finish.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
-                             layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score)
+                             layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score,
+                             exclude_self=cfg.self_join and not cfg.include_self)
 
     def finish_oldest() -> None:
         search = searching.popleft()

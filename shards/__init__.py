@@ -3,15 +3,16 @@ threshold exchange, and the exact merge."""
 
 from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_format, fingerprint, read_corpus, read_queries
-from .merge import merge_topk
+from .merge import drop_own_docs, merge_topk
 from .plan import ShardSpec, plan_shards, plan_shards_from_counts
-from .query_stream import QueryStream
+from .query_stream import DocQueryStream, QueryStream
 from .searcher import ShardActor, ShardSearcher
 from .thresholds import floors_from, home_shards, scatter_rounds, split_rounds
 
 __all__ = [
     "Corpus",
     "CorpusPiece",
+    "DocQueryStream",
     "InputError",
     "PieceSummary",
     "Queries",
@@ -24,6 +25,7 @@ __all__ = [
     "assemble_shard",
     "check_doc_ids",
     "corpus_format",
+    "drop_own_docs",
     "fingerprint",
     "floors_from",
     "group_pieces",

@@ -7,6 +7,11 @@ chunk, with the same rules, so the driver holds one chunk of queries at a
 time. The result is the same as :func:`shards.read_queries` (same ids, sets,
 order, errors and rejects); a query directory, whose file names are listed
 anyway, is read whole.
+
+:class:`DocQueryStream` is the same for a self-join: the corpus read as queries,
+chunk by chunk, with the corpus readers' validation and the same docs left out
+(bad rows or lines set aside, later repeats of a ``doc_id``), each query named
+by its doc id.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from .inputs import (
     _set_batch,
     _text_sets,
     _validated_batches,
+    corpus_format,
     queries_format,
     read_queries,
 )
 
-__all__ = ["QueryStream"]
+__all__ = ["DocQueryStream", "QueryStream"]
 
 _QUERY_THREADS = 2  # row groups decoded at once on the driver: each holds a few hundred thousand queries
 
@@ -190,3 +196,104 @@ class QueryStream:
         if total != self.n_queries:
             raise RuntimeError(f"{self.path}: the queries changed while the job ran (validated {self.n_queries}, "
                                f"read {total} now); rerun the job")
+
+
+class DocQueryStream(QueryStream):
+    """The corpus at ``path`` as queries (a self-join), validated, then read chunk by chunk.
+
+    Query ``i`` is the ``i``-th doc the corpus readers keep, in read order (files in
+    sorted name order, then rows or lines), and its query id is that doc's id as text
+    (the 0-based line number for the text format). The docs kept are exactly those of
+    :func:`shards.read_corpus` (and of the job's reader tasks): the same rules, the same
+    rows or lines set aside under ``on_invalid="quarantine"``, and of rows repeating a
+    ``doc_id`` only the first in read order stays. So the query ids are the corpus's doc
+    ids, each once. The order is read order, not ``doc_id`` order (for a corpus written in
+    id order, the usual case, the two agree).
+
+    Parameters
+    ----------
+    path : str
+        The corpus as :func:`shards.read_corpus` takes it: a text file (STI2 ``docs.txt``),
+        a ``*.parquet`` file or a directory of them (``doc_id``, ``tokens``).
+    limits : SetLimits
+    on_invalid : {"error", "quarantine"}
+
+    Attributes
+    ----------
+    n_queries : int
+        Docs kept (= :attr:`shards.Corpus.doc_ids` length).
+    n_with_repeats : int
+        Docs that had a repeated token id.
+    fmt : str
+        ``"text"`` or ``"parquet"``.
+    files : tuple of str
+        Files read.
+    rejected : tuple of Rejected
+        Lines or rows set aside under ``on_invalid="quarantine"``, then later repeats of a
+        ``doc_id`` (as :func:`shards.read_corpus` lists them).
+
+    Raises
+    ------
+    InputError
+        As :func:`shards.read_corpus` (``on_invalid="error"``): the first bad line or row in
+        read order, else the first repeated ``doc_id`` in read order; or a missing or
+        unreadable input.
+
+    Notes
+    -----
+    The validating pass keeps, for Parquet, 16 bytes per doc (its ``doc_id`` and row, to
+    find repeated ids exactly) and nothing per doc for text, whose ids are line numbers.
+    """
+
+    def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
+        self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
+        self.fmt = corpus_format(path)
+        self._whole = None  # QueryStream.chunks reads the blocks again
+        self._drop = np.zeros(0, dtype=np.int64)
+        rejects = _Rejects(on_invalid)
+        self.files = (self.path,) if self.fmt == "text" else tuple(_parquet_files(self.path))
+        ids, rows = [], []
+        n_kept = n_repeats = 0
+        for block_ids, block_rows, lengths, _, repeated in self._blocks(rejects):
+            n_kept += len(lengths)
+            n_repeats += int(repeated.sum())
+            if self.fmt == "parquet":
+                ids.append(block_ids)
+                rows.append(block_rows)
+        self.n_with_repeats = n_repeats
+        if ids:
+            self._drop = self._repeated_doc_ids(np.concatenate(ids), np.concatenate(rows), rejects)
+        self.n_queries = n_kept - len(self._drop)
+        self.rejected = tuple(rejects.records)
+
+    def _blocks(self, rejects: _Rejects):
+        """Yield ``(doc_ids, rows, lengths, tokens, repeated)`` per block of valid docs in read order:
+        their ids (int64; for text the line numbers), global row indices (0-based over all rows
+        of all files; for text the line numbers) and sets."""
+        if self.fmt == "text":
+            for lines, lengths, tokens, repeated in _text_sets(self.path, self.limits, rejects):
+                yield lines, lines, lengths, tokens, repeated
+            return
+        self._where, base = [], 0
+        for file in self.files:
+            batches = _validated_batches(file, "doc_id", self.limits, rejects, max_threads=_QUERY_THREADS)
+            for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
+                # ids covers every row of the batch (-1 where one was set aside); good, the valid rows.
+                yield ids[good], base + good, lengths, tokens, repeated
+                self._where.append((file, row_base, n_rows))
+                base += n_rows
+
+    def _repeated_doc_ids(self, ids: np.ndarray, rows: np.ndarray, rejects: _Rejects) -> np.ndarray:
+        """Rows repeating the ``doc_id`` of an earlier kept row (read order), as the corpus readers
+        drop them; raises at the first one in read order unless quarantining. Returns the rows."""
+        order = np.argsort(ids, kind="stable")  # stable: equal ids stay in read order (rows increase)
+        sorted_ids = ids[order]
+        again = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1]) + 1
+        if not len(again):
+            return np.zeros(0, dtype=np.int64)
+        first = order[np.searchsorted(sorted_ids, sorted_ids[again])]  # each id's first occurrence
+        drop = []
+        for later, earlier in sorted(zip(rows[order[again]].tolist(), rows[first].tolist())):
+            rejects.add(_duplicate_error(self._where, "doc_id", int(ids[np.searchsorted(rows, later)]), earlier, later))
+            drop.append(later)
+        return np.asarray(drop, dtype=np.int64)
