@@ -77,7 +77,13 @@ from .topk import TopK, empty_topk
 __all__ = ["CupyShardIndex", "search_cost_per_doc", "warm_up"]
 
 _SOURCE_PATH = pathlib.Path(__file__).with_name("bitslice_topk.cu")
-_COUNT_KERNELS = {32: "settopk::count_emit<32, unsigned int>", 16: "settopk::count_emit<16, unsigned short>"}
+# (queries per block, any score): Braun-Blanquet has a kernel of its own (see count_emit's kAnyScore).
+_COUNT_KERNELS = {
+    (32, False): "settopk::count_emit<32, unsigned int, false>",
+    (16, False): "settopk::count_emit<16, unsigned short, false>",
+    (32, True): "settopk::count_emit<32, unsigned int, true>",
+    (16, True): "settopk::count_emit<16, unsigned short, true>",
+}
 _OTHER_KERNELS = ("settopk::build_layout", "settopk::select_topk", "settopk::decode_topk")
 _MAX_LEN_LIMIT = 255  # 8 counter planes; the job's configs allow at most 255 too
 _MAX_VOCAB = 65536  # token ids are uint16
@@ -133,7 +139,8 @@ def warm_up() -> None:
 
 
 def _kernels(device_id: int) -> dict:
-    """The compiled kernels for ``device_id`` (short name, or ``count32``/``count16``)."""
+    """The compiled kernels for ``device_id`` (short name, or ``count32``/``count16`` for Braun-Blanquet
+    and ``count32_any``/``count16_any`` for any score)."""
     import cupy
 
     names = list(_COUNT_KERNELS.values()) + list(_OTHER_KERNELS)
@@ -145,8 +152,8 @@ def _kernels(device_id: int) -> dict:
                 module.compile()
             _modules[device_id] = module
     out = {name.split("::")[-1]: module.get_function(name) for name in _OTHER_KERNELS}
-    for queries, name in _COUNT_KERNELS.items():
-        out[f"count{queries}"] = module.get_function(name)
+    for (queries, any_score), name in _COUNT_KERNELS.items():
+        out[f"count{queries}" + ("_any" if any_score else "")] = module.get_function(name)
     return out
 
 
@@ -495,7 +502,7 @@ class CupyShardIndex:
             raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_optin}")
         self.queries_per_block = queries
         self._count_shared = shared
-        self._count = self._kernels[f"count{queries}"]
+        self._count = self._kernels[f"count{queries}" + ("" if self.score == "braun_blanquet" else "_any")]
         cupy.cuda.get_current_stream().synchronize()  # the build's time includes its GPU work
 
     # ---- search ---------------------------------------------------------------
