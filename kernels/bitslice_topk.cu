@@ -311,7 +311,9 @@ build_layout(const long long* __restrict__ offsets, const unsigned short* __rest
 // (max_doc_len + 1) reach masks, all 32-bit.
 // kAnyScore: false compiles the Braun-Blanquet kernel alone (the score argument unused), whose
 // emission keeps 32-bit math and registers; true takes the score at run time. Measured on one
-// H200 (sti2-zipf, 2000 queries): the run-time score in the one kernel cost about 1 ms of 20.
+// H200 (sti2-zipf, 2000 queries, search medians of 7): with one run-time-score kernel for all,
+// 20.9 and 21.0 ms against 20.0 and 20.2 ms for the code before the scores (commit f21d1be);
+// with this instance, on another machine, 21.3 ms against 21.6 ms.
 template <int kQueries, typename Word, bool kAnyScore>
 __global__ void __launch_bounds__(1024, 1)
 count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk_start,
