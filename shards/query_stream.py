@@ -81,6 +81,8 @@ class QueryStream:
         ``query_id`` (``on_invalid="error"``), or a missing or unreadable input.
     """
 
+    _ID_COLUMN = "query_id"  # the Parquet id column
+
     def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
         self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
         self.fmt = queries_format(path)
@@ -91,21 +93,36 @@ class QueryStream:
             self.n_queries, self.n_with_repeats = self._whole.queries.n_sets, self._whole.n_with_repeats
             self.files, self.rejected = self._whole.files, self._whole.rejected
             return
-        rejects = _Rejects(on_invalid)
+        self._count_pass()
+
+
+    def _count_pass(self) -> None:
+        """The validating pass: counts, rejects, and for Parquet the rows of repeated ids to drop."""
+        rejects = _Rejects(self.on_invalid)
         self.files = (self.path,) if self.fmt == "text" else tuple(_parquet_files(self.path))
-        hashes, rows = [], []
+        keys, rows = [], []
         n_kept = n_repeats = 0
         for ids, rows_kept, lengths, _, repeated in self._blocks(rejects):
             n_kept += len(lengths)
             n_repeats += int(repeated.sum())
             if self.fmt == "parquet":
-                hashes.append(np.array([_hash(q) for q in ids], dtype=np.uint64))
+                keys.append(self._id_keys(ids))
                 rows.append(rows_kept)
         self.n_with_repeats = n_repeats
         if self.fmt == "parquet" and n_kept:
-            self._drop = self._repeated_ids(np.concatenate(hashes), np.concatenate(rows), rejects)
+            self._drop = self._repeated_ids(np.concatenate(keys), np.concatenate(rows), rejects)
         self.n_queries = n_kept - len(self._drop)
         self.rejected = tuple(rejects.records)
+
+    @staticmethod
+    def _id_keys(ids) -> np.ndarray:
+        """What the pass keeps per Parquet id to find repeats: an 8-byte hash of each query id."""
+        return np.array([_hash(q) for q in ids], dtype=np.uint64)
+
+    @staticmethod
+    def _kept_ids(ids, good: np.ndarray):
+        """The ids of a batch's valid rows ``good``."""
+        return [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
 
     def _blocks(self, rejects: _Rejects):
         """Yield ``(ids, rows, lengths, tokens, repeated)`` per block of valid queries in input
@@ -117,10 +134,9 @@ class QueryStream:
             return
         self._where, base = [], 0
         for file in self.files:
-            batches = _validated_batches(file, "query_id", self.limits, rejects, max_threads=_QUERY_THREADS)
+            batches = _validated_batches(file, self._ID_COLUMN, self.limits, rejects, max_threads=_QUERY_THREADS)
             for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
-                kept_ids = [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
-                yield kept_ids, base + good, lengths, tokens, repeated
+                yield self._kept_ids(ids, good), base + good, lengths, tokens, repeated
                 self._where.append((file, row_base, n_rows))
                 base += n_rows
 
@@ -245,45 +261,27 @@ class DocQueryStream(QueryStream):
     find repeated ids exactly) and nothing per doc for text, whose ids are line numbers.
     """
 
+    _ID_COLUMN = "doc_id"  # the Parquet id column
+
     def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
         self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
         self.fmt = corpus_format(path)
         self._whole = None  # QueryStream.chunks reads the blocks again
         self._drop = np.zeros(0, dtype=np.int64)
-        rejects = _Rejects(on_invalid)
-        self.files = (self.path,) if self.fmt == "text" else tuple(_parquet_files(self.path))
-        ids, rows = [], []
-        n_kept = n_repeats = 0
-        for block_ids, block_rows, lengths, _, repeated in self._blocks(rejects):
-            n_kept += len(lengths)
-            n_repeats += int(repeated.sum())
-            if self.fmt == "parquet":
-                ids.append(block_ids)
-                rows.append(block_rows)
-        self.n_with_repeats = n_repeats
-        if ids:
-            self._drop = self._repeated_doc_ids(np.concatenate(ids), np.concatenate(rows), rejects)
-        self.n_queries = n_kept - len(self._drop)
-        self.rejected = tuple(rejects.records)
+        self._count_pass()
 
-    def _blocks(self, rejects: _Rejects):
-        """Yield ``(doc_ids, rows, lengths, tokens, repeated)`` per block of valid docs in read order:
-        their ids (int64; for text the line numbers), global row indices (0-based over all rows
-        of all files; for text the line numbers) and sets."""
-        if self.fmt == "text":
-            for lines, lengths, tokens, repeated in _text_sets(self.path, self.limits, rejects):
-                yield lines, lines, lengths, tokens, repeated
-            return
-        self._where, base = [], 0
-        for file in self.files:
-            batches = _validated_batches(file, "doc_id", self.limits, rejects, max_threads=_QUERY_THREADS)
-            for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
-                # ids covers every row of the batch (-1 where one was set aside); good, the valid rows.
-                yield ids[good], base + good, lengths, tokens, repeated
-                self._where.append((file, row_base, n_rows))
-                base += n_rows
 
-    def _repeated_doc_ids(self, ids: np.ndarray, rows: np.ndarray, rejects: _Rejects) -> np.ndarray:
+    @staticmethod
+    def _id_keys(ids) -> np.ndarray:
+        """Doc ids are integers: the pass keeps them whole (8 bytes), so repeats are exact."""
+        return ids
+
+    @staticmethod
+    def _kept_ids(ids, good: np.ndarray):
+        # ids covers every row of the batch (-1 where one was set aside); good, the valid rows.
+        return ids[good]
+
+    def _repeated_ids(self, ids: np.ndarray, rows: np.ndarray, rejects: _Rejects) -> np.ndarray:
         """Rows repeating the ``doc_id`` of an earlier kept row (read order), as the corpus readers
         drop them; raises at the first one in read order unless quarantining. Returns the rows."""
         order = np.argsort(ids, kind="stable")  # stable: equal ids stay in read order (rows increase)
