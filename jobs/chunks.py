@@ -110,8 +110,9 @@ def finish_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int
     ray.exceptions.RayError
         If a search whose result is passed failed (the driver then sends the chunk again).
     """
-    if sum(len(layout.parts) for layout in layouts) != len(results):
-        raise ValueError(f"the layouts name {sum(len(layout.parts) for layout in layouts)} results, {len(results)} were passed")
+    named = sum(len(layout.parts) for layout in layouts)
+    if named != len(results):
+        raise ValueError(f"the layouts name {named} results, {len(results)} were passed")
     merge_s = write_s = 0.0
     rows = position = 0
     metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it

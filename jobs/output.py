@@ -440,8 +440,6 @@ def write_part(
         If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
         namespaced, or ``row_group_rows < 1``.
     """
-    if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
-        raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
     writer = PartWriter(directory, index, metadata=metadata, row_group_rows=row_group_rows)
     try:
         writer.write(table)

@@ -186,8 +186,8 @@ class _ChunkSearch:
         self.entries: list = []
         self.first_calls = self._calls(0)
         self.first_refs = [call(actors[i]) for i, call in self.first_calls]
-        self.one_round = not any(len(rows) for *_, second in self.layouts for rows in second)
-        self.early = self._start_finish() if self.one_round else None
+        one_round = not any(len(rows) for *_, second in self.layouts for rows in second)
+        self.early = self._start_finish() if one_round else None  # (task, the results it was given)
 
     def _calls(self, round_index: int) -> list:
         """``(actor index, call)`` pairs of one round; records each call's (batch, shard, rows, key)."""

@@ -95,7 +95,6 @@ class QueryStream:
             return
         self._count_pass()
 
-
     def _count_pass(self) -> None:
         """The validating pass: counts, rejects, and for Parquet the rows of repeated ids to drop."""
         rejects = _Rejects(self.on_invalid)
