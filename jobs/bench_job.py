@@ -139,16 +139,11 @@ def _kernel_only(cfg, docs: Path, queries: Path, limits: SetLimits, backend: str
                 ray.get(actor.search_batches.remote(chunk.take(np.arange(min(cfg.query_batch_size, chunk.n_sets))), cfg.k, cfg.query_batch_size))
             seconds += ray.get(actor.search_batches.remote(chunk, cfg.k, cfg.query_batch_size))
             mine = sample[(sample >= lo) & (sample < lo + chunk.n_sets)] - lo
-            if len(mine):
-                sample_sets.append(chunk.take(mine))
+            sample_sets += chunk.take(mine).to_lists()
             lo += chunk.n_sets
         from kernels import SetBatch
 
-        offsets = [np.zeros(1, dtype=np.int64)]
-        for part in sample_sets:
-            offsets.append(part.offsets[1:] + offsets[-1][-1])
-        queries_sample = SetBatch(np.concatenate(offsets), np.concatenate([p.tokens for p in sample_sets]))
-        reference = ray.get(actor.reference.remote(queries_sample, cfg.k))
+        reference = ray.get(actor.reference.remote(SetBatch.from_lists(sample_sets), cfg.k))
     finally:
         ray.kill(actor)
     return seconds, reference

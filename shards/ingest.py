@@ -21,7 +21,7 @@ import numpy as np
 
 from kernels.sets import SetBatch
 
-from .inputs import Corpus, InputError, Rejected, SetLimits, _open_parquet, _parquet_files, _Rejects, corpus_format, read_corpus
+from .inputs import Corpus, InputError, Rejected, SetLimits, _offsets, _open_parquet, _parquet_files, _Rejects, corpus_format, read_corpus
 
 __all__ = ["CorpusPiece", "PieceSummary", "assemble_shard", "check_doc_ids", "group_pieces", "pieces_ordered", "plan_pieces", "read_piece"]
 
@@ -264,12 +264,6 @@ def check_doc_ids(pieces: list[CorpusPiece], summaries: list[PieceSummary], fetc
     return {i: np.asarray(v, dtype=np.int64) for i, v in drops.items()}, rejects.records
 
 
-def _offsets_of(lengths: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
-
-
 def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
     """Take one shard's docs out of the pieces: lengths in ``[min_len, max_len]``, in doc id order.
 
@@ -310,9 +304,9 @@ def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None
         tokens.append(corpus.docs.tokens[np.repeat(keep, piece_lengths)])
     doc_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     if ordered and not concatenate:
-        return doc_ids, [SetBatch(_offsets_of(piece_lengths), piece_tokens) for piece_lengths, piece_tokens in zip(lengths, tokens)]
+        return doc_ids, [SetBatch(_offsets(piece_lengths), piece_tokens) for piece_lengths, piece_tokens in zip(lengths, tokens)]
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    docs = SetBatch(_offsets_of(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16))
+    docs = SetBatch(_offsets(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16))
     if not ordered and len(doc_ids) > 1:
         by_id = np.argsort(doc_ids, kind="stable")
         doc_ids, docs = doc_ids[by_id], docs.take(by_id)
