@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from kernels import DEFAULT_SCORE, TopK, score_definition
+from kernels import DEFAULT_SCORE, score_definition
 from shards import drop_own_docs, merge_topk, scatter_rounds
 
 from .output import PartWriter, part_name, results_table

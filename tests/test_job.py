@@ -15,22 +15,9 @@ import pytest
 from jobs import score
 from jobs.output import RESULT_SCHEMA
 from kernels import brute_force_topk
+from tests.job_helpers import job_config as _config
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
-
-
-def _config(tmp_path, name="c", **values):
-    values = {"backend": "numpy", "n_shards": 1, "cpus_per_shard": 0.5, **values}
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            lines.append(f"{key}:")
-            lines += [f"  {k}: {v}" for k, v in value.items()]
-        else:
-            lines.append(f"{key}: {value}")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 def _write_text_sets(path, sets):

@@ -5,41 +5,21 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-from fractions import Fraction
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from jobs import score as job
-from jobs.output import RESULT_SCHEMA, work_dir
+from jobs.output import work_dir
 from kernels import SCORES, brute_force_topk, score_definition
+from tests.job_helpers import job_config, result_rows as _rows, score_apart as _value, write_sets as _write
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
-def _write(path, sets):
-    path.write_text("".join(",".join(map(str, s)) + "\n" for s in sets))
-    return str(path)
-
-
 def _config(tmp_path, name="c", **values):
-    values = {"backend": "numpy", "n_shards": 2, "cpus_per_shard": 0.5, "query_batch_size": 7, **values}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
-    return str(path)
-
-
-def _value(ov, ql, dl, score):
-    """The score column's value, computed apart from kernels.keys."""
-    if score == "overlap":
-        return float(ov)
-    if score == "cosine":
-        return ov / math.sqrt(ql * dl) if ql * dl else 0.0
-    num, den = {"braun_blanquet": (ov, max(ql, dl)), "jaccard": (ov, ql + dl - ov), "dice": (2 * ov, ql + dl),
-                "containment": (ov, ql)}[score]
-    return float(Fraction(num, den)) if den else 0.0
+    return job_config(tmp_path, name, **{"n_shards": 2, "query_batch_size": 7, **values})
 
 
 def _expected_rows(docs, queries, k, score):
@@ -48,13 +28,6 @@ def _expected_rows(docs, queries, k, score):
         ql = len(set(q))
         rows += [(str(qi), rank, d, _value(o, ql, dl, score), o, ql, dl) for rank, (d, o, dl) in enumerate(result, start=1)]
     return rows
-
-
-def _rows(out):
-    table = pq.read_table(out)
-    assert table.schema.equals(RESULT_SCHEMA, check_metadata=False)
-    d = table.to_pydict()
-    return list(zip(*(d[name] for name in RESULT_SCHEMA.names)))
 
 
 @pytest.fixture(scope="module")

@@ -10,22 +10,9 @@ import numpy as np
 import pytest
 
 from kernels import SCORES, NumpyShardIndex, SetBatch, best_key_in_range, max_key, score_key
+from tests.gpu_helpers import cupy_index as _index, random_set_batch as _random_sets
 
 pytestmark = pytest.mark.gpu
-
-
-def _index(*args, **kwargs):
-    from kernels.cuda import CupyShardIndex  # imported here: CuPy may be absent where these skip
-
-    return CupyShardIndex(*args, **kwargs)
-
-
-def _random_sets(rng, n_sets, vocab, max_len, min_len=0) -> SetBatch:
-    sets = []
-    for _ in range(n_sets):
-        length = int(rng.integers(min_len, min(max_len, vocab) + 1))
-        sets.append(rng.choice(vocab, size=length, replace=False))
-    return SetBatch.from_lists(sets)
 
 
 def _zipf_sets(rng, lengths, vocab) -> SetBatch:

@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 
 from kernels import SCORES, NumpyShardIndex, SetBatch, score_key
+from tests.gpu_helpers import cupy_index as _index
 
 pytestmark = pytest.mark.gpu
-
-
-def _index(*args, **kwargs):
-    from kernels.cuda import CupyShardIndex
-
-    return CupyShardIndex(*args, **kwargs)
 
 
 def _sets(rng, n, vocab, max_len, min_len=0):

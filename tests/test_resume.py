@@ -4,12 +4,6 @@ same result as an uninterrupted run, byte for byte."""
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -17,19 +11,11 @@ import pytest
 
 from jobs import score
 from jobs.output import work_dir
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _write(path, sets):
-    path.write_text("".join(",".join(map(str, s)) + "\n" for s in sets))
-    return str(path)
+from tests.job_helpers import kill_driver_mid_run, write_sets as _write
 
 
 @pytest.mark.timeout(240)
 def test_killed_driver_resumes_to_an_identical_result(tmp_path, ray_cluster):
-    import ray
-
     rng = np.random.default_rng(5)
     docs = _write(tmp_path / "docs.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(3000)])
     queries = _write(tmp_path / "q.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(1500)])
@@ -39,16 +25,8 @@ def test_killed_driver_resumes_to_an_identical_result(tmp_path, ray_cluster):
     args = ["--docs", docs, "--queries", queries, "--k", "20", "--config", str(cfg), "--run-id", "nightly-1", "--quiet"]
 
     out = tmp_path / "out"
-    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.score", *args, "--out", str(out)], cwd=ROOT, env=env)
+    committed = kill_driver_mid_run(args, out)
     work = work_dir(out)
-    deadline = time.monotonic() + 120
-    while len(list(work.glob("part-*.parquet"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    committed = len(list(work.glob("part-*.parquet")))
-    assert proc.returncode == -signal.SIGKILL and not out.exists(), "the driver must be killed mid-run"
     assert 3 <= committed < 60
 
     assert score.main(args + ["--out", str(out)]) == 0  # same arguments: resume

@@ -5,15 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import os
-import pathlib
 import shutil
-import signal
-import subprocess
-import sys
-import time
-from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
@@ -21,35 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import score as job
-from jobs.output import RESULT_SCHEMA, work_dir
+from jobs.output import work_dir
 from kernels import TopK, brute_force_topk
 from shards import DocQueryStream, InputError, SetLimits, drop_own_docs, read_corpus
+from tests.job_helpers import job_config, kill_driver_mid_run, result_rows as _rows, score_apart as _value, write_sets as _write
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIMITS = SetLimits(vocab_size=60, max_len=10)
 
 
-def _write(path, sets):
-    path.write_text("".join(",".join(map(str, s)) + "\n" for s in sets))
-    return str(path)
-
-
 def _config(tmp_path, name="c", **values):
-    values = {"backend": "numpy", "n_shards": 2, "cpus_per_shard": 0.5, "query_batch_size": 7, **values}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
-    return str(path)
-
-
-def _value(ov, ql, dl, score):
-    """The score column's value, computed apart from kernels.keys."""
-    if score == "overlap":
-        return float(ov)
-    if score == "cosine":
-        return ov / math.sqrt(ql * dl) if ql * dl else 0.0
-    num, den = {"braun_blanquet": (ov, max(ql, dl)), "jaccard": (ov, ql + dl - ov), "dice": (2 * ov, ql + dl),
-                "containment": (ov, ql)}[score]
-    return float(Fraction(num, den)) if den else 0.0
+    return job_config(tmp_path, name, **{"n_shards": 2, "query_batch_size": 7, **values})
 
 
 def _expected_self_join(docs, doc_ids, k, score="braun_blanquet", include_self=False):
@@ -62,13 +35,6 @@ def _expected_self_join(docs, doc_ids, k, score="braun_blanquet", include_self=F
         ql = len(set(q))
         rows += [(str(own), rank, d, _value(o, ql, dl, score), o, ql, dl) for rank, (d, o, dl) in enumerate(result, start=1)]
     return rows
-
-
-def _rows(out):
-    table = pq.read_table(out)
-    assert table.schema.equals(RESULT_SCHEMA, check_metadata=False)
-    d = table.to_pydict()
-    return list(zip(*(d[name] for name in RESULT_SCHEMA.names)))
 
 
 def _tie_docs(seed=21, n=120):
@@ -329,8 +295,6 @@ def test_bad_self_join_arguments_exit_2_and_write_nothing(tmp_path, ray_cluster,
 def test_killed_self_join_resumes_to_an_identical_result(tmp_path, ray_cluster):
     """SIGKILL mid-run, then the same arguments resume; --include-self or --force on the
     interrupted work start over (the settings are in the resume key)."""
-    import ray
-
     rng = np.random.default_rng(9)
     docs = [rng.choice(30, size=int(rng.integers(0, 10)), replace=False).tolist() for _ in range(1200)]
     docs_path = _write(tmp_path / "docs.txt", docs)
@@ -338,16 +302,8 @@ def test_killed_self_join_resumes_to_an_identical_result(tmp_path, ray_cluster):
     cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 1\nquery_chunk_size: 25\n")
     args = ["--self-join", "--docs", docs_path, "--k", "10", "--config", str(cfg), "--run-id", "sj-1", "--quiet"]
     out = tmp_path / "out"
-    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.score", *args, "--out", str(out)], cwd=ROOT, env=env)
+    committed = kill_driver_mid_run(args, out)
     work = work_dir(out)
-    deadline = time.monotonic() + 120
-    while len(list(work.glob("part-*.parquet"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    committed = len(list(work.glob("part-*.parquet")))
-    assert proc.returncode == -signal.SIGKILL and not out.exists(), "the driver must be killed mid-run"
     assert 3 <= committed < 48
     interrupted = tmp_path / "interrupted"
     shutil.copytree(work, interrupted)
