@@ -119,17 +119,7 @@ class BenchShard:
         self.index = None
         _free_gpu(self.backend)
         start = time.perf_counter()
-        if self.routing == "scan":
-            self.index = build_index(self.backend, *self.corpus, self.limits, self.score)
-        elif self.backend == "cupy":
-            from kernels.cuda import CupyShardIndex
-
-            doc_ids, docs = self.corpus
-            self.index = CupyShardIndex(docs, doc_ids, self.limits.max_len, self.limits.vocab_size, score=self.score,
-                                        routing=self.routing)
-        else:
-            doc_ids, docs = self.corpus
-            self.index = NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score, routing=self.routing)
+        self.index = build_index(self.backend, *self.corpus, self.limits, self.score, self.routing)
         _sync(self.backend)
         return time.perf_counter() - start
 

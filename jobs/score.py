@@ -146,8 +146,7 @@ class _Inputs:
 
 
 def _resolve_inputs(args, cfg: configs.JobConfig) -> _Inputs:
-    if cfg.self_join:
-        _check_self_join_args(args)
+    if cfg.self_join:  # --queries with it was refused before (_check_self_join_args)
         if args.docs is not None:
             return _Inputs(args.docs, None, synthetic=False)
     elif (args.docs is None) != (args.queries is None):
@@ -298,7 +297,7 @@ def _phase(name: str, timings: dict, peaks: dict):
     yield
     timings[f"{name}_s"] = time.perf_counter() - t
     peaks[name] = _max_rss_bytes()  # the peak so far: the manifest shows which phase raised it
-    log.info("phase %s: %.3f s (driver peak RSS so far %.2f GB)", name, timings[f"{name}_s"], _max_rss_bytes() / 1e9)
+    log.info("phase %s: %.3f s (driver peak RSS so far %.2f GB)", name, timings[f"{name}_s"], peaks[name] / 1e9)
 
 
 def _check_unchanged_since(start_ns: int, files) -> None:

@@ -73,26 +73,28 @@ def _fetched(pieces):
         yield piece
 
 
-def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits, score: str = DEFAULT_SCORE):
+def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits, score: str = DEFAULT_SCORE,
+                routing: str = "scan"):
     """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
     :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
 
     ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order;
-    ``score`` (one of :data:`kernels.SCORES`) is what the index ranks by.
+    ``score`` (one of :data:`kernels.SCORES`) is what the index ranks by; ``routing``
+    (:data:`kernels.postings.ROUTINGS`) whether it also holds postings and routes queries to them.
 
     Raises
     ------
     ValueError
-        If ``backend`` is not ``"numpy"`` or ``"cupy"``, or ``score`` is unknown.
+        If ``backend`` is not ``"numpy"`` or ``"cupy"``, or ``score`` or ``routing`` is unknown.
     ImportError
         If ``backend == "cupy"`` and CuPy is not installed.
     """
     if backend == "cupy":
         from kernels.cuda import CupyShardIndex
 
-        return CupyShardIndex(docs, doc_ids, limits.max_len, limits.vocab_size, score=score)
+        return CupyShardIndex(docs, doc_ids, limits.max_len, limits.vocab_size, score=score, routing=routing)
     if backend == "numpy":
-        return NumpyShardIndex(docs, doc_ids, limits.max_len, score)
+        return NumpyShardIndex(docs, doc_ids, limits.max_len, score, routing=routing)
     raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
 
 
