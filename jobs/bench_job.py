@@ -110,14 +110,14 @@ def _run_job(cfg, n_shards: int, replicas: int, docs: Path, queries: Path, out: 
     }
 
 
-def _same_parts(first: Path, other: Path, parts: int) -> list[int]:
+def _differing_parts(first: Path, other: Path, parts: int) -> list[int]:
     """Part numbers whose tables differ between two results (read one part at a time)."""
     from .output import part_name
 
     return [i for i in range(parts) if not pq.read_table(first / part_name(i)).equals(pq.read_table(other / part_name(i)))]
 
 
-def _kernel_only(cfg, docs: Path, queries: Path, limits: SetLimits, backend: str, sample: np.ndarray) -> tuple[float, object]:
+def _kernel_only(cfg, docs: Path, stream: QueryStream, limits: SetLimits, backend: str, sample: np.ndarray) -> tuple[float, object]:
     """One actor, the whole corpus, the queries in ``query_batch_size`` batches one after another.
 
     Returns the seconds inside the index's search (warm: one batch is searched first,
@@ -132,7 +132,6 @@ def _kernel_only(cfg, docs: Path, queries: Path, limits: SetLimits, backend: str
     try:
         read_once()
         ray.get(actor.build.remote())
-        stream = QueryStream(str(queries), limits)
         seconds, sample_sets, lo = 0.0, [], 0
         for i, (_, chunk) in enumerate(stream.chunks(cfg.throughput.query_chunk_size)):
             if i == 0:
@@ -202,7 +201,7 @@ def run_throughput(cfg, name: str, docs: Path, queries: Path) -> dict:
             if first_out is None:
                 first_out = out
             else:
-                differ = _same_parts(first_out, out, run["parts"])
+                differ = _differing_parts(first_out, out, run["parts"])
                 if differ:
                     raise ExactnessError([{"layout": [n_shards, replicas], "parts_differing": differ}])
                 shutil.rmtree(out)  # a 10 M-query result is ~9 GB: keep only the first
@@ -211,11 +210,12 @@ def run_throughput(cfg, name: str, docs: Path, queries: Path) -> dict:
         if not ray.is_initialized():
             ray.init()
         backend, _ = resolve_backend(cfg, ray.cluster_resources())
-        n_queries = QueryStream(str(queries), limits).n_queries
+        stream = QueryStream(str(queries), limits)  # validated once; read again by the kernel-only pass
+        n_queries = stream.n_queries
         rng = np.random.default_rng(cfg.seed)
         sample = np.sort(rng.choice(n_queries, size=min(cfg.verify_queries, n_queries), replace=False))
         log.info("throughput: kernel-only pass and the NumPy reference for %d sampled queries", len(sample))
-        kernel_s, reference = _kernel_only(cfg, docs, queries, limits, backend, sample)
+        kernel_s, reference = _kernel_only(cfg, docs, stream, limits, backend, sample)
         mismatches = _check_sample(first_out, sample, reference, cfg.throughput.query_chunk_size, runs[0]["rows"] // n_queries)
         if mismatches:
             raise ExactnessError(mismatches)
