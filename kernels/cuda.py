@@ -66,6 +66,7 @@ from __future__ import annotations
 import numbers
 import pathlib
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -155,6 +156,20 @@ def _kernels(device_id: int) -> dict:
     for (queries, any_score), name in _COUNT_KERNELS.items():
         out[f"count{queries}" + ("_any" if any_score else "")] = module.get_function(name)
     return out
+
+
+class _Batch(NamedTuple):
+    """The device arrays one batch's levels share (see ``_search_batch``)."""
+
+    query_arrays: tuple  # qoff, qtok, qlen, thr_ge, thr_gt, tie_pos
+    bound_key: object
+    count: object
+    cand_base: object
+    cand_cap: object
+    cand: object
+    top: object
+    k: int
+    sort_size: int
 
 
 def _no_routing() -> dict:
@@ -294,13 +309,14 @@ class CupyShardIndex:
     score : str, default "braun_blanquet"
         What :meth:`search` ranks by, one of :data:`kernels.SCORES`.
     routing : str, default "scan"
-        ``"scan"``: every query's last level scans the shard. ``"auto"``: an
-        inverted index is built too (:class:`kernels.postings_gpu.GpuPostings`,
-        ``2 n_tokens + 8 n_words ceil(n_docs / 65536)`` bytes of GPU memory) and
-        each query's last level runs through its ids' postings where the cost
-        model (:func:`kernels.postings_gpu.route_mask`) says it is cheaper and
-        its bound from the sampling levels is at least key 1; ``"postings"``:
-        every query with such a bound. Results are identical in every mode.
+        ``"scan"``: every query scans the shard. ``"auto"``: an inverted index
+        is built too (:class:`kernels.postings_gpu.GpuPostings`,
+        ``2 n_tokens + 8 n_words ceil(n_docs / 65536)`` bytes of GPU memory)
+        and a query runs its levels through its ids' postings where the cost
+        model (:func:`kernels.postings_gpu.route_mask`) says that is cheaper;
+        its last level is scanned all the same if its bound from the sampling
+        levels is below key 1. ``"postings"``: every query goes to the
+        postings. Results are identical in every mode.
 
     Attributes
     ----------
@@ -310,8 +326,9 @@ class CupyShardIndex:
         The last ``search``'s routing, summed over its batches: ``scan`` and
         ``postings`` (queries per path of the last level), ``fallback``
         (routed to the postings but scanned, their bound being below key 1),
-        ``scan_s`` and ``postings_s`` (GPU seconds of each path's last-level
-        kernel, CUDA events).
+        ``scan_s`` and ``postings_s`` (GPU seconds of each path's levels with
+        their selections, CUDA events; a fallback's scan counts in
+        ``postings_s``).
     postings_bytes : int
         GPU bytes of the postings (0 with ``routing="scan"``).
     rescans : int
@@ -652,12 +669,6 @@ class CupyShardIndex:
         qoff = cupy.asarray(sorted_q.offsets)
         qtok = cupy.asarray(sorted_q.tokens) if len(sorted_q.tokens) else cupy.zeros(1, dtype=np.uint16)
         qlen = cupy.asarray(sorted_q.lengths.astype(np.int32))
-        per_block = self.queries_per_block
-        n_groups = -(-n_q // per_block)
-        group_query = np.full(n_groups * per_block, -1, dtype=np.int32)
-        group_query[:n_q] = np.arange(n_q, dtype=np.int32)
-        group_query = cupy.asarray(group_query)
-
         capacity = self._capacity(k)
         n_len = self._longest + 1
         cand = cupy.empty(n_q * capacity, dtype=np.uint64)
@@ -676,33 +687,26 @@ class CupyShardIndex:
             tie_pos = cupy.asarray(np.where(floor >= 0, _LAST_POSITION, -1).astype(np.int32))
             thr_ge, thr_gt = _floor_tables(cupy, bound_key, qlen, n_len, self.max_len, self.score)
         top = cupy.zeros((n_q, k), dtype=np.uint64)
-        rows = cupy.arange(n_q, dtype=np.int32)
-        query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
 
         levels = self._levels(k, capacity)
-        want_postings = None
+        query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
+        batch = _Batch(query_arrays, bound_key, count, cand_base, cand_cap, cand, top, k, _pow2_at_least(capacity))
+        routed = np.zeros(n_q, dtype=bool)
         if self._postings is not None:
             from .postings_gpu import route_mask
 
-            want_postings = route_mask(self.routing, sorted_q, self._postings.doc_freq, self._postings.n_tiles,
-                                       self._scan_slots)
+            routed = route_mask(self.routing, self._postings.entries(qoff, qtok), self._postings.n_tiles,
+                                self._scan_slots)
         post_rows = None
-        for li, (stride, n_sample) in enumerate(levels):
-            last = li == len(levels) - 1
-            count.fill(0)
-            if last and want_postings is not None and want_postings.any():
-                group_query, n_groups, post_rows = self._split_last_level(want_postings, bound_key, per_block)
-            if last and post_rows is not None:
-                self._last_level_routed(group_query, n_groups, post_rows, query_arrays, bound_key, count, cand_base,
-                                        cand_cap, cand)
-            else:
-                if last:
-                    self.last_routing["scan"] += n_q
-                self._count_emit(group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand)
-            self._select(cand, cand_base, cand_cap, count, rows, n_q, k, _pow2_at_least(capacity), top,
-                         update=not last, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen, thr_ge=thr_ge, thr_gt=thr_gt)
+        marks: list = []
+        if not routed.all():
+            self._timed(marks, "scan", self._scan_levels, np.flatnonzero(~routed), levels, batch)
+        if routed.any():
+            post_rows = self._timed(marks, "postings", self._postings_levels, np.flatnonzero(routed), levels, batch)
 
         counts = count.get()
+        for path, start, end in marks:
+            self.last_routing[path + "_s"] += cupy.cuda.get_elapsed_time(start, end) / 1e3
         overflowed = np.flatnonzero(counts > capacity)
         if len(overflowed):
             self.rescans += len(overflowed)
@@ -715,7 +719,7 @@ class CupyShardIndex:
             if len(posted):  # the same path again, so the same candidates
                 self._rescan(posted, counts, query_arrays, bound_key, k, top,
                              emit=lambda members, cnt, base, cap, buf: self._postings.emit(
-                                 members, *query_arrays[:4], self._longest, bound_key, query_arrays[5],
+                                 members, self.n_docs, *query_arrays[:4], self._longest, bound_key, query_arrays[5],
                                  self._len_by_pos, self._scale, self._score_code, cnt, base, cap, buf))
 
         doc_ids = cupy.empty((n_q, k), dtype=np.int64)
@@ -732,42 +736,90 @@ class CupyShardIndex:
         overlap.get(out=out.overlap)
         doc_len.get(out=out.doc_len)
 
-    def _split_last_level(self, want_postings: np.ndarray, bound_key, per_block: int):
-        """Queries (sorted order) of the last level per path: ``(group_query, n_groups, post_rows)`` for the
-        scan's groups and the postings' rows (device int32, or None when none goes there). A query wanted
-        for the postings goes there only when its bound is at least key 1 (no doc outside the postings,
-        overlap 0 and key 0, can then qualify); the others are counted in ``last_routing["fallback"]``."""
+    def _timed(self, marks: list, path: str, levels_fn, *args):
+        """Run ``levels_fn(*args)`` between two CUDA events appended to ``marks`` as ``(path, start, end)``
+        (read once the batch has synchronised, into ``last_routing[path + "_s"]``)."""
         import cupy
 
-        eligible = want_postings & (bound_key.get() >= 1)
-        self.last_routing["fallback"] += int(want_postings.sum() - eligible.sum())
-        scanned = np.flatnonzero(~eligible).astype(np.int32)
-        n_groups = -(-len(scanned) // per_block)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        out = levels_fn(*args)
+        end.record()
+        marks.append((path, start, end))
+        return out
+
+    def _groups_of(self, rows: np.ndarray):
+        """Query groups of the count kernel for ``rows`` (host int array): device int32 of
+        ``n_groups * queries_per_block`` query indices (``-1`` pads the last group) and ``n_groups``."""
+        import cupy
+
+        per_block = self.queries_per_block
+        n_groups = -(-len(rows) // per_block)
         group_query = np.full(max(1, n_groups) * per_block, -1, dtype=np.int32)
-        group_query[: len(scanned)] = scanned
-        posted = np.flatnonzero(eligible).astype(np.int32)
-        return cupy.asarray(group_query), n_groups, cupy.asarray(posted) if len(posted) else None
+        group_query[: len(rows)] = rows
+        return cupy.asarray(group_query), n_groups
 
-    def _last_level_routed(self, group_query, n_groups, post_rows, query_arrays, bound_key, count, cand_base,
-                           cand_cap, cand) -> None:
-        """The whole-shard level with the scan for ``group_query`` and the postings for ``post_rows``, each
-        timed with CUDA events into ``last_routing`` (read after the batch's synchronising copy)."""
+    def _reset_counts(self, batch, rows_dev, n_rows: int) -> None:
+        if n_rows == len(batch.count):
+            batch.count.fill(0)
+        else:
+            batch.count[rows_dev] = 0
+
+    def _scan_levels(self, rows: np.ndarray, levels, batch, *, last_only: bool = False) -> None:
+        """Every level (only the last with ``last_only``) for the queries ``rows`` (host, sorted order)
+        through the count kernel, each followed by its selection."""
         import cupy
 
-        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = query_arrays
-        marks = [cupy.cuda.Event() for _ in range(3)]
-        marks[0].record()
-        if n_groups:
-            self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
-        marks[1].record()
-        self._postings.emit(post_rows, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos, self._len_by_pos,
-                            self._scale, self._score_code, count, cand_base, cand_cap, cand)
-        marks[2].record()
-        marks[2].synchronize()
-        self.last_routing["scan"] += int((group_query.get() >= 0).sum())
-        self.last_routing["postings"] += len(post_rows)
-        self.last_routing["scan_s"] += cupy.cuda.get_elapsed_time(marks[0], marks[1]) / 1e3
-        self.last_routing["postings_s"] += cupy.cuda.get_elapsed_time(marks[1], marks[2]) / 1e3
+        group_query, n_groups = self._groups_of(rows)
+        rows_dev = cupy.asarray(rows.astype(np.int32))
+        for stride, n_sample in levels[-1:] if last_only else levels:
+            last = stride == 1
+            self._reset_counts(batch, rows_dev, len(rows))
+            self._count_emit(group_query, n_groups, batch.query_arrays, stride, n_sample, batch.count,
+                             batch.cand_base, batch.cand_cap, batch.cand)
+            self._select_level(batch, rows_dev, len(rows), update=not last)
+        self.last_routing["scan"] += len(rows)
+
+    def _postings_levels(self, rows: np.ndarray, levels, batch):
+        """Every level for the queries ``rows`` (host, sorted order) through the postings: the sampling
+        levels over the first ``n_sample`` positions, the last over the whole shard for the queries whose
+        bound reached key 1 (the others are scanned: docs outside the postings may qualify for them, and
+        are counted in ``last_routing["fallback"]``). Returns the rows whose last level ran through the
+        postings (device int32), or None."""
+        import cupy
+
+        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = batch.query_arrays
+        rows_dev = cupy.asarray(rows.astype(np.int32))
+
+        def emit(members, limit):
+            self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, batch.bound_key, tie_pos,
+                                self._len_by_pos, self._scale, self._score_code, batch.count, batch.cand_base,
+                                batch.cand_cap, batch.cand)
+
+        for _stride, n_sample in levels[:-1]:
+            self._reset_counts(batch, rows_dev, len(rows))
+            emit(rows_dev, n_sample)
+            self._select_level(batch, rows_dev, len(rows), update=True)
+        eligible = batch.bound_key[rows_dev].get() >= 1
+        fallback = rows[~eligible]
+        if len(fallback):
+            self.last_routing["fallback"] += len(fallback)
+            self._scan_levels(fallback, levels, batch, last_only=True)
+        posted = rows[eligible]
+        if not len(posted):
+            return None
+        posted_dev = cupy.asarray(posted.astype(np.int32))
+        self._reset_counts(batch, posted_dev, len(posted))
+        emit(posted_dev, self.n_docs)
+        self._select_level(batch, posted_dev, len(posted), update=False)
+        self.last_routing["postings"] += len(posted)
+        return posted_dev
+
+    def _select_level(self, batch, rows_dev, n_rows: int, *, update: bool) -> None:
+        qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays[2], batch.query_arrays[3], batch.query_arrays[4], batch.query_arrays[5]
+        self._select(batch.cand, batch.cand_base, batch.cand_cap, batch.count, rows_dev, n_rows, batch.k,
+                     batch.sort_size, batch.top, update=update, bound_key=batch.bound_key, tie_pos=tie_pos, qlen=qlen,
+                     thr_ge=thr_ge, thr_gt=thr_gt)
 
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""

@@ -6,14 +6,15 @@ layout and the counting); it is compiled once per device together with
 ``name_expressions``), so both paths encode candidates with the same code.
 CuPy is imported inside the functions.
 
-How a query is routed (``CupyShardIndex(routing="auto")``): every query goes
-through the sampling levels as before, which give it a bound ``(T, P)``. Its
-last level, the whole shard, is then either the scan (``count_emit``) or
-ScanCount over the postings of its ids (``postings_emit``), by the cost model
-:func:`route_mask`; a query is only sent to the postings when ``T >= 1`` (no
-doc outside the postings qualifies). Both paths emit the same set of docs into
-the same candidate buffers, which ``select_topk`` sorts, so the results are
-identical. References: ScanCount (Sarawagi, Kirpal, SIGMOD 2004; Li, Lu, Lu,
+How a query is routed (``CupyShardIndex(routing="auto")``): before its first
+level, the cost model :func:`route_mask` compares the postings entries of its
+ids (counted on the GPU, ``postings_cost``) with the scan's work. A query sent
+to the postings runs every level through them: the sampling levels count the
+docs of a prefix of the shard's positions (the sizes of the scan's levels),
+which gives it a bound ``(T, P)``; its last level counts the whole shard if
+``T >= 1`` (no doc outside the postings qualifies), and is scanned otherwise.
+Both paths emit the same set of docs into the same candidate buffers, which
+``select_topk`` sorts, so the results are identical. References: ScanCount (Sarawagi, Kirpal, SIGMOD 2004; Li, Lu, Lu,
 ICDE 2008); prefix filtering, which :mod:`kernels.postings` implements on the
 CPU, in the survey of Mann, Augsten, Bouros (VLDB 2016).
 """
@@ -28,17 +29,17 @@ import numpy as np
 __all__ = ["GpuPostings", "route_mask", "TILE_DOCS"]
 
 _SOURCES = [pathlib.Path(__file__).with_name(n) for n in ("bitslice_topk.cu", "postings_topk.cu")]
-_KERNEL = "settopk::postings_emit"
+_KERNELS = ("settopk::postings_emit", "settopk::postings_cost")
 TILE_DOCS = 1 << 16  # kPostTile
 _THREADS = 512  # kPostThreads
+_TILES_PER_BLOCK = 4  # tiles one block counts in turn (its query's ids and least overlap are read once)
 _SHARED = TILE_DOCS  # byte counters
 _MAX_GRID_Y = 65535
 # Cost model, seconds per query, fitted on one H200 (jobs.bench sti2-uniform and sti2-zipf, 7.85 M docs):
 # scan, its share of the last level's count kernel (14.8 ms for 1980 queries over 689 M id slots:
-# 1.1e-14 s per slot); postings, per postings entry (a 2-byte load and a shared-memory atomic: 7.2 ms for
-# 2000 uniform queries of about 665,000 entries each) and per tile block (clearing 64 KiB of counters).
-# Routing a batch costs about 1 ms more (the bounds are read back to the host, a second kernel runs after
-# the scan): a batch is routed only where the modelled saving exceeds that.
+# 1.1e-14 s per slot); postings, per postings entry (a 2-byte load and a shared-memory atomic) and per
+# tile (clearing 64 KiB of counters). A routed batch runs its own levels, so routing pays only where the
+# modelled saving exceeds ROUTING_BATCH_S.
 SCAN_S_PER_SLOT = 1.1e-14
 POSTINGS_S_PER_ENTRY = 5.5e-12
 POSTINGS_S_PER_TILE = 1.0e-8
@@ -48,7 +49,7 @@ _modules: dict[int, object] = {}
 _lock = threading.Lock()
 
 
-def _kernel(device_id: int):
+def _kernels(device_id: int) -> dict:
     import cupy
 
     with _lock:
@@ -56,10 +57,10 @@ def _kernel(device_id: int):
         if module is None:
             with cupy.cuda.Device(device_id):
                 code = "\n".join(p.read_text() for p in _SOURCES)
-                module = cupy.RawModule(code=code, options=("-std=c++17",), name_expressions=[_KERNEL])
+                module = cupy.RawModule(code=code, options=("-std=c++17",), name_expressions=list(_KERNELS))
                 module.compile()
             _modules[device_id] = module
-    return module.get_function(_KERNEL)
+    return {name.split("::")[1]: module.get_function(name) for name in _KERNELS}
 
 
 class GpuPostings:
@@ -81,7 +82,7 @@ class GpuPostings:
     seg_start : cupy.ndarray of int64, shape (n_words * n_tiles + 1,)
         Start of segment ``token * n_tiles + tile`` in ``post``.
     doc_freq : numpy.ndarray of int64, shape (n_words,)
-        Docs per token (host), for the cost model.
+        Docs per token (host; on the device too, padded to every uint16 id, for the cost model).
     n_tiles : int
     nbytes : int
         Device bytes held: ``2 n_tokens + 8 (n_words n_tiles + 1)``.
@@ -119,18 +120,36 @@ class GpuPostings:
             self.seg_start = cupy.zeros(self.n_words * self.n_tiles + 1, dtype=np.int64)
             self.doc_freq = np.zeros(self.n_words, dtype=np.int64)
         self.nbytes = int(2 * n_tok + self.seg_start.nbytes)
-        self._kernel = _kernel(cupy.cuda.Device().id)
+        freq_by_id = np.zeros(1 << 16, dtype=np.int64)  # every uint16 id: the cost kernel reads no bound
+        freq_by_id[: self.n_words] = self.doc_freq
+        self._freq_by_id = cupy.asarray(freq_by_id)
+        kernels = _kernels(cupy.cuda.Device().id)
+        self._kernel, self._cost = kernels["postings_emit"], kernels["postings_cost"]
 
-    def emit(self, rows, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos, scale: int,
-             score_code: int, count, cand_base, cand_cap, cand) -> None:
+    def entries(self, qoff, qtok) -> np.ndarray:
+        """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
+
+        ``qoff`` (int64, n_queries + 1) and ``qtok`` (uint16) are the queries' device CSR arrays.
+        """
+        import cupy
+
+        n_q = len(qoff) - 1
+        out = cupy.zeros(max(n_q, 1), dtype=np.int64)
+        if n_q:
+            self._cost((-(-n_q // 256),), (256,), (qoff, qtok, np.int32(n_q), self._freq_by_id, out))
+        return out.get()[:n_q]
+
+    def emit(self, rows, limit: int, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
+             scale: int, score_code: int, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
-        query arrays); every routed query must have ``bound_key >= 1``. Arrays as in ``count_emit``.
+        query arrays) over the docs at positions below ``limit`` (``n_docs``: the whole shard, where every
+        routed query must have ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
 
         Raises
         ------
         ValueError
-            If ``rows`` or a query array has the wrong dtype or is not C-contiguous, or
-            ``thr_ge`` is not of shape (n_queries, max_doc_len + 1).
+            If ``rows`` or a query array has the wrong dtype or is not C-contiguous,
+            ``thr_ge`` is not of shape (n_queries, max_doc_len + 1), or ``limit`` is not in [1, n_docs].
         """
         for name, a, dtype in (("rows", rows, np.int32), ("qoff", qoff, np.int64), ("qtok", qtok, np.uint16),
                                ("qlen", qlen, np.int32), ("thr_ge", thr_ge, np.uint8), ("bound_key", bound_key, np.int64),
@@ -139,37 +158,35 @@ class GpuPostings:
                 raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype)}, found {a.dtype}")
         if thr_ge.shape != (len(qlen), max_doc_len + 1):
             raise ValueError(f"thr_ge must have shape ({len(qlen)}, {max_doc_len + 1}), found {thr_ge.shape}")
+        if not 1 <= limit <= self.n_docs:
+            raise ValueError(f"limit must be in [1, {self.n_docs}], found {limit}")
         if len(rows) == 0:
             return
+        tiles = -(-int(limit) // TILE_DOCS)
         self._kernel.max_dynamic_shared_size_bytes = _SHARED
         self._kernel(
-            (len(rows), self.n_tiles),
+            (len(rows), -(-tiles // _TILES_PER_BLOCK)),
             (_THREADS,),
-            (self.post, self.seg_start, np.int32(self.n_tiles), np.int32(self.n_words), np.int64(self.n_docs), rows,
+            (self.post, self.seg_start, np.int32(self.n_tiles), np.int32(self.n_words), np.int64(limit), rows,
              qoff, qtok, qlen, thr_ge, np.int32(max_doc_len), bound_key, tie_pos, len_by_pos, np.int64(scale),
              np.int32(score_code), count, cand_base, cand_cap, cand),
             shared_mem=_SHARED,
         )
 
 
-def route_mask(routing: str, queries, doc_freq: np.ndarray, n_tiles: int, scan_slots: int) -> np.ndarray:
+def route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int) -> np.ndarray:
     """Which queries the cost model sends to the postings (host bool array of shape (n_queries,)).
 
-    ``queries`` is a host SetBatch; ``doc_freq`` int64 of shape (n_words,) (ids at or above it have
-    no postings); ``scan_slots`` the id slots the scan reads per query group (the layout's size).
-    ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings time is below the scan's,
-    provided the batch's modelled saving exceeds ``ROUTING_BATCH_S`` (else none).
+    ``entries``: host int64 of shape (n_queries,), the postings entries of each query's ids
+    (:meth:`GpuPostings.entries`); ``scan_slots``: the id slots the scan reads per query group (the
+    layout's size). ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings
+    time is below the scan's, provided the batch's modelled saving exceeds ``ROUTING_BATCH_S`` (else none).
     """
-    n = queries.n_sets
+    n = len(entries)
     if routing == "scan" or n == 0:
         return np.zeros(n, dtype=bool)
     if routing == "postings":
         return np.ones(n, dtype=bool)
-    freq = np.concatenate([doc_freq, [0]])[np.minimum(queries.tokens, len(doc_freq))]
-    entries = np.zeros(n, dtype=np.int64)
-    nonempty = np.flatnonzero(queries.lengths > 0)
-    if len(freq):
-        entries[nonempty] = np.add.reduceat(freq, queries.offsets[nonempty])
     postings_s = POSTINGS_S_PER_ENTRY * entries + POSTINGS_S_PER_TILE * n_tiles
     saving = SCAN_S_PER_SLOT * scan_slots - postings_s
     routed = saving > 0

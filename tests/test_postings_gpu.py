@@ -95,8 +95,14 @@ def test_launcher_checks_dtypes():
     p = GpuPostings(offsets, tokens, 4)
     assert p.doc_freq.tolist() == [0, 1, 1, 1] and p.nbytes == 2 * 3 + 8 * (4 * 1 + 1)
     z = cupy.zeros(1, np.int32)
-    with pytest.raises(ValueError, match="rows"):
-        p.emit(cupy.zeros(1, np.int64), offsets, tokens, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
+    def emit(rows, limit):
+        p.emit(rows, limit, offsets, tokens, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
                cupy.zeros(2, np.uint8), 4, 0, z, cupy.zeros(1, np.int64), z, cupy.zeros(1, np.uint64))
+
+    with pytest.raises(ValueError, match="rows"):
+        emit(cupy.zeros(1, np.int64), 2)
+    with pytest.raises(ValueError, match="limit"):
+        emit(z, 3)  # beyond the shard's 2 docs
+    assert p.entries(offsets, tokens).tolist() == [2, 1]  # the two "queries" {1, 2} and {3}: one doc per id
     with pytest.raises(ValueError, match="offsets"):
         GpuPostings(offsets.astype(np.int32), tokens, 4)
