@@ -301,7 +301,8 @@ build_layout(const long long* __restrict__ offsets, const unsigned short* __rest
 // varies fastest, so the blocks that run together read the same tile and share
 // it through L2.
 //
-// Per query q (rows of the query arrays): qoff/qtok CSR ids, qlen |q|,
+// Per query q (rows of the query arrays): its ids qtok[qoff[q] : qoff[q] + qlen[q]]
+// (qoff holds each row's start, so the rows may be any order of a CSR batch),
 // thr_ge/thr_gt[q * (max_doc_len + 1) + len] least overlaps for key >= T and
 // key > T (kNeverLen when out of reach), tie_pos[q] = P. Emission of doc d to
 // q: cand[cand_base[q] + cand_count[q]++] when below cand_cap[q].
@@ -393,7 +394,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
         for (int j = 0; j < kQueries; ++j) {
             const int q = s_query[j];
             if (q < 0) continue;
-            const long long end = qoff[q + 1];
+            const long long end = qoff[q] + s_qlen[j];
             for (long long t = qoff[q] + threadIdx.x; t < end; t += blockDim.x) {
                 const unsigned id = qtok[t];
                 if (id >= static_cast<unsigned>(n_words)) continue;  // in no doc of the shard

@@ -663,12 +663,13 @@ class CupyShardIndex:
         import cupy
 
         n_q = queries.n_sets
-        # Queries sorted by length: a group's size filter is then as tight as its members'.
-        order = np.argsort(queries.lengths, kind="stable")
-        sorted_q = queries.take(order)
-        qoff = cupy.asarray(sorted_q.offsets)
-        qtok = cupy.asarray(sorted_q.tokens) if len(sorted_q.tokens) else cupy.zeros(1, dtype=np.uint16)
-        qlen = cupy.asarray(sorted_q.lengths.astype(np.int32))
+        # Query rows sorted by length: a group's size filter is then as tight as its members'. The rows
+        # point into the batch's own ids (qoff: each row's start), so the ids are uploaded as they are.
+        lengths = queries.lengths
+        order = np.argsort(lengths, kind="stable")
+        qoff = cupy.asarray(queries.offsets[:-1][order])
+        qtok = cupy.asarray(queries.tokens) if len(queries.tokens) else cupy.zeros(1, dtype=np.uint16)
+        qlen = cupy.asarray(lengths[order].astype(np.int32))
         capacity = self._capacity(k)
         n_len = self._longest + 1
         cand = cupy.empty(n_q * capacity, dtype=np.uint64)
@@ -695,7 +696,7 @@ class CupyShardIndex:
         if self._postings is not None:
             from .postings_gpu import route_mask
 
-            routed = route_mask(self.routing, self._postings.entries(qoff, qtok), self._postings.n_tiles,
+            routed = route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
                                 self._scan_slots)
         post_rows = None
         marks: list = []
@@ -788,6 +789,8 @@ class CupyShardIndex:
         postings (device int32), or None."""
         import cupy
 
+        from .postings_gpu import TILE_DOCS
+
         qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = batch.query_arrays
         rows_dev = cupy.asarray(rows.astype(np.int32))
 
@@ -796,7 +799,11 @@ class CupyShardIndex:
                                 self._len_by_pos, self._scale, self._score_code, batch.count, batch.cand_base,
                                 batch.cand_cap, batch.cand)
 
-        for _stride, n_sample in levels[:-1]:
+        # A level costs at least one tile of postings: of the sampling levels within one tile, the largest
+        # alone is kept (it gives the best bound for that cost).
+        sampling = [n for _stride, n in levels[:-1]]
+        sampling = [n for n in sampling if n <= TILE_DOCS][-1:] + [n for n in sampling if n > TILE_DOCS]
+        for n_sample in sampling:
             self._reset_counts(batch, rows_dev, len(rows))
             emit(rows_dev, n_sample)
             self._select_level(batch, rows_dev, len(rows), update=True)

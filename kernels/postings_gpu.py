@@ -31,7 +31,7 @@ __all__ = ["GpuPostings", "route_mask", "TILE_DOCS"]
 _SOURCES = [pathlib.Path(__file__).with_name(n) for n in ("bitslice_topk.cu", "postings_topk.cu")]
 _KERNELS = ("settopk::postings_emit", "settopk::postings_cost")
 TILE_DOCS = 1 << 16  # kPostTile
-_THREADS = 512  # kPostThreads
+_THREADS = 1024  # kPostThreads
 _TILES_PER_BLOCK = 4  # tiles one block counts in turn (its query's ids and least overlap are read once)
 _SHARED = TILE_DOCS  # byte counters
 _MAX_GRID_Y = 65535
@@ -126,23 +126,24 @@ class GpuPostings:
         kernels = _kernels(cupy.cuda.Device().id)
         self._kernel, self._cost = kernels["postings_emit"], kernels["postings_cost"]
 
-    def entries(self, qoff, qtok) -> np.ndarray:
+    def entries(self, qoff, qtok, qlen) -> np.ndarray:
         """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
 
-        ``qoff`` (int64, n_queries + 1) and ``qtok`` (uint16) are the queries' device CSR arrays.
+        Query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]`` (device int64, uint16 and int32
+        arrays, as for ``emit``).
         """
         import cupy
 
-        n_q = len(qoff) - 1
+        n_q = len(qlen)
         out = cupy.zeros(max(n_q, 1), dtype=np.int64)
         if n_q:
-            self._cost((-(-n_q // 256),), (256,), (qoff, qtok, np.int32(n_q), self._freq_by_id, out))
+            self._cost((-(-n_q // 256),), (256,), (qoff, qtok, qlen, np.int32(n_q), self._freq_by_id, out))
         return out.get()[:n_q]
 
     def emit(self, rows, limit: int, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
              scale: int, score_code: int, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
-        query arrays) over the docs at positions below ``limit`` (``n_docs``: the whole shard, where every
+        query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``) over the docs at positions below ``limit`` (``n_docs``: the whole shard, where every
         routed query must have ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
 
         Raises

@@ -103,6 +103,7 @@ def test_launcher_checks_dtypes():
         emit(cupy.zeros(1, np.int64), 2)
     with pytest.raises(ValueError, match="limit"):
         emit(z, 3)  # beyond the shard's 2 docs
-    assert p.entries(offsets, tokens).tolist() == [2, 1]  # the two "queries" {1, 2} and {3}: one doc per id
+    lengths = cupy.asarray(np.array([2, 1], np.int32))
+    assert p.entries(offsets, tokens, lengths).tolist() == [2, 1]  # the "queries" {1, 2} and {3}: a doc per id
     with pytest.raises(ValueError, match="offsets"):
         GpuPostings(offsets.astype(np.int32), tokens, 4)
