@@ -697,7 +697,7 @@ class CupyShardIndex:
             from .postings_gpu import route_mask
 
             routed = route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
-                                self._scan_slots)
+                                self._scan_slots, self.queries_per_block)
         post_rows = None
         marks: list = []
         if not routed.all():

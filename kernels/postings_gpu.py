@@ -37,11 +37,12 @@ _SHARED = TILE_DOCS  # byte counters
 _MAX_GRID_Y = 65535
 # Cost model, seconds per query, fitted on one H200 (jobs.bench sti2-uniform and sti2-zipf, 7.85 M docs):
 # scan, its share of the last level's count kernel (14.8 ms for 1980 queries over 689 M id slots:
-# 1.1e-14 s per slot); postings, per postings entry (a 2-byte load and a shared-memory atomic) and per
-# tile (clearing 64 KiB of counters). A routed batch runs its own levels, so routing pays only where the
-# modelled saving exceeds ROUTING_BATCH_S.
+# 1.1e-14 s per slot); postings, per postings entry and per tile (clearing 64 KiB of counters, reading
+# the segment bounds): all levels of 1990 uniform queries of about 665,000 entries each took 6.8 ms with
+# their selections, the whole-shard level alone 4.8 ms. A routed batch runs levels of its own and waits
+# once for the bounds, so routing pays only where the modelled saving exceeds ROUTING_BATCH_S.
 SCAN_S_PER_SLOT = 1.1e-14
-POSTINGS_S_PER_ENTRY = 5.5e-12
+POSTINGS_S_PER_ENTRY = 4.0e-12
 POSTINGS_S_PER_TILE = 1.0e-8
 ROUTING_BATCH_S = 1.0e-3
 
@@ -175,13 +176,24 @@ class GpuPostings:
         )
 
 
-def route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int) -> np.ndarray:
+def route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int, group_size: int = 1) -> np.ndarray:
     """Which queries the cost model sends to the postings (host bool array of shape (n_queries,)).
 
-    ``entries``: host int64 of shape (n_queries,), the postings entries of each query's ids
-    (:meth:`GpuPostings.entries`); ``scan_slots``: the id slots the scan reads per query group (the
-    layout's size). ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings
-    time is below the scan's, provided the batch's modelled saving exceeds ``ROUTING_BATCH_S`` (else none).
+    Parameters
+    ----------
+    routing : str
+        ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings time is below
+        the scan's, provided the batch's modelled saving exceeds ``ROUTING_BATCH_S`` (else none).
+    entries : numpy.ndarray of int64, shape (n_queries,)
+        Host array: the postings entries of each query's ids (:meth:`GpuPostings.entries`).
+    n_tiles : int
+        Tiles of the postings.
+    scan_slots : int
+        Id slots the scan reads per query group (the layout's size).
+    group_size : int
+        Queries the scan serves together, at the cost of a full group however few they are: in
+        ``"auto"``, the queries left over a whole number of groups go to the postings too where their
+        postings cost less than one group's scan.
     """
     n = len(entries)
     if routing == "scan" or n == 0:
@@ -189,8 +201,15 @@ def route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int)
     if routing == "postings":
         return np.ones(n, dtype=bool)
     postings_s = POSTINGS_S_PER_ENTRY * entries + POSTINGS_S_PER_TILE * n_tiles
-    saving = SCAN_S_PER_SLOT * scan_slots - postings_s
+    scan_s = SCAN_S_PER_SLOT * scan_slots
+    saving = scan_s - postings_s
     routed = saving > 0
     if saving[routed].sum() <= ROUTING_BATCH_S:
-        routed[:] = False
+        return np.zeros(n, dtype=bool)
+    scanned = np.flatnonzero(~routed)
+    left = len(scanned) % max(1, group_size)
+    if left:
+        cheapest = scanned[np.argsort(postings_s[scanned], kind="stable")[:left]]
+        if postings_s[cheapest].sum() < group_size * scan_s:
+            routed[cheapest] = True
     return routed
