@@ -823,7 +823,7 @@ class CupyShardIndex:
         return posted_dev
 
     def _select_level(self, batch, rows_dev, n_rows: int, *, update: bool) -> None:
-        qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays[2], batch.query_arrays[3], batch.query_arrays[4], batch.query_arrays[5]
+        _qoff, _qtok, qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays
         self._select(batch.cand, batch.cand_base, batch.cand_cap, batch.count, rows_dev, n_rows, batch.k,
                      batch.sort_size, batch.top, update=update, bound_key=batch.bound_key, tie_pos=tie_pos, qlen=qlen,
                      thr_ge=thr_ge, thr_gt=thr_gt)
@@ -910,7 +910,6 @@ class CupyShardIndex:
 
         qlen, tie_pos, thr_ge, thr_gt = query_arrays[2], query_arrays[5], query_arrays[3], query_arrays[4]
         n_q = len(counts)
-        per_block = self.queries_per_block
         budget = max(1, self.redo_bytes // 8)
         batch: list[int] = []
         used = 0
@@ -931,14 +930,11 @@ class CupyShardIndex:
             cand_base[members] = bases
             cand_cap[members] = sizes
             cand_base, cand_cap = cupy.asarray(cand_base), cupy.asarray(cand_cap)
-            n_groups = -(-len(members) // per_block)
-            group_query = np.full(n_groups * per_block, -1, dtype=np.int32)
-            group_query[: len(members)] = members
             cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
             count = cupy.zeros(n_q, dtype=np.int32)
             if emit is None:
-                self._count_emit(cupy.asarray(group_query), n_groups, query_arrays, 1, self.n_docs, count, cand_base,
-                                 cand_cap, cand)
+                group_query, n_groups = self._groups_of(members)
+                self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
             else:
                 emit(cupy.asarray(members.astype(np.int32)), count, cand_base, cand_cap, cand)
             again = count.get()[members]

@@ -144,8 +144,9 @@ class GpuPostings:
     def emit(self, rows, limit: int, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
              scale: int, score_code: int, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
-        query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``) over the docs at positions below ``limit`` (``n_docs``: the whole shard, where every
-        routed query must have ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
+        query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``) over the docs at
+        positions below ``limit`` (``n_docs``: the whole shard, where every routed query must have
+        ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
 
         Raises
         ------
