@@ -63,6 +63,7 @@ AVX2 instructions", 2018); count thresholds per doc length as a size filter
 
 from __future__ import annotations
 
+import logging
 import numbers
 import pathlib
 import threading
@@ -102,6 +103,7 @@ _SORT_MAX = 16384  # largest per-query sort in shared memory (128 KiB of uint64)
 _MAX_GRID_Y = 65535
 _DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
 
+_log = logging.getLogger("settopk.kernels")
 _modules: dict[int, object] = {}  # device id -> compiled cupy.RawModule
 _modules_lock = threading.Lock()
 
@@ -706,8 +708,14 @@ class CupyShardIndex:
             post_rows = self._timed(marks, "postings", self._postings_levels, np.flatnonzero(routed), levels, batch)
 
         counts = count.get()
-        for path, start, end in marks:
-            self.last_routing[path + "_s"] += cupy.cuda.get_elapsed_time(start, end) / 1e3
+        times = {path: cupy.cuda.get_elapsed_time(start, end) / 1e3 for path, start, end in marks}
+        for path, seconds in times.items():
+            self.last_routing[path + "_s"] += seconds
+        if self._postings is not None:
+            _log.debug("routing %s: %d of %d queries to the postings (%d of them scanned at the last level); "
+                       "GPU %.2f ms scan, %.2f ms postings", self.routing, int(routed.sum()), n_q,
+                       int(routed.sum()) - (0 if post_rows is None else len(post_rows)),
+                       times.get("scan", 0.0) * 1e3, times.get("postings", 0.0) * 1e3)
         overflowed = np.flatnonzero(counts > capacity)
         if len(overflowed):
             self.rescans += len(overflowed)

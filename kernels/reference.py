@@ -10,6 +10,8 @@ token against 8 queries. Docs are grouped by length, so each group is a dense
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
@@ -25,6 +27,7 @@ _TABLE_SIZE = 65536
 # CPU cost model (seconds), fitted on 2 cores (20,000 docs of the STI2 length histogram, 64 queries):
 # the lane-packed scan costs about 0.6 ns per doc id per query; ScanCount through the postings about
 # 35 ns per postings entry plus 0.35 ms per query (NumPy calls per query).
+_log = logging.getLogger("settopk.kernels")
 _SCAN_S_PER_ID = 0.6e-9
 _POSTINGS_S_PER_ENTRY = 35e-9
 _POSTINGS_S_PER_QUERY = 0.35e-3
@@ -206,6 +209,8 @@ class NumpyShardIndex:
                 return out
         self.last_routing = {"scan": 0, "scancount": 0, "prefix": 0}
         routed = self._route(queries, active)
+        if self.routing != "scan":
+            _log.debug("routing %s: %d of %d queries to the postings", self.routing, len(routed), len(active))
         if len(routed):
             sub = queries.take(routed)
             part, paths = postings_search(self._docs, self.doc_ids, self.postings, sub, k, self.max_len, self.score,

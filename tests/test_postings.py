@@ -99,6 +99,14 @@ def test_cost_and_empty_shard():
     assert np.all(got.doc_ids == -1) and sum(paths.values()) == 0
 
 
+def test_routing_choice_is_logged_per_search(caplog):
+    docs = SetBatch.from_lists([[1, 2, 3], [2, 3], [4], [1, 4]])
+    queries = SetBatch.from_lists([[1, 2], [4]])
+    with caplog.at_level("DEBUG", logger="settopk.kernels"):
+        NumpyShardIndex(docs, np.arange(4), 8, routing="postings").search(queries, 2)
+    assert "routing postings: 2 of 2 queries to the postings" in caplog.text
+
+
 def test_gpu_cost_model_routes_whole_scan_groups():
     from kernels.postings_gpu import route_mask
 

@@ -75,6 +75,18 @@ def test_postings_with_floors_ties_and_overflow(score):
     assert index.rescans >= 0
 
 
+def test_routing_choice_is_logged_per_batch(caplog):
+    rng = np.random.default_rng(3)
+    docs = _sets(rng, 70_000, 500, 12, min_len=1)
+    queries = _sets(rng, 20, 500, 12, min_len=1)
+    index = _index(docs, np.arange(docs.n_sets), 16, vocab_size=500, routing="postings", capacity=512, query_batch=8)
+    with caplog.at_level("DEBUG", logger="settopk.kernels"):
+        index.search(queries, 5)
+    lines = [r.getMessage() for r in caplog.records if r.name == "settopk.kernels"]
+    assert len(lines) == 3 and all(line.startswith("routing postings: ") for line in lines)  # batches of 8, 8, 4
+    assert "4 of 4 queries to the postings" in lines[-1]
+
+
 def test_routing_is_refused_when_unknown_and_scan_builds_no_postings():
     docs = SetBatch.from_lists([[1, 2], [3]])
     with pytest.raises(ValueError, match="routing"):
