@@ -10,21 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from kernels import NumpyShardIndex, SetBatch, best_key_in_range, score_key
-from tests.gpu_helpers import cupy_index as _index, random_set_batch as _random_sets
+from kernels import NumpyShardIndex, SetBatch, score_key
+from tests.gpu_helpers import assert_same_topk, check_floors, cupy_index as _index, random_set_batch as _random_sets
 
 pytestmark = pytest.mark.gpu
-
-
-def _assert_same(got, want):
-    for name in ("doc_ids", "overlap", "doc_len"):
-        g, w = getattr(got, name), getattr(want, name)
-        assert g.dtype == w.dtype, f"{name}: dtype {g.dtype} != {w.dtype}"
-        assert g.shape == w.shape, f"{name}: shape {g.shape} != {w.shape}"
-        mismatch = np.argwhere(g != w)
-        if len(mismatch):
-            at = tuple(mismatch[0])
-            pytest.fail(f"{name}: {len(mismatch)} mismatches, first at {list(at)}: {g[at]} != {w[at]}")
 
 
 def _check(docs, queries, k, max_len, doc_ids=None, vocab_size=65536, **options):
@@ -33,7 +22,7 @@ def _check(docs, queries, k, max_len, doc_ids=None, vocab_size=65536, **options)
         doc_ids = np.arange(docs.n_sets, dtype=np.int64)
     gpu = _index(docs, doc_ids, max_len, vocab_size, **options)
     want = NumpyShardIndex(docs, doc_ids, max_len).search(queries, k)
-    _assert_same(gpu.search(queries, k), want)
+    assert_same_topk(gpu.search(queries, k), want)
     return gpu
 
 
@@ -58,7 +47,7 @@ def test_docs_given_as_pieces_are_concatenated_on_the_gpu(cuts):
     doc_ids = np.arange(300, dtype=np.int64) * 3 + 1
     pieces = [docs.take(np.arange(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
     want = NumpyShardIndex(docs, doc_ids, 12).search(queries, 20)
-    _assert_same(_index(pieces, doc_ids, 12).search(queries, 20), want)
+    assert_same_topk(_index(pieces, doc_ids, 12).search(queries, 20), want)
     with pytest.raises(ValueError, match="doc_ids must have shape"):
         _index(pieces, doc_ids[:-1], 12)
 
@@ -216,8 +205,8 @@ def test_medium_corpus_against_numpy():
         f"second search {searched_again - searched:.3f}s, numpy oracle {cpu_done - searched_again:.3f}s, "
         f"rescans {gpu.rescans}"
     )
-    _assert_same(got, want)
-    _assert_same(again, want)
+    assert_same_topk(got, want)
+    assert_same_topk(again, want)
     assert (got.overlap[:100, 0] == queries.lengths[:100]).all()  # duplicates find a full-overlap doc
 
 
@@ -338,57 +327,6 @@ def test_max_len_above_255_is_refused():
 # ---- per-query score floors (threshold exchange)
 
 
-def _floor_cases(cpu, queries, k, max_len, rng):
-    """Floor arrays that land on ties: the exact k-th key, the next one, a random rank, above every key, -1, 0, ...
-
-    Keys come from the NumPy index's full overlap matrix (the shard must have docs).
-    """
-    keys = score_key(cpu.overlaps(queries), queries.lengths[:, None], cpu.doc_len[None, :], max_len)
-    ranked = -np.sort(-keys.astype(np.int64), axis=1)  # per query, every doc's key, best first
-    n_q, n_docs = ranked.shape
-    rows = np.arange(n_q)
-
-    def at(rank):
-        return np.where(rank < n_docs, ranked[rows, np.minimum(rank, n_docs - 1)], ranked[:, 0] + 1)
-
-    reach = best_key_in_range(queries.lengths, cpu.doc_len.min(), cpu.doc_len.max(), max_len).astype(np.int64)
-    cases = {
-        "none": np.full(n_q, -1),
-        "zero": np.zeros(n_q, dtype=np.int64),
-        "kth": at(np.full(n_q, k - 1)),
-        "after_kth": at(np.full(n_q, k)),
-        "first": at(np.zeros(n_q, dtype=np.int64)),
-        "jth": at(rng.integers(0, n_docs, size=n_q)),
-        "near_kth": at(rng.integers(max(0, k - 3), k + 3, size=n_q)),
-        "above_all": ranked[:, 0] + 1,  # reachable by the lengths, but no doc reaches it
-        "skip": reach + 1,  # every query skipped
-    }
-    columns = list(cases.values())
-    pick = rng.integers(0, len(columns), size=n_q)
-    cases["mixed"] = np.array([columns[p][i] for i, p in enumerate(pick)], dtype=np.int64)
-    return {name: floors.astype(np.int64) for name, floors in cases.items()}
-
-
-def _check_floors(gpu, cpu, queries, k, max_len, rng):
-    """Every floor case of ``_floor_cases``: GPU == NumPy; returns the GPU's total rescans."""
-    rescans = 0
-    for name, floors in _floor_cases(cpu, queries, k, max_len, rng).items():
-        want = cpu.search(queries, k, floor_key=floors)
-        got = gpu.search(queries, k, floor_key=floors)
-        try:
-            _assert_same(got, want)
-        except BaseException:
-            print(f"floor case {name!r}, k={k}: floors {floors.tolist()}")
-            raise
-        assert gpu.last_skipped == cpu.last_skipped, name
-        if name == "skip":
-            assert gpu.last_skipped == queries.n_sets and (got.doc_ids == -1).all()
-        if name == "above_all":
-            assert (got.doc_ids == -1).all()
-        rescans += gpu.rescans
-    return rescans
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_floors_on_random_corpora_with_heavy_ties(seed):
     rng = np.random.default_rng(500 + seed)
@@ -403,9 +341,9 @@ def test_floors_on_random_corpora_with_heavy_ties(seed):
     cpu = NumpyShardIndex(docs, doc_ids, max_len)
     gpu = _index(docs, doc_ids, max_len)
     for k in (1, 7, 64):
-        _check_floors(gpu, cpu, queries, k, max_len, rng)
+        check_floors(gpu, cpu, queries, k, max_len, rng)
     # query_batch splits the searched (not skipped) queries into ragged batches
-    _check_floors(_index(docs, doc_ids, max_len, query_batch=5), cpu, queries, 7, max_len, rng)
+    check_floors(_index(docs, doc_ids, max_len, query_batch=5), cpu, queries, 7, max_len, rng)
 
 
 @pytest.mark.parametrize("capacity", [1, 3, 8])
@@ -416,11 +354,11 @@ def test_floors_with_overflow_and_rescans(capacity):
     queries = _random_sets(rng, 30, 12, 6)
     cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), 6)
     gpu = _index(docs, np.arange(docs.n_sets), 6, capacity=capacity, tile_docs=700, redo_bytes=1)
-    rescans = sum(_check_floors(gpu, cpu, queries, k, 6, rng) for k in (1, 10, 40))
+    rescans = sum(check_floors(gpu, cpu, queries, k, 6, rng) for k in (1, 10, 40))
     assert rescans > 0
     # sub-batches of several re-scanned queries, and rescans longer than the shared-memory sort
     gpu = _index(docs, np.arange(docs.n_sets), 6, capacity=capacity, tile_docs=700, redo_bytes=3 * 8 * 710 * 6)
-    assert _check_floors(gpu, cpu, queries, 10, 6, rng) > 0
+    assert check_floors(gpu, cpu, queries, 10, 6, rng) > 0
 
 
 def test_floors_through_sampling_levels():
@@ -434,7 +372,7 @@ def test_floors_through_sampling_levels():
         gpu = _index(docs, np.arange(docs.n_sets), max_len, capacity=capacity, sample_ratio=ratio)
         for k in (1, 10, 50):
             assert len(gpu._levels(k, gpu._capacity(k))) >= 2  # the levels this test is about
-            _check_floors(gpu, cpu, queries, k, max_len, rng)
+            check_floors(gpu, cpu, queries, k, max_len, rng)
 
 
 def test_floors_on_zipf_corpus_with_many_query_groups():
@@ -444,8 +382,8 @@ def test_floors_on_zipf_corpus_with_many_query_groups():
     docs = _zipf_sets(rng, rng.integers(0, max_len + 1, size=40_000), 4000)
     queries = _zipf_sets(rng, rng.integers(0, max_len + 1, size=100), 4000)
     cpu = NumpyShardIndex(docs, np.arange(docs.n_sets), max_len)
-    _check_floors(_index(docs, np.arange(docs.n_sets), max_len), cpu, queries, 30, max_len, rng)
-    _check_floors(_index(docs, np.arange(docs.n_sets), max_len, query_batch=37, tile_docs=1500), cpu, queries, 30,
+    check_floors(_index(docs, np.arange(docs.n_sets), max_len), cpu, queries, 30, max_len, rng)
+    check_floors(_index(docs, np.arange(docs.n_sets), max_len, query_batch=37, tile_docs=1500), cpu, queries, 30,
                   max_len, rng)
 
 
@@ -461,9 +399,9 @@ def test_floors_on_a_narrow_length_range_skip_what_it_cannot_reach():
     floors = rng.integers(0, scale // 2, size=queries.n_sets)
     for k in (5, 100):
         want = cpu.search(queries, k, floor_key=floors)
-        _assert_same(gpu.search(queries, k, floor_key=floors), want)
+        assert_same_topk(gpu.search(queries, k, floor_key=floors), want)
         assert gpu.last_skipped == cpu.last_skipped > 0
-    _check_floors(gpu, cpu, queries, 20, max_len, rng)
+    check_floors(gpu, cpu, queries, 20, max_len, rng)
 
 
 def test_all_docs_tie_at_the_floor():
@@ -476,13 +414,13 @@ def test_all_docs_tie_at_the_floor():
     gpu = _index(docs, doc_ids, max_len)
     tie = score_key(np.array([4, 1, 0, 0]), queries.lengths, 4, max_len).astype(np.int64)
     got = gpu.search(queries, 100, floor_key=tie)
-    _assert_same(got, cpu.search(queries, 100, floor_key=tie))
+    assert_same_topk(got, cpu.search(queries, 100, floor_key=tie))
     assert (got.doc_ids[:, :3] == [[1, 3, 5]] * 4).all() and gpu.rescans == 0
     got = gpu.search(queries, 100, floor_key=tie + 1)
-    _assert_same(got, cpu.search(queries, 100, floor_key=tie + 1))
+    assert_same_topk(got, cpu.search(queries, 100, floor_key=tie + 1))
     assert (got.doc_ids == -1).all()
     assert gpu.last_skipped == 2  # floors S + 1 (the identical set) and 1 (the empty query) are out of reach
-    _check_floors(gpu, cpu, queries, 100, max_len, np.random.default_rng(901))
+    check_floors(gpu, cpu, queries, 100, max_len, np.random.default_rng(901))
 
 
 def test_floors_with_the_widest_max_len():
@@ -500,10 +438,10 @@ def test_floors_with_the_widest_max_len():
     floors[0] = scale  # only the identical sets
     floors[1] = scale * 254 // 255
     floors[2] = scale
-    _assert_same(gpu.search(queries, 8, floor_key=floors), cpu.search(queries, 8, floor_key=floors))
+    assert_same_topk(gpu.search(queries, 8, floor_key=floors), cpu.search(queries, 8, floor_key=floors))
     assert gpu.search(queries, 8, floor_key=floors).doc_ids[0, :6].tolist() == [600, 601, 602, 603, 604, -1]
     for k in (1, 6, 30):
-        _check_floors(gpu, cpu, queries, k, max_len, rng)
+        check_floors(gpu, cpu, queries, k, max_len, rng)
 
 
 def test_floors_on_an_empty_shard_and_bad_floors():
@@ -538,4 +476,4 @@ def test_warm_up_in_a_thread_then_an_index_built_in_the_main_thread_matches_nump
     rng = np.random.default_rng(17)
     docs, queries = _random_sets(rng, 3000, 300, 40), _random_sets(rng, 50, 300, 40)
     ids = np.arange(docs.n_sets) * 3
-    _assert_same(_index(docs, ids, 64).search(queries, 20), NumpyShardIndex(docs, ids, 64).search(queries, 20))
+    assert_same_topk(_index(docs, ids, 64).search(queries, 20), NumpyShardIndex(docs, ids, 64).search(queries, 20))

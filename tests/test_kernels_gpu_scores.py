@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import SCORES, NumpyShardIndex, SetBatch, best_key_in_range, max_key, score_key
-from tests.gpu_helpers import cupy_index as _index, random_set_batch as _random_sets
+from kernels import SCORES, NumpyShardIndex, SetBatch
+from tests.gpu_helpers import assert_same_topk, check_floors, cupy_index as _index, random_set_batch as _random_sets
 
 pytestmark = pytest.mark.gpu
 
@@ -24,69 +24,20 @@ def _zipf_sets(rng, lengths, vocab) -> SetBatch:
     return SetBatch.from_lists(sets)
 
 
-def _assert_same(got, want):
-    for name in ("doc_ids", "overlap", "doc_len"):
-        g, w = getattr(got, name), getattr(want, name)
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        mismatch = np.argwhere(g != w)
-        if len(mismatch):
-            at = tuple(mismatch[0])
-            pytest.fail(f"{name}: {len(mismatch)} mismatches, first at {list(at)}: {g[at]} != {w[at]}")
-
-
 def _check(docs, queries, k, max_len, score, doc_ids=None, **options):
     """Search with both backends, assert identical results, return the GPU index."""
     if doc_ids is None:
         doc_ids = np.arange(docs.n_sets, dtype=np.int64)
     gpu = _index(docs, doc_ids, max_len, score=score, **options)
-    _assert_same(gpu.search(queries, k), NumpyShardIndex(docs, doc_ids, max_len, score).search(queries, k))
+    assert_same_topk(gpu.search(queries, k), NumpyShardIndex(docs, doc_ids, max_len, score).search(queries, k))
     return gpu
 
 
-def _floor_cases(cpu, queries, k, max_len, score, rng):
-    """Floors on ties (the exact k-th key, the next, random ranks), none, 0, above every key, skipped."""
-    keys = score_key(cpu.overlaps(queries), queries.lengths[:, None], cpu.doc_len[None, :], max_len, score)
-    ranked = -np.sort(-keys.astype(np.int64), axis=1)
-    n_q, n_docs = ranked.shape
-    rows = np.arange(n_q)
-
-    def at(rank):
-        return np.where(rank < n_docs, ranked[rows, np.minimum(rank, n_docs - 1)], ranked[:, 0] + 1)
-
-    reach = best_key_in_range(queries.lengths, cpu.doc_len.min(), cpu.doc_len.max(), max_len, score).astype(np.int64)
-    cases = {
-        "none": np.full(n_q, -1),
-        "zero": np.zeros(n_q, dtype=np.int64),
-        "kth": at(np.full(n_q, k - 1)),
-        "after_kth": at(np.full(n_q, k)),
-        "jth": at(rng.integers(0, n_docs, size=n_q)),
-        "above_all": ranked[:, 0] + 1,
-        "skip": reach + 1,
-        "top": np.full(n_q, max_key(max_len, score)),
-    }
-    columns = list(cases.values())
-    pick = rng.integers(0, len(columns), size=n_q)
-    cases["mixed"] = np.array([columns[p][i] for i, p in enumerate(pick)], dtype=np.int64)
-    return {name: floors.astype(np.int64) for name, floors in cases.items()}
-
-
 def _check_floors(docs, queries, k, max_len, score, rng, **options):
-    """Every floor case: GPU == NumPy, skipped queries alike; returns the GPU's total rescans."""
+    """Every floor case of check_floors on a GPU and a NumPy index of ``docs``; returns the GPU's rescans."""
     doc_ids = np.arange(docs.n_sets, dtype=np.int64)
     cpu = NumpyShardIndex(docs, doc_ids, max_len, score)
-    gpu = _index(docs, doc_ids, max_len, score=score, **options)
-    rescans = 0
-    for name, floors in _floor_cases(cpu, queries, k, max_len, score, rng).items():
-        want = cpu.search(queries, k, floor_key=floors)
-        got = gpu.search(queries, k, floor_key=floors)
-        try:
-            _assert_same(got, want)
-        except BaseException:
-            print(f"score {score}, floor case {name!r}, k={k}: floors {floors.tolist()}")
-            raise
-        assert gpu.last_skipped == cpu.last_skipped, name
-        rescans += gpu.rescans
-    return rescans
+    return check_floors(_index(docs, doc_ids, max_len, score=score, **options), cpu, queries, k, max_len, rng, score)
 
 
 @pytest.mark.parametrize("score", SCORES)

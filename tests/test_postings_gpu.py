@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels import SCORES, NumpyShardIndex, SetBatch, score_key
-from tests.gpu_helpers import cupy_index as _index
+from tests.gpu_helpers import assert_same_topk, cupy_index as _index
 
 pytestmark = pytest.mark.gpu
 
@@ -28,14 +28,6 @@ def _near_duplicates(rng, docs: SetBatch, n, vocab):
     return SetBatch.from_lists(out)
 
 
-def _assert_same(got, want):
-    for name in ("doc_ids", "overlap", "doc_len"):
-        g, w = getattr(got, name), getattr(want, name)
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        bad = np.argwhere(g != w)
-        assert not len(bad), f"{name} differs first at {tuple(bad[0])}: {g[tuple(bad[0])]} != {w[tuple(bad[0])]}"
-
-
 @pytest.mark.parametrize("score", SCORES)
 def test_postings_path_matches_numpy_every_score(score):
     rng = np.random.default_rng(SCORES.index(score))
@@ -48,7 +40,7 @@ def test_postings_path_matches_numpy_every_score(score):
     for routing in ("postings", "auto"):
         index = _index(docs, ids, 32, vocab_size=vocab + 10, score=score, routing=routing, capacity=512)
         got = index.search(queries, 10)
-        _assert_same(got, want)
+        assert_same_topk(got, want)
         if routing == "postings":
             assert index.last_routing["postings"] > 0 and index.postings_bytes > 0
             r = index.last_routing
@@ -69,8 +61,8 @@ def test_postings_with_floors_ties_and_overflow(score):
     want = reference.search(queries, 20, floor_key=floors)
     for capacity in (64, 4096):  # 64: most queries overflow their buffer and are re-emitted
         index = _index(docs, ids, 16, vocab_size=vocab, score=score, routing="postings", capacity=capacity)
-        _assert_same(index.search(queries, 20, floor_key=floors), want)
-        _assert_same(index.search(queries, 20), plain)
+        assert_same_topk(index.search(queries, 20, floor_key=floors), want)
+        assert_same_topk(index.search(queries, 20), plain)
         assert index.last_routing["postings"] > 0
     assert index.rescans >= 0
 

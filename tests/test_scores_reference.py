@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, max_key, order_candidates, score_key
-from shards import Corpus, SetLimits, ShardSearcher, floors_from, merge_topk, plan_shards, scatter_rounds, split_rounds
+from shards import Corpus, SetLimits, ShardSearcher, floors_from, merge_topk, plan_shards
+from tests.shard_helpers import search_two_rounds
 
 _SETS = st.lists(st.lists(st.integers(0, 9), max_size=8), max_size=40)  # small vocab: many ties; empty sets
 _QUERIES = st.lists(st.lists(st.integers(0, 9), max_size=8), min_size=1, max_size=8)
@@ -95,18 +96,7 @@ def _protocol(docs, queries, k, n_shards, max_len, score):
     plan = plan_shards(batch.lengths, n_shards, max_len)
     searchers = [ShardSearcher(spec, pieces, SetLimits(65536, max_len), "numpy", score=score) for spec in plan]
     q = SetBatch.from_lists(queries)
-    first, second = split_rounds(plan, q.lengths)
-    home_rows, home_results, parts = [], [], [[] for _ in plan]
-    for s, rows in enumerate(first):
-        if len(rows):
-            result = searchers[s].search(q, k, rows)
-            home_rows.append(rows)
-            home_results.append(result)
-            parts[s].append((rows, result))
-    for s, rows in enumerate(second):
-        if len(rows):
-            parts[s].append((rows, searchers[s].search(q, k, rows, home_rows, *home_results)))
-    merged = merge_topk([scatter_rounds(q.n_sets, k, p) for p in parts if p], q.lengths, k, max_len, score)
+    merged, home_rows, home_results = search_two_rounds(searchers, plan, q, k, max_len, score)
     return merged, sum(s.skipped for s in searchers), floors_from(home_results, home_rows, q.lengths, k, max_len, score)
 
 

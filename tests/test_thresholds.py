@@ -20,6 +20,7 @@ from shards import (
     scatter_rounds,
     split_rounds,
 )
+from tests.shard_helpers import search_two_rounds
 
 
 def _rows(topk):
@@ -156,18 +157,7 @@ def _two_rounds_with_searchers(plan, doc_ids, docs, queries: SetBatch, k, max_le
     ]
     limits = SetLimits(vocab_size=65536, max_len=max_len)
     searchers = [ShardSearcher(spec, pieces, limits, "numpy") for spec in plan]
-    first, second = split_rounds(plan, queries.lengths)
-    home_rows, home_results, parts = [], [], [[] for _ in plan]
-    for s, rows in enumerate(first):
-        if len(rows):
-            result = searchers[s].search(queries, k, rows)
-            home_rows.append(rows)
-            home_results.append(result)
-            parts[s].append((rows, result))
-    for s, rows in enumerate(second):
-        if len(rows):
-            parts[s].append((rows, searchers[s].search(queries, k, rows, home_rows, *home_results)))
-    merged = merge_topk([scatter_rounds(queries.n_sets, k, p) for p in parts if p], queries.lengths, k, max_len)
+    merged, _, _ = search_two_rounds(searchers, plan, queries, k, max_len)
     infos = [s.info() for s in searchers]
     assert sum(i["queries_searched"] for i in infos) == queries.n_sets * len(plan)
     return merged, sum(i["queries_skipped"] for i in infos)
