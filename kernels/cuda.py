@@ -719,17 +719,16 @@ class CupyShardIndex:
         overflowed = np.flatnonzero(counts > capacity)
         if len(overflowed):
             self.rescans += len(overflowed)
-            routed = np.zeros(n_q, dtype=bool)
+            posted_mask = np.zeros(n_q, dtype=bool)
             if post_rows is not None:
-                routed[post_rows.get()] = True
-            scanned, posted = overflowed[~routed[overflowed]], overflowed[routed[overflowed]]
+                posted_mask[post_rows] = True
+            scanned, posted = overflowed[~posted_mask[overflowed]], overflowed[posted_mask[overflowed]]
             if len(scanned):
                 self._rescan(scanned, counts, query_arrays, bound_key, k, top)
             if len(posted):  # the same path again, so the same candidates
                 self._rescan(posted, counts, query_arrays, bound_key, k, top,
-                             emit=lambda members, cnt, base, cap, buf: self._postings.emit(
-                                 members, self.n_docs, *query_arrays[:4], self._longest, bound_key, query_arrays[5],
-                                 self._len_by_pos, self._scale, self._score_code, cnt, base, cap, buf))
+                             emit=lambda members, cnt, base, cap, buf: self._emit_postings(
+                                 members, self.n_docs, query_arrays, bound_key, cnt, base, cap, buf))
 
         doc_ids = cupy.empty((n_q, k), dtype=np.int64)
         overlap = cupy.empty((n_q, k), dtype=np.int16)
@@ -768,8 +767,8 @@ class CupyShardIndex:
         group_query[: len(rows)] = rows
         return cupy.asarray(group_query), n_groups
 
-    def _reset_counts(self, batch, rows_dev, n_rows: int) -> None:
-        if n_rows == len(batch.count):
+    def _reset_counts(self, batch, rows_dev) -> None:
+        if len(rows_dev) == len(batch.count):
             batch.count.fill(0)
         else:
             batch.count[rows_dev] = 0
@@ -783,10 +782,10 @@ class CupyShardIndex:
         rows_dev = cupy.asarray(rows.astype(np.int32))
         for stride, n_sample in levels[-1:] if last_only else levels:
             last = stride == 1
-            self._reset_counts(batch, rows_dev, len(rows))
+            self._reset_counts(batch, rows_dev)
             self._count_emit(group_query, n_groups, batch.query_arrays, stride, n_sample, batch.count,
                              batch.cand_base, batch.cand_cap, batch.cand)
-            self._select_level(batch, rows_dev, len(rows), update=not last)
+            self._select_level(batch, rows_dev, update=not last)
         self.last_routing["scan"] += len(rows)
 
     def _postings_levels(self, rows: np.ndarray, levels, batch):
@@ -794,17 +793,15 @@ class CupyShardIndex:
         levels over the first ``n_sample`` positions, the last over the whole shard for the queries whose
         bound reached key 1 (the others are scanned: docs outside the postings may qualify for them, and
         are counted in ``last_routing["fallback"]``). Returns the rows whose last level ran through the
-        postings (device int32), or None."""
+        postings (host), or None."""
         import cupy
 
         from .postings_gpu import TILE_DOCS
 
-        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = batch.query_arrays
         rows_dev = cupy.asarray(rows.astype(np.int32))
 
         def emit(members, limit):
-            self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, batch.bound_key, tie_pos,
-                                self._len_by_pos, self._scale, self._score_code, batch.count, batch.cand_base,
+            self._emit_postings(members, limit, batch.query_arrays, batch.bound_key, batch.count, batch.cand_base,
                                 batch.cand_cap, batch.cand)
 
         # A level costs at least one tile of postings: of the sampling levels within one tile, the largest
@@ -812,9 +809,9 @@ class CupyShardIndex:
         sampling = [n for _stride, n in levels[:-1]]
         sampling = [n for n in sampling if n <= TILE_DOCS][-1:] + [n for n in sampling if n > TILE_DOCS]
         for n_sample in sampling:
-            self._reset_counts(batch, rows_dev, len(rows))
+            self._reset_counts(batch, rows_dev)
             emit(rows_dev, n_sample)
-            self._select_level(batch, rows_dev, len(rows), update=True)
+            self._select_level(batch, rows_dev, update=True)
         eligible = batch.bound_key[rows_dev].get() >= 1
         fallback = rows[~eligible]
         if len(fallback):
@@ -824,15 +821,21 @@ class CupyShardIndex:
         if not len(posted):
             return None
         posted_dev = cupy.asarray(posted.astype(np.int32))
-        self._reset_counts(batch, posted_dev, len(posted))
+        self._reset_counts(batch, posted_dev)
         emit(posted_dev, self.n_docs)
-        self._select_level(batch, posted_dev, len(posted), update=False)
+        self._select_level(batch, posted_dev, update=False)
         self.last_routing["postings"] += len(posted)
-        return posted_dev
+        return posted
 
-    def _select_level(self, batch, rows_dev, n_rows: int, *, update: bool) -> None:
+    def _emit_postings(self, members, limit: int, query_arrays, bound_key, count, cand_base, cand_cap, cand) -> None:
+        """Launch the postings kernel for ``members`` (device int32 query indices) over positions below ``limit``."""
+        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = query_arrays
+        self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos,
+                            self._len_by_pos, self._scale, self._score_code, count, cand_base, cand_cap, cand)
+
+    def _select_level(self, batch, rows_dev, *, update: bool) -> None:
         _qoff, _qtok, qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays
-        self._select(batch.cand, batch.cand_base, batch.cand_cap, batch.count, rows_dev, n_rows, batch.k,
+        self._select(batch.cand, batch.cand_base, batch.cand_cap, batch.count, rows_dev, len(rows_dev), batch.k,
                      batch.sort_size, batch.top, update=update, bound_key=batch.bound_key, tie_pos=tie_pos, qlen=qlen,
                      thr_ge=thr_ge, thr_gt=thr_gt)
 

@@ -115,15 +115,14 @@ class GpuPostings:
             del key
             self.seg_start = cupy.searchsorted(seg, cupy.arange(self.n_words * self.n_tiles + 1, dtype=np.int64))
             del seg
-            self.doc_freq = cupy.bincount(tokens, minlength=self.n_words)[: self.n_words].astype(np.int64).get()
+            # Docs per id for every uint16 id, so the cost kernel needs no bound check.
+            self._freq_by_id = cupy.bincount(tokens, minlength=1 << 16).astype(np.int64)
         else:
             self.post = cupy.zeros(1, dtype=np.uint16)
             self.seg_start = cupy.zeros(self.n_words * self.n_tiles + 1, dtype=np.int64)
-            self.doc_freq = np.zeros(self.n_words, dtype=np.int64)
+            self._freq_by_id = cupy.zeros(1 << 16, dtype=np.int64)
+        self.doc_freq = self._freq_by_id[: self.n_words].get()
         self.nbytes = int(2 * n_tok + self.seg_start.nbytes)
-        freq_by_id = np.zeros(1 << 16, dtype=np.int64)  # every uint16 id: the cost kernel reads no bound
-        freq_by_id[: self.n_words] = self.doc_freq
-        self._freq_by_id = cupy.asarray(freq_by_id)
         kernels = _kernels(cupy.cuda.Device().id)
         self._kernel, self._cost = kernels["postings_emit"], kernels["postings_cost"]
 
