@@ -164,8 +164,6 @@ class _Batch(NamedTuple):
     """The device arrays one batch's levels share (see ``_search_batch``)."""
 
     query_arrays: tuple  # qoff, qtok, qlen, thr_ge, thr_gt, tie_pos
-    rare: object  # the postings kernel's ids: qtok with each query's ids by ascending doc frequency
-    probe_len: object  # ids the postings kernel counts per query (prefix filtering below qlen)
     bound_key: object
     count: object
     cand_base: object
@@ -177,7 +175,7 @@ class _Batch(NamedTuple):
 
 
 def _no_routing() -> dict:
-    return {"scan": 0, "postings": 0, "prefix": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
+    return {"scan": 0, "postings": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
 
 
 def _blocks_for(n_items: int) -> int:
@@ -319,10 +317,8 @@ class CupyShardIndex:
         and a query runs its levels through its ids' postings where the cost
         model (:func:`kernels.postings_gpu.route_mask`) says that is cheaper;
         its last level is scanned all the same if its bound from the sampling
-        levels is below key 1, and prefix-filtered (only its rarest ids
-        counted, the docs they touch verified) where its bound is high enough
-        for that to read fewer postings. ``"postings"``: every query goes to
-        the postings. Results are identical in every mode.
+        levels is below key 1. ``"postings"``: every query goes to the
+        postings. Results are identical in every mode.
 
     Attributes
     ----------
@@ -330,8 +326,7 @@ class CupyShardIndex:
         Number of docs in the shard.
     last_routing : dict
         The last ``search``'s routing, summed over its batches: ``scan`` and
-        ``postings`` (queries per path of the last level), ``prefix`` (of the
-        ``postings`` ones, those prefix-filtered), ``fallback``
+        ``postings`` (queries per path of the last level), ``fallback``
         (routed to the postings but scanned, their bound being below key 1),
         ``scan_s`` and ``postings_s`` (GPU seconds of each path's levels with
         their selections, CUDA events; a fallback's scan counts in
@@ -698,18 +693,13 @@ class CupyShardIndex:
 
         levels = self._levels(k, capacity)
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
+        batch = _Batch(query_arrays, bound_key, count, cand_base, cand_cap, cand, top, k, _pow2_at_least(capacity))
         routed = np.zeros(n_q, dtype=bool)
-        rare = probe_len = None
         if self._postings is not None:
             from .postings_gpu import route_mask
 
             routed = route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
                                 self._scan_slots, self.queries_per_block)
-            if routed.any():
-                rare = self._postings.by_rarity(cupy.asarray(queries.offsets), qtok)
-                probe_len = qlen.copy()
-        batch = _Batch(query_arrays, rare, probe_len, bound_key, count, cand_base, cand_cap, cand, top, k,
-                       _pow2_at_least(capacity))
         post_rows = None
         marks: list = []
         if not routed.all():
@@ -721,15 +711,10 @@ class CupyShardIndex:
         times = {path: cupy.cuda.get_elapsed_time(start, end) / 1e3 for path, start, end in marks}
         for path, seconds in times.items():
             self.last_routing[path + "_s"] += seconds
-        n_prefix = 0
-        if post_rows is not None:
-            posted_dev = cupy.asarray(post_rows)
-            n_prefix = int((batch.probe_len[posted_dev] < qlen[posted_dev]).sum())
-            self.last_routing["prefix"] += n_prefix
         if self._postings is not None:
-            _log.debug("routing %s: %d of %d queries to the postings (%d of them scanned at the last level, "
-                       "%d prefix-filtered); GPU %.2f ms scan, %.2f ms postings", self.routing, int(routed.sum()),
-                       n_q, int(routed.sum()) - (0 if post_rows is None else len(post_rows)), n_prefix,
+            _log.debug("routing %s: %d of %d queries to the postings (%d of them scanned at the last level); "
+                       "GPU %.2f ms scan, %.2f ms postings", self.routing, int(routed.sum()), n_q,
+                       int(routed.sum()) - (0 if post_rows is None else len(post_rows)),
                        times.get("scan", 0.0) * 1e3, times.get("postings", 0.0) * 1e3)
         overflowed = np.flatnonzero(counts > capacity)
         if len(overflowed):
@@ -743,7 +728,7 @@ class CupyShardIndex:
             if len(posted):  # the same path again, so the same candidates
                 self._rescan(posted, counts, query_arrays, bound_key, k, top,
                              emit=lambda members, cnt, base, cap, buf: self._emit_postings(
-                                 batch, members, self.n_docs, cnt, base, cap, buf))
+                                 members, self.n_docs, query_arrays, bound_key, cnt, base, cap, buf))
 
         doc_ids = cupy.empty((n_q, k), dtype=np.int64)
         overlap = cupy.empty((n_q, k), dtype=np.int16)
@@ -816,7 +801,8 @@ class CupyShardIndex:
         rows_dev = cupy.asarray(rows.astype(np.int32))
 
         def emit(members, limit):
-            self._emit_postings(batch, members, limit, batch.count, batch.cand_base, batch.cand_cap, batch.cand)
+            self._emit_postings(members, limit, batch.query_arrays, batch.bound_key, batch.count, batch.cand_base,
+                                batch.cand_cap, batch.cand)
 
         # A level costs at least one tile of postings: of the sampling levels within one tile, the largest
         # alone is kept (it gives the best bound for that cost).
@@ -835,20 +821,17 @@ class CupyShardIndex:
         if not len(posted):
             return None
         posted_dev = cupy.asarray(posted.astype(np.int32))
-        qoff, _qtok, qlen, thr_ge, _thr_gt, _tie_pos = batch.query_arrays
-        self._postings.probe_lengths(posted_dev, qoff, batch.rare, qlen, thr_ge, batch.probe_len)
         self._reset_counts(batch, posted_dev)
         emit(posted_dev, self.n_docs)
         self._select_level(batch, posted_dev, update=False)
         self.last_routing["postings"] += len(posted)
         return posted
 
-    def _emit_postings(self, batch, members, limit: int, count, cand_base, cand_cap, cand) -> None:
+    def _emit_postings(self, members, limit: int, query_arrays, bound_key, count, cand_base, cand_cap, cand) -> None:
         """Launch the postings kernel for ``members`` (device int32 query indices) over positions below ``limit``."""
-        qoff, _qtok, qlen, thr_ge, _thr_gt, tie_pos = batch.query_arrays
-        self._postings.emit(members, limit, qoff, batch.rare, qlen, batch.probe_len, thr_ge, self._longest,
-                            batch.bound_key, tie_pos, self._len_by_pos, self._scale, self._score_code, count,
-                            cand_base, cand_cap, cand)
+        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = query_arrays
+        self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos,
+                            self._len_by_pos, self._scale, self._score_code, count, cand_base, cand_cap, cand)
 
     def _select_level(self, batch, rows_dev, *, update: bool) -> None:
         _qoff, _qtok, qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays

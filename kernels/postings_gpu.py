@@ -13,10 +13,7 @@ to the postings runs every level through them: the sampling levels count the
 docs of a prefix of the shard's positions (the sizes of the scan's levels),
 which gives it a bound ``(T, P)``; its last level counts the whole shard if
 ``T >= 1`` (no doc outside the postings qualifies), and is scanned otherwise.
-There, a query whose bound needs an overlap of ``m`` or more is prefix-filtered
-where that reads fewer postings (:meth:`GpuPostings.probe_lengths`): only its
-``|q| - m + 1`` rarest ids are counted, and the docs they touch are completed
-by binary searches in the other ids' postings (``postings_topk.cu``). Both paths emit the same set of docs into the same candidate buffers, which
+Both paths emit the same set of docs into the same candidate buffers, which
 ``select_topk`` sorts, so the results are identical. References: ScanCount (Sarawagi, Kirpal, SIGMOD 2004; Li, Lu, Lu,
 ICDE 2008); prefix filtering, which :mod:`kernels.postings` implements on the
 CPU, in the survey of Mann, Augsten, Bouros (VLDB 2016).
@@ -44,9 +41,6 @@ _MAX_GRID_Y = 65535
 # the segment bounds): all levels of 1990 uniform queries of about 665,000 entries each took 6.8 ms with
 # their selections, the whole-shard level alone 4.8 ms. A routed batch runs levels of its own and waits
 # once for the bounds, so routing pays only where the modelled saving exceeds ROUTING_BATCH_S.
-# Prefix filtering: a candidate's binary searches cost about as much as this many counted entries.
-PREFIX_VERIFY_ENTRIES = 4.0
-_RARITY_ROW_BITS = 23  # the rarity sort's key: row (23 bits), doc frequency (capped at 24 bits), id (16 bits)
 SCAN_S_PER_SLOT = 1.1e-14
 POSTINGS_S_PER_ENTRY = 4.0e-12
 POSTINGS_S_PER_TILE = 1.0e-8
@@ -146,56 +140,12 @@ class GpuPostings:
             self._cost((-(-n_q // 256),), (256,), (qoff, qtok, qlen, np.int32(n_q), self._freq_by_id, out))
         return out.get()[:n_q]
 
-    def by_rarity(self, offsets, qtok):
-        """Each query's ids reordered by ascending doc frequency (ties by id), in place of ``qtok``.
-
-        ``offsets``: device int64 of shape (n_queries + 1,), the CSR offsets of ``qtok`` (device uint16).
-        Returns device uint16 of ``qtok``'s shape, each query's ids at the same offsets. Batches of
-        ``2**23`` queries or more keep their ids' order: prefix filtering stays exact with any order,
-        it only reads more postings.
-        """
-        import cupy
-
-        n_q, n_tok = len(offsets) - 1, len(qtok)
-        if n_tok == 0 or n_q >= 1 << _RARITY_ROW_BITS:
-            return qtok
-        row = cupy.searchsorted(offsets[1:], cupy.arange(n_tok, dtype=np.int64), side="right")
-        freq = cupy.minimum(self._freq_by_id[qtok], (1 << 24) - 1)
-        key = cupy.sort((row << 40) | (freq << 16) | qtok.astype(np.int64))
-        return (key & 0xFFFF).astype(np.uint16)
-
-    def probe_lengths(self, rows, qoff, rare, qlen, thr_ge, probe_len) -> None:
-        """Choose prefix filtering or ScanCount for the queries ``rows`` (device int32) at the whole-shard level.
-
-        A query whose current bound needs overlap ``m = max(1, min(thr_ge[q]))`` may count only its
-        ``|q| - m + 1`` rarest ids (``rare``: :meth:`by_rarity`, at offsets ``qoff``); it does where
-        those ids' postings, each touched doc weighted ``1 + PREFIX_VERIFY_ENTRIES`` for its binary
-        searches, are fewer than all its ids' postings. Writes the ids to count into ``probe_len``
-        (device int32 of shape (n_queries,)) at ``rows``: the prefix length, or ``qlen[q]``.
-        """
-        import cupy
-
-        if len(rows) == 0:
-            return
-        need = cupy.maximum(thr_ge[rows].min(axis=1).astype(np.int64), 1)
-        ql = qlen[rows].astype(np.int64)
-        prefix = cupy.clip(ql - need + 1, 0, ql)
-        csum = cupy.concatenate([cupy.zeros(1, dtype=np.int64), cupy.cumsum(self._freq_by_id[rare])])
-        start = qoff[rows]
-        prefix_entries = csum[start + prefix] - csum[start]
-        all_entries = csum[start + ql] - csum[start]
-        cheaper = prefix_entries * (1.0 + PREFIX_VERIFY_ENTRIES) < all_entries
-        probe_len[rows] = cupy.where(cheaper, prefix, ql).astype(np.int32)
-
-    def emit(self, rows, limit: int, qoff, qtok, qlen, probe_len, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
+    def emit(self, rows, limit: int, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
              scale: int, score_code: int, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
         query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``) over the docs at
         positions below ``limit`` (``n_docs``: the whole shard, where every routed query must have
-        ``bound_key >= 1``; less: a sampling level). ``probe_len`` (device int32, shape (n_queries,)):
-        the ids counted per query, the others verified (prefix filtering, for ids in ascending doc
-        frequency: :meth:`by_rarity`); ``qlen`` itself gives ScanCount. Any value is exact: the kernel
-        counts at least the ``|q| - m + 1`` ids the pigeonhole needs. Other arrays as in ``count_emit``.
+        ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
 
         Raises
         ------
@@ -204,7 +154,7 @@ class GpuPostings:
             ``thr_ge`` is not of shape (n_queries, max_doc_len + 1), or ``limit`` is not in [1, n_docs].
         """
         for name, a, dtype in (("rows", rows, np.int32), ("qoff", qoff, np.int64), ("qtok", qtok, np.uint16),
-                               ("qlen", qlen, np.int32), ("probe_len", probe_len, np.int32), ("thr_ge", thr_ge, np.uint8), ("bound_key", bound_key, np.int64),
+                               ("qlen", qlen, np.int32), ("thr_ge", thr_ge, np.uint8), ("bound_key", bound_key, np.int64),
                                ("tie_pos", tie_pos, np.int32), ("count", count, np.int32), ("cand", cand, np.uint64)):
             if a.dtype != dtype or not a.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype)}, found {a.dtype}")
@@ -220,7 +170,7 @@ class GpuPostings:
             (len(rows), -(-tiles // _TILES_PER_BLOCK)),
             (_THREADS,),
             (self.post, self.seg_start, np.int32(self.n_tiles), np.int32(self.n_words), np.int64(limit), rows,
-             qoff, qtok, qlen, probe_len, thr_ge, np.int32(max_doc_len), bound_key, tie_pos, len_by_pos, np.int64(scale),
+             qoff, qtok, qlen, thr_ge, np.int32(max_doc_len), bound_key, tie_pos, len_by_pos, np.int64(scale),
              np.int32(score_code), count, cand_base, cand_cap, cand),
             shared_mem=_SHARED,
         )

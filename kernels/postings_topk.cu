@@ -38,18 +38,6 @@
 // docs, and emits those with overlap >= 1. When the list overflows, every
 // counter of the tile is checked instead (exact either way). Emission counts
 // every candidate past the buffer's capacity, as count_emit.
-//
-// Prefix filtering (Chaudhuri, Ganti, Kaushik, ICDE 2006; Bayardo, Ma,
-// Srikant, WWW 2007; survey: Mann, Augsten, Bouros, VLDB 2016): a doc with
-// overlap >= need holds one of any ql - need + 1 of the query's ids, so only
-// the first n_probe >= ql - need + 1 ids are counted (the host orders each
-// query's ids by ascending doc frequency and picks n_probe through probe_len;
-// the kernel raises it to ql - need + 1 whatever it is given). Every doc they
-// touch is listed, and its overlap is completed by a binary search for its
-// offset in the tile's segment of each remaining id, stopping as soon as the
-// ids left cannot bring it to need; a doc that stops there has overlap < need
-// and is dropped, any other has its exact overlap. With n_probe == ql this is
-// ScanCount as above.
 
 namespace settopk {
 
@@ -65,7 +53,7 @@ __global__ void __launch_bounds__(kPostThreads)
 postings_emit(const unsigned short* __restrict__ post, const long long* __restrict__ seg_start, int n_tiles,
               int n_words, long long limit, const int* __restrict__ route, const long long* __restrict__ qoff,
               const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
-              const int* __restrict__ probe_len, const unsigned char* __restrict__ thr_ge, int max_doc_len, const long long* __restrict__ bound_key,
+              const unsigned char* __restrict__ thr_ge, int max_doc_len, const long long* __restrict__ bound_key,
               const int* __restrict__ tie_pos, const unsigned char* __restrict__ len_by_pos, long long scale,
               int score, int* __restrict__ cand_count, const long long* __restrict__ cand_base,
               const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
@@ -106,10 +94,6 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
     }
     const long long bound = bound_key[q];
     const int last = tie_pos[q];
-    __syncthreads();  // s_need is complete
-    const int need = max(s_need, 1);
-    const int n_probe = max(0, min(ql, max(probe_len[q], ql - need + 1)));
-    const int list_at = n_probe < ql ? 1 : need;  // a prefix lists every doc its ids touch
     for (; tile < n_tiles_used; tile += gridDim.y) {
         for (int i = tid; i < kPostTile / 16; i += blockDim.x) s_count4[i] = make_uint4(0u, 0u, 0u, 0u);
         if (tid < ql) {
@@ -123,7 +107,8 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
         }
         if (tid == 0) s_n_list = 0;
         __syncthreads();
-        for (int i = warp; i < n_probe; i += n_warps) {
+        const int need = max(s_need, 1);
+        for (int i = warp; i < ql; i += n_warps) {
             const long long b = s_beg[i];
             const int n = s_len[i];
             for (int j0 = lane; j0 < n; j0 += 32 * kPostUnroll) {
@@ -138,7 +123,7 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
                     if (p[u] == 0xFFFFFFFFu) continue;
                     const unsigned shift = 8u * (p[u] & 3u);
                     const unsigned old = atomicAdd(&s_count[p[u] >> 2], 1u << shift);
-                    if (static_cast<int>((old >> shift) & 0xFFu) + 1 == list_at) {
+                    if (static_cast<int>((old >> shift) & 0xFFu) + 1 == need) {
                         const int at = atomicAdd(&s_n_list, 1);
                         if (at < kPostListCap) s_list[at] = static_cast<unsigned short>(p[u]);
                     }
@@ -152,18 +137,7 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
         const long long tile_base = static_cast<long long>(tile) << kPostTileBits;
         for (int i = tid; i < n_check; i += blockDim.x) {
             const unsigned p = every ? static_cast<unsigned>(i) : static_cast<unsigned>(s_list[i]);
-            int c = static_cast<int>((s_count[p >> 2] >> (8u * (p & 3u))) & 0xFFu);
-            if (n_probe < ql && c > 0) {
-                for (int r = n_probe; r < ql && c + (ql - r) >= need; ++r) {
-                    const unsigned short* seg = post + s_beg[r];
-                    int lo = 0, hi = s_len[r];
-                    while (lo < hi) {
-                        const int mid = (lo + hi) >> 1;
-                        if (seg[mid] < p) lo = mid + 1; else hi = mid;
-                    }
-                    c += lo < s_len[r] && seg[lo] == p;
-                }
-            }
+            const int c = static_cast<int>((s_count[p >> 2] >> (8u * (p & 3u))) & 0xFFu);
             if (c < need) continue;
             const long long pos = tile_base + p;
             if (pos >= limit) continue;

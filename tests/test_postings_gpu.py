@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels import SCORES, NumpyShardIndex, SetBatch, score_key
-from tests.gpu_helpers import assert_same_topk, check_floors, cupy_index as _index
+from tests.gpu_helpers import assert_same_topk, cupy_index as _index
 
 pytestmark = pytest.mark.gpu
 
@@ -67,67 +67,6 @@ def test_postings_with_floors_ties_and_overflow(score):
     assert index.rescans >= 0
 
 
-def _prefix_case(seed, n_docs=140_000, vocab=3000, max_len=24):
-    """Docs over three tiles and queries half near-duplicates of docs (high bounds at small k), half random."""
-    rng = np.random.default_rng(seed)
-    docs = _sets(rng, n_docs, vocab, max_len, min_len=1)
-    queries = SetBatch.from_lists(_near_duplicates(rng, docs, 40, vocab).to_lists()
-                                  + _sets(rng, 20, vocab, max_len, min_len=1).to_lists())
-    return rng, docs, queries
-
-
-@pytest.mark.parametrize("score", SCORES)
-@pytest.mark.parametrize("k", [1, 3])
-def test_prefix_filtering_matches_numpy(score, k, monkeypatch):
-    import kernels.postings_gpu as postings_gpu
-
-    _rng, docs, queries = _prefix_case(SCORES.index(score) + 10 * k)
-    ids = np.arange(docs.n_sets, dtype=np.int64) * 2 + 5
-    want = NumpyShardIndex(docs, ids, 32, score).search(queries, k)
-    for verify in (postings_gpu.PREFIX_VERIFY_ENTRIES, 0.0):  # the default model, and prefix wherever it reads less
-        monkeypatch.setattr(postings_gpu, "PREFIX_VERIFY_ENTRIES", verify)
-        for capacity in (512, 16):  # 16: the whole-shard buffers overflow and the prefix path re-emits
-            index = _index(docs, ids, 32, vocab_size=3000, score=score, routing="postings", capacity=capacity)
-            assert_same_topk(index.search(queries, k), want)
-            if verify == 0.0 and capacity == 512 and k == 1:  # else the bounds may be too low for a prefix
-                assert index.last_routing["prefix"] > 0, index.last_routing
-
-
-def test_prefix_filtering_with_floors_ties_and_any_probe_length(monkeypatch):
-    import kernels.postings_gpu as postings_gpu
-
-    rng, docs, queries = _prefix_case(5, n_docs=70_000, vocab=300, max_len=12)  # few ids: heavy ties
-    ids = np.arange(docs.n_sets, dtype=np.int64)
-    cpu = NumpyShardIndex(docs, ids, 16)
-    monkeypatch.setattr(postings_gpu, "PREFIX_VERIFY_ENTRIES", 0.0)
-    gpu = _index(docs, ids, 16, vocab_size=300, routing="postings", capacity=64)
-    for k in (1, 5):
-        check_floors(gpu, cpu, queries, k, 16, rng)
-    # The kernel counts at least the ids the pigeonhole needs, whatever the host asks for.
-    real = postings_gpu.GpuPostings.probe_lengths
-
-    def too_short(self, rows, qoff, rare, qlen, thr_ge, probe_len):
-        real(self, rows, qoff, rare, qlen, thr_ge, probe_len)
-        probe_len[rows] = 0
-
-    monkeypatch.setattr(postings_gpu.GpuPostings, "probe_lengths", too_short)
-    for k in (1, 5):
-        assert_same_topk(gpu.search(queries, k), cpu.search(queries, k))
-        assert gpu.last_routing["prefix"] > 0
-
-
-def test_ids_by_rarity():
-    import cupy
-
-    from kernels.postings_gpu import GpuPostings
-
-    docs = SetBatch.from_lists([[1, 2, 3], [2, 3], [3], [3, 4]])  # docs per id: 1:1, 2:2, 3:4, 4:1
-    p = GpuPostings(cupy.asarray(docs.offsets), cupy.asarray(docs.tokens), 5)
-    queries = SetBatch.from_lists([[3, 2, 1], [], [4, 3, 0, 1], [2]])
-    rare = p.by_rarity(cupy.asarray(queries.offsets), cupy.asarray(queries.tokens)).get()
-    assert rare.tolist() == [1, 2, 3, 0, 1, 4, 3, 2]  # ascending docs per id, ties by id, rows kept in place
-
-
 def test_routing_choice_is_logged_per_batch(caplog):
     rng = np.random.default_rng(3)
     docs = _sets(rng, 70_000, 500, 12, min_len=1)
@@ -161,7 +100,7 @@ def test_launcher_checks_dtypes():
     assert p.doc_freq.tolist() == [0, 1, 1, 1] and p.nbytes == 2 * 3 + 8 * (4 * 1 + 1)
     z = cupy.zeros(1, np.int32)
     def emit(rows, limit):
-        p.emit(rows, limit, offsets, tokens, z, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
+        p.emit(rows, limit, offsets, tokens, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
                cupy.zeros(2, np.uint8), 4, 0, z, cupy.zeros(1, np.int64), z, cupy.zeros(1, np.uint64))
 
     with pytest.raises(ValueError, match="rows"):
