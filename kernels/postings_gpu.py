@@ -29,10 +29,11 @@ import numpy as np
 __all__ = ["GpuPostings", "route_mask", "TILE_DOCS"]
 
 _SOURCES = [pathlib.Path(__file__).with_name(n) for n in ("bitslice_topk.cu", "postings_topk.cu")]
-_KERNELS = ("settopk::postings_emit", "settopk::postings_cost")
+_EMIT = "settopk::postings_emit<true>"  # kDefer: a block emits its docs once, after its tiles
+_COST = "settopk::postings_cost"
 TILE_DOCS = 1 << 16  # kPostTile
 _THREADS = 1024  # kPostThreads
-_TILES_PER_BLOCK = 4  # tiles one block counts in turn (its query's ids and least overlap are read once)
+_TILES_PER_BLOCK = 16  # tiles one block counts in turn (its ids, least overlap and emission shared)
 _SHARED = TILE_DOCS  # byte counters
 _MAX_GRID_Y = 65535
 # Cost model, seconds per query, fitted on one H200 (jobs.bench sti2-uniform and sti2-zipf, 7.85 M docs):
@@ -58,10 +59,10 @@ def _kernels(device_id: int) -> dict:
         if module is None:
             with cupy.cuda.Device(device_id):
                 code = "\n".join(p.read_text() for p in _SOURCES)
-                module = cupy.RawModule(code=code, options=("-std=c++17",), name_expressions=list(_KERNELS))
+                module = cupy.RawModule(code=code, options=("-std=c++17",), name_expressions=[_EMIT, _COST])
                 module.compile()
             _modules[device_id] = module
-    return {name.split("::")[1]: module.get_function(name) for name in _KERNELS}
+    return {"postings_emit": module.get_function(_EMIT), "postings_cost": module.get_function(_COST)}
 
 
 class GpuPostings:
