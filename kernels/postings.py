@@ -79,7 +79,8 @@ class Postings:
 
     def lists(self, tokens: np.ndarray) -> np.ndarray:
         """The concatenated postings of ``tokens`` (int array), in that order: int32 of shape (sum of their lengths,)."""
-        starts, ends = self.offsets[tokens], self.offsets[np.asarray(tokens) + 1]
+        tokens = np.asarray(tokens, dtype=np.int64)  # uint16 ids would wrap at 65535 + 1
+        starts, ends = self.offsets[tokens], self.offsets[tokens + 1]
         lengths = ends - starts
         if lengths.sum() == 0:
             return np.zeros(0, dtype=np.int32)

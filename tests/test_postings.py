@@ -50,6 +50,18 @@ def test_ties_empty_sets_and_zero_fill():
         assert paths["scancount"] == 4  # no bound, no floor: every query counts its lists
 
 
+def test_the_largest_id_65535():
+    """uint16 ids: the postings of id 65535 end at offsets[65536] (an id + 1 that must not wrap to 0)."""
+    docs = SetBatch.from_lists([[0, 65535], [65535], [1, 2], [0]])
+    postings = build_postings(docs)
+    assert postings.lists(np.array([65535, 0], dtype=np.uint16)).tolist() == [0, 1, 0, 3]
+    queries = SetBatch.from_lists([[65535], [0, 65535], [2, 65535]])
+    want = NumpyShardIndex(docs, np.arange(4), 8).search(queries, 3)
+    got = NumpyShardIndex(docs, np.arange(4), 8, routing="postings").search(queries, 3)
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b)
+
+
 def test_prefix_filter_with_exact_and_too_high_bounds():
     rng = np.random.default_rng(1)
     docs = [rng.choice(30, size=rng.integers(0, 9), replace=False).tolist() for _ in range(120)]
