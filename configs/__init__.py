@@ -16,6 +16,7 @@ import dacite
 import yaml
 
 from kernels.keys import SCORES
+from kernels.postings import ROUTINGS
 
 __all__ = [
     "AUTO_QUERY_BATCH_SIZE",
@@ -73,10 +74,13 @@ class SyntheticConfig:
 
 def search_problems(cfg) -> list[str]:
     """What is wrong with the settings a job and a benchmark share (empty if nothing): ``backend``,
-    ``n_shards``, ``gpus_per_shard``, ``cpus_per_shard``, ``k``, ``max_len``, ``vocab_size`` and ``score``."""
+    ``n_shards``, ``gpus_per_shard``, ``cpus_per_shard``, ``k``, ``max_len``, ``vocab_size``, ``score``
+    and ``routing``."""
     problems = []
     if cfg.score not in SCORES:
         problems.append(f"score must be one of {', '.join(SCORES)}; found {cfg.score!r}")
+    if cfg.routing not in ROUTINGS:
+        problems.append(f"routing must be one of {', '.join(ROUTINGS)}; found {cfg.routing!r}")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend must be one of {BACKENDS}, found {cfg.backend!r}")
     if cfg.n_shards != "auto" and (isinstance(cfg.n_shards, str) or cfg.n_shards < 1):
@@ -194,6 +198,12 @@ class JobConfig:
         ``"cosine"`` ``|q∩d| / sqrt(|q| |d|)``, ``"dice"`` ``2 |q∩d| / (|q| + |d|)``,
         ``"overlap"`` ``|q∩d|`` or ``"containment"`` ``|q∩d| / |q|`` (0/0 counts as 0;
         ties go to the lower doc id). ``--score`` overrides it.
+    routing : str
+        How each shard searches (:data:`kernels.postings.ROUTINGS`): ``"scan"`` scans
+        every doc for every query; ``"auto"`` also builds an inverted index per shard
+        (about the docs' size again, in GPU or host memory) and sends each query where
+        the cost model says it is cheaper; ``"postings"`` sends every query to it.
+        Results are identical in every mode.
     max_len : int
         Most ids a doc or query may have (after de-duplication).
     vocab_size : int
@@ -238,6 +248,7 @@ class JobConfig:
     cpus_per_shard: float = 1.0
     k: int = 100
     score: str = "braun_blanquet"
+    routing: str = "scan"
     max_len: int = 128
     vocab_size: int = 65_536
     query_batch_size: Union[int, str] = "auto"

@@ -180,8 +180,6 @@ class BenchConfig:
             if replicas is not None and (len(replicas) != len(self.scaling.shards) or any(r < 1 for r in replicas)):
                 problems.append(f"scaling.replicas must list one count >= 1 per scaling.shards entry, found {replicas}")
         problems += search_problems(self)
-        if self.routing not in ("scan", "auto", "postings"):  # kernels.postings.ROUTINGS
-            problems.append(f"routing must be one of scan, auto, postings; found {self.routing!r}")
         if self.query_batch_size < 0:
             problems.append(f"query_batch_size must be >= 0 (0: all queries at once), found {self.query_batch_size}")
         if self.warmup < 0 or self.repetitions < 1:

@@ -56,6 +56,8 @@ def _job_config(cfg, n_shards: int, replicas: int) -> dict:
         "gpus_per_shard": cfg.gpus_per_shard,
         "cpus_per_shard": cfg.cpus_per_shard,
         "k": cfg.k,
+        "score": cfg.score,
+        "routing": cfg.routing,
         "max_len": cfg.max_len,
         "vocab_size": cfg.vocab_size,
         "query_batch_size": cfg.query_batch_size,

@@ -128,7 +128,7 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, crash_shard_kwa
             "max_concurrency": _GPU_CALLS_AT_ONCE if backend == "cupy" else 1,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
-        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score}
+        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score, "routing": cfg.routing}
         if crash_shard_kwargs and index == f.crash_shard:
             kwargs.update(crash_shard_kwargs)
         actors.append(ShardActor.options(**options).remote(spec, corpus.corpus_refs, limits, backend, **kwargs))

@@ -127,6 +127,9 @@ class ShardSearcher:
         ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
     score : str
         What the shard ranks by, one of :data:`kernels.SCORES` (default braun_blanquet).
+    routing : str
+        :data:`kernels.postings.ROUTINGS`: whether the index also holds postings and
+        sends queries to them (default ``"scan"``).
 
     Raises
     ------
@@ -149,6 +152,7 @@ class ShardSearcher:
         crash_marker: str | None = None,
         crash_mode: str = "exit",
         score: str = DEFAULT_SCORE,
+        routing: str = "scan",
     ):
         start = time.perf_counter()
         self.spec = spec
@@ -163,16 +167,18 @@ class ShardSearcher:
             warm.join()
         self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
-            self.index = build_index(backend, doc_ids, docs, limits, score)
+            self.index = build_index(backend, doc_ids, docs, limits, score, routing)
+        self.routing = routing
         self.load_s = time.perf_counter() - start
         self.search_s = self.busy_s = 0.0
         self._lock = threading.Lock()  # GPU actors run two searches at once
         self._active, self._busy_since = 0, 0.0
-        self.searched = self.skipped = 0
+        self.searched = self.skipped = self.posted = 0
 
     def info(self) -> dict:
         """Where the shard runs, how long it took to load and search (seconds), and how many
-        (query, shard) searches the floors skipped. ``search_s`` sums the calls' times;
+        (query, shard) searches the floors skipped and the postings answered (``routing``).
+        ``search_s`` sums the calls' times;
         ``busy_s`` is the time at least one search ran (less where calls overlapped)."""
         gpu_ids = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         return {
@@ -189,6 +195,8 @@ class ShardSearcher:
             "busy_s": round(self.busy_s, 3),
             "queries_searched": self.searched,
             "queries_skipped": self.skipped,
+            "routing": self.routing,
+            "queries_postings": self.posted,
             "restarted": _restarted(),
         }
 
@@ -230,14 +238,16 @@ class ShardSearcher:
         floor = None
         if home_results:
             floor = floors_from(home_results, home_rows, queries.lengths, k, self.max_len, self.score)[rows]
-        skipped = 0
+        skipped = posted = 0
         try:
             with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
                 result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
             if floor is not None:  # with two calls at once this may count the other's: a diagnostic only
                 skipped = int(getattr(self.index, "last_skipped", 0))
+            # The queries the postings answered (cupy: "postings"; numpy: "scancount" and "prefix").
+            posted = sum(int(self.index.last_routing.get(path, 0)) for path in ("postings", "scancount", "prefix"))
         finally:
-            self._leave(start, len(rows), skipped)
+            self._leave(start, len(rows), skipped, posted)
         return result
 
     def _enter(self) -> float:
@@ -249,7 +259,7 @@ class ShardSearcher:
             self._active += 1
         return now
 
-    def _leave(self, start: float, n_rows: int, skipped: int) -> None:
+    def _leave(self, start: float, n_rows: int, skipped: int, posted: int = 0) -> None:
         """Mark a search as ended: its time adds to ``search_s``, and to ``busy_s`` the time since
         the last moment no search ran (GPU actors run two calls at once)."""
         now = time.perf_counter()
@@ -260,6 +270,7 @@ class ShardSearcher:
             self.search_s += now - start
             self.searched += n_rows
             self.skipped += skipped
+            self.posted += posted
 
     def search_part(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
         """:meth:`search` for an actor call with two returns: ``(len(rows), TopK)``.

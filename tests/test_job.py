@@ -104,6 +104,28 @@ def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpu
     assert sum(s["queries_searched"] for s in shards if s["shard_id"] == 0) >= len(queries)
 
 
+@pytest.mark.parametrize("routing", ["auto", "postings"])
+def test_routing_to_the_postings_gives_the_oracle_rows(tmp_path, tie_corpus, routing):
+    docs, queries, docs_path, queries_path = tie_corpus
+    k = 30
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, n_shards=2, query_batch_size=9, routing=routing)
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
+    assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
+    shards = json.loads((out / "_manifest.json").read_text())["shards"]
+    assert all(s["routing"] == routing for s in shards)
+    if routing == "postings":
+        assert sum(s["queries_postings"] for s in shards) > 0
+
+
+def test_unknown_routing_is_a_config_error(tmp_path, tie_corpus, caplog):
+    _, _, docs_path, queries_path = tie_corpus
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, routing="fastest")
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", cfg, "--quiet"]) == 2
+    assert "routing must be one of scan, auto, postings" in caplog.text and not out.exists()
+
+
 def test_parquet_and_directory_inputs(tmp_path):
     rng = np.random.default_rng(11)
     docs = _random_sets(rng, 300, 30, 12)
@@ -273,6 +295,13 @@ def _run_both_backends(tmp_path, docs_path, queries_path, k, **extra):
 def test_cupy_job_matches_numpy_job_with_ties(tmp_path, tie_corpus):
     _, _, docs_path, queries_path = tie_corpus
     tables = _run_both_backends(tmp_path, docs_path, queries_path, 30, query_batch_size=7)
+    assert tables["cupy"].equals(tables["numpy"])
+
+
+@pytest.mark.gpu
+def test_cupy_job_routed_to_the_postings_matches_numpy(tmp_path, tie_corpus):
+    _, _, docs_path, queries_path = tie_corpus
+    tables = _run_both_backends(tmp_path, docs_path, queries_path, 30, query_batch_size=7, routing="postings")
     assert tables["cupy"].equals(tables["numpy"])
 
 
