@@ -20,14 +20,17 @@
 // max_len <= 255, so a byte never carries), which gives every nonzero overlap
 // of the tile exactly. The bounds of the tile's segments are loaded while the
 // previous tile is counted; a warp counts one segment at a time with four
-// loads in flight per lane. Measured on the whole-shard level of sti2-uniform
-// on one H200 (variants of this kernel, same arguments): 1024 threads per block
-// 5.4 ms, 512 threads 6.1 ms; a flat walk over all segments with a binary
-// search per entry 7.6-8.4 ms; one block per tile with the segment bounds read
-// in the loop 9.5 ms. Without any atomic the loads alone take 4.8 ms, so the
-// kernel is bound by the latency of its per-tile phases, not by the atomics.
+// loads in flight per lane. Nsight Compute on the whole-shard level of
+// sti2-uniform (one H200, 4.49 ms): bound by instruction issue (about 150 warp
+// instructions per segment and tile, 67 % of the issue rate) and by the three
+// barriers per tile (31 % of the stalls), not by memory (DRAM at 19 %) nor by
+// the atomics (without them it took as long). The variants timed on the same
+// arguments, all slower (staging the next tile's segments with cp.async, one
+// barrier fewer with a scan of every counter, branch-free counting, the ids'
+// entries split evenly over the warps, several tiles per step, fewer threads,
+// prefix filtering), are listed in the README's Postings routing section.
 //
-// Emission waits for the block's last tile (kDefer): a tile's docs with
+// Emission waits for the block's last tile: a tile's docs with
 // counter >= need go to a list in shared memory (kPostPending; past it they
 // are emitted at once), so the global loads and atomics of the emission leave
 // the per-tile steps; the host gives a block 16 tiles. Whole-shard level of
@@ -58,7 +61,6 @@ constexpr int kPostUnroll = 4;     // postings entries in flight per lane
 constexpr int kPostPending = 2048; // qualifying docs a block keeps in shared memory before emitting them
 
 // Dynamic shared memory: kPostTile / 4 words of byte counters (64 KiB).
-template <bool kDefer>
 __global__ void __launch_bounds__(kPostThreads)
 postings_emit(const unsigned short* __restrict__ post, const long long* __restrict__ seg_start, int n_tiles,
               int n_words, long long limit, const int* __restrict__ route, const long long* __restrict__ qoff,
@@ -74,8 +76,8 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
     __shared__ int s_len[kPostMaxIds];        // its length
     __shared__ int s_n_list;
     __shared__ int s_need;
-    __shared__ unsigned s_pend_pos[kDefer ? kPostPending : 1];     // docs with overlap >= need, emitted at the end
-    __shared__ unsigned char s_pend_count[kDefer ? kPostPending : 1];
+    __shared__ unsigned s_pend_pos[kPostPending];  // docs with overlap >= need, emitted after the last tile
+    __shared__ unsigned char s_pend_count[kPostPending];
     __shared__ int s_n_pend;
 
     const int q = route[blockIdx.x];
@@ -180,7 +182,7 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
                 pos = tile_base + p;
             }
             bool ok = i < n_check && c >= need && pos < limit;
-            if (kDefer && ok) {
+            if (ok) {
                 const int at = atomicAdd(&s_n_pend, 1);
                 if (at < kPostPending) {
                     s_pend_pos[at] = static_cast<unsigned>(pos);
@@ -188,17 +190,15 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
                     ok = false;
                 }
             }
-            emit(ok, pos, c);  // at once: without deferral, or past the pending capacity
+            emit(ok, pos, c);  // past the pending list: at once
         }
         __syncthreads();  // the counters and the list are reset for the next tile
     }
-    if (kDefer) {
-        const int n_pend = min(s_n_pend, kPostPending);
-        for (int i0 = warp * 32; i0 < n_pend; i0 += blockDim.x) {
-            const int i = i0 + lane;
-            emit(i < n_pend, i < n_pend ? static_cast<long long>(s_pend_pos[i]) : 0,
-                 i < n_pend ? static_cast<int>(s_pend_count[i]) : 0);
-        }
+    const int n_pend = min(s_n_pend, kPostPending);
+    for (int i0 = warp * 32; i0 < n_pend; i0 += blockDim.x) {
+        const int i = i0 + lane;
+        emit(i < n_pend, i < n_pend ? static_cast<long long>(s_pend_pos[i]) : 0,
+             i < n_pend ? static_cast<int>(s_pend_count[i]) : 0);
     }
 }
 
