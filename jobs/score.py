@@ -595,7 +595,8 @@ def _check_self_join_size(docs_path: str, n_docs: int, exclude_self: bool) -> No
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
     copies = f" x {cfg.replicas} replicas" if cfg.replicas > 1 else ""
     join = _self_join_note(cfg) if cfg.self_join else ""
-    lines = [f"plan: {n_docs} docs, {n_queries} queries{join}, k={cfg.k}, score {cfg.score}, backend {backend}, {len(plan)} shard(s){copies}"]
+    lines = [f"plan: {n_docs} docs, {n_queries} queries{join}, k={cfg.k}, score {cfg.score}, routing {cfg.routing}, "
+             f"backend {backend}, {len(plan)} shard(s){copies}"]
     for s in plan:
         lines.append(f"  shard {s.shard_id}: lengths {s.min_len}..{s.max_len}, {s.n_docs} docs, {s.n_tokens} ids")
     return lines

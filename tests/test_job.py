@@ -105,7 +105,7 @@ def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpu
 
 
 @pytest.mark.parametrize("routing", ["auto", "postings"])
-def test_routing_to_the_postings_gives_the_oracle_rows(tmp_path, tie_corpus, routing):
+def test_routing_to_the_postings_gives_the_oracle_rows(tmp_path, tie_corpus, routing, capsys):
     docs, queries, docs_path, queries_path = tie_corpus
     k = 30
     out = tmp_path / "out"
@@ -114,6 +114,9 @@ def test_routing_to_the_postings_gives_the_oracle_rows(tmp_path, tie_corpus, rou
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
     shards = json.loads((out / "_manifest.json").read_text())["shards"]
     assert all(s["routing"] == routing for s in shards)
+    plan_out = tmp_path / "plan"
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(plan_out), "--config", cfg, "--dry-run"]) == 0
+    assert f"routing {routing}" in capsys.readouterr().out and not plan_out.exists()
     if routing == "postings":
         assert sum(s["queries_postings"] for s in shards) > 0
 
