@@ -134,13 +134,8 @@ class BenchShard:
         path for cupy), the postings' bytes and the docs' bytes (CSR: 2 per id, 8 per doc)."""
         doc_ids, docs = self.corpus
         pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
-        index = self.index
-        if isinstance(index, NumpyShardIndex):
-            postings_bytes = index.postings.nbytes if index.postings is not None else 0
-        else:
-            postings_bytes = getattr(index, "postings_bytes", 0)
-        return {"routing": self.routing, "last": dict(getattr(index, "last_routing", {})),
-                "postings_bytes": int(postings_bytes),
+        return {"routing": self.routing, "last": dict(self.index.last_routing),
+                "postings_bytes": int(self.index.postings_bytes),
                 "docs_bytes": int(sum(p.tokens.nbytes + p.offsets.nbytes for p in pieces))}
 
     def search_batches(self, queries: SetBatch, k: int, batch_size: int) -> float:

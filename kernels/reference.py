@@ -62,10 +62,14 @@ class NumpyShardIndex:
         Queries of the last ``search`` that their floor skipped (a diagnostic;
         0 without floors).
     last_routing : dict
-        Queries of the last ``search`` per path: ``scan``, ``scancount`` and
-        ``prefix`` (the postings paths of :func:`kernels.postings.postings_search`).
+        Queries of the last ``search`` per path: ``scan``, ``postings`` (as
+        :class:`kernels.cuda.CupyShardIndex` reports them), and of those,
+        ``scancount`` and ``prefix`` (the postings paths of
+        :func:`kernels.postings.postings_search`).
     postings : kernels.postings.Postings or None
         The inverted index (None with ``routing="scan"``).
+    postings_bytes : int
+        Host bytes of the postings (0 with ``routing="scan"``).
 
     Raises
     ------
@@ -97,9 +101,10 @@ class NumpyShardIndex:
         self.score = score
         self.last_skipped = 0
         self.routing = routing
-        self.last_routing = {"scan": 0, "scancount": 0, "prefix": 0}
+        self.last_routing = _no_routing()
         self._docs = docs if routing != "scan" else None
         self.postings = build_postings(docs) if routing != "scan" else None
+        self.postings_bytes = self.postings.nbytes if self.postings is not None else 0
         # Shard length range: a query whose floor no length in it can reach is skipped.
         self._shortest = int(lengths.min()) if len(lengths) else 0
         self._longest = int(lengths.max()) if len(lengths) else 0
@@ -196,6 +201,7 @@ class NumpyShardIndex:
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
+        self.last_routing = _no_routing()
         n = self.n_docs
         if n == 0:
             return out
@@ -207,7 +213,6 @@ class NumpyShardIndex:
             self.last_skipped = queries.n_sets - len(active)
             if len(active) == 0:
                 return out
-        self.last_routing = {"scan": 0, "scancount": 0, "prefix": 0}
         routed = self._route(queries, active)
         if self.routing != "scan":
             _log.debug("routing %s: %d of %d queries to the postings", self.routing, len(routed), len(active))
@@ -216,7 +221,7 @@ class NumpyShardIndex:
             part, paths = postings_search(self._docs, self.doc_ids, self.postings, sub, k, self.max_len, self.score,
                                           floor_key=None if floor is None else floor[routed])
             out.doc_ids[routed], out.overlap[routed], out.doc_len[routed] = part
-            self.last_routing.update(paths)
+            self.last_routing.update(paths, postings=len(routed))
             active = np.setdiff1d(active, routed)
             if len(active) == 0:
                 return out
@@ -258,6 +263,10 @@ class NumpyShardIndex:
         postings_s = _POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_QUERY
         scan_s = _SCAN_S_PER_ID * len(self._docs.tokens)
         return active[postings_s < scan_s]
+
+
+def _no_routing() -> dict:
+    return {"scan": 0, "postings": 0, "scancount": 0, "prefix": 0}
 
 
 def _largest_first_rows(value: np.ndarray, k: int) -> np.ndarray:

@@ -244,8 +244,7 @@ class ShardSearcher:
                 result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
             if floor is not None:  # with two calls at once this may count the other's: a diagnostic only
                 skipped = int(getattr(self.index, "last_skipped", 0))
-            # The queries the postings answered (cupy: "postings"; numpy: "scancount" and "prefix").
-            posted = sum(int(self.index.last_routing.get(path, 0)) for path in ("postings", "scancount", "prefix"))
+            posted = int(self.index.last_routing["postings"])
         finally:
             self._leave(start, len(rows), skipped, posted)
         return result
@@ -259,7 +258,7 @@ class ShardSearcher:
             self._active += 1
         return now
 
-    def _leave(self, start: float, n_rows: int, skipped: int, posted: int = 0) -> None:
+    def _leave(self, start: float, n_rows: int, skipped: int, posted: int) -> None:
         """Mark a search as ended: its time adds to ``search_s``, and to ``busy_s`` the time since
         the last moment no search ran (GPU actors run two calls at once)."""
         now = time.perf_counter()

@@ -119,6 +119,20 @@ def test_routing_choice_is_logged_per_search(caplog):
     assert "routing postings: 2 of 2 queries to the postings" in caplog.text
 
 
+def test_routing_report_and_its_reset_when_every_query_is_skipped():
+    docs = SetBatch.from_lists([[1, 2, 3], [2, 3], [4], [1, 4]])
+    queries = SetBatch.from_lists([[1, 2], [4], [9]])
+    index = NumpyShardIndex(docs, np.arange(4), 8, routing="postings")
+    assert index.postings_bytes == index.postings.nbytes > 0
+    index.search(queries, 2)
+    r = index.last_routing
+    assert r["postings"] == r["scancount"] + r["prefix"] == 3 and r["scan"] == 0
+    long = SetBatch.from_lists([[1, 2, 3, 4, 5, 6]] * 2)  # docs of at most 3 ids reach 3/6 at best
+    index.search(long, 2, floor_key=np.full(2, score_key(1, 1, 1, 8)))  # a floor of 1.0: both skipped
+    assert index.last_skipped == 2 and index.last_routing == {"scan": 0, "postings": 0, "scancount": 0, "prefix": 0}
+    assert NumpyShardIndex(docs, np.arange(4), 8).postings_bytes == 0
+
+
 def test_gpu_cost_model_routes_whole_scan_groups():
     from kernels.postings_gpu import route_mask
 
