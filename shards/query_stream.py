@@ -269,7 +269,6 @@ class DocQueryStream(QueryStream):
         self._drop = np.zeros(0, dtype=np.int64)
         self._count_pass()
 
-
     @staticmethod
     def _id_keys(ids) -> np.ndarray:
         """Doc ids are integers: the pass keeps them whole (8 bytes), so repeats are exact."""
