@@ -21,7 +21,7 @@ from .keys import (
     score_value,
 )
 from .oracle import brute_force_topk
-from .reference import NumpyShardIndex
+from .numpy_index import NumpyShardIndex
 from .sets import SetBatch
 from .topk import TopK, empty_topk, order_candidates
 

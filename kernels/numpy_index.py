@@ -1,4 +1,4 @@
-"""Vectorised NumPy search: the CPU backend and the test oracle for the GPU kernels.
+"""Vectorised NumPy search: the CPU backend (``backend="numpy"``) and the test oracle for the GPU kernels.
 
 Lane-packed lookup: a table maps each token id to a uint64 word whose byte ``j``
 (or 16-bit lane ``j`` when ``max_len > 255``) is 1 if query ``j`` holds the id.
