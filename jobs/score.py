@@ -228,9 +228,9 @@ def shard_doc_cost(backend: str, max_len: int):
     plain ids (None, numpy)."""
     if backend != "cupy":
         return None
-    from kernels.cuda import search_cost_per_doc
+    from kernels.cost import cupy_search_cost_per_doc
 
-    return search_cost_per_doc(max_len)
+    return cupy_search_cost_per_doc(max_len)
 
 
 def _versions() -> dict:
