@@ -87,7 +87,8 @@ POSTINGS_S_PER_TILE = 1.0e-8
 ROUTING_BATCH_S = 1.0e-3
 
 
-def cupy_route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int, group_size: int = 1) -> np.ndarray:
+def cupy_route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int,
+                    group_size: int = 1) -> np.ndarray:
     """Which queries the GPU cost model sends to the postings (host bool array of shape (n_queries,)).
 
     Parameters

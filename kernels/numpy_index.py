@@ -31,6 +31,8 @@ _log = logging.getLogger("settopk.kernels")
 class NumpyShardIndex:
     """One shard's docs in host memory, searched with the lane-packed lookup table.
 
+    Implements :class:`kernels.ShardIndex` (``build_index("numpy", ...)``).
+
     Parameters
     ----------
     docs : SetBatch

@@ -117,8 +117,9 @@ def _check_set_batch(batch, what: str, max_len: int) -> None:
 class CupyShardIndex(LevelSearch):
     """One shard's docs in GPU memory, searched exactly with the bit-sliced kernel.
 
-    Same contract as :class:`kernels.NumpyShardIndex`: ``search`` returns the
-    identical :class:`kernels.TopK`.
+    Implements :class:`kernels.ShardIndex` (``build_index("cupy", ...)``):
+    ``search`` returns the :class:`kernels.TopK` of :class:`kernels.NumpyShardIndex`,
+    identical. The search of each batch is :class:`kernels.cuda.levels.LevelSearch`'s.
 
     Parameters
     ----------

@@ -5,10 +5,10 @@ postings path (:mod:`kernels.cuda.postings`). CuPy is imported inside the functi
 Algorithm
 ---------
 Scores and ties follow :func:`kernels.score_key` for the index's score (any of
-:data:`kernels.SCORES`, passed to the kernels at run time; see the source's
-header): a doc ``d`` is better than ``e`` for a query when its key is larger,
-or equal with a lower position (doc id). The *eligible* docs of a query are all the shard's docs, or, with a
-per-query floor ``F`` (``search(..., floor_key=...)``, taken from another
+:data:`kernels.SCORES`, passed to the kernels at run time; see ``common.cuh``):
+a doc ``d`` is better than ``e`` for a query when its key is larger, or equal
+with a lower position (doc id). The *eligible* docs of a query are all the
+shard's docs, or, with a per-query floor ``F`` (``search(..., floor_key=...)``, taken from another
 shard's results), those with ``key >= F``; the answer is the exact top-k of
 the eligible docs. No score matrix is written. Each query carries a *bound*
 ``(T, P)``, a (key, position) pair; the counting kernel emits only the docs at
@@ -17,12 +17,12 @@ least as good as the bound (``key > T``, or ``key == T`` and
 that are compared with bit-sliced counters inside the kernel. The bound starts
 at ``(-1, -1)`` (tables all 0), which emits every doc, or at
 ``(F, 2**31 - 1)``, which emits exactly the docs with ``key >= F`` (tables
-from :func:`kernels.cuda.floors.floor_tables`: the integer math of the kernels' ``need_overlap``,
-in CuPy array operations before the first level). Later bounds are only ever
-the k-th best of emitted candidates, so two invariants hold: every emitted doc
-is eligible, and every eligible doc at least as good as the true k-th best is
-emitted. The exact top-k of the
-emitted set is therefore the answer; where fewer than ``k`` docs are eligible,
+from :func:`kernels.cuda.floors.floor_tables`: the integer math of the
+kernels' ``need_overlap``, in CuPy array operations before the first level).
+Later bounds are only ever the k-th best of emitted candidates, so two
+invariants hold: every emitted doc is eligible, and every eligible doc at least
+as good as the true k-th best is emitted. The exact top-k of the emitted set is
+therefore the answer; where fewer than ``k`` docs are eligible,
 the bound never moves and the row is padded. A query whose floor exceeds
 :func:`kernels.best_key_in_range` over the shard's doc lengths has no eligible
 doc and is not sent to the GPU at all.
