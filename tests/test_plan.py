@@ -195,4 +195,3 @@ def test_doc_cost_shifts_boundaries_towards_costlier_lengths():
     three[[1, 2, 8]] = [60, 30, 15]  # ids 60, 60, 120
     assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2)] == [(0, 7), (8, 8)]
     assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2, doc_cost=np.arange(9) + 16)] == [(0, 1), (2, 8)]
-

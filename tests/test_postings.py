@@ -133,7 +133,6 @@ def test_routing_report_and_its_reset_when_every_query_is_skipped():
     assert NumpyShardIndex(docs, np.arange(4), 8).postings_bytes == 0
 
 
-
 _sets = st.lists(st.lists(st.integers(0, 14), max_size=8), max_size=40)
 
 
