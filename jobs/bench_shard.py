@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK
+from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK, build_index
 from shards import SetLimits, ShardSpec
-from shards.searcher import build_index, load_shard
+from shards.searcher import load_shard
 
 __all__ = ["BenchShard", "BenchShardActor"]
 
@@ -119,7 +119,8 @@ class BenchShard:
         self.index = None
         _free_gpu(self.backend)
         start = time.perf_counter()
-        self.index = build_index(self.backend, *self.corpus, self.limits, self.score, self.routing)
+        self.index = build_index(self.backend, *self.corpus, max_len=self.limits.max_len,
+                                 vocab_size=self.limits.vocab_size, score=self.score, routing=self.routing)
         _sync(self.backend)
         return time.perf_counter() - start
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import configs
-from kernels import SCORES
+from kernels import SCORES, search_cost_per_doc
 from shards import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
@@ -224,13 +224,9 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
 
 
 def shard_doc_cost(backend: str, max_len: int):
-    """What the shard planner balances for ``backend``: the GPU search cost per doc (cupy), or
-    plain ids (None, numpy)."""
-    if backend != "cupy":
-        return None
-    from kernels.cuda import search_cost_per_doc
-
-    return search_cost_per_doc(max_len)
+    """What the shard planner balances for ``backend``: its search cost per doc by length
+    (:func:`kernels.search_cost_per_doc`)."""
+    return search_cost_per_doc(backend, max_len)
 
 
 def _versions() -> dict:

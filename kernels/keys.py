@@ -53,6 +53,7 @@ __all__ = [
     "score_key",
     "score_value",
     "min_overlap_above",
+    "least_overlap",
     "best_key_in_range",
     "check_floor_key",
 ]
@@ -235,7 +236,7 @@ def score_value(overlap, query_len, doc_len, score: str = DEFAULT_SCORE) -> np.n
     check_score(score)
     if score == "braun_blanquet":
         # The maximum in the inputs' integer types, then one correctly rounded float64 division:
-        # 10 times faster on 10 M int16 rows than converting every operand to float64 first.
+        # far cheaper on large int16 inputs than converting every operand to float64 first.
         return np.divide(overlap, np.maximum(np.maximum(query_len, doc_len), 1), dtype=np.float64)
     overlap = np.asarray(overlap, dtype=np.float64)
     q = np.asarray(query_len, dtype=np.float64)
@@ -270,9 +271,10 @@ def _ceil_sqrt(xp, x):
     return xp.where(r * r < x, r + 1, r)
 
 
-def _least_overlap(xp, threshold_key, query_len, doc_len, max_len: int, score: str = DEFAULT_SCORE):
+def least_overlap(xp, threshold_key, query_len, doc_len, max_len: int, score: str = DEFAULT_SCORE):
     """:func:`min_overlap_above` as int64, in NumPy or CuPy (``xp``); the CUDA backend's threshold
-    tables use it on the GPU. Mirrors ``need_overlap`` in ``bitslice_topk.cu``, unclamped."""
+    tables use it on the GPU (:func:`kernels.cuda.floors.floor_tables`). Mirrors ``least_overlap`` in
+    ``kernels/cuda/common.cuh``."""
     scale = key_scale(max_len, score)
     # Clipped so that the products below stay far inside int64 (at most about 2**48).
     t = xp.clip(xp.asarray(threshold_key, dtype=xp.int64), -1, max_key(max_len, score)) + 1
@@ -338,7 +340,7 @@ def min_overlap_above(threshold_key, query_len, doc_len, max_len: int, score: st
     ValueError
         As :func:`key_scale`.
     """
-    return _least_overlap(np, threshold_key, query_len, doc_len, max_len, score).astype(np.int32)
+    return least_overlap(np, threshold_key, query_len, doc_len, max_len, score).astype(np.int32)
 
 
 def best_key_in_range(query_len, min_doc_len, max_doc_len, max_len: int, score: str = DEFAULT_SCORE) -> np.ndarray:

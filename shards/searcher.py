@@ -15,14 +15,14 @@ import warnings
 
 import numpy as np
 
-from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK
+from kernels import DEFAULT_SCORE, SetBatch, TopK, build_index
 
 from .ingest import assemble_shard
 from .inputs import SetLimits
 from .plan import ShardSpec
 from .thresholds import floors_from
 
-__all__ = ["ShardSearcher", "ShardActor", "load_shard", "build_index"]
+__all__ = ["ShardSearcher", "ShardActor", "load_shard"]
 
 
 def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
@@ -71,31 +71,6 @@ def _fetched(pieces):
 
             piece = ray.get(piece)
         yield piece
-
-
-def build_index(backend: str, doc_ids: np.ndarray, docs, limits: SetLimits, score: str = DEFAULT_SCORE,
-                routing: str = "scan"):
-    """The backend's index over a shard's docs: :class:`kernels.NumpyShardIndex` (host memory) or
-    :class:`kernels.cuda.CupyShardIndex` (on the current GPU).
-
-    ``docs`` is a SetBatch, or for ``"cupy"`` also a list of SetBatch pieces in ``doc_ids`` order;
-    ``score`` (one of :data:`kernels.SCORES`) is what the index ranks by; ``routing``
-    (:data:`kernels.postings.ROUTINGS`) whether it also holds postings and routes queries to them.
-
-    Raises
-    ------
-    ValueError
-        If ``backend`` is not ``"numpy"`` or ``"cupy"``, or ``score`` or ``routing`` is unknown.
-    ImportError
-        If ``backend == "cupy"`` and CuPy is not installed.
-    """
-    if backend == "cupy":
-        from kernels.cuda import CupyShardIndex
-
-        return CupyShardIndex(docs, doc_ids, limits.max_len, limits.vocab_size, score=score, routing=routing)
-    if backend == "numpy":
-        return NumpyShardIndex(docs, doc_ids, limits.max_len, score, routing=routing)
-    raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
 
 
 class ShardSearcher:
@@ -167,7 +142,8 @@ class ShardSearcher:
             warm.join()
         self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
-            self.index = build_index(backend, doc_ids, docs, limits, score, routing)
+            self.index = build_index(backend, doc_ids, docs, max_len=limits.max_len, vocab_size=limits.vocab_size,
+                                     score=score, routing=routing)
         self.routing = routing
         self.load_s = time.perf_counter() - start
         self.search_s = self.busy_s = 0.0

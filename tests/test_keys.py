@@ -115,7 +115,7 @@ def _emits(overlap, thr_ge, thr_gt):
 
 def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor():
     """The CUDA backend's starting tables (computed here with NumPy) encode ``key >= F`` exactly."""
-    from kernels.cuda import _floor_tables  # CuPy is not needed to import the module
+    from kernels.cuda.floors import floor_tables  # CuPy is not needed to import the module
 
     max_len = 12
     scale = key_scale(max_len)
@@ -124,7 +124,7 @@ def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor():
     floors = np.arange(-1, scale + 1)
     lengths = np.arange(max_len + 1)
     for q in lengths:
-        ge, gt = _floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len)
+        ge, gt = floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len)
         assert ge.dtype == gt.dtype == np.uint8 and ge.shape == (len(floors), max_len + 1)
         assert ge.flags.c_contiguous and gt.flags.c_contiguous
         # The same values as the host-side math, unclamped here (13 < 255).
@@ -135,12 +135,12 @@ def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor():
         for f, floor in enumerate(floors):
             got = _emits(ov[sel], ge[f, dl[sel]], gt[f, dl[sel]])
             assert np.array_equal(got, keys[sel] >= floor), (q, floor)
-    assert not _floor_tables(np, np.full(4, -1), np.arange(4), max_len + 1, max_len)[0].any()  # no floor: all 0
+    assert not floor_tables(np, np.full(4, -1), np.arange(4), max_len + 1, max_len)[0].any()  # no floor: all 0
 
 
 def test_floor_tables_at_the_widest_gpu_max_len():
     """max_len = 255: least overlaps clamp to 255 (kNeverLen); the test still holds for every floor <= S."""
-    from kernels.cuda import _floor_tables
+    from kernels.cuda.floors import floor_tables
 
     max_len = 255
     scale = key_scale(max_len)
@@ -150,7 +150,7 @@ def test_floor_tables_at_the_widest_gpu_max_len():
     reach = np.minimum(q, d)
     for floor in floors.tolist():
         lengths = np.arange(max_len + 1)
-        ge, gt = _floor_tables(np, np.full(max_len + 1, floor), lengths, max_len + 1, max_len)  # [|q|, |d|]
+        ge, gt = floor_tables(np, np.full(max_len + 1, floor), lengths, max_len + 1, max_len)  # [|q|, |d|]
         ge, gt = ge[q, d].astype(np.int64), gt[q, d].astype(np.int64)
         # Each table entry is the least overlap that passes: check it and the one below, within reach.
         for overlap in (ge - 1, ge, reach):
@@ -361,7 +361,7 @@ def test_check_floor_key_ceiling_follows_the_score(score):
 
 @pytest.mark.parametrize("score", SCORES)
 def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor_for_every_score(score):
-    from kernels.cuda import _floor_tables
+    from kernels.cuda.floors import floor_tables
 
     max_len = 10
     ov, ql, dl = _all_pairs(max_len)
@@ -369,7 +369,7 @@ def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor_for_every_scor
     floors = _distinct_keys_around(keys, max_key(max_len, score))
     floors = floors[floors <= max_key(max_len, score) + 1]
     for q in range(max_len + 1):
-        ge, gt = _floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len, score)
+        ge, gt = floor_tables(np, floors, np.full(len(floors), q), max_len + 1, max_len, score)
         sel = ql == q
         for f, floor in enumerate(floors.tolist()):
             got = _emits(ov[sel], ge[f, dl[sel]], gt[f, dl[sel]])
@@ -381,7 +381,7 @@ def test_cuda_score_enum_follows_scores():
     import pathlib
     import re
 
-    source = (pathlib.Path(__file__).resolve().parent.parent / "kernels" / "bitslice_topk.cu").read_text()
+    source = (pathlib.Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "common.cuh").read_text()
     enum = re.search(r"enum Score : int \{(.*?)\};", source, re.S).group(1)
     values = [int(v) for v in re.findall(r"= (\d+),", enum)]
     names = re.findall(r"k(\w+) = \d+", enum)

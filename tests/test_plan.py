@@ -188,18 +188,10 @@ def test_doc_cost_shifts_boundaries_towards_costlier_lengths():
     counts[[1, 8]] = [80, 10]  # equal ids (80 each); short docs cost more per id on the GPU
     by_ids = plan_shards_from_counts(counts, 2)
     assert [(s.min_len, s.max_len) for s in by_ids] == [(0, 7), (8, 8)]
-    cost = np.arange(9) + 16  # a per-doc overhead, as kernels.cuda.search_cost_per_doc adds
+    cost = np.arange(9) + 16  # a per-doc overhead, as kernels.cost.cupy_search_cost_per_doc adds
     weighted = plan_shards_from_counts(counts, 2, doc_cost=cost)
     assert [(s.n_docs, s.n_tokens) for s in weighted] == [(80, 80), (10, 80)]
     three = np.zeros(9, dtype=np.int64)
     three[[1, 2, 8]] = [60, 30, 15]  # ids 60, 60, 120
     assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2)] == [(0, 7), (8, 8)]
     assert [(s.min_len, s.max_len) for s in plan_shards_from_counts(three, 2, doc_cost=np.arange(9) + 16)] == [(0, 1), (2, 8)]
-
-
-def test_gpu_search_cost_pads_ids_to_groups_of_8_plus_a_per_doc_overhead():
-    from kernels.cuda import search_cost_per_doc  # importable without CuPy
-
-    cost = search_cost_per_doc(17)
-    assert cost.shape == (18,) and cost.dtype == np.int64
-    assert cost[[0, 1, 8, 9, 16, 17]].tolist() == [16, 24, 24, 32, 32, 40]

@@ -133,24 +133,6 @@ def test_routing_report_and_its_reset_when_every_query_is_skipped():
     assert NumpyShardIndex(docs, np.arange(4), 8).postings_bytes == 0
 
 
-def test_gpu_cost_model_routes_whole_scan_groups():
-    from kernels.postings_gpu import route_mask
-
-    slots, tiles = 689_000_000, 120  # the STI2 shape: a query's scan costs about 7.6 us, its postings about 4 us
-    uniform = np.full(400, 665_000, dtype=np.int64)
-    uniform[:5] = 2_500_000  # dearer than a scan on their own
-    assert route_mask("scan", uniform, tiles, slots, 32).sum() == 0
-    assert route_mask("postings", uniform, tiles, slots, 32).all()
-    alone = route_mask("auto", uniform, tiles, slots, 1)
-    assert alone.sum() == 395 and not alone[:5].any()
-    # In groups of 32 the 5 left over would cost a whole group of scan: they go to the postings too.
-    assert route_mask("auto", uniform, tiles, slots, 32).all()
-    # Frequent ids: nothing is routed, and a saving below ROUTING_BATCH_S routes nothing either.
-    assert not route_mask("auto", np.full(400, 30_000_000, dtype=np.int64), tiles, slots, 32).any()
-    assert not route_mask("auto", uniform[5:60], tiles, slots, 32).any()  # 55 x 3.7 us saved: not worth a batch
-    assert route_mask("auto", np.zeros(0, dtype=np.int64), tiles, slots, 32).shape == (0,)
-
-
 _sets = st.lists(st.lists(st.integers(0, 14), max_size=8), max_size=40)
 
 

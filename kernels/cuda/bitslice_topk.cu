@@ -1,12 +1,7 @@
 // Exact top-k set-similarity search with bit-sliced counters: the CUDA half of
-// kernels/cuda.py (which compiles this file with NVRTC and drives it).
-//
-// Scores: every kernel that needs the score takes it as a runtime argument (a
-// Score value, the index of the name in kernels.SCORES) with the key's scale S.
-// The score enters only where keys are made or inverted (need_overlap,
-// encode_candidate, the decode), never in the counting loop, and it is the same
-// for a whole launch, so the branch costs nothing measurable and one compiled
-// module serves every score.
+// kernels/cuda/index.py, which drives it (kernels/cuda/modules.py compiles it
+// with NVRTC). The scores, least overlaps and the candidate encoding are in
+// common.cuh, shared with postings_topk.cu.
 //
 // Doc layout (built by build_layout):
 //   * Docs are sorted by (length, position) into "slots"; slot_len[s] and
@@ -38,9 +33,9 @@
 //     or with a score floor F at (F, 2**31 - 1), exactly the docs with
 //     key >= F; it only moves to the k-th best of candidates already emitted,
 //     so it is never better than the true k-th best of those eligible docs
-//     (see kernels/cuda.py).
+//     (see kernels/cuda/index.py).
 //   * key > T and key >= T are turned into least overlaps per doc length by the
-//     host-side math of kernels.min_overlap_above (need_overlap below); the
+//     host-side math of kernels.min_overlap_above (need_overlap, common.cuh); the
 //     block stores them bit-sliced per length and compares all 32 counters with
 //     16 LOP3s (a bit-sliced borrow chain).
 //   * The same tables give the size filter: a (query, length) pair whose least
@@ -53,15 +48,9 @@
 //
 // select_topk sorts each query's candidates (bitonic sort in shared memory),
 // writes its best k, and derives the next bound and threshold tables from the
-// k-th best candidate (see kernels/bitslice.py for the sampling levels).
-//
-// Candidate encoding (unsigned 64-bit, larger is better, 0 = empty):
-//   (key << 32) | ~position
-// with key = floor(S * num / den) (kernels.score_key; for Braun-Blanquet
-// (S * overlap) / max(|q|, |d|)), below 2**32 for every score (cosine's
-// S = max_len**4 < 2**32 for max_len <= 255), and position < 2**31, so
-// ~position has its top bit set and a real candidate is never 0. Sorting
-// descending gives key descending, then position ascending.
+// k-th best candidate (kernels/cuda/index.py describes the sampling levels).
+
+#include "common.cuh"
 
 namespace settopk {
 
@@ -70,60 +59,6 @@ constexpr int kHighPlanes = 5;     // planes 3..7, fed by the "eights" carries
 constexpr int kChunkSlots = 32;    // slots per layout chunk (a warp)
 constexpr int kIdsPerGroup = 8;    // uint16 ids per uint4
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
-constexpr int kNeverLen = 255;     // least-overlap value no counter can pass (clamped)
-
-// The scores, in the order of kernels.SCORES (tests/test_keys.py checks it).
-enum Score : int {
-    kBraunBlanquet = 0,  // o / max(|q|, |d|)
-    kJaccard = 1,        // o / (|q| + |d| - o)
-    kCosine = 2,         // ranked by o^2 / (|q| |d|)
-    kDice = 3,           // 2 o / (|q| + |d|)
-    kOverlap = 4,        // o
-    kContainment = 5,    // o / |q|
-};
-
-// Denominator of the score's fraction for these lengths (for jaccard the one at
-// overlap 0, |q| + |d|, which is 0 exactly where |q u d| is).
-__device__ __forceinline__ long long score_den(int score, int query_len, int doc_len) {
-    switch (score) {
-        case kBraunBlanquet: return max(query_len, doc_len);
-        case kCosine: return static_cast<long long>(query_len) * doc_len;
-        case kOverlap: return 1;
-        case kContainment: return query_len;
-        default: return query_len + doc_len;  // jaccard, dice
-    }
-}
-
-// Unclamped least overlap whose key is > t: kernels.keys._least_overlap (see
-// kernels.min_overlap_above for the derivation). scale = S; max_key = S, or
-// max_len for overlap. t is clipped to [-1, max_key] as on the host.
-__device__ __forceinline__ long long least_overlap(long long t, int query_len, int doc_len, long long scale,
-                                                   int max_len, int score) {
-    const long long top = score == kOverlap ? max_len : scale;
-    const long long t1 = min(max(t, -1ll), top) + 1;  // t + 1, in [0, max_key + 1]
-    const long long den = score_den(score, query_len, doc_len);
-    if (den == 0) return t1 <= 0 ? 0 : max_len + 1;  // the key is always 0 (0/0)
-    switch (score) {
-        case kJaccard: return (t1 * den + scale + t1 - 1) / (scale + t1);
-        case kCosine: {
-            const long long x = (t1 * den + scale - 1) / scale;  // o^2 must reach this
-            long long r = static_cast<long long>(sqrt(static_cast<double>(x)));
-            while (r * r > x) --r;
-            while ((r + 1) * (r + 1) <= x) ++r;
-            return r * r < x ? r + 1 : r;
-        }
-        case kDice: return (t1 * den + 2 * scale - 1) / (2 * scale);
-        default: return (t1 * den + scale - 1) / scale;  // braun_blanquet, overlap, containment
-    }
-}
-
-// least_overlap clamped to 255 (8 planes). Clamping only lowers a threshold that
-// no doc can reach, so it can only admit extra candidates (the final sort is exact).
-__device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_len, long long scale, int max_len,
-                                            int score) {
-    return static_cast<int>(min(least_overlap(t, query_len, doc_len, scale, max_len, score),
-                                static_cast<long long>(kNeverLen)));
-}
 
 // Slot of sample index i at a level that keeps every `stride`-th chunk of 32
 // slots: whole chunks keep the warp's loads contiguous and the sampled bytes
@@ -169,27 +104,6 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
         borrow = (~c[b] & t[b]) | ((~c[b] | t[b]) & borrow);
     }
     return ~borrow;
-}
-
-// Braun-Blanquet, the default, in 32-bit math: S * overlap <= 255**3 < 2**32.
-__device__ __forceinline__ unsigned long long encode_braun_blanquet(unsigned scale, int overlap, int query_len,
-                                                                    int doc_len, int position) {
-    const unsigned m = static_cast<unsigned>(max(query_len, doc_len));
-    const unsigned key = m > 0 ? scale * static_cast<unsigned>(overlap) / m : 0u;
-    return (static_cast<unsigned long long>(key) << 32) | static_cast<unsigned>(~position);
-}
-
-// The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48.
-__device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale, int overlap, int query_len,
-                                                               int doc_len, int position) {
-    if (score == kBraunBlanquet) return encode_braun_blanquet(static_cast<unsigned>(scale), overlap, query_len, doc_len, position);
-    long long num = overlap;
-    long long den = score_den(score, query_len, doc_len);
-    if (score == kJaccard) den -= overlap;
-    else if (score == kCosine) num = static_cast<long long>(overlap) * overlap;
-    else if (score == kDice) num = 2ll * overlap;
-    const unsigned long long key = den > 0 ? static_cast<unsigned long long>(scale * num / den) : 0ull;  // < 2**32
-    return (key << 32) | static_cast<unsigned>(~position);
 }
 
 // ---------------------------------------------------------------------------
@@ -311,10 +225,8 @@ build_layout(const long long* __restrict__ offsets, const unsigned short* __rest
 // bytes), then 2 * kPlanes * (max_doc_len + 1) threshold planes and
 // (max_doc_len + 1) reach masks, all 32-bit.
 // kAnyScore: false compiles the Braun-Blanquet kernel alone (the score argument unused), whose
-// emission keeps 32-bit math and registers; true takes the score at run time. Measured on one
-// H200 (sti2-zipf, 2000 queries, search medians of 7): with one run-time-score kernel for all,
-// 20.9 and 21.0 ms against 20.0 and 20.2 ms for the code before the scores (commit f21d1be);
-// with this instance, on another machine, 21.3 ms against 21.6 ms.
+// emission keeps 32-bit math and registers; true takes the score at run time. The default score
+// gets an instance of its own because a run-time score in its emission slowed the whole search.
 template <int kQueries, typename Word, bool kAnyScore>
 __global__ void __launch_bounds__(1024, 1)
 count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk_start,

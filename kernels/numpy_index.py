@@ -1,4 +1,4 @@
-"""Vectorised NumPy search: the CPU backend and the test oracle for the GPU kernels.
+"""Vectorised NumPy search: the CPU backend (``backend="numpy"``) and the test oracle for the GPU kernels.
 
 Lane-packed lookup: a table maps each token id to a uint64 word whose byte ``j``
 (or 16-bit lane ``j`` when ``max_len > 255``) is 1 if query ``j`` holds the id.
@@ -14,6 +14,7 @@ import logging
 
 import numpy as np
 
+from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
 from .sets import SetBatch
@@ -24,17 +25,13 @@ __all__ = ["NumpyShardIndex"]
 _GATHER_ELEMENTS = 1 << 20  # ids gathered per step: keeps the uint64 temporary at 8 MiB
 _BAND = 8  # doc lengths per group: at most 7 padding ids per doc
 _TABLE_SIZE = 65536
-# CPU cost model (seconds), fitted on 2 cores (20,000 docs of the STI2 length histogram, 64 queries):
-# the lane-packed scan costs about 0.6 ns per doc id per query; ScanCount through the postings about
-# 35 ns per postings entry plus 0.35 ms per query (NumPy calls per query).
 _log = logging.getLogger("settopk.kernels")
-_SCAN_S_PER_ID = 0.6e-9
-_POSTINGS_S_PER_ENTRY = 35e-9
-_POSTINGS_S_PER_QUERY = 0.35e-3
 
 
 class NumpyShardIndex:
     """One shard's docs in host memory, searched with the lane-packed lookup table.
+
+    Implements :class:`kernels.ShardIndex` (``build_index("numpy", ...)``).
 
     Parameters
     ----------
@@ -50,7 +47,7 @@ class NumpyShardIndex:
         ``"scan"``: every query is counted against every doc (the lane-packed
         lookup). ``"auto"``: an inverted index (:mod:`kernels.postings`, about
         ``4 n_tokens + 8 * 65536`` more host bytes) is built too, and each query
-        takes the path the cost model (module constants, fitted on 2 CPU cores)
+        takes the path the cost model (:func:`kernels.cost.numpy_postings_cheaper`)
         says is cheaper: ScanCount through the postings when its ids' postings are
         short (uniform ids), the scan otherwise (Zipf ids). ``"postings"``: every
         query goes through the postings (tests, measurements). Results are
@@ -260,9 +257,7 @@ class NumpyShardIndex:
         if self.routing == "postings":
             return active
         entries = postings_cost(queries.take(active), self.postings.doc_freq)
-        postings_s = _POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_QUERY
-        scan_s = _SCAN_S_PER_ID * len(self._docs.tokens)
-        return active[postings_s < scan_s]
+        return active[numpy_postings_cheaper(entries, len(self._docs.tokens))]
 
 
 def _no_routing() -> dict:

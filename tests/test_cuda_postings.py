@@ -92,7 +92,7 @@ def test_routing_is_refused_when_unknown_and_scan_builds_no_postings():
 def test_launcher_checks_dtypes():
     import cupy
 
-    from kernels.postings_gpu import GpuPostings
+    from kernels.cuda.postings import GpuPostings
 
     offsets = cupy.asarray(np.array([0, 2, 3], np.int64))
     tokens = cupy.asarray(np.array([1, 2, 3], np.uint16))

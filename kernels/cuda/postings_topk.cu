@@ -1,9 +1,9 @@
 // Exact candidate emission through an inverted index: the CUDA half of
-// kernels/postings_gpu.py. It is compiled after bitslice_topk.cu in one NVRTC
-// program (the loader concatenates the two sources), so encode_candidate and
-// the Score enum are shared and the keys are those of the scan.
+// kernels/cuda/postings.py. It includes common.cuh, as bitslice_topk.cu does,
+// so encode_candidate and the Score enum are shared and the keys are those of
+// the scan.
 //
-// Layout (built by kernels/postings_gpu.py): docs are cut into tiles of
+// Layout (built by kernels/cuda/postings.py): docs are cut into tiles of
 // kPostTile = 65536 consecutive positions. post holds, for every (token, tile)
 // segment in token-major order, the positions of the tile's docs that hold the
 // token, as uint16 offsets inside the tile, ascending; segment
@@ -20,23 +20,15 @@
 // max_len <= 255, so a byte never carries), which gives every nonzero overlap
 // of the tile exactly. The bounds of the tile's segments are loaded while the
 // previous tile is counted; a warp counts one segment at a time with four
-// loads in flight per lane. Nsight Compute on the whole-shard level of
-// sti2-uniform (one H200, 4.49 ms): bound by instruction issue (about 150 warp
-// instructions per segment and tile, 67 % of the issue rate) and by the three
-// barriers per tile (31 % of the stalls), not by memory (DRAM at 19 %) nor by
-// the atomics (without them it took as long). The variants timed on the same
-// arguments, all slower (staging the next tile's segments with cp.async, one
-// barrier fewer with a scan of every counter, branch-free counting, the ids'
-// entries split evenly over the warps, several tiles per step, fewer threads,
-// prefix filtering), are listed in the README's Postings routing section.
+// loads in flight per lane. The kernel is bound by instruction issue and by
+// the barriers of each tile, not by memory nor by the atomics
+// (docs/kernels-tuning-notes.md has the profile and the variants measured).
 //
 // Emission waits for the block's last tile: a tile's docs with
 // counter >= need go to a list in shared memory (kPostPending; past it they
 // are emitted at once), so the global loads and atomics of the emission leave
-// the per-tile steps; the host gives a block 16 tiles. Whole-shard level of
-// sti2-uniform: 4.84 ms emitting per tile and 4 tiles per block, 4.50 ms
-// deferred with 16 (4.65 ms with 16 not deferred; 8 and 30 tiles within 0.06
-// ms). A warp reserves its candidates' slots with one atomic.
+// the per-tile steps; the host gives a block 16 tiles, enough to amortise
+// them. A warp reserves its candidates' slots with one atomic.
 //
 // A doc whose counter reaches need, the least overlap any doc length needs for
 // key >= T (the minimum of the query's thr_ge row, at least 1), is listed
@@ -49,6 +41,8 @@
 // docs, and emits those with overlap >= 1. When the list overflows, every
 // counter of the tile is checked instead (exact either way). Emission counts
 // every candidate past the buffer's capacity, as count_emit.
+
+#include "common.cuh"
 
 namespace settopk {
 

@@ -1,34 +1,34 @@
-"""GPU postings for :class:`kernels.cuda.CupyShardIndex`: the tiled inverted index, the cost model, the launcher.
+"""GPU postings for :class:`kernels.cuda.CupyShardIndex`: the tiled inverted index and its launcher.
 
 The kernel is ``postings_topk.cu`` beside this file (its header explains the
-layout and the counting); it is compiled once per device together with
-``bitslice_topk.cu`` (one NVRTC program, :class:`cupy.RawModule` with
-``name_expressions``), so both paths encode candidates with the same code.
-CuPy is imported inside the functions.
+layout and the counting). It includes ``common.cuh``, as the scan's
+``bitslice_topk.cu`` does, so both paths encode candidates with the same code;
+:mod:`kernels.cuda.modules` compiles it once per device. CuPy is imported inside
+the functions.
 
 How a query is routed (``CupyShardIndex(routing="auto")``): before its first
-level, the cost model :func:`route_mask` compares the postings entries of its
-ids (counted on the GPU, ``postings_cost``) with the scan's work. A query sent
-to the postings runs every level through them: the sampling levels count the
-docs of a prefix of the shard's positions (the sizes of the scan's levels),
-which gives it a bound ``(T, P)``; its last level counts the whole shard if
-``T >= 1`` (no doc outside the postings qualifies), and is scanned otherwise.
-Both paths emit the same set of docs into the same candidate buffers, which
-``select_topk`` sorts, so the results are identical. References: ScanCount (Sarawagi, Kirpal, SIGMOD 2004; Li, Lu, Lu,
-ICDE 2008); prefix filtering, which :mod:`kernels.postings` implements on the
-CPU, in the survey of Mann, Augsten, Bouros (VLDB 2016).
+level, the cost model :func:`kernels.cost.cupy_route_mask` compares the postings
+entries of its ids (counted on the GPU, :meth:`GpuPostings.entries`) with the
+scan's work. A query sent to the postings runs every level through them: the
+sampling levels count the docs of a prefix of the shard's positions (the sizes
+of the scan's levels), which gives it a bound ``(T, P)``; its last level counts
+the whole shard if ``T >= 1`` (no doc outside the postings qualifies), and is
+scanned otherwise. Both paths emit the same set of docs into the same candidate
+buffers, which ``select_topk`` sorts, so the results are identical. References:
+ScanCount (Sarawagi, Kirpal, SIGMOD 2004; Li, Lu, Lu, ICDE 2008); prefix
+filtering, which :mod:`kernels.postings` implements on the CPU, in the survey of
+Mann, Augsten, Bouros (VLDB 2016).
 """
 
 from __future__ import annotations
 
-import pathlib
-import threading
-
 import numpy as np
 
-__all__ = ["GpuPostings", "route_mask", "TILE_DOCS"]
+from .modules import load_kernels
 
-_SOURCES = [pathlib.Path(__file__).with_name(n) for n in ("bitslice_topk.cu", "postings_topk.cu")]
+__all__ = ["GpuPostings", "TILE_DOCS"]
+
+_SOURCE = "postings_topk.cu"
 _EMIT = "settopk::postings_emit"
 _COST = "settopk::postings_cost"
 TILE_DOCS = 1 << 16  # kPostTile
@@ -36,34 +36,6 @@ _THREADS = 1024  # kPostThreads
 _TILES_PER_BLOCK = 16  # tiles one block counts in turn (its ids, least overlap and emission shared)
 _SHARED = TILE_DOCS  # byte counters
 _MAX_GRID_Y = 65535
-# Cost model, seconds per query, fitted on one H200 (jobs.bench sti2-uniform and sti2-zipf, 7.85 M docs):
-# scan, its share of the last level's count kernel (14.8 ms for 1980 queries over 689 M id slots:
-# 1.1e-14 s per slot); postings, per postings entry and per tile (clearing 64 KiB of counters, reading
-# the segment bounds): all levels of 1990 uniform queries of about 665,000 entries each took 6.8 ms with
-# their selections, the whole-shard level alone 4.8 ms (4.5 ms since the emission waits for a block's
-# last tile; not refitted, as no bench config's routing changes). A routed batch runs levels of its own and waits
-# once for the bounds, so routing pays only where the modelled saving exceeds ROUTING_BATCH_S.
-SCAN_S_PER_SLOT = 1.1e-14
-POSTINGS_S_PER_ENTRY = 4.0e-12
-POSTINGS_S_PER_TILE = 1.0e-8
-ROUTING_BATCH_S = 1.0e-3
-
-_modules: dict[int, object] = {}
-_lock = threading.Lock()
-
-
-def _kernels(device_id: int) -> dict:
-    import cupy
-
-    with _lock:
-        module = _modules.get(device_id)
-        if module is None:
-            with cupy.cuda.Device(device_id):
-                code = "\n".join(p.read_text() for p in _SOURCES)
-                module = cupy.RawModule(code=code, options=("-std=c++17",), name_expressions=[_EMIT, _COST])
-                module.compile()
-            _modules[device_id] = module
-    return {"postings_emit": module.get_function(_EMIT), "postings_cost": module.get_function(_COST)}
 
 
 class GpuPostings:
@@ -125,8 +97,8 @@ class GpuPostings:
             self._freq_by_id = cupy.zeros(1 << 16, dtype=np.int64)
         self.doc_freq = self._freq_by_id[: self.n_words].get()
         self.nbytes = int(2 * n_tok + self.seg_start.nbytes)
-        kernels = _kernels(cupy.cuda.Device().id)
-        self._kernel, self._cost = kernels["postings_emit"], kernels["postings_cost"]
+        kernels = load_kernels(_SOURCE, (_EMIT, _COST), cupy.cuda.Device().id)
+        self._kernel, self._cost = kernels[_EMIT], kernels[_COST]
 
     def entries(self, qoff, qtok, qlen) -> np.ndarray:
         """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
@@ -177,41 +149,3 @@ class GpuPostings:
             shared_mem=_SHARED,
         )
 
-
-def route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int, group_size: int = 1) -> np.ndarray:
-    """Which queries the cost model sends to the postings (host bool array of shape (n_queries,)).
-
-    Parameters
-    ----------
-    routing : str
-        ``"scan"``: none; ``"postings"``: all; ``"auto"``: where the modelled postings time is below
-        the scan's, provided the batch's modelled saving exceeds ``ROUTING_BATCH_S`` (else none).
-    entries : numpy.ndarray of int64, shape (n_queries,)
-        Host array: the postings entries of each query's ids (:meth:`GpuPostings.entries`).
-    n_tiles : int
-        Tiles of the postings.
-    scan_slots : int
-        Id slots the scan reads per query group (the layout's size).
-    group_size : int
-        Queries the scan serves together, at the cost of a full group however few they are: in
-        ``"auto"``, the queries left over a whole number of groups go to the postings too where their
-        postings cost less than one group's scan.
-    """
-    n = len(entries)
-    if routing == "scan" or n == 0:
-        return np.zeros(n, dtype=bool)
-    if routing == "postings":
-        return np.ones(n, dtype=bool)
-    postings_s = POSTINGS_S_PER_ENTRY * entries + POSTINGS_S_PER_TILE * n_tiles
-    scan_s = SCAN_S_PER_SLOT * scan_slots
-    saving = scan_s - postings_s
-    routed = saving > 0
-    if saving[routed].sum() <= ROUTING_BATCH_S:
-        return np.zeros(n, dtype=bool)
-    scanned = np.flatnonzero(~routed)
-    left = len(scanned) % max(1, group_size)
-    if left:
-        cheapest = scanned[np.argsort(postings_s[scanned], kind="stable")[:left]]
-        if postings_s[cheapest].sum() < group_size * scan_s:
-            routed[cheapest] = True
-    return routed
