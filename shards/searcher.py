@@ -17,8 +17,7 @@ import numpy as np
 
 from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK
 
-from .ingest import assemble_shard
-from .inputs import SetLimits
+from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
 from .thresholds import floors_from
 

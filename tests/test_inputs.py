@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shards import inputs
+from shards.inputs import parquet as inputs_parquet
+from shards.inputs import readers as inputs_readers
+from shards.inputs import text as inputs_text
 from shards.inputs import (
     InputError,
     SetLimits,
@@ -119,7 +121,7 @@ def test_text_corpus_across_small_blocks_matches_one_block(tmp_path, monkeypatch
         lines.append(" , ".join(ids) if n % 3 == 0 else ",".join(ids))
     data = "\r\n".join(lines)
     whole = corpus_text(tmp_path, data)
-    monkeypatch.setattr(inputs, "_BLOCK_BYTES", 16)  # lines longer than a block make it grow
+    monkeypatch.setattr(inputs_text, "_BLOCK_BYTES", 16)  # lines longer than a block make it grow
     small = corpus_text(tmp_path, data)
     assert small.docs.to_lists() == whole.docs.to_lists()
     assert small.doc_ids.tolist() == list(range(300))
@@ -127,8 +129,8 @@ def test_text_corpus_across_small_blocks_matches_one_block(tmp_path, monkeypatch
 
 
 def test_text_corpus_line_longer_than_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(inputs, "_BLOCK_BYTES", 16)
-    monkeypatch.setattr(inputs, "_MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(inputs_text, "_BLOCK_BYTES", 16)
+    monkeypatch.setattr(inputs_text, "_MAX_LINE_BYTES", 64)
     with pytest.raises(InputError) as excinfo:
         corpus_text(tmp_path, "1\n2\n" + "3," * 100 + "3\n")
     assert_error(excinfo, tmp_path / "docs.txt", "longer line", line=3)
@@ -187,7 +189,7 @@ def test_text_corpus_first_bad_line_deep_in_a_large_block(tmp_path):
 
 
 def test_text_corpus_bad_line_in_a_later_block(tmp_path, monkeypatch):
-    monkeypatch.setattr(inputs, "_BLOCK_BYTES", 64)
+    monkeypatch.setattr(inputs_text, "_BLOCK_BYTES", 64)
     data = "".join(f"{i},{i + 1}\n" for i in range(500)) + "5,,6\n"
     with pytest.raises(InputError) as excinfo:
         corpus_text(tmp_path, data)
@@ -269,8 +271,8 @@ def test_parquet_corpus_empty(tmp_path):
 
 
 def test_parquet_corpus_many_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(inputs, "_PARQUET_BATCH_ROWS", 7)
-    monkeypatch.setattr(inputs, "_TAKE_ROWS", 5)
+    monkeypatch.setattr(inputs_parquet, "_PARQUET_BATCH_ROWS", 7)
+    monkeypatch.setattr(inputs_readers, "_TAKE_ROWS", 5)
     rng = np.random.default_rng(2)
     ids = rng.permutation(100)
     sets = [sorted(set(rng.integers(0, 50, size=int(n)).tolist())) for n in rng.integers(0, 10, size=100)]
@@ -485,7 +487,7 @@ def test_property_text_round_trip(sets, spaces, crlf, final_newline, block, data
     # A final newline is optional, except after a last empty line (the empty line would vanish).
     text = newline.join(lines) + (newline if lines and (final_newline or lines[-1] == "") else "")
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(inputs, "_BLOCK_BYTES", block)
+        mp.setattr(inputs_text, "_BLOCK_BYTES", block)
         path = os.path.join(tmp, "docs.txt")
         with open(path, "w", newline="") as f:
             f.write(text)
@@ -502,7 +504,7 @@ def reference_read(text: bytes, limits: SetLimits):
         lines.pop()
     sets = []
     for number, line in enumerate(lines, start=1):
-        if inputs._check_line(line, limits) is not None:
+        if inputs_text.check_line(line, limits) is not None:
             return None, number
         line = line[:-1] if line.endswith(b"\r") else line
         sets.append(sorted({int(x) for x in line.split(b",") if x.strip(b" \t")}))
@@ -518,8 +520,8 @@ def test_property_vectorised_parser_agrees_with_line_checker(text, block):
     limits = SetLimits(vocab_size=80, max_len=3)
     expected_sets, expected_line = reference_read(text.encode(), limits)
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(inputs, "_BLOCK_BYTES", block)
-        mp.setattr(inputs, "_SMALL_PIECE_LINES", 2)
+        mp.setattr(inputs_text, "_BLOCK_BYTES", block)
+        mp.setattr(inputs_text, "_SMALL_SLICE_LINES", 2)
         path = os.path.join(tmp, "docs.txt")
         with open(path, "wb") as f:
             f.write(text.encode())
