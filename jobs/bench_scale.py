@@ -27,7 +27,8 @@ import time
 import numpy as np
 
 from kernels import TopK
-from shards import SetLimits, merge_topk, read_queries
+from shards import merge_topk
+from shards.inputs import SetLimits, read_queries
 
 __all__ = ["run_scaling", "format_scaling_table"]
 

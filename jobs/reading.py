@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shards import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
+from shards.inputs import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 
 __all__ = ["CorpusRead", "read_corpus_pieces", "pieces_for_cluster", "unwrap_input_error"]
 

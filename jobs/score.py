@@ -45,7 +45,8 @@ import numpy as np
 
 import configs
 from kernels import SCORES
-from shards import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
+from shards import plan_shards_from_counts
+from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather

@@ -50,7 +50,7 @@ def reference_parse(data: bytes):
 
 def check(data: bytes) -> None:
     """Raise AssertionError when ``read_corpus`` and the reference disagree on ``data``."""
-    from shards import InputError, SetLimits, read_corpus
+    from shards.inputs import InputError, SetLimits, read_corpus
 
     expected, bad_line = reference_parse(data)
     fd, path = tempfile.mkstemp(suffix=".txt")
@@ -74,7 +74,7 @@ def main() -> None:
     import atheris
 
     with atheris.instrument_imports():
-        import shards  # noqa: F401
+        import shards.inputs  # noqa: F401
 
     atheris.Setup(sys.argv, check)
     atheris.Fuzz()

@@ -12,7 +12,7 @@ import pytest
 
 from jobs import reading
 from jobs.reading import pieces_for_cluster, read_corpus_pieces
-from shards import (
+from shards.inputs import (
     InputError,
     SetLimits,
     assemble_shard,
@@ -205,7 +205,7 @@ def test_pieces_out_of_id_order_are_sorted_when_assembled(tmp_path):
 
 
 def test_pieces_ordered_needs_strictly_increasing_id_ranges():
-    from shards import PieceSummary
+    from shards.inputs import PieceSummary
 
     def summary(index, lo, hi, n=1):
         return PieceSummary(index, np.zeros(MAX_LEN + 1, np.int64), n, 0, lo, hi, 0, ())

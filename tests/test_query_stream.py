@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shards import InputError, QueryStream, SetLimits, read_queries
+from shards.inputs import InputError, QueryStream, SetLimits, read_queries
 
 LIMITS = SetLimits(vocab_size=60, max_len=10)
 
