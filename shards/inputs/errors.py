@@ -35,7 +35,7 @@ class InputError(ValueError):
     row : int or None
         0-based row number within the Parquet file ``path``.
     expected, found, fix : str or None
-        The parts of the message.
+        What was expected, what was found, and how to fix it.
     """
 
     def __init__(self, path, expected: str | None = None, found: str | None = None, fix: str | None = None, line: int | None = None, row: int | None = None):

@@ -1,9 +1,9 @@
 """The Parquet format: an id column (``doc_id`` or ``query_id``) and ``tokens``, a list of integers.
 
 A file is decoded in record batches, row group by row group, in parallel threads (Arrow and NumPy
-release the GIL); batches are consumed in file order, so the first bad row in file order is the one
-reported. Rows are checked vectorised; under quarantine a row flagged bad is checked again alone,
-to write its message.
+release the GIL); record batches are consumed in file order, so the first bad row in file order is
+the one reported. Rows are checked vectorised; under quarantine a row flagged bad is checked again
+alone, to write its message.
 """
 
 from __future__ import annotations

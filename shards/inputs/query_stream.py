@@ -114,7 +114,7 @@ class QueryStream:
 
     @staticmethod
     def _kept_ids(ids, good: np.ndarray):
-        """The ids of a batch's valid rows ``good``."""
+        """The ids of a record batch's valid rows ``good``."""
         return [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
 
     def _blocks(self, rejects: Rejects):
@@ -270,7 +270,7 @@ class DocQueryStream(QueryStream):
 
     @staticmethod
     def _kept_ids(ids, good: np.ndarray):
-        # ids covers every row of the batch (-1 where one was set aside); good, the valid rows.
+        # ids covers every row of the record batch (-1 where one was set aside); good, the valid rows.
         return ids[good]
 
     def _repeated_ids(self, ids: np.ndarray, rows: np.ndarray, rejects: Rejects) -> np.ndarray:

@@ -50,7 +50,7 @@ def check_line(line: bytes, limits: SetLimits):
     Returns
     -------
     (str, str, str) or None
-        ``(expected, found, fix)``, the parts of an :class:`InputError`; None if the line is good.
+        ``(expected, found, fix)``, the fields of an :class:`InputError`; None if the line is good.
     """
     if line.endswith(b"\r"):
         line = line[:-1]
