@@ -54,7 +54,8 @@ import numpy as np
 import configs
 from configs.benchmark import bench_config_names, load_bench_config
 from kernels import TopK
-from shards import InputError, SetLimits, merge_topk, plan_shards_from_counts, read_queries
+from shards import merge_topk, plan_shards_from_counts
+from shards.inputs import InputError, SetLimits, read_queries
 
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .score import resolve_backend, shard_doc_cost
@@ -180,7 +181,7 @@ def run(args) -> dict:
 
     Raises
     ------
-    configs.ConfigError, shards.InputError
+    configs.ConfigError, shards.inputs.InputError
         Bad config or inputs.
     ExactnessError
         A result differs from the NumPy reference (the JSON file then holds

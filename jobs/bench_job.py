@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
-from shards import QueryStream, SetLimits
+from shards.inputs import QueryStream, SetLimits
 
 __all__ = ["run_throughput", "format_throughput_table"]
 

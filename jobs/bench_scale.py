@@ -27,7 +27,8 @@ import time
 import numpy as np
 
 from kernels import TopK
-from shards import SetLimits, merge_topk, read_queries
+from shards import merge_topk
+from shards.inputs import SetLimits, read_queries
 
 __all__ = ["run_scaling", "format_scaling_table"]
 
@@ -111,7 +112,7 @@ def run_scaling(cfg, name: str, data_dir: str) -> dict:
 
     Raises
     ------
-    shards.InputError
+    shards.inputs.InputError
         If the cluster lacks the GPUs or CPUs for the largest shard count.
     jobs.bench.ExactnessError
         If a result differs from the NumPy reference.

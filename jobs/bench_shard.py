@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK, build_index
-from shards import SetLimits, ShardSpec
+from shards import ShardSpec
+from shards.inputs import SetLimits
 from shards.searcher import load_shard
 
 __all__ = ["BenchShard", "BenchShardActor"]

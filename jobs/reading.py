@@ -1,8 +1,8 @@
 """Reading the corpus with Ray tasks: one task per piece, the docs left in the object store.
 
-The driver gets each piece's :class:`shards.PieceSummary` (a length histogram,
+The driver gets each piece's :class:`shards.inputs.PieceSummary` (a length histogram,
 id range and counts); the docs stay in the object store until the shard actors
-take their length ranges (:class:`shards.ShardSearcher`). The driver fetches
+take their length ranges (:class:`shards.searcher.ShardSearcher`). The driver fetches
 doc ids only when the pieces' id ranges overlap (a corpus not written in id
 order), to find repeated ids.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shards import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
+from shards.inputs import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 
 __all__ = ["CorpusRead", "read_corpus_pieces", "pieces_for_cluster", "unwrap_input_error"]
 
@@ -42,7 +42,7 @@ class CorpusRead:
     pieces : list of CorpusPiece
     summaries : list of PieceSummary
     corpus_refs : list of ray.ObjectRef
-        Each piece's docs (a :class:`shards.Corpus`) in the object store; keep them
+        Each piece's docs (a :class:`shards.inputs.Corpus`) in the object store; keep them
         referenced while shard actors may restart.
     drops : dict
         Doc ids repeated across pieces to leave out, per piece index (quarantine).
@@ -67,13 +67,13 @@ class CorpusRead:
 
 
 def unwrap_input_error(exc: BaseException) -> BaseException:
-    """The :class:`shards.InputError` a Ray task raised, if that is what ``exc`` wraps; else ``exc``."""
+    """The :class:`shards.inputs.InputError` a Ray task raised, if that is what ``exc`` wraps; else ``exc``."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, InputError) else exc
 
 
 def pieces_for_cluster(path, n_cpus: float) -> tuple[list[CorpusPiece], str, tuple[str, ...]]:
-    """:func:`shards.plan_pieces` with pieces sized for about one per CPU of the cluster (one wave of readers).
+    """:func:`shards.inputs.plan_pieces` with pieces sized for about one per CPU of the cluster (one wave of readers).
 
     A text corpus is one piece; a Parquet piece holds whole row groups.
     """

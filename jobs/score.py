@@ -16,7 +16,7 @@ it runs on the config's synthetic corpus. With a config whose
 ``output.partition`` is ``dt`` (``nightly``), ``--out`` is a dataset root and
 the run writes ``ROOT/dt=YYYY-MM-DD/``. A self-join (``--self-join``, no ``--queries``)
 searches every doc of the corpus against the corpus, read as queries chunk by chunk
-(:class:`shards.DocQueryStream`), leaving each doc out of its own results unless
+(:class:`shards.inputs.DocQueryStream`), leaving each doc out of its own results unless
 ``--include-self``.
 
 Exit codes: 0 done (or the output was already complete), 2 bad input, config,
@@ -45,7 +45,8 @@ import numpy as np
 
 import configs
 from kernels import SCORES, search_cost_per_doc
-from shards import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, plan_shards_from_counts
+from shards import plan_shards_from_counts
+from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather

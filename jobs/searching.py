@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from shards import ShardActor, split_rounds
+from shards import split_rounds
+from shards.searcher import ShardActor
 
 from .chunks import BatchLayout, finish_chunk
 from .dispatch import gather
@@ -253,7 +254,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     plan : list of ShardSpec
     chunks : iterable of (jobs.chunks.Chunk, list of str, SetBatch)
         The chunks still to compute, with their query ids and queries (read one chunk at a
-        time, :meth:`shards.QueryStream.chunks`).
+        time, :meth:`shards.inputs.QueryStream.chunks`).
     cfg : configs.JobConfig
         ``cfg.k`` is what each shard searches per query: for a self-join without the own
         doc the job passes ``k + 1``, and the merge tasks drop each query's own doc.

@@ -26,7 +26,7 @@ __all__ = ["main"]
 
 def main(argv=None) -> int:
     """Entry point of ``python -m jobs.verify``; returns the exit code."""
-    from shards import SetLimits, read_corpus, read_queries
+    from shards.inputs import SetLimits, read_corpus, read_queries
 
     p = argparse.ArgumentParser(prog="python -m jobs.verify", description=__doc__.splitlines()[0])
     p.add_argument("--docs", required=True)

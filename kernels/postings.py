@@ -23,7 +23,7 @@ was too high and the query is answered by ScanCount with its floor alone, so
 any bound (too high, too low, none) gives the exact answer.
 
 :func:`postings_search` is the CPU implementation and the oracle of the GPU
-postings path (``kernels.postings_gpu``); :func:`postings_cost` is the cost
+postings path (``kernels.cuda.postings``); :func:`postings_cost` is the cost
 model both backends route with.
 """
 

@@ -1,43 +1,22 @@
-"""Sharding: corpus pieces and reading, query streams, length-bucket planning, the shard searcher (a Ray actor),
-threshold exchange, and the exact merge."""
+"""The shard stage: length-bucket planning, the threshold exchange between shards, and the exact merge.
 
-from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
-from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_format, fingerprint, read_corpus, read_queries
+``import shards`` does not import Ray. The input-reading stage is the subpackage
+:mod:`shards.inputs` (corpus pieces, query streams, readers); the shard searcher and its Ray actor
+are in :mod:`shards.searcher`, imported by the callers that need them.
+"""
+
 from .merge import drop_own_docs, merge_topk
 from .plan import ShardSpec, plan_shards, plan_shards_from_counts
-from .query_stream import DocQueryStream, QueryStream
-from .searcher import ShardActor, ShardSearcher
 from .thresholds import floors_from, home_shards, scatter_rounds, split_rounds
 
 __all__ = [
-    "Corpus",
-    "CorpusPiece",
-    "DocQueryStream",
-    "InputError",
-    "PieceSummary",
-    "Queries",
-    "QueryStream",
-    "SetLimits",
-    "ShardActor",
-    "ShardSearcher",
     "ShardSpec",
-    "Rejected",
-    "assemble_shard",
-    "check_doc_ids",
-    "corpus_format",
     "drop_own_docs",
-    "fingerprint",
     "floors_from",
-    "group_pieces",
     "home_shards",
     "merge_topk",
-    "pieces_ordered",
-    "plan_pieces",
     "plan_shards",
     "plan_shards_from_counts",
-    "read_corpus",
-    "read_piece",
-    "read_queries",
     "scatter_rounds",
     "split_rounds",
 ]

@@ -17,8 +17,7 @@ import numpy as np
 
 from kernels import DEFAULT_SCORE, SetBatch, TopK, build_index
 
-from .ingest import assemble_shard
-from .inputs import SetLimits
+from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
 from .thresholds import floors_from
 
@@ -33,10 +32,10 @@ def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool
     spec : ShardSpec
         The length range to keep, and the doc and id counts the plan expects.
     pieces : list of Corpus or ray.ObjectRef
-        Every piece's docs from the reader tasks (:func:`shards.ingest.read_piece`), in read
+        Every piece's docs from the reader tasks (:func:`shards.inputs.read_piece`), in read
         order; references are fetched one at a time.
     drops : dict, optional
-        Doc ids to leave out per piece position (repeats found by :func:`shards.ingest.check_doc_ids`).
+        Doc ids to leave out per piece position (repeats found by :func:`shards.inputs.check_doc_ids`).
     ordered : bool
         The pieces' doc id ranges increase in read order.
     concatenate : bool

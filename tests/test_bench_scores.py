@@ -12,7 +12,8 @@ from configs.benchmark import load_bench_config
 from jobs import bench
 from jobs.bench_shard import BenchShard
 from kernels import SCORES, SetBatch, brute_force_topk
-from shards import Corpus, SetLimits, plan_shards
+from shards import plan_shards
+from shards.inputs import Corpus, SetLimits
 
 
 def _load(tmp_path, text):

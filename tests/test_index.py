@@ -24,7 +24,9 @@ from kernels import (
     unregister_backend,
 )
 from kernels.cost import cupy_search_cost_per_doc
-from shards import Corpus, SetLimits, ShardSearcher, plan_shards, plan_shards_from_counts
+from shards import plan_shards, plan_shards_from_counts
+from shards.inputs import Corpus, SetLimits
+from shards.searcher import ShardSearcher
 
 _DOCS = [[1, 2, 3], [2, 3], [4], [1, 4, 5, 6], [], [2, 5]]
 _QUERIES = [[2, 3], [4, 5], [9], []]

@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, max_key, order_candidates, score_key
-from shards import Corpus, SetLimits, ShardSearcher, floors_from, merge_topk, plan_shards
+from shards import floors_from, merge_topk, plan_shards
+from shards.inputs import Corpus, SetLimits
+from shards.searcher import ShardSearcher
 from tests.shard_helpers import search_two_rounds
 
 _SETS = st.lists(st.lists(st.integers(0, 9), max_size=8), max_size=40)  # small vocab: many ties; empty sets

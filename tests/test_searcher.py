@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from kernels import NumpyShardIndex, SetBatch
-from shards import SetLimits, ShardActor, ShardSearcher, plan_pieces, plan_shards, read_piece
+from shards import plan_shards
+from shards.inputs import SetLimits, plan_pieces, read_piece
+from shards.searcher import ShardActor, ShardSearcher
 
 
 @pytest.fixture

@@ -10,9 +10,6 @@ from hypothesis import strategies as st
 
 from kernels import NumpyShardIndex, SetBatch, TopK, brute_force_topk, empty_topk, key_scale, score_key
 from shards import (
-    Corpus,
-    SetLimits,
-    ShardSearcher,
     floors_from,
     home_shards,
     merge_topk,
@@ -20,6 +17,8 @@ from shards import (
     scatter_rounds,
     split_rounds,
 )
+from shards.inputs import Corpus, SetLimits
+from shards.searcher import ShardSearcher
 from tests.shard_helpers import search_two_rounds
 
 

@@ -4,7 +4,7 @@
 rejects and (for Parquet, whose ``query_id`` values must be unique) an 8-byte
 hash per query; :meth:`QueryStream.chunks` then reads them again, chunk by
 chunk, with the same rules, so the driver holds one chunk of queries at a
-time. The result is the same as :func:`shards.read_queries` (same ids, sets,
+time. The result is the same as :func:`shards.inputs.read_queries` (same ids, sets,
 order, errors and rejects); a query directory, whose file names are listed
 anyway, is read whole.
 
@@ -23,27 +23,21 @@ import numpy as np
 
 from kernels.sets import SetBatch
 
-from .inputs import (
-    SetLimits,
-    _duplicate_error,
-    _parquet_files,
-    _Rejects,
-    _set_batch,
-    _text_sets,
-    _validated_batches,
-    corpus_format,
-    queries_format,
-    read_queries,
-)
+from .canonical import concat_sets
+from .errors import Rejects, SetLimits
+from .files import corpus_format, parquet_files, queries_format
+from .parquet import duplicate_error, validated_batches
+from .readers import read_queries
+from .text import text_sets
 
 __all__ = ["DocQueryStream", "QueryStream"]
 
 _QUERY_THREADS = 2  # row groups decoded at once on the driver: each holds a few hundred thousand queries
 
 
-def _ids(parts) -> list[str]:
-    """One chunk's query ids from its pieces: lists of str, or arrays of line numbers."""
-    return [str(q) for part in parts for q in (part.tolist() if isinstance(part, np.ndarray) else part)]
+def _ids(blocks) -> list[str]:
+    """One chunk's query ids from the slices of blocks it holds: lists of str, or arrays of line numbers."""
+    return [str(q) for block in blocks for q in (block.tolist() if isinstance(block, np.ndarray) else block)]
 
 
 def _hash(query_id: str) -> int:
@@ -56,7 +50,7 @@ class QueryStream:
     Parameters
     ----------
     path : str
-        Queries as :func:`shards.read_queries` takes them (a text file, Parquet, or a
+        Queries as :func:`shards.inputs.read_queries` takes them (a text file, Parquet, or a
         directory of one-query files).
     limits : SetLimits
     on_invalid : {"error", "quarantine"}
@@ -77,7 +71,7 @@ class QueryStream:
     Raises
     ------
     InputError
-        As :func:`shards.read_queries`: the first bad line, row or file, or a repeated
+        As :func:`shards.inputs.read_queries`: the first bad line, row or file, or a repeated
         ``query_id`` (``on_invalid="error"``), or a missing or unreadable input.
     """
 
@@ -97,8 +91,8 @@ class QueryStream:
 
     def _count_pass(self) -> None:
         """The validating pass: counts, rejects, and for Parquet the rows of repeated ids to drop."""
-        rejects = _Rejects(self.on_invalid)
-        self.files = (self.path,) if self.fmt == "text" else tuple(_parquet_files(self.path))
+        rejects = Rejects(self.on_invalid)
+        self.files = (self.path,) if self.fmt == "text" else tuple(parquet_files(self.path))
         keys, rows = [], []
         n_kept = n_repeats = 0
         for ids, rows_kept, lengths, _, repeated in self._blocks(rejects):
@@ -120,26 +114,26 @@ class QueryStream:
 
     @staticmethod
     def _kept_ids(ids, good: np.ndarray):
-        """The ids of a batch's valid rows ``good``."""
+        """The ids of a record batch's valid rows ``good``."""
         return [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
 
-    def _blocks(self, rejects: _Rejects):
+    def _blocks(self, rejects: Rejects):
         """Yield ``(ids, rows, lengths, tokens, repeated)`` per block of valid queries in input
         order: their ids (a list of str, or for text the line numbers, turned into strings only
         when a chunk is handed out), global row indices (0-based over all rows of all files), and sets."""
         if self.fmt == "text":
-            for lines, lengths, tokens, repeated in _text_sets(self.path, self.limits, rejects):
+            for lines, lengths, tokens, repeated in text_sets(self.path, self.limits, rejects):
                 yield lines, lines, lengths, tokens, repeated
             return
         self._where, base = [], 0
         for file in self.files:
-            batches = _validated_batches(file, self._ID_COLUMN, self.limits, rejects, max_threads=_QUERY_THREADS)
+            batches = validated_batches(file, self._ID_COLUMN, self.limits, rejects, max_threads=_QUERY_THREADS)
             for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
                 yield self._kept_ids(ids, good), base + good, lengths, tokens, repeated
                 self._where.append((file, row_base, n_rows))
                 base += n_rows
 
-    def _repeated_ids(self, hashes: np.ndarray, rows: np.ndarray, rejects: _Rejects) -> np.ndarray:
+    def _repeated_ids(self, hashes: np.ndarray, rows: np.ndarray, rejects: Rejects) -> np.ndarray:
         """Rows repeating an earlier ``query_id``: equal hashes are candidates, confirmed on the ids
         themselves (read again, for the candidates only). Raises at the first repeat in input order
         unless quarantining; returns the rows to leave out."""
@@ -149,7 +143,7 @@ class QueryStream:
             return np.zeros(0, dtype=np.int64)
         candidates = set(rows[order[1:][same]].tolist()) | set(rows[order[:-1][same]].tolist())
         found: dict[int, str] = {}
-        for ids, block_rows, *_ in self._blocks(_Rejects("quarantine")):
+        for ids, block_rows, *_ in self._blocks(Rejects("quarantine")):
             for query_id, row in zip(ids, block_rows.tolist()):
                 if row in candidates:
                     found[row] = query_id
@@ -158,7 +152,7 @@ class QueryStream:
         for row in sorted(found):
             earlier = first.setdefault(found[row], row)
             if earlier != row:
-                rejects.add(_duplicate_error(self._where, "query_id", found[row], earlier, row))
+                rejects.add(duplicate_error(self._where, "query_id", found[row], earlier, row))
                 drop.append(row)
         return np.asarray(drop, dtype=np.int64)
 
@@ -186,7 +180,7 @@ class QueryStream:
             return
         drop = set(self._drop.tolist())
         ids_buf, len_buf, tok_buf, held, seen, total = [], [], [], 0, 0, 0
-        for ids, rows, lengths, tokens, _ in self._blocks(_Rejects(self.on_invalid)):
+        for ids, rows, lengths, tokens, _ in self._blocks(Rejects(self.on_invalid)):
             if drop:
                 keep = np.array([r not in drop for r in rows.tolist()], dtype=bool)
                 ids = [q for q, k in zip(ids, keep) if k]  # only Parquet ids repeat
@@ -203,11 +197,11 @@ class QueryStream:
                 start += take
                 if held == chunk_size:
                     if seen >= skip:
-                        yield _ids(ids_buf), _set_batch(len_buf, tok_buf)
+                        yield _ids(ids_buf), concat_sets(len_buf, tok_buf)
                     seen += 1
                     ids_buf, len_buf, tok_buf, held = [], [], [], 0
         if held and seen >= skip:
-            yield _ids(ids_buf), _set_batch(len_buf, tok_buf)
+            yield _ids(ids_buf), concat_sets(len_buf, tok_buf)
         if total != self.n_queries:
             raise RuntimeError(f"{self.path}: the queries changed while the job ran (validated {self.n_queries}, "
                                f"read {total} now); rerun the job")
@@ -219,7 +213,7 @@ class DocQueryStream(QueryStream):
     Query ``i`` is the ``i``-th doc the corpus readers keep, in read order (files in
     sorted name order, then rows or lines), and its query id is that doc's id as text
     (the 0-based line number for the text format). The docs kept are exactly those of
-    :func:`shards.read_corpus` (and of the job's reader tasks): the same rules, the same
+    :func:`shards.inputs.read_corpus` (and of the job's reader tasks): the same rules, the same
     rows or lines set aside under ``on_invalid="quarantine"``, and of rows repeating a
     ``doc_id`` only the first in read order stays. So the query ids are the corpus's doc
     ids, each once. The order is read order, not ``doc_id`` order (for a corpus written in
@@ -228,7 +222,7 @@ class DocQueryStream(QueryStream):
     Parameters
     ----------
     path : str
-        The corpus as :func:`shards.read_corpus` takes it: a text file (STI2 ``docs.txt``),
+        The corpus as :func:`shards.inputs.read_corpus` takes it: a text file (STI2 ``docs.txt``),
         a ``*.parquet`` file or a directory of them (``doc_id``, ``tokens``).
     limits : SetLimits
     on_invalid : {"error", "quarantine"}
@@ -236,7 +230,7 @@ class DocQueryStream(QueryStream):
     Attributes
     ----------
     n_queries : int
-        Docs kept (= :attr:`shards.Corpus.doc_ids` length).
+        Docs kept (= :attr:`shards.inputs.Corpus.doc_ids` length).
     n_with_repeats : int
         Docs that had a repeated token id.
     fmt : str
@@ -245,12 +239,12 @@ class DocQueryStream(QueryStream):
         Files read.
     rejected : tuple of Rejected
         Lines or rows set aside under ``on_invalid="quarantine"``, then later repeats of a
-        ``doc_id`` (as :func:`shards.read_corpus` lists them).
+        ``doc_id`` (as :func:`shards.inputs.read_corpus` lists them).
 
     Raises
     ------
     InputError
-        As :func:`shards.read_corpus` (``on_invalid="error"``): the first bad line or row in
+        As :func:`shards.inputs.read_corpus` (``on_invalid="error"``): the first bad line or row in
         read order, else the first repeated ``doc_id`` in read order; or a missing or
         unreadable input.
 
@@ -276,10 +270,10 @@ class DocQueryStream(QueryStream):
 
     @staticmethod
     def _kept_ids(ids, good: np.ndarray):
-        # ids covers every row of the batch (-1 where one was set aside); good, the valid rows.
+        # ids covers every row of the record batch (-1 where one was set aside); good, the valid rows.
         return ids[good]
 
-    def _repeated_ids(self, ids: np.ndarray, rows: np.ndarray, rejects: _Rejects) -> np.ndarray:
+    def _repeated_ids(self, ids: np.ndarray, rows: np.ndarray, rejects: Rejects) -> np.ndarray:
         """Rows repeating the ``doc_id`` of an earlier kept row (read order), as the corpus readers
         drop them; raises at the first one in read order unless quarantining. Returns the rows."""
         order = np.argsort(ids, kind="stable")  # stable: equal ids stay in read order (rows increase)
@@ -290,6 +284,6 @@ class DocQueryStream(QueryStream):
         first = order[np.searchsorted(sorted_ids, sorted_ids[again])]  # each id's first occurrence
         drop = []
         for later, earlier in sorted(zip(rows[order[again]].tolist(), rows[first].tolist())):
-            rejects.add(_duplicate_error(self._where, "doc_id", int(ids[np.searchsorted(rows, later)]), earlier, later))
+            rejects.add(duplicate_error(self._where, "doc_id", int(ids[np.searchsorted(rows, later)]), earlier, later))
             drop.append(later)
         return np.asarray(drop, dtype=np.int64)

@@ -21,13 +21,18 @@ import numpy as np
 
 from kernels.sets import SetBatch
 
-from .inputs import Corpus, InputError, Rejected, SetLimits, _offsets, _open_parquet, _parquet_files, _Rejects, corpus_format, read_corpus
+from .canonical import csr_offsets
+from .errors import InputError, Rejected, Rejects, SetLimits
+from .files import corpus_format, parquet_files
+from .parquet import open_parquet
+from .readers import Corpus, read_corpus
 
 __all__ = ["CorpusPiece", "PieceSummary", "assemble_shard", "check_doc_ids", "group_pieces", "pieces_ordered", "plan_pieces", "read_piece"]
 
+
 @dataclass(frozen=True)
 class CorpusPiece:
-    """A part of the corpus that one reader decodes.
+    """A piece of the corpus: the slice one reader task decodes.
 
     Attributes
     ----------
@@ -115,11 +120,11 @@ def plan_pieces(path, target_rows: int) -> tuple[list[CorpusPiece], str, tuple[s
     if fmt == "text":
         st = os.stat(path)
         return [CorpusPiece(0, path, "text", None, -1, st.st_size, st.st_mtime_ns)], fmt, (path,)
-    files = _parquet_files(path)
+    files = parquet_files(path)
     row_groups: list[CorpusPiece] = []  # one piece per row group first, grouped below
     for file in files:
         st = os.stat(file)
-        meta = _open_parquet(file).metadata
+        meta = open_parquet(file).metadata
         for g in range(meta.num_row_groups):
             row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (g,), meta.row_group(g).num_rows, st.st_size, st.st_mtime_ns))
         if meta.num_row_groups == 0:  # keep the file: its schema is still checked by a reader
@@ -250,7 +255,7 @@ def check_doc_ids(pieces: list[CorpusPiece], summaries: list[PieceSummary], fetc
     first_of = np.searchsorted(sorted_ids, sorted_ids[again])  # index (in `order`) of each id's first occurrence
     repeats = sorted(zip(owner[order[again]].tolist(), rows[order[again]].tolist(), order[first_of].tolist(), order[again].tolist()))
     by_index = {p.index: p for p in pieces}
-    rejects = _Rejects(on_invalid)  # raises the error itself unless quarantining
+    rejects = Rejects(on_invalid)  # raises the error itself unless quarantining
     drops: dict[int, list[int]] = {}
     for piece_index, row, first, later in repeats:
         first_piece = by_index[int(owner[first])]
@@ -304,9 +309,9 @@ def assemble_shard(min_len: int, max_len: int, pieces, drops: dict | None = None
         tokens.append(corpus.docs.tokens[np.repeat(keep, piece_lengths)])
     doc_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     if ordered and not concatenate:
-        return doc_ids, [SetBatch(_offsets(piece_lengths), piece_tokens) for piece_lengths, piece_tokens in zip(lengths, tokens)]
+        return doc_ids, [SetBatch(csr_offsets(piece_lengths), piece_tokens) for piece_lengths, piece_tokens in zip(lengths, tokens)]
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    docs = SetBatch(_offsets(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16))
+    docs = SetBatch(csr_offsets(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16))
     if not ordered and len(doc_ids) > 1:
         by_id = np.argsort(doc_ids, kind="stable")
         doc_ids, docs = doc_ids[by_id], docs.take(by_id)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shards import InputError, SetLimits, read_corpus, read_queries
+from shards.inputs import InputError, SetLimits, read_corpus, read_queries
 
 LIMITS = SetLimits(vocab_size=100, max_len=3)
 
