@@ -9,7 +9,8 @@ import pytest
 
 import jobs.bench as bench
 from configs import ConfigError
-from configs.benchmark import bench_config_names, load_bench_config
+from jobs.bench.common import compare_topk
+from jobs.bench.config import bench_config_names, load_bench_config
 from kernels import TopK
 
 
@@ -72,12 +73,12 @@ def test_a_wrong_result_is_reported_and_no_timing_is_printed():
     want = TopK(np.array([[4, 2]]), np.array([[3, 1]], dtype=np.int16), np.array([[5, 5]], dtype=np.int16))
     got = TopK(np.array([[9, 9], [4, 3]]), np.zeros((2, 2), dtype=np.int16), np.zeros((2, 2), dtype=np.int16))
     got.overlap[1], got.doc_len[1] = [3, 1], [5, 5]
-    mismatches = bench._compare("x", got, want, np.array([1]))
+    mismatches = compare_topk("x", got, want, np.array([1]))
     assert mismatches == [{"implementation": "x", "query_index": 1, "rank": 2, "got": [3, 1, 5], "expected": [2, 1, 5]}]
     assert "query 1 rank 2" in str(bench.ExactnessError(mismatches))
-    assert bench._compare("x", got, want, np.array([1]))  # still wrong
+    assert compare_topk("x", got, want, np.array([1]))  # still wrong
     good = TopK(want.doc_ids.copy(), want.overlap.copy(), want.doc_len.copy())
-    assert bench._compare("x", good, want, np.array([0])) == []
+    assert compare_topk("x", good, want, np.array([0])) == []
 
 
 def test_scaling_configs_load_and_the_smoke_scaling_run_is_exact(ray_cluster, tmp_path, capsys):

@@ -20,6 +20,8 @@ from kernels import DEFAULT_SCORE, NumpyShardIndex, SetBatch, TopK
 from shards import SetLimits, ShardSpec
 from shards.searcher import build_index, load_shard
 
+from .baselines import BASELINES
+
 __all__ = ["BenchShard", "BenchShardActor"]
 
 
@@ -156,7 +158,7 @@ class BenchShard:
         return NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score, routing="scan").search(queries, k)
 
     def baseline_build(self, name: str) -> float | str:
-        """Build baseline ``name`` (see :data:`kernels.baselines.BASELINES`); seconds, or why it cannot run.
+        """Build baseline ``name`` (see :data:`jobs.bench.baselines.BASELINES`); seconds, or why it cannot run.
 
         A missing optional library (CuPy, PyTorch, SciPy) is reported as a
         string instead of raising; any other error raises.
@@ -168,8 +170,6 @@ class BenchShard:
         """
         if self.score != DEFAULT_SCORE:
             raise ValueError(f"the baselines rank by {DEFAULT_SCORE} only, this shard by {self.score!r}; run no baselines")
-        from kernels.baselines import BASELINES
-
         self.baseline = None
         _free_gpu(self.backend)
         cls, device = BASELINES[name]
