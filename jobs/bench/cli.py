@@ -20,10 +20,14 @@ import time
 from pathlib import Path
 
 import configs
+from jobs.synthetic import ensure_synthetic
 from shards import InputError
 
 from .common import ExactnessError, synthetic_spec
 from .config import bench_config_names, load_bench_config
+from .phases import format_phases_table, run_phases
+from .scale import format_scaling_table, run_scaling
+from .throughput import format_throughput_table, run_throughput
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_MISMATCH", "EXIT_OK", "build_parser", "main", "run"]
 
@@ -59,15 +63,11 @@ def run(args: argparse.Namespace) -> dict:
     RuntimeError
         A whole-job run failed.
     """
-    from jobs.synthetic import ensure_synthetic
-
     cfg = load_bench_config(args.config)
     name = Path(args.config).stem
     out_path = Path(args.out) if args.out else Path("out") / "bench" / f"{name}.json"
     data_dir = os.path.expanduser(args.data_dir or cfg.synthetic.cache_dir)
     if cfg.scaling is not None:
-        from .scale import format_scaling_table, run_scaling
-
         result = run_scaling(cfg, name, data_dir)
         table = format_scaling_table(result)
     else:
@@ -75,13 +75,9 @@ def run(args: argparse.Namespace) -> dict:
         docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
         log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
         if cfg.throughput is not None:
-            from .throughput import format_throughput_table, run_throughput
-
             result = run_throughput(cfg, name, docs_path, queries_path)
             table = format_throughput_table(result)
         else:
-            from .phases import format_phases_table, run_phases
-
             try:
                 result = run_phases(cfg, name, docs_path, queries_path)
             except ExactnessError as exc:

@@ -9,6 +9,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from jobs.reading import pieces_for_cluster, read_corpus_pieces
+from jobs.score import shard_doc_cost
+from jobs.synthetic import SyntheticSpec
 from kernels import SetBatch, TopK
 from shards import SetLimits, ShardSpec, merge_topk, plan_shards_from_counts
 
@@ -72,10 +75,8 @@ def repeat(fn: Callable[[], float], warmup: int, repetitions: int) -> list[float
     return [float(fn()) for _ in range(repetitions)]
 
 
-def synthetic_spec(cfg: BenchConfig, n_docs: int | None = None):
-    """The :class:`jobs.synthetic.SyntheticSpec` of the config's corpus (``n_docs`` replaces its size)."""
-    from jobs.synthetic import SyntheticSpec
-
+def synthetic_spec(cfg: BenchConfig, n_docs: int | None = None) -> SyntheticSpec:
+    """The spec of the config's corpus (``n_docs`` replaces its size)."""
     s = cfg.synthetic
     return SyntheticSpec(n_docs=s.n_docs if n_docs is None else n_docs, n_queries=s.n_queries, seed=s.seed,
                          vocab_size=s.vocab_size, id_dist=s.id_dist, zipf_s=s.zipf_s,
@@ -182,10 +183,7 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg: 
     """
     import ray
 
-    from jobs.reading import pieces_for_cluster, read_corpus_pieces
-    from jobs.score import shard_doc_cost
-
-    from .shard import BenchShardActor
+    from .shard import BenchShardActor  # defines a Ray actor class: imports Ray
 
     pieces, _, _ = pieces_for_cluster(str(docs_path), float(ray.cluster_resources().get("CPU", 1)))
     first = read_corpus_pieces(pieces, limits, "error")

@@ -39,7 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels import TopK
+from jobs.output import results_table, write_results
+from jobs.score import resolve_backend
+from kernels import TopK, score_definition
 from shards import SetLimits, read_queries
 
 from .common import (
@@ -99,10 +101,6 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
         and no timings.
     """
     import ray
-
-    from jobs.output import results_table, write_results
-    from jobs.score import resolve_backend
-    from kernels import score_definition
 
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     queries = read_queries(str(queries_path), limits)

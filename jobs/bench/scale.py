@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from jobs.score import resolve_backend
 from jobs.synthetic import ensure_synthetic
 from shards import SetLimits, read_queries
 
@@ -130,8 +131,6 @@ def run_scaling(cfg: BenchConfig, name: str, data_dir: str) -> dict:
         If a result differs from the NumPy reference.
     """
     import ray
-
-    from jobs.score import resolve_backend
 
     if not ray.is_initialized():
         ray.init()

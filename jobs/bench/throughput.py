@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from jobs.output import part_name
+from jobs.score import resolve_backend
 from kernels import SetBatch, TopK
 from shards import QueryStream, SetLimits
 
@@ -186,8 +187,6 @@ def run_throughput(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> di
         If a job run fails.
     """
     import ray
-
-    from jobs.score import resolve_backend
 
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     scratch = Path(tempfile.mkdtemp(prefix="settopk-bench-job-"))
