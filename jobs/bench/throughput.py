@@ -26,6 +26,7 @@ lengths). Any difference stops the run before a number is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
+from configs import SearchConfig
 from jobs.output import part_name
 from jobs.score import resolve_backend
 from kernels import SetBatch, TopK
@@ -54,21 +56,11 @@ log = logging.getLogger("settopk.bench")
 
 
 def _job_config(cfg: BenchConfig, n_shards: int, replicas: int) -> dict:
-    """The ``jobs.score`` config of one layout: the benchmark's search settings."""
-    return {
-        "backend": cfg.backend,
-        "n_shards": n_shards,
-        "replicas": replicas,
-        "gpus_per_shard": cfg.gpus_per_shard,
-        "cpus_per_shard": cfg.cpus_per_shard,
-        "k": cfg.k,
-        "score": cfg.score,
-        "routing": cfg.routing,
-        "max_len": cfg.max_len,
-        "vocab_size": cfg.vocab_size,
-        "query_batch_size": cfg.query_batch_size,
-        "query_chunk_size": cfg.throughput.query_chunk_size,
-    }
+    """The ``jobs.score`` config of one layout: the benchmark's search settings (those of
+    :class:`configs.SearchConfig` but the corpus, which the job reads from files) and batching."""
+    search = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SearchConfig) if f.name != "synthetic"}
+    return {**search, "n_shards": n_shards, "replicas": replicas, "query_batch_size": cfg.query_batch_size,
+            "query_chunk_size": cfg.throughput.query_chunk_size}
 
 
 def _run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries: Path, out: Path, scratch: Path) -> dict:
