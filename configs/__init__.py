@@ -24,10 +24,13 @@ __all__ = [
     "FaultConfig",
     "JobConfig",
     "OutputConfig",
+    "SearchConfig",
     "SyntheticConfig",
     "load_config",
     "config_names",
     "read_yaml_mapping",
+    "search_problems",
+    "synthetic_problems",
     "CONFIG_DIR",
 ]
 
@@ -72,10 +75,62 @@ class SyntheticConfig:
     cache_dir: str = "~/.cache/settopk"
 
 
-def search_problems(cfg) -> list[str]:
-    """What is wrong with the settings a job and a benchmark share (empty if nothing): ``backend``,
+@dataclass(frozen=True)
+class SearchConfig:
+    """The settings a scoring run (:class:`JobConfig`) and a benchmark run
+    (:class:`jobs.bench.config.BenchConfig`) share: defined once here, the same YAML keys in both.
+
+    A base class: each config checks these fields in its ``__post_init__``
+    (:func:`search_problems`, :func:`synthetic_problems`) along with its own.
+
+    Attributes
+    ----------
+    backend : str
+        ``"auto"`` (CuPy when the cluster has GPUs, else NumPy; the log says which),
+        ``"numpy"`` or ``"cupy"`` (fails at start when no GPU is available).
+    n_shards : int or "auto"
+        Number of length-bucket shards (a job runs ``replicas`` actors of each). ``"auto"``:
+        one per GPU slot (``cupy``) or CPU slot (``numpy``) of the cluster.
+    gpus_per_shard, cpus_per_shard : float
+        Ray resources of each shard actor (``gpus_per_shard`` only with ``cupy``).
+    k : int
+        Results per query.
+    score : str
+        What the top-k ranks by, one of :data:`kernels.SCORES`: ``"braun_blanquet"``
+        ``|q∩d| / max(|q|, |d|)`` (the default), ``"jaccard"`` ``|q∩d| / |q∪d|``,
+        ``"cosine"`` ``|q∩d| / sqrt(|q| |d|)``, ``"dice"`` ``2 |q∩d| / (|q| + |d|)``,
+        ``"overlap"`` ``|q∩d|`` or ``"containment"`` ``|q∩d| / |q|`` (0/0 counts as 0;
+        ties go to the lower doc id). ``jobs.score --score`` overrides it.
+    routing : str
+        How each shard searches (:data:`kernels.postings.ROUTINGS`): ``"scan"`` scans
+        every doc for every query; ``"auto"`` also builds an inverted index per shard
+        (about the docs' size again, in GPU or host memory) and sends each query where
+        the cost model says it is cheaper; ``"postings"`` sends every query to it.
+        Results are identical in every mode.
+    max_len : int
+        Most ids a doc or query may have (after de-duplication), in [1, 255].
+    vocab_size : int
+        Token ids must lie in ``[0, vocab_size)``, ``vocab_size <= 65536``.
+    synthetic : SyntheticConfig
+        The corpus generated when a job gets no inputs; a benchmark's corpus.
+    """
+
+    backend: str = "auto"
+    n_shards: Union[int, str] = "auto"
+    gpus_per_shard: float = 1.0
+    cpus_per_shard: float = 1.0
+    k: int = 100
+    score: str = "braun_blanquet"
+    routing: str = "scan"
+    max_len: int = 128
+    vocab_size: int = 65_536
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+def search_problems(cfg: SearchConfig) -> list[str]:
+    """What is wrong with the search settings of ``cfg`` (empty if nothing): ``backend``,
     ``n_shards``, ``gpus_per_shard``, ``cpus_per_shard``, ``k``, ``max_len``, ``vocab_size``, ``score``
-    and ``routing``."""
+    and ``routing`` (``synthetic``: :func:`synthetic_problems`)."""
     problems = []
     if cfg.score not in SCORES:
         problems.append(f"score must be one of {', '.join(SCORES)}; found {cfg.score!r}")
@@ -170,17 +225,14 @@ CPU backend's measurements used."""
 
 
 @dataclass(frozen=True)
-class JobConfig:
+class JobConfig(SearchConfig):
     """Settings of a scoring run.
 
     Attributes
     ----------
-    backend : str
-        ``"auto"`` (CuPy when the cluster has GPUs, else NumPy; the log says which),
-        ``"numpy"`` or ``"cupy"`` (fails at start when no GPU is available).
-    n_shards : int or "auto"
-        Number of length-bucket shards, ``replicas`` actors each. ``"auto"``: the
-        cluster's GPU slots (``cupy``) or CPU slots (``numpy``) divided by ``replicas``.
+    backend, n_shards, gpus_per_shard, cpus_per_shard, k, score, routing, max_len, vocab_size, synthetic
+        The search settings (:class:`SearchConfig`); ``n_shards: auto`` divides the
+        cluster's slots by ``replicas``.
     replicas : int
         Actors holding each shard, ``>= 1``. Each batch of queries goes to one replica of
         every shard (batches take turns), so replicas search different queries at the
@@ -188,31 +240,9 @@ class JobConfig:
         per-query steps (bounds, selection, transfers); replicas pay them once per query.
         Where a shard fits on one GPU and queries are many, replicas scale better (on 4
         H200s, 20,000 queries: see the README's Scaling section).
-    gpus_per_shard, cpus_per_shard : float
-        Ray resources of each shard actor (``gpus_per_shard`` only with ``cupy``).
-    k : int
-        Results per query.
-    score : str
-        What the top-k ranks by, one of :data:`kernels.SCORES`: ``"braun_blanquet"``
-        ``|q∩d| / max(|q|, |d|)`` (the default), ``"jaccard"`` ``|q∩d| / |q∪d|``,
-        ``"cosine"`` ``|q∩d| / sqrt(|q| |d|)``, ``"dice"`` ``2 |q∩d| / (|q| + |d|)``,
-        ``"overlap"`` ``|q∩d|`` or ``"containment"`` ``|q∩d| / |q|`` (0/0 counts as 0;
-        ties go to the lower doc id). ``--score`` overrides it.
-    routing : str
-        How each shard searches (:data:`kernels.postings.ROUTINGS`): ``"scan"`` scans
-        every doc for every query; ``"auto"`` also builds an inverted index per shard
-        (about the docs' size again, in GPU or host memory) and sends each query where
-        the cost model says it is cheaper; ``"postings"`` sends every query to it.
-        Results are identical in every mode.
-    max_len : int
-        Most ids a doc or query may have (after de-duplication).
-    vocab_size : int
-        Token ids must lie in ``[0, vocab_size)``, ``vocab_size <= 65536``.
     query_batch_size : int or "auto"
         Queries sent to the actors per request. ``"auto"``: :data:`AUTO_QUERY_BATCH_SIZE`
         of the backend (see :meth:`batch_size_for`).
-    synthetic : SyntheticConfig
-        Corpus generated when no inputs are given.
     output : OutputConfig
         Partitioning and row-group size of the result dataset.
     on_invalid : str
@@ -241,18 +271,8 @@ class JobConfig:
         Timeouts and retries.
     """
 
-    backend: str = "auto"
-    n_shards: Union[int, str] = "auto"
     replicas: int = 1
-    gpus_per_shard: float = 1.0
-    cpus_per_shard: float = 1.0
-    k: int = 100
-    score: str = "braun_blanquet"
-    routing: str = "scan"
-    max_len: int = 128
-    vocab_size: int = 65_536
     query_batch_size: Union[int, str] = "auto"
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     on_invalid: str = "error"
     query_chunk_size: int = 100_000

@@ -178,7 +178,7 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
 
     Parameters
     ----------
-    cfg : configs.JobConfig or configs.benchmark.BenchConfig
+    cfg : configs.JobConfig or jobs.bench.config.BenchConfig
         Uses ``backend``, ``n_shards``, ``gpus_per_shard`` and ``cpus_per_shard``.
     resources : dict
         ``ray.cluster_resources()``.

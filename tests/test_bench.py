@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import jobs.bench as bench
 from configs import ConfigError
-from configs.benchmark import bench_config_names, load_bench_config
+from jobs.bench.common import compare_topk
+from jobs.bench.config import bench_config_names, load_bench_config
 from kernels import TopK
 
 
@@ -40,6 +43,7 @@ def test_bad_bench_configs_are_rejected(tmp_path, text, match):
     assert str(path) in str(err.value)
 
 
+@pytest.mark.slow
 def test_smoke_config_end_to_end(ray_cluster, tmp_path, capsys):
     out = tmp_path / "smoke.json"
     assert bench.main(["--config", "smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
@@ -72,14 +76,27 @@ def test_a_wrong_result_is_reported_and_no_timing_is_printed():
     want = TopK(np.array([[4, 2]]), np.array([[3, 1]], dtype=np.int16), np.array([[5, 5]], dtype=np.int16))
     got = TopK(np.array([[9, 9], [4, 3]]), np.zeros((2, 2), dtype=np.int16), np.zeros((2, 2), dtype=np.int16))
     got.overlap[1], got.doc_len[1] = [3, 1], [5, 5]
-    mismatches = bench._compare("x", got, want, np.array([1]))
+    mismatches = compare_topk("x", got, want, np.array([1]))
     assert mismatches == [{"implementation": "x", "query_index": 1, "rank": 2, "got": [3, 1, 5], "expected": [2, 1, 5]}]
     assert "query 1 rank 2" in str(bench.ExactnessError(mismatches))
-    assert bench._compare("x", got, want, np.array([1]))  # still wrong
+    assert compare_topk("x", got, want, np.array([1]))  # still wrong
     good = TopK(want.doc_ids.copy(), want.overlap.copy(), want.doc_len.copy())
-    assert bench._compare("x", good, want, np.array([0])) == []
+    assert compare_topk("x", good, want, np.array([0])) == []
+    # The whole-job run reports layouts and queries, not implementations.
+    err = bench.ExactnessError([{"layout": [2, 1], "parts_differing": [0, 3]}])
+    assert "1 result(s) differ" in str(err) and "parts_differing" in str(err) and err.result is None
 
 
+def test_module_and_console_script_run_the_bench_cli():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "settopk-bench"]
+    assert script.value == "jobs.bench:main" and script.load() is bench.main
+    done = subprocess.run([sys.executable, "-m", "jobs.bench", "--config", "no-such-config"], capture_output=True, text=True)
+    assert done.returncode == 2 and "not a shipped config name" in done.stderr
+
+
+@pytest.mark.slow
 def test_scaling_configs_load_and_the_smoke_scaling_run_is_exact(ray_cluster, tmp_path, capsys):
     weak, strong = load_bench_config("scale-weak"), load_bench_config("scale-strong")
     assert (weak.scaling.mode, weak.scaling.shards, weak.synthetic.n_queries) == ("weak", [1, 4], 2000)
@@ -109,6 +126,7 @@ def test_bad_scaling_section_is_rejected(tmp_path):
         load_bench_config(str(path))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_throughput_smoke_runs_the_job_on_each_layout_and_checks_it(ray_cluster, tmp_path, capsys):
     out = tmp_path / "job-smoke.json"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from configs import ConfigError
-from configs.benchmark import load_bench_config
+from jobs.bench.config import load_bench_config
 from jobs import bench
-from jobs.bench_shard import BenchShard
+from jobs.bench.shard import BenchShard
 from kernels import SCORES, SetBatch, brute_force_topk
 from shards import plan_shards
 from shards.inputs import Corpus, SetLimits

@@ -13,6 +13,9 @@ import pytest
 
 from jobs import make_corpus
 from jobs import synthetic as syn
+from jobs.synthetic import cache as syn_cache
+from jobs.synthetic import laws
+from jobs.synthetic import spec as syn_spec
 from jobs.synthetic import STI2_N_DOCS, SyntheticSpec, ensure_synthetic, generate_docs, generate_queries
 from kernels.sets import SetBatch
 
@@ -90,14 +93,14 @@ def test_length_distribution_follows_the_histogram():
 
 
 def test_competition_size_uses_the_exact_histogram():
-    lengths = syn._draw_lengths(np.random.default_rng(0), STI2_N_DOCS, 128)
+    lengths = syn_spec.draw_lengths(np.random.default_rng(0), STI2_N_DOCS, 128)
     assert (np.bincount(lengths, minlength=129) == syn.length_histogram()).all()
     assert not (np.diff(lengths[:1000]) >= 0).all()  # shuffled, not in length order
 
 
 def test_zipf_head_frequency_and_permuted_ranks():
     spec = SyntheticSpec(n_docs=1, n_queries=0, seed=5)
-    law = syn._IdLaw(spec)
+    law = laws.IdLaw(spec)
     draws = law.sample(np.random.default_rng(0), (2_000_000, 1)).ravel()
     freq = np.bincount(draws, minlength=spec.vocab_size) / len(draws)
     harmonic = (1.0 / np.arange(1, spec.vocab_size + 1)).sum()
@@ -115,7 +118,7 @@ def test_zipf_head_frequency_and_permuted_ranks():
 
 def test_uniform_ids_are_flat():
     spec = SyntheticSpec(n_docs=1, n_queries=0, id_dist="uniform", vocab_size=1000, max_len=10)
-    draws = syn._IdLaw(spec).sample(np.random.default_rng(0), (1_000_000, 1)).ravel()
+    draws = laws.IdLaw(spec).sample(np.random.default_rng(0), (1_000_000, 1)).ravel()
     freq = np.bincount(draws, minlength=1000)
     assert draws.max() < 1000 and abs(freq.mean() - 1000) < 1e-9 and freq.std() < 60  # Poisson sd is ~32
 
@@ -125,12 +128,12 @@ def test_distinct_rows_is_exact_successive_sampling(force_short):
     # Vocab 4 with Zipf s=1: the probability of a 2-set {a, b} drawn as "first two
     # distinct values" is p_a p_b / (1 - p_a) + p_b p_a / (1 - p_b).
     spec = SyntheticSpec(n_docs=1, n_queries=0, seed=6, vocab_size=4, max_len=2)
-    law = syn._IdLaw(spec)
+    law = laws.IdLaw(spec)
     if force_short:
         # One draw per row to start with: every row needs the extension loop.
         law.width = lambda need: 1
     n = 200_000
-    rows = syn._distinct_rows(np.random.default_rng(1), law, np.full(n, 2, np.int64), 2)
+    rows = laws.distinct_rows(np.random.default_rng(1), law, np.full(n, 2, np.int64), 2)
     assert (rows[:, 0] < rows[:, 1]).all()
     codes, counts = np.unique(rows[:, 0].astype(np.int64) * 4 + rows[:, 1], return_counts=True)
     p = law.p
@@ -187,7 +190,7 @@ def test_parquet_schema_and_round_trip(small, tmp_path):
 
 def test_parquet_batches_rebase_offsets(small, tmp_path, monkeypatch):
     _, docs, queries = small
-    monkeypatch.setattr(syn, "_WRITE_BATCH_ROWS", 700)  # several record batches and row groups
+    monkeypatch.setattr(syn_cache, "_WRITE_BATCH_ROWS", 700)  # several record batches and row groups
     docs_path, _ = syn.write_parquet(docs, queries, tmp_path)
     assert pq.ParquetFile(docs_path).metadata.num_row_groups == 5
     tokens = pq.read_table(docs_path).column("tokens").to_pylist()
@@ -209,13 +212,13 @@ def test_cache_is_reused_not_regenerated(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("regenerated a cached corpus")
 
-    monkeypatch.setattr(syn, "generate_docs", boom)
+    monkeypatch.setattr(syn_cache, "generate_docs", boom)
     assert ensure_synthetic(spec, str(tmp_path)) == (docs_path, queries_path)
     assert (docs_path.stat().st_mtime_ns, queries_path.stat().st_mtime_ns) == mtimes
     assert [p.name for p in tmp_path.iterdir()] == [docs_path.parent.name]  # no temp dirs left
     # Another spec (or generator version) is another directory.
     assert syn.cache_name(SyntheticSpec(n_docs=500, n_queries=10, seed=10)) != syn.cache_name(spec)
-    monkeypatch.setattr(syn, "GENERATOR_VERSION", syn.GENERATOR_VERSION + 1)
+    monkeypatch.setattr(syn_cache, "GENERATOR_VERSION", syn.GENERATOR_VERSION + 1)
     assert syn.cache_name(spec) != docs_path.parent.name
 
 
@@ -246,12 +249,12 @@ def test_cache_keeps_a_corpus_that_appeared_meanwhile(tmp_path, monkeypatch):
     winner = {}
 
     def rival_finishes_first(spec_, **kwargs):
-        monkeypatch.setattr(syn, "generate_docs", real)
+        monkeypatch.setattr(syn_cache, "generate_docs", real)
         winner["paths"] = ensure_synthetic(spec_, tmp_path)  # publishes while we generate
         winner["mtime"] = winner["paths"][0].stat().st_mtime_ns
         return real(spec_, **kwargs)
 
-    monkeypatch.setattr(syn, "generate_docs", rival_finishes_first)
+    monkeypatch.setattr(syn_cache, "generate_docs", rival_finishes_first)
     assert ensure_synthetic(spec, tmp_path) == winner["paths"]
     assert winner["paths"][0].stat().st_mtime_ns == winner["mtime"]  # the rival's file was kept
     assert [p.name for p in tmp_path.iterdir()] == [syn.cache_name(spec)]

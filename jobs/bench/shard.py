@@ -21,6 +21,8 @@ from shards import ShardSpec
 from shards.inputs import SetLimits
 from shards.searcher import load_shard
 
+from .baselines import BASELINES
+
 __all__ = ["BenchShard", "BenchShardActor"]
 
 
@@ -158,7 +160,7 @@ class BenchShard:
         return NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score, routing="scan").search(queries, k)
 
     def baseline_build(self, name: str) -> float | str:
-        """Build baseline ``name`` (see :data:`kernels.baselines.BASELINES`); seconds, or why it cannot run.
+        """Build baseline ``name`` (see :data:`jobs.bench.baselines.BASELINES`); seconds, or why it cannot run.
 
         A missing optional library (CuPy, PyTorch, SciPy) is reported as a
         string instead of raising; any other error raises.
@@ -170,8 +172,6 @@ class BenchShard:
         """
         if self.score != DEFAULT_SCORE:
             raise ValueError(f"the baselines rank by {DEFAULT_SCORE} only, this shard by {self.score!r}; run no baselines")
-        from kernels.baselines import BASELINES
-
         self.baseline = None
         _free_gpu(self.backend)
         cls, device = BASELINES[name]

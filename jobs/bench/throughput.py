@@ -26,6 +26,7 @@ lengths). Any difference stops the run before a number is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -40,32 +41,29 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
+from configs import SearchConfig
+from jobs.output import part_name
+from jobs.score import resolve_backend
+from kernels import SetBatch, TopK
 from shards.inputs import QueryStream, SetLimits
+
+from .common import ExactnessError, load_shards, verify_sample
+from .config import BenchConfig
 
 __all__ = ["run_throughput", "format_throughput_table"]
 
 log = logging.getLogger("settopk.bench")
 
 
-def _job_config(cfg, n_shards: int, replicas: int) -> dict:
-    """The ``jobs.score`` config of one layout: the benchmark's search settings."""
-    return {
-        "backend": cfg.backend,
-        "n_shards": n_shards,
-        "replicas": replicas,
-        "gpus_per_shard": cfg.gpus_per_shard,
-        "cpus_per_shard": cfg.cpus_per_shard,
-        "k": cfg.k,
-        "score": cfg.score,
-        "routing": cfg.routing,
-        "max_len": cfg.max_len,
-        "vocab_size": cfg.vocab_size,
-        "query_batch_size": cfg.query_batch_size,
-        "query_chunk_size": cfg.throughput.query_chunk_size,
-    }
+def _job_config(cfg: BenchConfig, n_shards: int, replicas: int) -> dict:
+    """The ``jobs.score`` config of one layout: the benchmark's search settings (those of
+    :class:`configs.SearchConfig` but the corpus, which the job reads from files) and batching."""
+    search = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SearchConfig) if f.name != "synthetic"}
+    return {**search, "n_shards": n_shards, "replicas": replicas, "query_batch_size": cfg.query_batch_size,
+            "query_chunk_size": cfg.throughput.query_chunk_size}
 
 
-def _run_job(cfg, n_shards: int, replicas: int, docs: Path, queries: Path, out: Path, scratch: Path) -> dict:
+def _run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries: Path, out: Path, scratch: Path) -> dict:
     """Run ``jobs.score`` for one layout in its own process; its measurements from the manifest.
 
     Raises
@@ -114,20 +112,17 @@ def _run_job(cfg, n_shards: int, replicas: int, docs: Path, queries: Path, out: 
 
 def _differing_parts(first: Path, other: Path, parts: int) -> list[int]:
     """Part numbers whose tables differ between two results (read one part at a time)."""
-    from .output import part_name
-
     return [i for i in range(parts) if not pq.read_table(first / part_name(i)).equals(pq.read_table(other / part_name(i)))]
 
 
-def _kernel_only(cfg, docs: Path, stream: QueryStream, limits: SetLimits, backend: str, sample: np.ndarray) -> tuple[float, object]:
+def _kernel_only(cfg: BenchConfig, docs: Path, stream: QueryStream, limits: SetLimits, backend: str,
+                 sample: np.ndarray) -> tuple[float, TopK]:
     """One actor, the whole corpus, the queries in ``query_batch_size`` batches one after another.
 
     Returns the seconds inside the index's search (warm: one batch is searched first,
     untimed) and the NumPy reference's TopK for the ``sample`` rows.
     """
     import ray
-
-    from .bench import load_shards
 
     _, actors, read_once = load_shards(str(docs), limits, backend, 1, cfg)
     (actor,) = actors
@@ -142,18 +137,14 @@ def _kernel_only(cfg, docs: Path, stream: QueryStream, limits: SetLimits, backen
             mine = sample[(sample >= lo) & (sample < lo + chunk.n_sets)] - lo
             sample_sets += chunk.take(mine).to_lists()
             lo += chunk.n_sets
-        from kernels import SetBatch
-
         reference = ray.get(actor.reference.remote(SetBatch.from_lists(sample_sets), cfg.k))
     finally:
         ray.kill(actor)
     return seconds, reference
 
 
-def _check_sample(out: Path, sample: np.ndarray, reference, chunk_size: int, rows_per_query: int) -> list[dict]:
+def _check_sample(out: Path, sample: np.ndarray, reference: TopK, chunk_size: int, rows_per_query: int) -> list[dict]:
     """Mismatches between the written rows of the ``sample`` queries and the reference."""
-    from .output import part_name
-
     mismatches, tables = [], {}
     for j, q in enumerate(sample.tolist()):
         part, row = divmod(q, chunk_size)
@@ -167,12 +158,12 @@ def _check_sample(out: Path, sample: np.ndarray, reference, chunk_size: int, row
     return mismatches
 
 
-def run_throughput(cfg, name: str, docs: Path, queries: Path) -> dict:
+def run_throughput(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> dict:
     """Run every layout of ``cfg.throughput``, then the kernel-only pass; returns the result.
 
     Parameters
     ----------
-    cfg : configs.benchmark.BenchConfig
+    cfg : BenchConfig
         With a ``throughput`` section.
     name : str
         The config's name, for the result.
@@ -181,16 +172,13 @@ def run_throughput(cfg, name: str, docs: Path, queries: Path) -> dict:
 
     Raises
     ------
-    jobs.bench.ExactnessError
+    ExactnessError
         If a layout's results differ from the first layout's, or a sampled query from the
         NumPy reference.
     RuntimeError
         If a job run fails.
     """
     import ray
-
-    from .bench import ExactnessError
-    from .score import resolve_backend
 
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     scratch = Path(tempfile.mkdtemp(prefix="settopk-bench-job-"))
@@ -206,7 +194,7 @@ def run_throughput(cfg, name: str, docs: Path, queries: Path) -> dict:
                 differ = _differing_parts(first_out, out, run["parts"])
                 if differ:
                     raise ExactnessError([{"layout": [n_shards, replicas], "parts_differing": differ}])
-                shutil.rmtree(out)  # a 10 M-query result is ~9 GB: keep only the first
+                shutil.rmtree(out)  # results of a large run take gigabytes: keep only the first layout's
             runs.append(run)
 
         if not ray.is_initialized():
@@ -214,8 +202,7 @@ def run_throughput(cfg, name: str, docs: Path, queries: Path) -> dict:
         backend, _ = resolve_backend(cfg, ray.cluster_resources())
         stream = QueryStream(str(queries), limits)  # validated once; read again by the kernel-only pass
         n_queries = stream.n_queries
-        rng = np.random.default_rng(cfg.seed)
-        sample = np.sort(rng.choice(n_queries, size=min(cfg.verify_queries, n_queries), replace=False))
+        sample = verify_sample(cfg, n_queries)
         log.info("throughput: kernel-only pass and the NumPy reference for %d sampled queries", len(sample))
         kernel_s, reference = _kernel_only(cfg, docs, stream, limits, backend, sample)
         mismatches = _check_sample(first_out, sample, reference, cfg.throughput.query_chunk_size, runs[0]["rows"] // n_queries)

@@ -17,7 +17,8 @@ exact 64-bit sort value ``(key << 32) | ~position`` (key from
   query matrix, then ``numpy.argpartition`` per query.
 
 CuPy, PyTorch and SciPy are imported inside the classes (the GPU ones need
-both CuPy and PyTorch; SciPy comes with the ``bench`` extra).
+both CuPy and PyTorch; SciPy comes with the ``bench`` extra). ``popc4.cu`` ships
+with this module, not with :mod:`kernels`: it is no part of the product.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ import threading
 
 import numpy as np
 
-from .keys import key_scale
-from .sets import SetBatch
-from .topk import TopK, empty_topk
+from kernels import SetBatch, TopK, empty_topk, key_scale
 
 __all__ = ["BASELINES", "Popc4Baseline", "ScipyBaseline", "SpmmBaseline", "decode_values"]
 

@@ -3,17 +3,19 @@
 ``load_bench_config("sti2-zipf")`` reads ``configs/bench/sti2-zipf.yaml``; any
 other argument is a path to a YAML file. Unknown keys, wrong types and values
 out of range are rejected with the file named (:class:`configs.ConfigError`).
+The search settings (backend, shards, k, score, routing, limits, synthetic corpus)
+are the job's own (:class:`configs.SearchConfig`), with the same keys and checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from typing import List, Optional
 
 import dacite
 
-from . import CONFIG_DIR, ConfigError, SyntheticConfig, read_yaml_mapping, search_problems, synthetic_problems
+from configs import CONFIG_DIR, ConfigError, SearchConfig, SyntheticConfig, read_yaml_mapping, search_problems, synthetic_problems
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
@@ -51,7 +53,7 @@ class ScalingConfig:
 
 @dataclass(frozen=True)
 class ThroughputConfig:
-    """A whole-job throughput run (:mod:`jobs.bench_job`): ``jobs.score`` end to end on each layout.
+    """A whole-job throughput run (:mod:`jobs.bench.throughput`): ``jobs.score`` end to end on each layout.
 
     Attributes
     ----------
@@ -62,7 +64,7 @@ class ThroughputConfig:
         Replicas of every shard in each run, one entry per ``shards`` entry (default 1);
         a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
     query_chunk_size : int
-        Queries per committed part (``configs.JobConfig.query_chunk_size``).
+        Queries per chunk, one committed part file each (``configs.JobConfig.query_chunk_size``).
     """
 
     shards: List[int] = field(default_factory=lambda: [1])
@@ -76,34 +78,17 @@ class ThroughputConfig:
 
 
 @dataclass(frozen=True)
-class BenchConfig:
+class BenchConfig(SearchConfig):
     """Settings of a benchmark run (``python -m jobs.bench``).
 
     Attributes
     ----------
-    backend : str
-        ``"auto"`` (CuPy when the Ray cluster has a GPU, else NumPy), ``"numpy"``
-        or ``"cupy"``.
-    n_shards : int or "auto"
-        Length-bucket shards, one actor each; ``"auto"``: one per GPU (cupy) or
-        per CPU slot (numpy).
-    gpus_per_shard, cpus_per_shard : float
-        Ray resources of each shard actor.
-    k : int
-        Results per query.
-    routing : str
-        ``"scan"`` (default), ``"auto"`` or ``"postings"``: the index's
-        per-query routing between the scan and the inverted index
-        (:data:`kernels.postings.ROUTINGS`); the result JSON reports the mix,
-        the time per path and the postings' bytes.
-    score : str
-        What the search ranks by, one of :data:`kernels.SCORES` (default
-        ``"braun_blanquet"``). The baselines rank by Braun-Blanquet only, so any
-        other score needs ``baselines: []``.
-    max_len : int
-        Most ids per set, in [1, 255].
-    vocab_size : int
-        Token ids lie in ``[0, vocab_size)``, at most 65536.
+    backend, n_shards, gpus_per_shard, cpus_per_shard, k, score, routing, max_len, vocab_size, synthetic
+        The search settings (:class:`configs.SearchConfig`): one actor per shard
+        (``n_shards: auto``: one per GPU or CPU slot); the result JSON reports the
+        routing's mix, the time per path and the postings' bytes; the corpus is
+        generated once into ``synthetic.cache_dir``, or the directory given to
+        ``--data-dir``.
     query_batch_size : int
         Queries per search request to the actors; 0 sends all queries at once
         (the search phase then times one request).
@@ -113,8 +98,8 @@ class BenchConfig:
         Timed repetitions of every phase (median and min are reported).
     baseline_repetitions : int, optional
         Timed repetitions of each baseline's build and search (default:
-        ``repetitions``); the baselines run one to two hundred times longer
-        than the backend, with run-to-run spreads far below a percent.
+        ``repetitions``): the baselines run far longer than the backend, and
+        vary little from run to run.
     verify_queries : int
         Queries (a seeded sample) whose results, from the backend and from
         every baseline, are checked against the NumPy reference; at least 1:
@@ -122,30 +107,19 @@ class BenchConfig:
     baselines : list of str
         Baselines to time against, from ``spmm``, ``popc4`` (GPU) and
         ``scipy`` (CPU), or ``auto`` (``spmm`` and ``popc4`` with the cupy
-        backend, ``scipy`` with numpy); an empty list runs none.
+        backend, ``scipy`` with numpy); an empty list runs none. The baselines
+        rank by Braun-Blanquet only, so any other ``score`` needs ``baselines: []``.
     seed : int
         Seed of the verified sample.
-    synthetic : SyntheticConfig
-        The corpus (generated once into ``synthetic.cache_dir``, or the
-        directory given to ``--data-dir``).
     scaling : ScalingConfig, optional
-        Makes this a scaling run (:mod:`jobs.bench_scale`): ``n_shards`` and the
+        Makes this a scaling run (:mod:`jobs.bench.scale`): ``n_shards`` and the
         baselines are then unused, and read and build are timed once per shard count.
     throughput : ThroughputConfig, optional
-        Makes this a whole-job throughput run (:mod:`jobs.bench_job`): ``n_shards``,
+        Makes this a whole-job throughput run (:mod:`jobs.bench.throughput`): ``n_shards``,
         ``warmup``, ``repetitions`` and the baselines are then unused; ``query_batch_size``
         must be >= 1.
     """
 
-    backend: str = "auto"
-    n_shards: Union[int, str] = "auto"
-    gpus_per_shard: float = 1.0
-    cpus_per_shard: float = 1.0
-    k: int = 100
-    score: str = "braun_blanquet"
-    routing: str = "scan"
-    max_len: int = 128
-    vocab_size: int = 65_536
     query_batch_size: int = 0
     warmup: int = 1
     repetitions: int = 5
@@ -153,7 +127,6 @@ class BenchConfig:
     verify_queries: int = 32
     baselines: List[str] = field(default_factory=lambda: ["auto"])
     seed: int = 0
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     scaling: Optional[ScalingConfig] = None
     throughput: Optional[ThroughputConfig] = None
 

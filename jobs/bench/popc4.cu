@@ -1,4 +1,4 @@
-// The `popc4` benchmark baseline (kernels/baselines.py): the STI2 champion's
+// The `popc4` benchmark baseline (jobs/bench/baselines.py): the STI2 champion's
 // design as its write-up describes it, with every score materialised.
 //
 //   * Docs are stored "swizzled": each doc's ids are cut into groups of 8

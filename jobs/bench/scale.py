@@ -19,34 +19,42 @@ at every shard count; any difference stops the run before a number is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
 import statistics
 import time
 
 import numpy as np
 
-from kernels import TopK
-from shards import merge_topk
+from jobs.score import resolve_backend
+from jobs.synthetic import ensure_synthetic
 from shards.inputs import SetLimits, read_queries
+
+from .common import (
+    ExactnessError,
+    compare_topk,
+    load_shards,
+    merge_batches,
+    reference_topk,
+    repeat,
+    synthetic_spec,
+    timing_stats,
+    verify_sample,
+)
+from .config import BenchConfig
 
 __all__ = ["run_scaling", "format_scaling_table"]
 
 log = logging.getLogger("settopk.bench")
 
 
-def _stage(cfg, n_shards: int, replicas: int, data_dir: str, backend: str, limits: SetLimits) -> dict:
+def _stage(cfg: BenchConfig, n_shards: int, replicas: int, data_dir: str, backend: str, limits: SetLimits) -> dict:
+    """One layout: corpus, actors, read and build once, the timed searches and the exactness check."""
     import ray
 
-    from .bench import ExactnessError, _compare, _repeat, _stats, load_shards
-    from .synthetic import SyntheticSpec, ensure_synthetic
-
-    s = cfg.synthetic
-    n_docs = s.n_docs * (n_shards if cfg.scaling.mode == "weak" else 1)
-    spec = SyntheticSpec(n_docs=n_docs, n_queries=s.n_queries, seed=s.seed, vocab_size=s.vocab_size, id_dist=s.id_dist,
-                         zipf_s=s.zipf_s, near_duplicate_fraction=s.near_duplicate_fraction, max_len=cfg.max_len)
+    n_docs = cfg.synthetic.n_docs * (n_shards if cfg.scaling.mode == "weak" else 1)
     t = time.perf_counter()
-    docs_path, queries_path = ensure_synthetic(spec, data_dir)
+    docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg, n_docs), data_dir)
     log.info("scaling %d shard(s) x %d replica(s): corpus of %d docs ready in %.1f s", n_shards, replicas, n_docs, time.perf_counter() - t)
     qset = read_queries(str(queries_path), limits).queries
     plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg, replicas)
@@ -73,17 +81,13 @@ def _stage(cfg, n_shards: int, replicas: int, data_dir: str, backend: str, limit
                     busy[i] += seconds
             return max(busy)
 
-        search_runs = _repeat(search_once, cfg.warmup, cfg.repetitions)
+        search_runs = repeat(search_once, cfg.warmup, cfg.repetitions)
         rpc_runs = rpc[cfg.warmup:]
-        rng = np.random.default_rng(cfg.seed)
-        sample = np.sort(rng.choice(qset.n_sets, size=min(cfg.verify_queries, qset.n_sets), replace=False))
-        sample_ref = ray.put(qset.take(sample))
-        reference = merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors[:n_shards]]), qset.lengths[sample],
-                               cfg.k, cfg.max_len, cfg.score)
-        merged = [merge_topk([part for _, part in answer], qset.lengths[lo : lo + batch], cfg.k, cfg.max_len, cfg.score)
-                  for answer, lo in zip(last["answers"], starts)]
-        topk = TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
-        mismatches = _compare(f"settopk {n_shards} shard(s) x {replicas} replica(s)", topk, reference, sample)
+        sample = verify_sample(cfg, qset.n_sets)
+        reference = reference_topk(actors[:n_shards], qset, sample, cfg)
+        shard_lists = [[topk for _, topk in answer] for answer in last["answers"]]
+        topk = merge_batches(shard_lists, qset.lengths, starts, batch, cfg)
+        mismatches = compare_topk(f"settopk {n_shards} shard(s) x {replicas} replica(s)", topk, reference, sample)
         if mismatches:
             raise ExactnessError(mismatches)
     finally:
@@ -100,33 +104,40 @@ def _stage(cfg, n_shards: int, replicas: int, data_dir: str, backend: str, limit
         "shards": [sp.to_dict() for sp in plan],
         "read_s": read_s,
         "build_s": build_s,
-        "search": _stats(search_runs),
-        "search_rpc": _stats(rpc_runs),
+        "search": timing_stats(search_runs),
+        "search_rpc": timing_stats(rpc_runs),
         "throughput_checks_per_s": qset.n_sets * n_tokens / rpc_median if rpc_median > 0 else float("inf"),
         "exact_sample": sample.tolist(),
     }
 
 
-def run_scaling(cfg, name: str, data_dir: str) -> dict:
+def run_scaling(cfg: BenchConfig, name: str, data_dir: str) -> dict:
     """Run every shard count of ``cfg.scaling``; returns the result (the caller writes and prints it).
+
+    Parameters
+    ----------
+    cfg : BenchConfig
+        With a ``scaling`` section.
+    name : str
+        The config's name, for the result.
+    data_dir : str
+        Where the corpora are generated and cached.
 
     Raises
     ------
     shards.inputs.InputError
         If the cluster lacks the GPUs or CPUs for the largest shard count.
-    jobs.bench.ExactnessError
+    ExactnessError
         If a result differs from the NumPy reference.
     """
     import ray
-
-    from .score import resolve_backend
 
     if not ray.is_initialized():
         ray.init()
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     backend = None
     for n, replicas in cfg.scaling.layouts:  # every layout must fit before the first one runs
-        backend, _ = resolve_backend(_with_shards(cfg, n), ray.cluster_resources(), replicas)
+        backend, _ = resolve_backend(dataclasses.replace(cfg, n_shards=n), ray.cluster_resources(), replicas)
     stages = [_stage(cfg, n, replicas, data_dir, backend, limits) for n, replicas in cfg.scaling.layouts]
     base = stages[0]
     for st in stages:
@@ -142,12 +153,6 @@ def run_scaling(cfg, name: str, data_dir: str) -> dict:
         "stages": stages,
         "exactness": {"reference": "kernels.NumpyShardIndex", "identical": True},
     }
-
-
-def _with_shards(cfg, n: int):
-    import dataclasses
-
-    return dataclasses.replace(cfg, n_shards=n)
 
 
 def format_scaling_table(result: dict) -> str:
@@ -166,7 +171,3 @@ def format_scaling_table(result: dict) -> str:
     lines.append(f"exact: every layout's sampled queries identical to the NumPy reference ({len(result['stages'][0]['exact_sample'])} queries)")
     return "\n".join(lines)
 
-
-def data_dir_for(cfg, data_dir: str | None) -> str:
-    """Where the scaling corpora are generated: ``--data-dir`` or the config's cache directory."""
-    return os.path.expanduser(data_dir or cfg.synthetic.cache_dir)

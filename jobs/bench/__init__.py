@@ -1,0 +1,25 @@
+"""The benchmark: ``python -m jobs.bench --config NAME|FILE`` (``settopk-bench``), outside the product modules.
+
+Named configs live in ``configs/bench/`` and pick one of three runs:
+
+* the phase run (``sti2-zipf``, ``sti2-uniform``, ``sti2-neardup``, ``smoke``;
+  :mod:`jobs.bench.phases`): read, build, search, merge and write timed on one
+  corpus, against the baselines (:mod:`jobs.bench.baselines`);
+* the scaling run (``scale-weak``, ``scale-strong``, ``scale-smoke``;
+  :mod:`jobs.bench.scale`): the same search on several shard and replica counts;
+* the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
+  :mod:`jobs.bench.throughput`): ``jobs.score`` end to end on each layout, against
+  the kernel alone.
+
+Every run generates the config's synthetic corpus once (into ``--data-dir`` or
+``synthetic.cache_dir``) and checks its results against the NumPy reference on a
+seeded sample of queries before it reports a number. Modules: :mod:`.cli` (the
+command line), :mod:`.config` (the config, sharing :class:`configs.SearchConfig`
+with the job's), :mod:`.common` (timing, the exactness check, corpus and actors),
+:mod:`.shard` (the bench actor).
+"""
+
+from .cli import build_parser, main, run
+from .common import ExactnessError
+
+__all__ = ["ExactnessError", "build_parser", "main", "run"]

@@ -1,0 +1,271 @@
+"""The phase run of the benchmark: every phase of a search timed, against the baselines, exactly checked.
+
+Run by ``python -m jobs.bench --config sti2-zipf`` (or any config without a
+``scaling`` or ``throughput`` section). One Ray actor per length-bucket shard
+(:mod:`jobs.bench.shard`); each phase runs ``warmup`` times untimed, then
+``repetitions`` times timed:
+
+* ``read``: reader tasks decode the corpus pieces (``jobs.reading``), then every
+  actor takes its length range from the object store (``shards.searcher.load_shard``);
+* ``build``: each actor builds its index from the docs in host memory (for the
+  cupy backend: host memory to the GPU layout, GPU work included);
+* ``search``: every query against every shard, timed inside the actors (data
+  resident, from host queries to host results; the slowest shard counts), and
+  ``search_rpc``, the same seen from the driver (Ray transport included);
+* ``merge``: the exact merge of the shard lists in the driver;
+* ``write``: the result table and its Parquet dataset (``jobs.output``).
+
+Phases of several actors run in parallel; a phase's time is the slowest
+actor's. ``total`` is the sum of the medians of read, build, search_rpc, merge
+and write: the job from Parquet on disk to Parquet written (the reader tasks
+validate the corpus as they decode it), without Ray's start and the actors' own start.
+
+Baselines (:mod:`jobs.bench.baselines`) are built and searched in the same actors, on
+the same docs and queries, with the same warm-up and ``baseline_repetitions``
+timed repetitions (default: ``repetitions``). Then the results of the backend and
+of every baseline are compared with the NumPy reference on a seeded sample of
+queries; any difference raises :class:`jobs.bench.common.ExactnessError` (with the
+result to write: the mismatches, no timings).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jobs.output import results_table, write_results
+from jobs.score import resolve_backend
+from kernels import TopK, score_definition
+from shards.inputs import SetLimits, read_queries
+
+from .common import (
+    ExactnessError,
+    compare_topk,
+    load_shards,
+    merge_batches,
+    reference_topk,
+    repeat,
+    timing_stats,
+    verify_sample,
+)
+from .config import BenchConfig
+
+__all__ = ["PHASES", "TOTAL_PHASES", "format_phases_table", "resolve_baselines", "run_phases"]
+
+log = logging.getLogger("settopk.bench")
+
+#: The timed phases, in the result's order.
+PHASES = ("read", "build", "search", "search_rpc", "merge", "write")
+#: The phases whose medians add up to ``total_s``.
+TOTAL_PHASES = ("read", "build", "search_rpc", "merge", "write")
+
+
+def resolve_baselines(names: list[str], backend: str) -> list[str]:
+    """The baselines to run: ``auto`` expanded for the backend's device, repeats dropped, order kept."""
+    out = []
+    for name in names:
+        expanded = (["spmm", "popc4"] if backend == "cupy" else ["scipy"]) if name == "auto" else [name]
+        out += [n for n in expanded if n not in out]
+    return out
+
+
+def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path) -> dict:
+    """Time every phase of the search of ``queries_path`` in ``docs_path``, then the baselines.
+
+    Parameters
+    ----------
+    cfg : BenchConfig
+        Without a ``scaling`` or ``throughput`` section.
+    name : str
+        The config's name, for the result.
+    docs_path, queries_path : pathlib.Path
+        The generated corpus and queries (Parquet).
+
+    Returns
+    -------
+    dict
+        The result (the caller writes it as JSON and prints :func:`format_phases_table`).
+
+    Raises
+    ------
+    shards.inputs.InputError
+        If the cluster lacks the resources, or the inputs are not valid.
+    ExactnessError
+        If a result differs from the NumPy reference; its ``result`` holds the mismatches
+        and no timings.
+    """
+    import ray
+
+    limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
+    queries = read_queries(str(queries_path), limits)
+    qset = queries.queries
+
+    if not ray.is_initialized():
+        ray.init()
+    backend, n_shards = resolve_backend(cfg, ray.cluster_resources())
+    plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg)
+    baselines = resolve_baselines(cfg.baselines, backend)
+    n_docs, n_tokens = sum(sp.n_docs for sp in plan), sum(sp.n_tokens for sp in plan)
+    log.info("bench %s: %d docs, %d ids, %d queries, k=%d, score %s, backend %s, %d shard(s), baselines %s",
+             name, n_docs, n_tokens, qset.n_sets, cfg.k, cfg.score, backend, len(plan), baselines)
+    batch = cfg.query_batch_size or max(1, qset.n_sets)
+    starts = list(range(0, qset.n_sets, batch))
+    batch_refs = [ray.put(qset.take(np.arange(lo, min(lo + batch, qset.n_sets)))) for lo in starts]
+    warmup, reps = cfg.warmup, cfg.repetitions
+
+    work_dir = Path(tempfile.mkdtemp(prefix="settopk-bench-"))
+    try:
+        environment = ray.get(actors[0].environment.remote())
+        runs: dict[str, list[float]] = {}
+        runs["read"] = repeat(read_once, warmup, reps)
+        runs["build"] = repeat(lambda: max(ray.get([a.build.remote() for a in actors])), warmup, reps)
+
+        last: dict = {}
+
+        def search(method: str) -> tuple[float, float, list[list[TopK]]]:
+            """One pass of every batch over every shard: (slowest shard's seconds, driver seconds, shard lists)."""
+            start = time.perf_counter()
+            pending = [[getattr(a, method).remote(ref, cfg.k) for a in actors] for ref in batch_refs]
+            answers = [ray.get(p) for p in pending]
+            wall = time.perf_counter() - start
+            shard_s = [sum(answers[b][i][0] for b in range(len(starts))) for i in range(len(actors))]
+            return max(shard_s), wall, [[topk for _, topk in answer] for answer in answers]
+
+        def search_once() -> float:
+            shard_s, wall, last["shard_lists"] = search("search")
+            runs.setdefault("search_rpc", []).append(wall)
+            return shard_s
+
+        runs["search"] = repeat(search_once, warmup, reps)
+        runs["search_rpc"] = runs["search_rpc"][warmup:]
+        routing = ray.get([a.routing_stats.remote() for a in actors])  # of the last timed search
+        log.info("routing of the last search, per shard: %s", routing)
+
+        def merge_once() -> float:
+            start = time.perf_counter()
+            last["topk"] = merge_batches(last["shard_lists"], qset.lengths, starts, batch, cfg)
+            return time.perf_counter() - start
+
+        runs["merge"] = repeat(merge_once, warmup, reps)
+        topk = last["topk"]
+        manifest = {"job": "settopk.bench", "config": name}
+
+        def write_once() -> float:
+            target = work_dir / f"results-{time.monotonic_ns()}"
+            start = time.perf_counter()
+            write_results(target, results_table(queries.query_ids, qset.lengths, topk, cfg.score), manifest,
+                          metadata={"settopk.score": score_definition(cfg.score)})
+            elapsed = time.perf_counter() - start
+            shutil.rmtree(target, ignore_errors=True)
+            return elapsed
+
+        runs["write"] = repeat(write_once, warmup, reps)
+
+        # The reference on a seeded sample, per shard, merged like the backend's lists.
+        sample = verify_sample(cfg, qset.n_sets)
+        t = time.perf_counter()
+        reference = reference_topk(actors, qset, sample, cfg)
+        log.info("NumPy reference for %d sampled queries in %.1f s", len(sample), time.perf_counter() - t)
+        mismatches = compare_topk("settopk", topk, reference, sample)
+        checked = ["settopk"]
+
+        baseline_results: dict[str, dict] = {}
+        for bname in baselines:
+            built = ray.get([a.baseline_build.remote(bname) for a in actors])
+            skipped = [b for b in built if isinstance(b, str)]
+            if skipped:
+                baseline_results[bname] = {"skipped": skipped[0]}
+                log.warning("baseline %s %s", bname, skipped[0])
+                ray.get([a.baseline_free.remote() for a in actors])
+                continue
+            base_reps = cfg.baseline_repetitions or reps
+            build_runs = repeat(lambda: max(ray.get([a.baseline_build.remote(bname) for a in actors])),
+                                max(0, warmup - 1), base_reps)  # the build above was the first warm-up
+
+            def baseline_once() -> float:
+                shard_s, _, last["baseline_lists"] = search("baseline_search")
+                return shard_s
+
+            base_runs = repeat(baseline_once, warmup, base_reps)
+            mismatches += compare_topk(bname, merge_batches(last["baseline_lists"], qset.lengths, starts, batch, cfg),
+                                       reference, sample)
+            checked.append(bname)
+            ray.get([a.baseline_free.remote() for a in actors])
+            baseline_results[bname] = {"build": timing_stats(build_runs), "search": timing_stats(base_runs)}
+            log.info("baseline %s: search median %.4f s", bname, statistics.median(base_runs))
+    finally:
+        for a in actors:
+            ray.kill(a)
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+    result = {
+        "benchmark": "settopk.bench",
+        "config": name,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": cfg.to_dict(),
+        "environment": environment,
+        "corpus": {"docs": str(docs_path), "queries": str(queries_path), "n_docs": n_docs, "n_tokens": n_tokens,
+                   "n_queries": qset.n_sets, "query_tokens": int(len(qset.tokens))},
+        "backend": backend,
+        "shards": [sp.to_dict() for sp in plan],
+        "exactness": {"reference": "kernels.NumpyShardIndex", "sample": sample.tolist(), "checked": checked,
+                      "identical": not mismatches, "mismatches": mismatches},
+    }
+    if mismatches:
+        raise ExactnessError(mismatches, result)
+    phases = {p: timing_stats(runs[p]) for p in PHASES}
+    search_s = phases["search"]["median_s"]
+    for entry in baseline_results.values():
+        if "search" in entry:
+            entry["speedup"] = entry["search"]["median_s"] / search_s if search_s > 0 else float("inf")
+    result.update({
+        "phases": phases,
+        "total_s": sum(phases[p]["median_s"] for p in TOTAL_PHASES),
+        "checks": qset.n_sets * n_tokens,
+        "throughput_checks_per_s": qset.n_sets * n_tokens / search_s if search_s > 0 else float("inf"),
+        "baselines": baseline_results,
+        "routing": routing,
+    })
+    return result
+
+
+def format_phases_table(result: dict) -> str:
+    """The printed summary of a phase run's result (one table: phases, then baselines)."""
+    c = result["corpus"]
+    env = result["environment"]
+    device = env.get("gpu") or f"{env.get('cpus_visible')} CPU(s)"
+    lines = [
+        f"settopk bench {result['config']}: {c['n_docs']:,} docs ({c['n_tokens']:,} ids), {c['n_queries']:,} queries, "
+        f"k={result['settings']['k']} | backend {result['backend']}, {len(result['shards'])} shard(s) | {device}",
+        f"{'phase':<14}{'median_s':>12}{'min_s':>12}",
+    ]
+    for p, stats in result["phases"].items():
+        lines.append(f"{p:<14}{stats['median_s']:>12.4f}{stats['min_s']:>12.4f}")
+    lines.append(f"{'total':<14}{result['total_s']:>12.4f}{'':>12}  (read + build + search_rpc + merge + write)")
+    lines.append(f"throughput: {result['throughput_checks_per_s']:.3e} query-token checks/s "
+                 f"({result['checks']:.3e} checks in the search median)")
+    for i, r in enumerate(result.get("routing", [])):
+        last = r["last"]
+        mix = ", ".join(f"{p} {last[p]}" for p in ("scan", "postings", "scancount", "prefix", "fallback") if p in last)
+        times = ", ".join(f"{p} {last[p] * 1e3:.2f} ms" for p in ("scan_s", "postings_s") if p in last)
+        lines.append(f"routing {r['routing']} (shard {i}): {mix}" + (f" | GPU time per path {times}" if times else "")
+                     + f" | postings {r['postings_bytes'] / 2**20:.1f} MiB = {r['postings_bytes'] / max(1, r['docs_bytes']):.2f}x"
+                     f" the docs' {r['docs_bytes'] / 2**20:.1f} MiB")
+    if result["baselines"]:
+        lines.append(f"{'baseline':<14}{'build_s':>12}{'search_s':>12}{'search_min_s':>14}{'settopk_x':>11}")
+        for name, b in result["baselines"].items():
+            if "skipped" in b:
+                lines.append(f"{name:<14}  {b['skipped']}")
+                continue
+            lines.append(f"{name:<14}{b['build']['median_s']:>12.4f}{b['search']['median_s']:>12.4f}"
+                         f"{b['search']['min_s']:>14.4f}{b['speedup']:>10.1f}x")
+    ex = result["exactness"]
+    lines.append(f"exact: {len(ex['sample'])} sampled queries identical to the NumPy reference for "
+                 f"{', '.join(ex['checked'])}")
+    return "\n".join(lines)
