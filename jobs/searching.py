@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from shards import ShardActor, split_rounds
+from shards import split_rounds
+from shards.actor import ShardActor
 
 from .chunks import BatchLayout, finish_chunk
 from .dispatch import gather

@@ -1,4 +1,4 @@
-"""Sharding: corpus pieces and reading, query streams, length-bucket planning, the shard searcher (a Ray actor),
+"""Sharding: corpus pieces and reading, query streams, length-bucket planning, the shard searcher (its Ray actor: shards.actor),
 threshold exchange, and the exact merge."""
 
 from .ingest import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
@@ -6,7 +6,7 @@ from .inputs import Corpus, InputError, Queries, Rejected, SetLimits, corpus_for
 from .merge import drop_own_docs, merge_topk
 from .plan import ShardSpec, plan_shards, plan_shards_from_counts
 from .query_stream import DocQueryStream, QueryStream
-from .searcher import ShardActor, ShardSearcher
+from .searcher import ShardSearcher
 from .thresholds import floors_from, home_shards, scatter_rounds, split_rounds
 
 __all__ = [
@@ -18,7 +18,6 @@ __all__ = [
     "Queries",
     "QueryStream",
     "SetLimits",
-    "ShardActor",
     "ShardSearcher",
     "ShardSpec",
     "Rejected",

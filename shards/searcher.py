@@ -1,7 +1,7 @@
 """A shard's searcher: loads its own docs once, then answers query batches.
 
-:class:`ShardSearcher` is plain Python so it can be tested without Ray;
-:data:`ShardActor` is the same class as a Ray actor.
+:class:`ShardSearcher` is plain Python so it can be tested without Ray; importing this
+module does not import Ray. :data:`shards.actor.ShardActor` is the same class as a Ray actor.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .inputs import SetLimits
 from .plan import ShardSpec
 from .thresholds import floors_from
 
-__all__ = ["ShardSearcher", "ShardActor", "load_shard", "build_index"]
+__all__ = ["ShardSearcher", "load_shard", "build_index"]
 
 
 def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
@@ -340,12 +340,3 @@ def _restarted() -> bool:
     with warnings.catch_warnings():  # Ray 2.60 implements the property with a deprecated accessor
         warnings.simplefilter("ignore", DeprecationWarning)
         return bool(context.was_current_actor_reconstructed)
-
-
-def _make_actor():
-    import ray
-
-    return ray.remote(ShardSearcher)
-
-
-ShardActor = _make_actor()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from kernels import NumpyShardIndex, SetBatch
-from shards import SetLimits, ShardActor, ShardSearcher, plan_pieces, plan_shards, read_piece
+from shards import SetLimits, ShardSearcher, plan_pieces, plan_shards, read_piece
+from shards.actor import ShardActor
 
 
 @pytest.fixture
