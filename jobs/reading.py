@@ -123,7 +123,7 @@ def read_corpus_pieces(
         Ray CPUs each reader task reserves; 0 lets readers run beside actors that hold
         every CPU (the benchmark reads again while its shard actors are up).
     group : ray.util.placement_group.PlacementGroup, optional
-        The shard actors' reserved bundles (:func:`jobs.searching.reserve_shards`): readers
+        The shard actors' reserved bundles (:func:`jobs.shard_pool.reserve_shards`): readers
         run in their CPUs and in the CPUs outside them, so the read uses the whole cluster
         and the actors then start in bundles that are already placed.
 

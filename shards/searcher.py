@@ -117,14 +117,6 @@ class ShardSearcher:
         Doc ids repeated across pieces, to leave out (quarantine).
     ordered : bool
         The pieces' doc id ranges increase in read order.
-    crash_after : int, optional
-        Test-only fault injection: the process exits at this search call (1-based),
-        once per ``crash_marker`` file, as a crashed GPU worker would.
-    crash_marker : str, optional
-        File created before the injected crash, so a restarted actor does not crash again;
-        without one, every life of the actor crashes.
-    crash_mode : str
-        ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
     score : str
         What the shard ranks by, one of :data:`kernels.SCORES` (default braun_blanquet).
     routing : str
@@ -148,9 +140,6 @@ class ShardSearcher:
         backend: str,
         drops: dict | None = None,
         ordered: bool = True,
-        crash_after: int | None = None,
-        crash_marker: str | None = None,
-        crash_mode: str = "exit",
         score: str = DEFAULT_SCORE,
         routing: str = "scan",
     ):
@@ -159,7 +148,6 @@ class ShardSearcher:
         self.backend = backend
         self.max_len = limits.max_len
         self.score = score
-        self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
         warm = _warm_gpu_in_background() if backend == "cupy" else None
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
@@ -223,15 +211,6 @@ class ShardSearcher:
         TopK
             Shape ``(len(rows), k)``, ``-1`` padded (also where a floor left fewer than k docs).
         """
-        with self._lock:
-            self._searches += 1
-            crash = self._crash_after == self._searches
-        if crash and not (self._crash_marker and os.path.exists(self._crash_marker)):
-            if self._crash_marker:
-                open(self._crash_marker, "w").close()
-            if self._crash_mode == "hang":
-                time.sleep(24 * 3600)  # test-only: a call that never returns, like a stuck GPU
-            os._exit(1)  # test-only: die like a worker killed by the OS or a GPU fault
         start = self._enter()
         rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         subset = queries if len(rows) == queries.n_sets else queries.take(rows)
@@ -271,7 +250,7 @@ class ShardSearcher:
             self.skipped += skipped
             self.posted += posted
 
-    def search_part(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
+    def search_with_receipt(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
         """:meth:`search` for an actor call with two returns: ``(len(rows), TopK)``.
 
         The driver waits on the small first return only; the TopK stays in the object
