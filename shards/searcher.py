@@ -275,8 +275,8 @@ class ShardSearcher:
 
 
 class _WarmUp(threading.Thread):
-    """Creates the CUDA context and loads the kernels while the docs are fetched (both take a
-    second or so); an error here surfaces again, with its message, in the index build.
+    """Creates the CUDA context and loads the kernels while the docs are fetched, so that the two
+    overlap; an error here surfaces again, with its message, in the index build.
     ``seconds`` is how long it took."""
 
     def __init__(self) -> None:
