@@ -423,6 +423,7 @@ def test_unexpected_failure_exits_1_and_writes_nothing(tmp_path, tie_corpus, mon
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exit", "hang"])
 def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tmp_path, tie_corpus, mode):
     """Chaos: shard 0's process dies (or stops answering) at its 2nd search; the run recovers."""
@@ -440,6 +441,7 @@ def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tm
     assert [s["restarted"] for s in shards] == [True, False]
 
 
+@pytest.mark.slow
 def test_shard_that_keeps_failing_stops_the_run_naming_node(tmp_path, tie_corpus, caplog):
     _, _, docs_path, queries_path = tie_corpus
     crashing = crashing_searcher(shard=1, after=1)  # no marker: the fault hits on every life of the actor

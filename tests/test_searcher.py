@@ -57,6 +57,7 @@ def test_out_of_memory_message_names_the_setting(corpus):
         searcher.search(SetBatch.from_lists([[1]]), 3)
 
 
+@pytest.mark.slow
 def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_path):
     import ray
 
