@@ -44,6 +44,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 import configs
 from kernels import SCORES
 from shards import InputError, ShardSearcher, fingerprint, plan_shards_from_counts
@@ -188,9 +190,8 @@ def shard_doc_cost(backend: str, max_len: int):
     return search_cost_per_doc(max_len)
 
 
-def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
-    import pyarrow as pa
-
+def _rejected_table(corpus_rejected, query_rejected) -> pa.Table:
+    """The lines and rows quarantine set aside, as the ``_rejected/`` table."""
     rows = [("docs", r) for r in corpus_rejected] + [("queries", r) for r in query_rejected]
     return pa.table(
         {
@@ -206,6 +207,8 @@ def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
 
 @dataclass
 class _Cluster:
+    """What the run settled with the Ray cluster."""
+
     backend: str  # "numpy" or "cupy"
     n_shards: int
     n_cpus: float
@@ -441,14 +444,19 @@ def _run(args, pool: ShardPool, searcher_cls: type) -> int:
     with clock.phase("commit"):
         total_rows = _commit(job, cluster, plan, valid, facts, rejected, work, infos, clock)
     clock.stamp_total()
-    timings = clock.timings
+    _log_done(job, cluster, plan, valid, facts, total_rows, clock.timings)
+    return EXIT_OK
+
+
+def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, total_rows: int,
+              timings: dict) -> None:
+    """The run's last log line: what was searched, where the result went, and the phase times."""
+    phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
         job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, job.target.out_dir, cluster.backend, len(plan),
-        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s"))
-        + f" driver_max_rss_bytes={max_rss_bytes()}",
+        " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )
-    return EXIT_OK
 
 
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
