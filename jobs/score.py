@@ -48,7 +48,8 @@ import pyarrow as pa
 
 import configs
 from kernels import SCORES
-from shards import InputError, ShardSearcher, fingerprint, plan_shards_from_counts
+from shards import InputError, fingerprint, plan_shards_from_counts
+from shards.searcher import ShardSearcher
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather

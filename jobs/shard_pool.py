@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from shards import ShardSearcher
+from shards.searcher import ShardSearcher
 from shards.actor import actor_class
 
 __all__ = ["ShardPool", "reserve_shards", "start_shards", "stop_shards"]

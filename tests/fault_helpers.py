@@ -18,7 +18,7 @@ import time
 
 import ray.cloudpickle
 
-from shards import ShardSearcher
+from shards.searcher import ShardSearcher
 
 __all__ = ["CrashingSearcher", "crashing_searcher"]
 

@@ -109,7 +109,6 @@ def test_bad_scaling_section_is_rejected(tmp_path):
         load_bench_config(str(path))
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_throughput_smoke_runs_the_job_on_each_layout_and_checks_it(ray_cluster, tmp_path, capsys):
     out = tmp_path / "job-smoke.json"
