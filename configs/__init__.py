@@ -198,11 +198,6 @@ class FaultConfig:
         Times Ray restarts a dead shard actor (which takes its docs again from the object store).
     retry_backoff_s : float
         First wait before a retry; it doubles on each further try.
-    crash_shard, crash_after_searches, crash_marker, crash_mode : int, int, str, str
-        Test-only fault injection: shard ``crash_shard``'s actor process exits
-        (``crash_mode: exit``) or hangs (``hang``) at its ``crash_after_searches``-th
-        search, once (``crash_marker`` is the file that records it).
-        ``crash_shard: -1`` (the default) injects nothing.
     """
 
     load_timeout_s: float = 3600.0
@@ -210,10 +205,6 @@ class FaultConfig:
     search_attempts: int = 3
     actor_restarts: int = 2
     retry_backoff_s: float = 1.0
-    crash_shard: int = -1
-    crash_after_searches: int = 1
-    crash_marker: str = ""
-    crash_mode: str = "exit"
 
 
 AUTO_QUERY_BATCH_SIZE = {"cupy": 4096, "numpy": 256}
@@ -303,8 +294,6 @@ class JobConfig(SearchConfig):
         if self.query_chunk_size < 1:
             problems.append(f"query_chunk_size must be >= 1, found {self.query_chunk_size}")
         f = self.faults
-        if f.crash_mode not in ("exit", "hang"):
-            problems.append(f"faults.crash_mode must be 'exit' or 'hang', found {f.crash_mode!r}")
         if min(f.load_timeout_s, f.search_timeout_s) <= 0 or f.search_attempts < 1 or f.actor_restarts < 0 or f.retry_backoff_s < 0:
             problems.append("faults: timeouts must be > 0, search_attempts >= 1, actor_restarts and retry_backoff_s >= 0")
         if problems:

@@ -4,18 +4,27 @@
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 ``python -m jobs.score --self-join --docs PATH --out DIR [--include-self]``
 
-The driver validates the queries and lists the corpus's pieces, and reserves
-the shard actors' placement group (its CPUs run reader tasks until the actors
-start); reader tasks validate and decode the pieces into the object store
-(``jobs.reading``), all before any shard actor starts. The driver plans
-length-bucket shards from the readers' length histograms, starts one Ray actor
-per shard in its bundle (each takes its docs from the pieces), sends query batches to all of them
-(``jobs.searching``), has Ray tasks merge each chunk's shard-local top-k lists
-exactly and write it, and commits the result dataset atomically. With no ``--docs/--queries``
-it runs on the config's synthetic corpus. With a config whose
-``output.partition`` is ``dt`` (``nightly``), ``--out`` is a dataset root and
-the run writes ``ROOT/dt=YYYY-MM-DD/``. A self-join (``--self-join``, no ``--queries``)
-searches every doc of the corpus against the corpus, read as queries chunk by chunk
+:func:`run` calls one stage after another:
+
+- validate (:mod:`jobs.validate`): the config, where the result goes, the one pass over the
+  queries and the inputs' fingerprints; bad input fails here, before any Ray work.
+- connect: the Ray cluster, and the backend and shard count that fit it.
+- read (:mod:`jobs.reading`): the shard actors' placement group is reserved first
+  (:mod:`jobs.shard_pool`; its CPUs run the reader tasks until the actors start), then
+  reader tasks validate and decode the corpus's pieces into the object store.
+- plan: length-bucket shards from the readers' length histograms.
+- load (:mod:`jobs.shard_pool`): one Ray actor per shard and replica, in its bundle; each
+  takes its docs from the pieces.
+- search (:mod:`jobs.search`): query batches to every shard in two rounds, chunk by chunk.
+- merge and write (:mod:`jobs.merge_task`): a Ray task per chunk, running beside the search,
+  merges the chunk's shard lists exactly and writes its part.
+- commit (:mod:`jobs.output`): every part checked, the manifest (:mod:`jobs.manifest`)
+  written, the result dataset renamed into place.
+
+With no ``--docs/--queries`` the job runs on the config's synthetic corpus. With a config
+whose ``output.partition`` is ``dt`` (``nightly``), ``--out`` is a dataset root and the run
+writes ``ROOT/dt=YYYY-MM-DD/``. A self-join (``--self-join``, no ``--queries``) searches
+every doc of the corpus against the corpus, read as queries chunk by chunk
 (:class:`shards.inputs.DocQueryStream`), leaving each doc out of its own results unless
 ``--include-self``.
 
@@ -26,44 +35,32 @@ arguments or output path (nothing written), 1 any other failure (nothing written
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
-import hashlib
-import json
 import logging
 import os
-import platform
+import pathlib
 import re
-import socket
 import sys
-import time
-import uuid
 from dataclasses import dataclass
 
-import numpy as np
+import pyarrow as pa
 
 import configs
 from kernels import SCORES, search_cost_per_doc
 from shards import plan_shards_from_counts
-from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces
+from shards.inputs import InputError, fingerprint
+from shards.searcher import ShardSearcher
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
+from .manifest import build_manifest, inputs_section, output_section, shard_entries
+from .output import REJECTED_SCHEMA, OutputExistsError, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
+from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
-from .searching import reserve_shards, search_chunks, start_shards, stop_shards
-from .output import (
-    REJECTED_SCHEMA,
-    OutputExistsError,
-    check_dataset_root,
-    check_output_dir,
-    commit_results,
-    partition_dir,
-    read_part_doc_ids,
-    work_dir,
-    write_rejected,
-    write_tsv,
-)
+from .search import search_chunks
+from .shard_pool import ShardPool, reserve_shards, start_shards
+from .validate import Job, UsageError, Validated, check_unchanged_since, self_join_note, settle, validate
 
 __all__ = ["main", "build_parser", "run", "resolve_backend", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
 
@@ -74,12 +71,7 @@ EXIT_FAILED = 1
 """Any failure other than bad input (cluster, actor, disk); nothing was written."""
 EXIT_BAD_INPUT = 2
 """Bad input, config, arguments or output path; nothing was written, a rerun fails the same way."""
-_BAR_DELAY_S = 2.0  # local bars appear only for phases longer than this, so short runs stay quiet
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-
-
-class UsageError(ValueError):
-    """Command-line arguments that do not fit together or with the config."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,40 +131,6 @@ def _run_id_arg(text: str) -> str:
     return text
 
 
-@dataclass
-class _Inputs:
-    docs_path: str
-    queries_path: str | None  # None for a self-join: the queries are the docs
-    synthetic: bool
-
-
-def _resolve_inputs(args, cfg: configs.JobConfig) -> _Inputs:
-    if cfg.self_join:  # --queries with it was refused before (_check_self_join_args)
-        if args.docs is not None:
-            return _Inputs(args.docs, None, synthetic=False)
-    elif (args.docs is None) != (args.queries is None):
-        raise InputError("give both --docs and --queries, or neither (to run on the config's synthetic corpus)")
-    elif args.docs is not None:
-        return _Inputs(args.docs, args.queries, synthetic=False)
-    from .synthetic import SyntheticSpec, ensure_synthetic
-
-    s = cfg.synthetic
-    shared = {f.name for f in dataclasses.fields(SyntheticSpec)} - {"max_len"}  # cache_dir is the config's only extra
-    spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
-    log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
-    docs, queries = ensure_synthetic(spec, os.path.expanduser(s.cache_dir))
-    return _Inputs(str(docs), None if cfg.self_join else str(queries), synthetic=True)
-
-
-def _check_self_join_args(args) -> None:
-    """A self-join takes its queries from the corpus: refuse ``--queries`` with it."""
-    if args.queries is not None:
-        raise UsageError(
-            f"--queries {args.queries} was given with a self-join (--self-join, or self_join: true in the config): "
-            "a self-join takes its queries from the corpus (--docs); drop --queries, or drop the self-join to search those queries"
-        )
-
-
 def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
     """Backend and shard count for a cluster, checked before any actor starts.
 
@@ -230,87 +188,8 @@ def shard_doc_cost(backend: str, max_len: int):
     return search_cost_per_doc(backend, max_len)
 
 
-def _versions() -> dict:
-    import pyarrow
-    import ray
-
-    out = {"python": platform.python_version(), "numpy": np.__version__, "pyarrow": pyarrow.__version__, "ray": ray.__version__}
-    try:
-        from importlib.metadata import version
-
-        out["settopk"] = version("settopk")
-    except Exception:  # running from a source tree that was not installed
-        out["settopk"] = "source"
-    return out
-
-
-def _ray_submission_id() -> str | None:
-    """The submission id when this driver runs under ``ray job submit`` (or a KubeRay RayJob), else None."""
-    # Ray's job supervisor hands the driver its job config, metadata included, in this variable.
-    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
-    if not raw:
-        return None
-    try:
-        return json.loads(raw).get("metadata", {}).get("job_submission_id") or None
-    except (ValueError, AttributeError):
-        return None
-
-
-def _new_run_id(now: datetime.datetime) -> str:
-    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(desc: str, total: int, unit: str, quiet: bool):
-    """A progress bar for one phase.
-
-    Under a Ray job the driver's output goes to the job log, so the bar is Ray's
-    ``tqdm_ray`` (updates rate-limited to one a second); locally it is plain tqdm
-    on stderr, shown only once the phase has run for ``_BAR_DELAY_S``.
-    """
-    if quiet:
-        return _NoBar()
-    if _ray_submission_id() is not None:
-        from ray.experimental.tqdm_ray import tqdm as ray_tqdm
-
-        return ray_tqdm(desc=desc, total=total, unit=unit)
-    from tqdm import tqdm
-
-    return tqdm(desc=desc, total=total, unit=unit, file=sys.stderr, delay=_BAR_DELAY_S, dynamic_ncols=True)
-
-
-@contextlib.contextmanager
-def _phase(name: str, timings: dict, peaks: dict):
-    """Time a phase into ``timings[name + '_s']``, record the driver's peak RSS in ``peaks[name]``,
-    and log both when it ends."""
-    t = time.perf_counter()
-    yield
-    timings[f"{name}_s"] = time.perf_counter() - t
-    peaks[name] = _max_rss_bytes()  # the peak so far: the manifest shows which phase raised it
-    log.info("phase %s: %.3f s (driver peak RSS so far %.2f GB)", name, timings[f"{name}_s"], peaks[name] / 1e9)
-
-
-def _check_unchanged_since(start_ns: int, files) -> None:
-    """Refuse inputs modified after ``start_ns`` (while the driver read them): the validated
-    data and what the actors will read could differ."""
-    for path in files:
-        if os.stat(path).st_mtime_ns > start_ns:
-            raise InputError(
-                path, "input files that stay unchanged while the job runs", "a file modified while the job was reading it",
-                "run the job once the input is completely written (write it elsewhere, then move it into place)",
-            )
-
-
-def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
-    import pyarrow as pa
-
+def _rejected_table(corpus_rejected, query_rejected) -> pa.Table:
+    """The lines and rows quarantine set aside, as the ``_rejected/`` table."""
     rows = [("docs", r) for r in corpus_rejected] + [("queries", r) for r in query_rejected]
     return pa.table(
         {
@@ -325,273 +204,262 @@ def _rejected_table(corpus_rejected, query_rejected) -> "pa.Table":
 
 
 @dataclass
-class _Target:
-    out_dir: str  # where this run's result goes
-    dataset_root: str  # what readers scan: out_dir itself, or the root of the dt= partitions
-    day: datetime.date | None  # the partition date, for a partitioned config
+class _Cluster:
+    """What the run settled with the Ray cluster."""
 
-
-def _target(args, cfg: configs.JobConfig, now: datetime.datetime) -> _Target:
-    if cfg.output.partition == "dt":
-        day = args.date or now.date()  # `now` is UTC: the partition of a run is its UTC day
-        return _Target(str(partition_dir(args.out, day)), args.out, day)
-    if args.date is not None:
-        raise UsageError(
-            f"--date {args.date.isoformat()} needs a config whose output.partition is 'dt' "
-            f"(config {args.config!r} writes --out directly); use --config nightly or drop --date"
-        )
-    return _Target(args.out, args.out, None)
+    backend: str  # "numpy" or "cupy"
+    n_shards: int
+    n_cpus: float
 
 
 @dataclass
-class _Held:
-    """What a run holds on the cluster: the shard bundles (from before the read) and actors."""
+class _CorpusFacts:
+    """What the run reports about the corpus once its docs are freed."""
 
-    group: object = None
-    actors: list = dataclasses.field(default_factory=list)
+    fmt: str
+    files: tuple
+    n_docs: int
+    n_with_repeats: int
+    n_rejected: int
+    n_pieces: int
 
-    def release(self) -> None:
-        actors, group, self.actors, self.group = self.actors, self.group, [], None
-        stop_shards(actors, group)
+
+@dataclass
+class _Work:
+    """The run's work directory: its chunks, those already committed, and the rows each query gets."""
+
+    path: pathlib.Path
+    chunks: list
+    done: set
+    rows_per_query: int
 
 
-def run(args) -> int:
+def _connect(job: Job) -> tuple[Job, _Cluster]:
+    """Attach to the Ray cluster (or start a local one) and fit the backend and shard count to it."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
+    resources = ray.cluster_resources()
+    backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas)
+    cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend))
+    return dataclasses.replace(job, cfg=cfg), _Cluster(backend, n_shards, float(resources.get("CPU", 1)))
+
+
+def _read(job: Job, cluster: _Cluster, valid: Validated, pool: ShardPool):
+    """Reserve the shards' bundles, then read the corpus with reader tasks into the object store.
+
+    Returns the :class:`jobs.reading.CorpusRead` and the :class:`_CorpusFacts`.
+    """
+    cfg, docs_path = job.cfg, job.inputs.docs_path
+    if not job.args.dry_run:
+        pool.group = reserve_shards(cluster.n_shards * cfg.replicas, cluster.backend, cfg)
+    pieces, doc_fmt, doc_files = pieces_for_cluster(docs_path, cluster.n_cpus)
+    if fingerprint(doc_files, docs_path) != valid.fingerprints["docs"]:
+        raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
+                         "run the job once the input is completely written (write it elsewhere, then move it into place)")
+    bar = progress_bar("read", len(pieces), "piece", job.args.quiet)
+    try:
+        corpus = read_corpus_pieces(pieces, job.limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=pool.group)
+    finally:
+        bar.close()
+    check_unchanged_since(valid.start_ns, doc_files)
+    if corpus.n_docs == 0:
+        raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")
+    if cfg.self_join and corpus.n_docs != valid.queries.n_queries:
+        # Both apply the same rules to the same unchanged files; a difference is a bug, not bad input.
+        raise RuntimeError(f"{docs_path}: the self-join's query pass kept {valid.queries.n_queries} docs, "
+                           f"the corpus readers {corpus.n_docs}; they must agree (report this)")
+    facts = _CorpusFacts(doc_fmt, doc_files, corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected), len(pieces))
+    return corpus, facts
+
+
+def _plan(job: Job, cluster: _Cluster, corpus) -> list:
+    """The length-bucket shards, from the readers' length histograms."""
+    return plan_shards_from_counts(corpus.length_counts, cluster.n_shards, doc_cost=shard_doc_cost(cluster.backend, job.cfg.max_len))
+
+
+def _set_aside(job: Job, valid: Validated, corpus, facts: _CorpusFacts):
+    """Log what the corpus holds and what quarantine set aside; returns the rejected lines as a table."""
+    # In a self-join the queries set aside are the docs set aside: listed once, as docs.
+    query_rejected = () if job.cfg.self_join else valid.queries.rejected
+    rejected = _rejected_table(corpus.rejected, query_rejected)
+    log.info("corpus valid: %d docs (%d with repeated ids) from %s, read in %d piece(s)",
+             facts.n_docs, facts.n_with_repeats, job.inputs.docs_path, facts.n_pieces)
+    if rejected.num_rows:
+        log.warning(
+            "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
+            "they are listed with the reason in %s/_rejected/", facts.n_rejected, len(query_rejected), job.target.out_dir,
+        )
+    return rejected
+
+
+def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list[str]) -> tuple[Job, _Work]:
+    """Cut the queries into chunks and open the work directory: a rerun with the same resume key
+    keeps the interrupted run's id and its committed chunks."""
+    cfg, target = job.cfg, job.target
+    chunks = plan_chunks(valid.queries.n_queries, cfg.query_chunk_size)
+    # Excluding self, a query ranks the n_docs - 1 other docs.
+    rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
+    path = work_dir(target.out_dir, target.dataset_root)
+    results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
+    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=os.path.abspath(target.out_dir))
+    done, run_id = open_work_dir(path, key, chunks, job.run_id)
+    if done:
+        log.info("resuming run %s: %d of %d query chunk(s) already committed in %s", run_id, len(done), len(chunks), path)
+    log.info("run %s -> %s", run_id, target.out_dir)
+    for line in plan_lines:
+        log.info("%s", line)
+    return dataclasses.replace(job, run_id=run_id), _Work(path, chunks, done, rows_per_query)
+
+
+def _load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, searcher_cls: type) -> list[dict]:
+    """Start the shard actors in their bundles and wait until each has loaded its shard; returns their ``info()``."""
+    cfg = job.cfg
+    pool.actors = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
+    placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
+    bar = progress_bar("load", len(pool.actors), "shard", job.args.quiet)
+    infos = gather(pool.actors, placeholders, lambda a: a.info.remote(), "loading", cfg.faults.load_timeout_s, 1, 0.0,
+                   on_done=lambda: bar.update(1))
+    bar.close()
+    return infos
+
+
+def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actors: list, infos: list[dict]) -> dict:
+    """Search the chunks not yet committed; each chunk's merge task merges its shard lists and
+    writes its part. Returns the search's timings (:func:`jobs.search.search_chunks`)."""
+    cfg = job.cfg
+    todo = [c for c in work.chunks if c.index not in work.done]
+    bar = progress_bar("search", sum(c.hi - c.lo for c in todo), "query", job.args.quiet)
+    stream = ((c, ids, sets) for c, (ids, sets) in zip(work.chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in work.done)
+    # Excluding self, the shards search k + 1 per query and the merge tasks drop each
+    # query's own doc (exact: see shards.drop_own_docs).
+    search_cfg = dataclasses.replace(cfg, k=cfg.k + 1) if job.exclude_self else cfg
+    metadata = {"settopk.run_id": job.run_id, "settopk.k": str(cfg.k)}
+    timings = search_chunks(actors, infos, plan, stream, search_cfg, cluster.backend, work.path, metadata, bar)
+    bar.close()
+    return timings
+
+
+def _commit(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, rejected, work: _Work,
+            infos: list[dict], clock: PhaseClock) -> int:
+    """Check every part, write the manifest (and the TSV), and rename the work directory into
+    place as the result; returns the rows written."""
+    import ray
+
+    cfg, args, target, queries = job.cfg, job.args, job.target, valid.queries
+    total_rows = check_parts(work.path, work.chunks, work.rows_per_query)
+    if cfg.on_invalid == "quarantine":
+        write_rejected(work.path, rejected)
+    clock.stamp_total()  # the commit itself is not counted in the manifest's total
+    self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
+    manifest = build_manifest(
+        run_id=job.run_id, started=clock.started, args=vars(args), submission_id=job.submission_id,
+        ray_job_id=ray.get_runtime_context().get_job_id(),
+        output=output_section(target.out_dir, target.dataset_root, target.day, len(work.chunks)),
+        inputs=inputs_section(docs_path=job.inputs.docs_path, docs_format=facts.fmt, docs_files=facts.files,
+                              synthetic=job.inputs.synthetic, queries_path=job.inputs.queries_path, queries_format=queries.fmt,
+                              queries_files_count=len(queries.files), self_join=self_join, include_self=cfg.include_self),
+        fingerprints=valid.fingerprints,
+        counts={
+            "n_docs": facts.n_docs,
+            "n_queries": queries.n_queries,
+            "k": cfg.k,
+            "rows": total_rows,
+            "docs_with_repeated_ids": facts.n_with_repeats,
+            "queries_with_repeated_ids": queries.n_with_repeats,
+            "rejected_docs": facts.n_rejected,
+            "rejected_queries": 0 if cfg.self_join else len(queries.rejected),
+            "rows_per_query": work.rows_per_query,
+            "chunks_resumed": len(work.done),
+        },
+        score=cfg.score, backend=cluster.backend, shards=shard_entries([spec.to_dict() for spec in plan], infos),
+        config_source=args.config, config=cfg.to_dict(), timings=clock.timings, max_rss_bytes=max_rss_bytes(),
+        max_rss_by_phase=clock.peaks,
+    )
+    if args.tsv:
+        # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
+        # after a failed TSV write recomputes instead of skipping.
+        write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
+    (work.path / "_resume.json").unlink()
+    commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root)
+    return total_rows
+
+
+def run(args, searcher_cls: type = ShardSearcher) -> int:
     """Run the job for parsed arguments.
 
     Parameters
     ----------
     args : argparse.Namespace
         As parsed by :func:`build_parser`.
+    searcher_cls : type
+        The class each shard actor wraps: :class:`shards.ShardSearcher`, or a subclass of it
+        (the chaos tests pass one that fails on purpose).
 
     Returns
     -------
     int
         :data:`EXIT_OK`; bad input raises (``main`` maps it to :data:`EXIT_BAD_INPUT`).
     """
-    held = _Held()
+    pool = ShardPool()
     try:
-        return _run(args, held)
+        return _run(args, pool, searcher_cls)
     finally:
-        held.release()  # also when the read fails: the bundles were reserved before it
+        pool.release()  # also when the read fails: the bundles were reserved before it
 
 
-def _run(args, held: _Held) -> int:
-    t0 = time.perf_counter()
-    started = datetime.datetime.now(datetime.timezone.utc)
-    timings: dict[str, float] = {}
-    peaks: dict[str, int] = {}  # driver peak RSS after each phase, bytes
-    overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
-    overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
-    cfg = configs.load_config(args.config, overrides)
-    if cfg.self_join:
-        _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
-    target = _target(args, cfg, started)
-    if target.day is not None:
-        check_dataset_root(target.dataset_root)
-    if not args.dry_run and check_output_dir(target.out_dir, args.force):
-        log.info("done: %s already holds a finished result; nothing to do (use --force to recompute)", target.out_dir)
+def _run(args, pool: ShardPool, searcher_cls: type) -> int:
+    """The stages in order; each phase is timed and logged (:class:`jobs.progress.PhaseClock`)."""
+    clock = PhaseClock()
+    job = settle(args, clock.started)
+    if job is None:
         return EXIT_OK
-    submission_id = _ray_submission_id()
-    run_id = args.run_id or submission_id or _new_run_id(started)
-    inputs = _resolve_inputs(args, cfg)
-    limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
-
-    exclude_self = cfg.self_join and not cfg.include_self
-    with _phase("validate", timings, peaks):
-        read_start_ns = time.time_ns()
-        if cfg.self_join:  # the corpus itself, validated as the readers will; read again chunk by chunk
-            queries = DocQueryStream(inputs.docs_path, limits, on_invalid=cfg.on_invalid)
-        else:
-            queries = QueryStream(inputs.queries_path, limits, on_invalid=cfg.on_invalid)  # validated; read again chunk by chunk
-        _, doc_fmt, doc_files = plan_pieces(inputs.docs_path, 1)  # the corpus's files and footers; readers check rows
-        _check_unchanged_since(read_start_ns, queries.files)
-        if cfg.self_join:
-            _check_self_join_size(inputs.docs_path, queries.n_queries, exclude_self)
-        elif queries.n_queries == 0:
-            raise InputError(f"{inputs.queries_path}: no queries found; expected at least one")
-        fingerprints = {"docs": fingerprint(doc_files, inputs.docs_path)}
-        # A self-join's queries are the docs: the same files, the same fingerprint.
-        fingerprints["queries"] = fingerprints["docs"] if cfg.self_join else fingerprint(queries.files, inputs.queries_path)
-    log.info("queries valid: %d (%d with repeated ids) from %s%s", queries.n_queries, queries.n_with_repeats,
-             inputs.queries_path or inputs.docs_path, _self_join_note(cfg) if cfg.self_join else "")
-
-    import ray
-
-    with _phase("connect", timings, peaks):
-        if not ray.is_initialized():
-            ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
-        resources = ray.cluster_resources()
-        backend, n_shards = resolve_backend(cfg, resources, cfg.replicas)
-        cfg = dataclasses.replace(cfg, query_batch_size=cfg.batch_size_for(backend))
-
-    with _phase("read", timings, peaks):
-        if not args.dry_run:
-            held.group = reserve_shards(n_shards * cfg.replicas, backend, cfg)
-        pieces, doc_fmt, doc_files = pieces_for_cluster(inputs.docs_path, float(resources.get("CPU", 1)))
-        if fingerprint(doc_files, inputs.docs_path) != fingerprints["docs"]:
-            raise InputError(inputs.docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
-                             "run the job once the input is completely written (write it elsewhere, then move it into place)")
-        bar = _bar("read", len(pieces), "piece", args.quiet)
-        try:
-            corpus = read_corpus_pieces(pieces, limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=held.group)
-        finally:
-            bar.close()
-        _check_unchanged_since(read_start_ns, doc_files)
-        if corpus.n_docs == 0:
-            raise InputError(f"{inputs.docs_path}: the corpus has no docs; expected at least one")
-        if cfg.self_join and corpus.n_docs != queries.n_queries:
-            # Both apply the same rules to the same unchanged files; a difference is a bug, not bad input.
-            raise RuntimeError(f"{inputs.docs_path}: the self-join's query pass kept {queries.n_queries} docs, "
-                               f"the corpus readers {corpus.n_docs}; they must agree (report this)")
-        plan = plan_shards_from_counts(corpus.length_counts, n_shards, doc_cost=shard_doc_cost(backend, cfg.max_len))
-    # In a self-join the queries set aside are the docs set aside: listed once, as docs.
-    query_rejected = () if cfg.self_join else queries.rejected
-    rejected = _rejected_table(corpus.rejected, query_rejected)
-    n_docs, doc_repeats, n_rejected_docs = corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected)
-    log.info("corpus valid: %d docs (%d with repeated ids) from %s, read in %d piece(s)",
-             n_docs, corpus.n_with_repeats, inputs.docs_path, len(pieces))
-    if rejected.num_rows:
-        log.warning(
-            "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
-            "they are listed with the reason in %s/_rejected/", len(corpus.rejected), len(query_rejected), target.out_dir,
-        )
-    lines = _plan_lines(plan, backend, cfg, n_docs, queries.n_queries)
+    with clock.phase("validate"):
+        valid = validate(job)
+    log.info("queries valid: %d (%d with repeated ids) from %s%s", valid.queries.n_queries, valid.queries.n_with_repeats,
+             job.inputs.queries_path or job.inputs.docs_path, self_join_note(job.cfg) if job.cfg.self_join else "")
+    with clock.phase("connect"):
+        job, cluster = _connect(job)
+    with clock.phase("read"):
+        corpus, facts = _read(job, cluster, valid, pool)
+        plan = _plan(job, cluster, corpus)
+    rejected = _set_aside(job, valid, corpus, facts)
+    lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
     if args.dry_run:
-        print("\n".join(lines + [f"  output: {target.out_dir}"]))
+        print("\n".join(lines + [f"  output: {job.target.out_dir}"]))
         return EXIT_OK
-    chunks = plan_chunks(queries.n_queries, cfg.query_chunk_size)
-    # Excluding self, a query ranks the n_docs - 1 other docs.
-    rows_per_query = min(cfg.k, n_docs - 1) if exclude_self else min(cfg.k, n_docs)
-    work = work_dir(target.out_dir, target.dataset_root)
-    results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
-    key = resume_key(fingerprints=fingerprints, config=results_config, out=os.path.abspath(target.out_dir))
-    done, run_id = open_work_dir(work, key, chunks, run_id)
-    if done:
-        log.info("resuming run %s: %d of %d query chunk(s) already committed in %s", run_id, len(done), len(chunks), work)
-    log.info("run %s -> %s", run_id, target.out_dir)
-    for line in lines:
-        log.info("%s", line)
-
-    parquet_metadata = {"settopk.run_id": run_id, "settopk.k": str(cfg.k)}
-    f = cfg.faults
+    job, work = _open_work(job, valid, facts, lines)
     try:
-        with _phase("load", timings, peaks):
-            crash = {"crash_after": f.crash_after_searches, "crash_marker": f.crash_marker, "crash_mode": f.crash_mode}
-            actors = held.actors = start_shards(plan, corpus, limits, backend, cfg, held.group, crash_shard_kwargs=crash)
-            placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
-            bar = _bar("load", len(actors), "shard", args.quiet)
-            infos = gather(actors, placeholders, lambda a: a.info.remote(), "loading", f.load_timeout_s, 1, 0.0, on_done=lambda: bar.update(1))
-            bar.close()
-
-        with _phase("search", timings, peaks):
-            todo = [c for c in chunks if c.index not in done]
-            bar = _bar("search", sum(c.hi - c.lo for c in todo), "query", args.quiet)
-            stream = ((c, ids, sets) for c, (ids, sets) in zip(chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in done)
-            # Excluding self, the shards search k + 1 per query and the merge tasks drop each
-            # query's own doc (exact: see shards.drop_own_docs).
-            search_cfg = dataclasses.replace(cfg, k=cfg.k + 1) if exclude_self else cfg
-            timings.update(search_chunks(actors, infos, plan, stream, search_cfg, backend, work, parquet_metadata, bar))
-            bar.close()
-        infos = gather(actors, infos, lambda a: a.info.remote(), "final info", f.search_timeout_s, 1, 0.0)
+        with clock.phase("load"):
+            infos = _load(job, cluster, plan, corpus, pool, searcher_cls)
+        with clock.phase("search"):
+            clock.timings.update(_search(job, cluster, plan, valid.queries, work, pool.actors, infos))
+        infos = gather(pool.actors, infos, lambda a: a.info.remote(), "final info", job.cfg.faults.search_timeout_s, 1, 0.0)
     finally:
-        held.release()  # the GPUs are free before the commit
+        pool.release()  # the GPUs are free before the commit
         del corpus  # frees the pieces' docs in the object store
-
-    with _phase("commit", timings, peaks):
-        total_rows = check_parts(work, chunks, rows_per_query)
-        if cfg.on_invalid == "quarantine":
-            write_rejected(work, rejected)
-        timings["total_s"] = time.perf_counter() - t0  # the commit itself is not counted in the manifest's total
-        manifest = {
-            "job": "settopk.score",
-            "run_id": run_id,
-            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "started_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "args": {key: value.isoformat() if isinstance(value, datetime.date) else value for key, value in vars(args).items()},
-            "ray": {"submission_id": submission_id, "job_id": ray.get_runtime_context().get_job_id()},
-            "host": socket.gethostname(),
-            "output": {
-                "path": os.path.abspath(target.out_dir),
-                "dataset_root": os.path.abspath(target.dataset_root),
-                "partition": {"dt": target.day.isoformat()} if target.day else None,
-                "parts": len(chunks),
-            },
-            "inputs": {
-                "docs": {"path": inputs.docs_path, "format": doc_fmt, "files": list(doc_files), "synthetic": inputs.synthetic},
-                "queries": {"path": inputs.queries_path, "format": queries.fmt, "files_count": len(queries.files)}
-                if not cfg.self_join else
-                {"self_join": True, "include_self": cfg.include_self, "path": inputs.docs_path, "format": queries.fmt,
-                 "files_count": len(queries.files), "description": _self_join_note(cfg).strip(" ()")},
-            },
-            "fingerprint": {
-                **fingerprints,
-                "corpus": fingerprints["docs"]["sha256"],
-                "inputs": hashlib.sha256((fingerprints["docs"]["sha256"] + fingerprints["queries"]["sha256"]).encode()).hexdigest(),
-            },
-            "counts": {
-                "n_docs": n_docs,
-                "n_queries": queries.n_queries,
-                "k": cfg.k,
-                "rows": total_rows,
-                "docs_with_repeated_ids": doc_repeats,
-                "queries_with_repeated_ids": queries.n_with_repeats,
-                "rejected_docs": n_rejected_docs,
-                "rejected_queries": len(query_rejected),
-                "rows_per_query": rows_per_query,
-                "chunks_resumed": len(done),
-            },
-            "score": cfg.score,
-            "backend": backend,
-            "shards": [{**plan[i % len(plan)].to_dict(), "replica": i // len(plan), **info} for i, info in enumerate(infos)],
-            "config_source": args.config,
-            "config": cfg.to_dict(),
-            "timings_s": {key: round(v, 4) for key, v in timings.items()},
-            "driver_max_rss_bytes": _max_rss_bytes(),
-            "driver_max_rss_bytes_by_phase": peaks,
-            "versions": _versions(),
-        }
-        if args.tsv:
-            # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
-            # after a failed TSV write recomputes instead of skipping.
-            write_tsv(args.tsv, (read_part_doc_ids(work, c.index, rows_per_query) for c in chunks))
-        (work / "_resume.json").unlink()
-        commit_results(work, target.out_dir, manifest, dataset_root=target.dataset_root)
-    timings["total_s"] = time.perf_counter() - t0
-    log.info(
-        "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        run_id, queries.n_queries, n_docs, cfg.k, total_rows, target.out_dir, backend, len(plan),
-        " ".join(f"{key}={timings[key]:.3f}" for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s"))
-        + f" driver_max_rss_bytes={_max_rss_bytes()}",
-    )
+    with clock.phase("commit"):
+        total_rows = _commit(job, cluster, plan, valid, facts, rejected, work, infos, clock)
+    clock.stamp_total()
+    _log_done(job, cluster, plan, valid, facts, total_rows, clock.timings)
     return EXIT_OK
 
 
-def _max_rss_bytes() -> int:
-    """Peak resident memory of this driver process so far (Linux reports kilobytes)."""
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def _self_join_note(cfg: configs.JobConfig) -> str:
-    own = "each doc included in its own results" if cfg.include_self else "each doc left out of its own results"
-    return f" (self-join: every doc is a query, {own})"
-
-
-def _check_self_join_size(docs_path: str, n_docs: int, exclude_self: bool) -> None:
-    """Refuse a self-join that would write no row at all: no docs, or one doc without itself."""
-    if n_docs == 0:
-        raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")
-    if exclude_self and n_docs < 2:
-        raise InputError(
-            f"{docs_path}: self-join needs at least 2 docs (each doc is searched against the others), found {n_docs}; "
-            "add docs, or keep each doc in its own results with --include-self"
-        )
+def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, total_rows: int,
+              timings: dict) -> None:
+    """The run's last log line: what was searched, where the result went, and the phase times."""
+    phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
+    log.info(
+        "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, job.target.out_dir, cluster.backend, len(plan),
+        " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
+    )
 
 
 def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
     copies = f" x {cfg.replicas} replicas" if cfg.replicas > 1 else ""
-    join = _self_join_note(cfg) if cfg.self_join else ""
+    join = self_join_note(cfg) if cfg.self_join else ""
     lines = [f"plan: {n_docs} docs, {n_queries} queries{join}, k={cfg.k}, score {cfg.score}, routing {cfg.routing}, "
              f"backend {backend}, {len(plan)} shard(s){copies}"]
     for s in plan:
@@ -599,13 +467,15 @@ def _plan_lines(plan, backend: str, cfg: configs.JobConfig, n_docs: int, n_queri
     return lines
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, searcher_cls: type = ShardSearcher) -> int:
     """Entry point of ``python -m jobs.score`` and ``settopk-score``.
 
     Parameters
     ----------
     argv : list of str, optional
         Arguments without the program name (default: ``sys.argv[1:]``).
+    searcher_cls : type
+        The class each shard actor wraps (see :func:`run`); not a command-line option.
 
     Returns
     -------
@@ -620,7 +490,7 @@ def main(argv=None) -> int:
         stream=sys.stderr,
     )
     try:
-        return run(args)
+        return run(args, searcher_cls)
     except (InputError, configs.ConfigError, OutputExistsError, UsageError) as exc:
         log.error("%s", exc)
         return EXIT_BAD_INPUT

@@ -1,7 +1,7 @@
 """A shard's searcher: loads its own docs once, then answers query batches.
 
-:class:`ShardSearcher` is plain Python so it can be tested without Ray;
-:data:`ShardActor` is the same class as a Ray actor.
+:class:`ShardSearcher` is plain Python so it can be tested without Ray; importing this
+module does not import Ray. :data:`shards.actor.ShardActor` is the same class as a Ray actor.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
 from .thresholds import floors_from
 
-__all__ = ["ShardSearcher", "ShardActor", "load_shard"]
+__all__ = ["ShardSearcher", "load_shard"]
 
 
 def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
@@ -91,14 +91,6 @@ class ShardSearcher:
         Doc ids repeated across pieces, to leave out (quarantine).
     ordered : bool
         The pieces' doc id ranges increase in read order.
-    crash_after : int, optional
-        Test-only fault injection: the process exits at this search call (1-based),
-        once per ``crash_marker`` file, as a crashed GPU worker would.
-    crash_marker : str, optional
-        File created before the injected crash, so a restarted actor does not crash again;
-        without one, every life of the actor crashes.
-    crash_mode : str
-        ``"exit"`` (the process dies) or ``"hang"`` (the call never returns).
     score : str
         What the shard ranks by, one of :data:`kernels.SCORES` (default braun_blanquet).
     routing : str
@@ -122,9 +114,6 @@ class ShardSearcher:
         backend: str,
         drops: dict | None = None,
         ordered: bool = True,
-        crash_after: int | None = None,
-        crash_marker: str | None = None,
-        crash_mode: str = "exit",
         score: str = DEFAULT_SCORE,
         routing: str = "scan",
     ):
@@ -133,7 +122,6 @@ class ShardSearcher:
         self.backend = backend
         self.max_len = limits.max_len
         self.score = score
-        self._crash_after, self._crash_marker, self._crash_mode, self._searches = crash_after, crash_marker, crash_mode, 0
         warm = _warm_gpu_in_background() if backend == "cupy" else None
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
@@ -198,15 +186,6 @@ class ShardSearcher:
         TopK
             Shape ``(len(rows), k)``, ``-1`` padded (also where a floor left fewer than k docs).
         """
-        with self._lock:
-            self._searches += 1
-            crash = self._crash_after == self._searches
-        if crash and not (self._crash_marker and os.path.exists(self._crash_marker)):
-            if self._crash_marker:
-                open(self._crash_marker, "w").close()
-            if self._crash_mode == "hang":
-                time.sleep(24 * 3600)  # test-only: a call that never returns, like a stuck GPU
-            os._exit(1)  # test-only: die like a worker killed by the OS or a GPU fault
         start = self._enter()
         rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         subset = queries if len(rows) == queries.n_sets else queries.take(rows)
@@ -246,7 +225,7 @@ class ShardSearcher:
             self.skipped += skipped
             self.posted += posted
 
-    def search_part(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
+    def search_with_receipt(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
         """:meth:`search` for an actor call with two returns: ``(len(rows), TopK)``.
 
         The driver waits on the small first return only; the TopK stays in the object
@@ -271,8 +250,8 @@ class ShardSearcher:
 
 
 class _WarmUp(threading.Thread):
-    """Creates the CUDA context and loads the kernels while the docs are fetched (both take a
-    second or so); an error here surfaces again, with its message, in the index build.
+    """Creates the CUDA context and loads the kernels while the docs are fetched, so that the two
+    overlap; an error here surfaces again, with its message, in the index build.
     ``seconds`` is how long it took."""
 
     def __init__(self) -> None:
@@ -315,12 +294,3 @@ def _restarted() -> bool:
     with warnings.catch_warnings():  # Ray 2.60 implements the property with a deprecated accessor
         warnings.simplefilter("ignore", DeprecationWarning)
         return bool(context.was_current_actor_reconstructed)
-
-
-def _make_actor():
-    import ray
-
-    return ray.remote(ShardSearcher)
-
-
-ShardActor = _make_actor()

@@ -15,6 +15,7 @@ import pytest
 from jobs import score
 from jobs.output import RESULT_SCHEMA
 from kernels import brute_force_topk
+from tests.fault_helpers import crashing_searcher
 from tests.job_helpers import job_config as _config
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -208,12 +209,12 @@ def test_a_cluster_that_cannot_hold_the_shards_fails_before_reading(tmp_path, mo
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from jobs import searching
+    from jobs import shard_pool
 
     def no_read(*a, **kw):
         raise AssertionError("the corpus was read although the shards had no room")
 
-    monkeypatch.setattr(searching, "_PLACEMENT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(shard_pool, "_PLACEMENT_TIMEOUT_S", 1.0)
     monkeypatch.setattr(score, "read_corpus_pieces", no_read)
     docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2]])
     busy = placement_group([{"CPU": 2.0}])  # another job holding every CPU of the 2-CPU cluster
@@ -422,6 +423,7 @@ def test_unexpected_failure_exits_1_and_writes_nothing(tmp_path, tie_corpus, mon
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exit", "hang"])
 def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tmp_path, tie_corpus, mode):
     """Chaos: shard 0's process dies (or stops answering) at its 2nd search; the run recovers."""
@@ -430,22 +432,23 @@ def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tm
     clean = _config(tmp_path, name="clean", n_shards=2, query_batch_size=8)
     assert score.main(base + ["--config", clean, "--out", str(tmp_path / "clean")]) == 0
     marker = tmp_path / "crashed"
-    faults = {"crash_shard": 0, "crash_after_searches": 2, "crash_marker": str(marker), "crash_mode": mode, "search_timeout_s": 5, "retry_backoff_s": 0.1}
-    chaos = _config(tmp_path, name="chaos", n_shards=2, query_batch_size=8, faults=faults)
-    assert score.main(base + ["--config", chaos, "--out", str(tmp_path / "crashed-run")]) == 0
+    crashing = crashing_searcher(shard=0, after=2, marker=str(marker), mode=mode)
+    chaos = _config(tmp_path, name="chaos", n_shards=2, query_batch_size=8, faults={"search_timeout_s": 5, "retry_backoff_s": 0.1})
+    assert score.main(base + ["--config", chaos, "--out", str(tmp_path / "crashed-run")], searcher_cls=crashing) == 0
     assert marker.exists()  # the fault happened, and the run still finished
     assert pq.read_table(tmp_path / "crashed-run").equals(pq.read_table(tmp_path / "clean"))
     shards = json.loads((tmp_path / "crashed-run" / "_manifest.json").read_text())["shards"]
     assert [s["restarted"] for s in shards] == [True, False]
 
 
+@pytest.mark.slow
 def test_shard_that_keeps_failing_stops_the_run_naming_node(tmp_path, tie_corpus, caplog):
     _, _, docs_path, queries_path = tie_corpus
-    faults = {"crash_shard": 1, "crash_after_searches": 1, "crash_marker": "\"\"", "actor_restarts": 0, "search_attempts": 2, "retry_backoff_s": 0.1}
-    # An empty marker path disables the once-only guard: the fault hits on every life of the actor.
-    cfg = _config(tmp_path, n_shards=2, faults=faults)
+    crashing = crashing_searcher(shard=1, after=1)  # no marker: the fault hits on every life of the actor
+    cfg = _config(tmp_path, n_shards=2, faults={"actor_restarts": 0, "search_attempts": 2, "retry_backoff_s": 0.1})
     with caplog.at_level(logging.ERROR, logger="settopk"):
-        code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", cfg, "--quiet"])
+        code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", cfg, "--quiet"],
+                          searcher_cls=crashing)
     assert code == 1 and not (tmp_path / "out").exists()
     assert "failed 2 time(s) on shard 1 (node " in caplog.text
 

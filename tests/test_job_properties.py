@@ -28,6 +28,7 @@ _set = st.lists(_ids, max_size=8)
     n_shards=st.integers(1, 3),
     batch=st.integers(1, 4),
 )
+@pytest.mark.slow
 def test_job_equals_oracle_on_random_corpora(docs, queries, k, n_shards, batch):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)

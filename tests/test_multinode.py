@@ -24,9 +24,11 @@ from jobs import score
 from jobs.synthetic import SyntheticSpec, generate_docs, generate_queries, write_parquet
 from tests.test_job import _as_rows, _expected_rows, _read_rows
 
+pytestmark = pytest.mark.slow  # a two-node cluster started in a subprocess
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 K = 20
-RUN_TIMEOUT_S = 100  # the two-node subprocess (cluster start, job, shutdown): about 10 s on 2 idle cores
+RUN_TIMEOUT_S = 100  # the two-node subprocess (cluster start, job, shutdown), with room for a loaded machine
 # Two shards of one CPU each: on two one-CPU nodes they cannot share a node. Small batches and
 # chunks so several batches and part files go through the cluster.
 CONFIG = "backend: numpy\nn_shards: 2\ncpus_per_shard: 1.0\nquery_batch_size: 8\nquery_chunk_size: 16\n"

@@ -14,6 +14,7 @@ from jobs.output import work_dir
 from tests.job_helpers import kill_driver_mid_run, write_sets as _write
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_killed_driver_resumes_to_an_identical_result(tmp_path, ray_cluster):
     rng = np.random.default_rng(5)

@@ -1,12 +1,16 @@
 """The shard searcher without Ray, and as a Ray actor that crashes and restarts."""
 
+import time
+
 import numpy as np
 import pytest
 
 from kernels import NumpyShardIndex, SetBatch
 from shards import plan_shards
+from shards.actor import actor_class
 from shards.inputs import SetLimits, plan_pieces, read_piece
-from shards.searcher import ShardActor, ShardSearcher
+from shards.searcher import ShardSearcher
+from tests.fault_helpers import crashing_searcher
 
 
 @pytest.fixture
@@ -55,6 +59,7 @@ def test_out_of_memory_message_names_the_setting(corpus):
         searcher.search(SetBatch.from_lists([[1]]), 3)
 
 
+@pytest.mark.slow
 def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_path):
     import ray
 
@@ -62,14 +67,29 @@ def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_p
     spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
     marker = tmp_path / "crashed"
     refs = [ray.put(piece) for piece in pieces]  # a restarted actor takes its docs from the object store again
-    actor = ShardActor.options(num_cpus=0, max_restarts=1, max_task_retries=0).remote(
-        spec, refs, SetLimits(max_len=8), "numpy", None, True, 2, str(marker)
-    )
+    actor = actor_class(crashing_searcher(shard=spec.shard_id, after=2, marker=str(marker))).options(
+        num_cpus=0, max_restarts=1, max_task_retries=0
+    ).remote(spec, refs, SetLimits(max_len=8), "numpy")
     queries = SetBatch.from_lists([[2, 3]])
     first = ray.get(actor.search.remote(queries, 3))
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(actor.search.remote(queries, 3))  # the injected crash
     assert marker.exists()
-    again = ray.get(actor.search.remote(queries, 3), timeout=60)  # restarted: reloaded, same answer
+    again = _once_restarted(lambda: ray.get(actor.search.remote(queries, 3), timeout=60))  # reloaded, same answer
     assert np.array_equal(first.doc_ids, again.doc_ids)
     ray.kill(actor)
+
+
+def _once_restarted(call, timeout_s: float = 60.0):
+    """``call()``, sent again while Ray still restarts the actor (a call sent then fails at once
+    with ActorUnavailableError, as the actor allows no task retries)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

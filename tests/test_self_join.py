@@ -292,6 +292,7 @@ def test_bad_self_join_arguments_exit_2_and_write_nothing(tmp_path, ray_cluster,
     assert _rows(out) == [("0", 1, 0, 1.0, 2, 2, 2)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_killed_self_join_resumes_to_an_identical_result(tmp_path, ray_cluster):
     """SIGKILL mid-run, then the same arguments resume; --include-self or --force on the

@@ -223,6 +223,7 @@ def _submit_args(submission_id: str, *job_args: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S)
 def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_path):
     rng = np.random.default_rng(5)
@@ -267,6 +268,7 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
     assert again.returncode != 0 and "already exists" in again.stdout + again.stderr  # a date-based id runs once
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HEAD_START_TIMEOUT_S + JOB_TIMEOUT_S)
 def test_failing_job_ends_failed_with_the_error_in_its_logs(ray_head, tmp_path):
     docs_path = tmp_path / "docs.txt"

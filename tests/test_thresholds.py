@@ -145,7 +145,7 @@ def _two_rounds_with_indexes(plan, doc_ids, docs, queries: SetBatch, k, max_len)
 
 def _two_rounds_with_searchers(plan, doc_ids, docs, queries: SetBatch, k, max_len):
     """The same through ShardSearcher, built from two corpus pieces as the reader tasks leave them, and
-    called as jobs.searching does (only shards with rows; round 2 gets every first-round result)."""
+    called as jobs.search does (only shards with rows; round 2 gets every first-round result)."""
     order = np.argsort(doc_ids, kind="stable")
     ids = np.asarray(doc_ids, dtype=np.int64)[order]
     batch = SetBatch.from_lists([docs[i] for i in order])

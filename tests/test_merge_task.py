@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.chunks import BatchLayout, finish_chunk
+from jobs.merge_task import BatchLayout, merge_and_write_chunk
 from kernels import TopK, brute_force_topk, empty_topk
 
 
@@ -34,7 +34,7 @@ def _layouts(n_queries: int, batch: int, n_shards: int):
 
 
 def _batch_results(per_shard, layouts):
-    return [TopK(*(a[layout.lo : layout.hi] for a in per_shard[s])) for layout in layouts for s, _ in layout.parts]
+    return [TopK(*(a[layout.lo : layout.hi] for a in per_shard[s])) for layout in layouts for s, _ in layout.shard_lists]
 
 
 @pytest.mark.timeout(120)
@@ -47,7 +47,7 @@ def test_references_are_fetched_batch_by_batch_and_merged_exactly(ray_cluster, t
     refs = [ray_cluster.put(r) for r in _batch_results(per_shard, layouts)]
     qlen = np.array([len(q) for q in queries])
     ids = [f"q{i}" for i in range(n_queries)]
-    out = finish_chunk(str(tmp_path), 2, ids, qlen, k, 128, n_shards, layouts, {"settopk.run_id": "r"}, 10, refs)
+    out = merge_and_write_chunk(str(tmp_path), 2, ids, qlen, k, 128, n_shards, layouts, {"settopk.run_id": "r"}, 10, refs)
     table = pq.read_table(tmp_path / "part-00002.parquet")
     assert out["rows"] == table.num_rows == n_queries * k
     assert np.array_equal(table["doc_id"].to_numpy().reshape(n_queries, k), want.doc_ids)
@@ -67,11 +67,11 @@ def test_a_failed_search_leaves_no_part_and_no_temporary_file(ray_cluster, tmp_p
 
     refs = [ray_cluster.put(_batch_results(per_shard, layouts)[0]), failed_search.remote()]
     with pytest.raises(ray_cluster.exceptions.RayTaskError, match="GPU fault"):
-        finish_chunk(str(tmp_path), 0, [str(i) for i in range(8)], np.array([len(q) for q in queries]), 3, 128, 1, layouts, {}, 10, refs)
+        merge_and_write_chunk(str(tmp_path), 0, [str(i) for i in range(8)], np.array([len(q) for q in queries]), 3, 128, 1, layouts, {}, 10, refs)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_layouts_must_consume_every_result(tmp_path):
     layouts = _layouts(4, 4, 1)
     with pytest.raises(ValueError, match="the layouts name 1 results, 2 were passed"):
-        finish_chunk(str(tmp_path), 0, ["a"] * 4, np.ones(4), 3, 128, 1, layouts, {}, 10, [None, None])
+        merge_and_write_chunk(str(tmp_path), 0, ["a"] * 4, np.ones(4), 3, 128, 1, layouts, {}, 10, [None, None])

@@ -1,0 +1,85 @@
+"""The driver's progress: one bar per long phase, and each phase's time and peak memory.
+
+Under a Ray job the driver's output goes to the job log, so a bar is Ray's ``tqdm_ray``
+(updates rate-limited to one a second); locally it is plain tqdm on stderr, shown only
+for phases longer than :data:`_BAR_DELAY_S` so that short runs stay quiet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import sys
+import time
+
+from .manifest import ray_submission_id
+
+__all__ = ["PhaseClock", "progress_bar", "max_rss_bytes"]
+
+log = logging.getLogger("settopk")
+_BAR_DELAY_S = 2.0
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(desc: str, total: int, unit: str, quiet: bool):
+    """A progress bar for one phase: ``update(n)`` and ``close()``; does nothing where ``quiet``."""
+    if quiet:
+        return _NoBar()
+    if ray_submission_id() is not None:
+        from ray.experimental.tqdm_ray import tqdm as ray_tqdm
+
+        return ray_tqdm(desc=desc, total=total, unit=unit)
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, total=total, unit=unit, file=sys.stderr, delay=_BAR_DELAY_S, dynamic_ncols=True)
+
+
+def max_rss_bytes() -> int:
+    """Peak resident memory of this driver process so far, in bytes (Linux reports kilobytes)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class PhaseClock:
+    """The run's clock: when it started, each phase's seconds and the driver's peak RSS after it.
+
+    Attributes
+    ----------
+    started : datetime.datetime
+        Start of the run, UTC.
+    timings : dict of str to float
+        ``NAME_s`` per phase (seconds), and whatever the stages add (``merge_s``, ``total_s``, ...).
+    peaks : dict of str to int
+        The driver's peak RSS so far after each phase, in bytes: the manifest shows which
+        phase raised it.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.timings: dict[str, float] = {}
+        self.peaks: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Time the ``with`` block as phase ``name`` and log its time and the peak RSS when it ends
+        (not when it raises)."""
+        t = time.perf_counter()
+        yield
+        self.timings[f"{name}_s"] = time.perf_counter() - t
+        self.peaks[name] = max_rss_bytes()
+        log.info("phase %s: %.3f s (driver peak RSS so far %.2f GB)", name, self.timings[f"{name}_s"], self.peaks[name] / 1e9)
+
+    def stamp_total(self) -> float:
+        """Set ``timings['total_s']`` to the seconds since the start, and return it."""
+        self.timings["total_s"] = time.perf_counter() - self._t0
+        return self.timings["total_s"]

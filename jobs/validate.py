@@ -1,0 +1,213 @@
+"""The validate stage: what the run does, and its queries checked before anything else runs.
+
+:func:`settle` reads the config and the arguments, decides where the result goes and
+which inputs to read (given, or the config's synthetic corpus), and stops a run whose
+output is already complete. :func:`validate` makes the one pass over the queries (a
+self-join's: the corpus's docs) that checks every set and counts them, and fingerprints
+the inputs, before any Ray work starts; bad input fails here and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import configs
+from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces
+
+from .manifest import new_run_id, ray_submission_id
+from .output import check_dataset_root, check_output_dir, partition_dir
+
+__all__ = ["UsageError", "Inputs", "Target", "Job", "Validated", "settle", "validate", "check_unchanged_since", "self_join_note"]
+
+log = logging.getLogger("settopk")
+
+
+class UsageError(ValueError):
+    """Command-line arguments that do not fit together or with the config."""
+
+
+@dataclass
+class Inputs:
+    """The input paths: given, or the config's synthetic corpus (generated once)."""
+
+    docs_path: str
+    queries_path: str | None  # None for a self-join: the queries are the docs
+    synthetic: bool
+
+
+def _resolve_inputs(args, cfg: configs.JobConfig) -> Inputs:
+    if cfg.self_join:  # --queries with it was refused before (_check_self_join_args)
+        if args.docs is not None:
+            return Inputs(args.docs, None, synthetic=False)
+    elif (args.docs is None) != (args.queries is None):
+        raise InputError("give both --docs and --queries, or neither (to run on the config's synthetic corpus)")
+    elif args.docs is not None:
+        return Inputs(args.docs, args.queries, synthetic=False)
+    from .synthetic import SyntheticSpec, ensure_synthetic
+
+    s = cfg.synthetic
+    shared = {f.name for f in dataclasses.fields(SyntheticSpec)} - {"max_len"}  # cache_dir is the config's only extra
+    spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
+    log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
+    docs, queries = ensure_synthetic(spec, os.path.expanduser(s.cache_dir))
+    return Inputs(str(docs), None if cfg.self_join else str(queries), synthetic=True)
+
+
+def _check_self_join_args(args) -> None:
+    """A self-join takes its queries from the corpus: refuse ``--queries`` with it."""
+    if args.queries is not None:
+        raise UsageError(
+            f"--queries {args.queries} was given with a self-join (--self-join, or self_join: true in the config): "
+            "a self-join takes its queries from the corpus (--docs); drop --queries, or drop the self-join to search those queries"
+        )
+
+
+@dataclass
+class Target:
+    """Where the run's result goes."""
+
+    out_dir: str  # where this run's result goes
+    dataset_root: str  # what readers scan: out_dir itself, or the root of the dt= partitions
+    day: datetime.date | None  # the partition date, for a partitioned config
+
+
+def _target(args, cfg: configs.JobConfig, now: datetime.datetime) -> Target:
+    if cfg.output.partition == "dt":
+        day = args.date or now.date()  # `now` is UTC: the partition of a run is its UTC day
+        return Target(str(partition_dir(args.out, day)), args.out, day)
+    if args.date is not None:
+        raise UsageError(
+            f"--date {args.date.isoformat()} needs a config whose output.partition is 'dt' "
+            f"(config {args.config!r} writes --out directly); use --config nightly or drop --date"
+        )
+    return Target(args.out, args.out, None)
+
+
+@dataclass
+class Job:
+    """What the run was asked to do, settled before any input is read."""
+
+    args: argparse.Namespace
+    cfg: configs.JobConfig  # query_batch_size resolved once the backend is known (jobs.score)
+    target: Target
+    inputs: Inputs
+    limits: SetLimits
+    run_id: str  # the resumed run's id replaces it (jobs.score)
+    submission_id: str | None
+
+    @property
+    def exclude_self(self) -> bool:
+        """A self-join that leaves each doc out of its own results."""
+        return self.cfg.self_join and not self.cfg.include_self
+
+
+@dataclass
+class Validated:
+    """The validate stage's result: the queries (validated, read again chunk by chunk later) and
+    the inputs' fingerprints."""
+
+    queries: QueryStream | DocQueryStream
+    fingerprints: dict
+    start_ns: int  # when the driver began reading the inputs: files modified later are refused
+
+
+def settle(args, started: datetime.datetime) -> Job | None:
+    """Settle what the run does before reading any input: config, output target, run id, input paths.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        As parsed by :func:`jobs.score.build_parser`.
+    started : datetime.datetime
+        Start of the run, UTC (the partition date and the default run id come from it).
+
+    Returns
+    -------
+    Job or None
+        None where ``--out`` already holds a finished result (nothing to do).
+
+    Raises
+    ------
+    configs.ConfigError, UsageError, jobs.output.OutputExistsError, shards.InputError
+        For a bad config, arguments that do not fit together, an output path that is not
+        the job's, or missing inputs.
+    """
+    overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
+    overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
+    cfg = configs.load_config(args.config, overrides)
+    if cfg.self_join:
+        _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
+    target = _target(args, cfg, started)
+    if target.day is not None:
+        check_dataset_root(target.dataset_root)
+    if not args.dry_run and check_output_dir(target.out_dir, args.force):
+        log.info("done: %s already holds a finished result; nothing to do (use --force to recompute)", target.out_dir)
+        return None
+    submission_id = ray_submission_id()
+    run_id = args.run_id or submission_id or new_run_id(started)
+    inputs = _resolve_inputs(args, cfg)
+    limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
+    return Job(args, cfg, target, inputs, limits, run_id, submission_id)
+
+
+def validate(job: Job) -> Validated:
+    """Validate the queries in one pass (for a self-join: the corpus's docs) and fingerprint the inputs.
+
+    The corpus's rows are checked later, by the reader tasks (:mod:`jobs.reading`).
+
+    Raises
+    ------
+    shards.InputError
+        For a bad query (with ``on_invalid: error``), no queries, a self-join with too few
+        docs, or a query file modified while the driver read it.
+    """
+    cfg, inputs = job.cfg, job.inputs
+    start_ns = time.time_ns()
+    if cfg.self_join:  # the corpus itself, validated as the readers will
+        queries = DocQueryStream(inputs.docs_path, job.limits, on_invalid=cfg.on_invalid)
+    else:
+        queries = QueryStream(inputs.queries_path, job.limits, on_invalid=cfg.on_invalid)
+    _, _, doc_files = plan_pieces(inputs.docs_path, 1)  # the corpus's files and footers
+    check_unchanged_since(start_ns, queries.files)
+    if cfg.self_join:
+        _check_self_join_size(inputs.docs_path, queries.n_queries, job.exclude_self)
+    elif queries.n_queries == 0:
+        raise InputError(f"{inputs.queries_path}: no queries found; expected at least one")
+    fingerprints = {"docs": fingerprint(doc_files, inputs.docs_path)}
+    # A self-join's queries are the docs: the same files, the same fingerprint.
+    fingerprints["queries"] = fingerprints["docs"] if cfg.self_join else fingerprint(queries.files, inputs.queries_path)
+    return Validated(queries, fingerprints, start_ns)
+
+
+def check_unchanged_since(start_ns: int, files) -> None:
+    """Refuse inputs modified after ``start_ns`` (while the driver read them): the validated
+    data and what the actors will read could differ."""
+    for path in files:
+        if os.stat(path).st_mtime_ns > start_ns:
+            raise InputError(
+                path, "input files that stay unchanged while the job runs", "a file modified while the job was reading it",
+                "run the job once the input is completely written (write it elsewhere, then move it into place)",
+            )
+
+
+def self_join_note(cfg: configs.JobConfig) -> str:
+    """`` (self-join: every doc is a query, ...)``, for log lines and the manifest."""
+    own = "each doc included in its own results" if cfg.include_self else "each doc left out of its own results"
+    return f" (self-join: every doc is a query, {own})"
+
+
+def _check_self_join_size(docs_path: str, n_docs: int, exclude_self: bool) -> None:
+    """Refuse a self-join that would write no row at all: no docs, or one doc without itself."""
+    if n_docs == 0:
+        raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")
+    if exclude_self and n_docs < 2:
+        raise InputError(
+            f"{docs_path}: self-join needs at least 2 docs (each doc is searched against the others), found {n_docs}; "
+            "add docs, or keep each doc in its own results with --include-self"
+        )
