@@ -211,7 +211,9 @@ AUTO_QUERY_BATCH_SIZE = {"cupy": 4096, "numpy": 256}
 """Queries per request with ``query_batch_size: auto``. For cupy, 4096 is the GPU index's own
 batch, so each request pays the per-batch steps (sampling levels, selections, transfers) once
 for as many queries as the GPU searches at a time; smaller batches pay them more often. For
-numpy, 256 keeps a request's lookup tables in cache. Measurements: docs/benchmarks.md."""
+numpy, 256: the NumPy search holds arrays of (batch x shard docs) elements (overlaps, keys,
+sort values), so the batch bounds an actor's memory. Measurements: docs/benchmarks.md,
+"Settings chosen from these measurements"."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ class JobConfig(SearchConfig):
         same time. Sharding splits the scan of each query, but every shard still pays the
         per-query steps (bounds, selection, transfers); replicas pay them once per query.
         Where a shard fits on one GPU and queries are many, replicas scale better
-        (docs/benchmarks.md, Scaling).
+        (docs/benchmarks.md, "Scaling").
     query_batch_size : int or "auto"
         Queries sent to the actors per request. ``"auto"``: :data:`AUTO_QUERY_BATCH_SIZE`
         of the backend (see :meth:`batch_size_for`).
@@ -249,7 +251,7 @@ class JobConfig(SearchConfig):
         docs and queries that cannot enter the top-k. Exact either way; off sends every query
         to every shard at once. ``"auto"``: on with the numpy backend, off with cupy, where
         the second call per batch costs more than the work the floors skip
-        (docs/benchmarks.md).
+        (docs/benchmarks.md, "Settings chosen from these measurements").
     self_join : bool
         Search the corpus against itself: every doc is a query (its id, as text, is the
         ``query_id``; there are no separate queries), and by default its own doc is left out

@@ -134,7 +134,7 @@ def settle(args, started: datetime.datetime) -> Job | None:
 
     Raises
     ------
-    configs.ConfigError, UsageError, jobs.output.OutputExistsError, shards.InputError
+    configs.ConfigError, UsageError, jobs.output.OutputExistsError, shards.inputs.InputError
         For a bad config, arguments that do not fit together, an output path that is not
         the job's, or missing inputs.
     """
@@ -163,7 +163,7 @@ def validate(job: Job) -> Validated:
 
     Raises
     ------
-    shards.InputError
+    shards.inputs.InputError
         For a bad query (with ``on_invalid: error``), no queries, a self-join with too few
         docs, or a query file modified while the driver read it.
     """

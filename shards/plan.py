@@ -1,4 +1,4 @@
-"""Shard planning: contiguous doc-length ranges balanced by token count."""
+"""Shard planning: contiguous doc-length ranges balanced by search cost (token count by default)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int, doc_cost: 
     doc_cost : numpy.ndarray of int, shape (max_len + 1,), optional
         Search work of one doc of each length, balanced instead of token counts (default:
         the length itself). On the GPU a doc costs its ids padded to a multiple of 8 plus a
-        per-doc overhead (:func:`kernels.cuda.search_cost_per_doc`), so short docs cost more
+        per-doc overhead (:func:`kernels.cost.cupy_search_cost_per_doc`), so short docs cost more
         than their ids.
 
     Returns
