@@ -34,13 +34,13 @@ class ShardSpec:
         return asdict(self)
 
 
-def _fits(weights: np.ndarray, cap: int, n_parts: int) -> bool:
-    parts, load = 1, 0
+def _fits(weights: np.ndarray, cap: int, n_shards: int) -> bool:
+    shards, load = 1, 0
     for w in weights:
         if load + w > cap:
-            parts, load = parts + 1, 0
+            shards, load = shards + 1, 0
         load += w
-    return parts <= n_parts
+    return shards <= n_shards
 
 
 def _boundaries(weights: np.ndarray, n_parts: int) -> list[int]:
