@@ -43,12 +43,12 @@ def _fits(weights: np.ndarray, cap: int, n_shards: int) -> bool:
     return shards <= n_shards
 
 
-def _boundaries(weights: np.ndarray, n_parts: int) -> list[int]:
-    """Start index of each part of the optimal contiguous partition (min of max load)."""
+def _boundaries(weights: np.ndarray, n_shards: int) -> list[int]:
+    """Start index of each shard in the optimal contiguous partition (min of max load)."""
     lo, hi = int(weights.max()), int(weights.sum())
     while lo < hi:  # binary search on the largest load a greedy packing can meet
         mid = (lo + hi) // 2
-        if _fits(weights, mid, n_parts):
+        if _fits(weights, mid, n_shards):
             hi = mid
         else:
             lo = mid + 1
@@ -59,7 +59,7 @@ def _boundaries(weights: np.ndarray, n_parts: int) -> list[int]:
             load = 0
         load += w
     # Splitting a part never raises the maximum, so use every shard we may.
-    while len(starts) < n_parts:
+    while len(starts) < n_shards:
         ends = starts[1:] + [len(weights)]
         loads = [(weights[s:e].sum(), s, e) for s, e in zip(starts, ends) if e - s > 1]
         if not loads:
