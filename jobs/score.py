@@ -240,7 +240,10 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
     import ray
 
     if not ray.is_initialized():
-        ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
+        # No address: attaches to the cluster under `ray job submit`, else starts a local one.
+        # --quiet: Ray's own start-up lines (INFO, and WARNINGs about a local instance) are
+        # not the job's warnings; its errors still show.
+        ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
     resources = ray.cluster_resources()
     backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas)
     cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend))
@@ -317,7 +320,7 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
 def _load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, searcher_cls: type) -> list[dict]:
     """Start the shard actors in their bundles and wait until each has loaded its shard; returns their ``info()``."""
     cfg = job.cfg
-    pool.actors = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
+    pool.actors, pool.holder = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
     placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
     bar = progress_bar("load", len(pool.actors), "shard", job.args.quiet)
     infos = gather(pool.actors, placeholders, lambda a: a.info.remote(), "loading", cfg.faults.load_timeout_s, 1, 0.0,

@@ -274,3 +274,27 @@ def test_the_lock_is_released_and_retaken(tmp_path):
     assert json.loads(output_lock_path(out, out).read_text())["run_id"] == "b"
     second.release()
     assert not output_lock_path(out, out).exists()
+
+
+# (11) a successful --quiet run prints nothing
+
+def test_restartable_shard_actors_take_no_object_store_arguments(tmp_path, ray_cluster, capfd):
+    docs, queries = _inputs(tmp_path)
+    capfd.readouterr()
+    assert score.main(["--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"), "--config", job_config(tmp_path),
+                       "--k", "2", "--quiet"]) == 0
+    err = capfd.readouterr().err
+    assert "constructor arguments in the object store" not in err, err
+
+
+@pytest.mark.slow
+def test_a_quiet_successful_run_prints_nothing(tmp_path):
+    """A run of its own (its own local Ray instance, as a user starts it): Ray's start-up lines too must stay quiet."""
+    docs, queries = _inputs(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "jobs.score", "--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"),
+                           "--config", job_config(tmp_path), "--k", "2", "--quiet"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout, proc.stderr) == ("", "")
