@@ -298,3 +298,34 @@ def test_a_quiet_successful_run_prints_nothing(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (proc.stdout, proc.stderr) == ("", "")
+
+
+# (5) list<uint16> Parquet: quarantine works, a repeated query_id is exit 2 with file and row
+
+def _uint16_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tokens = pa.list_(pa.uint16())
+    pq.write_table(pa.table({"doc_id": pa.array([0, 1, 2, 3], pa.int64()),
+                             "tokens": pa.array([[1, 2], [2, None], [3, 4], [1]], tokens)}), tmp_path / "docs.parquet")
+    pq.write_table(pa.table({"query_id": ["a", "b", "a"], "tokens": pa.array([[1], [2, 3], [4]], tokens)}), tmp_path / "q.parquet")
+    return str(tmp_path / "docs.parquet"), str(tmp_path / "q.parquet")
+
+
+def test_repeated_query_id_in_uint16_parquet_is_exit_2_with_file_and_row(tmp_path, caplog):
+    docs, queries = _uint16_parquet(tmp_path)
+    _refused(tmp_path, caplog, ["--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"), "--config", job_config(tmp_path)],
+             f"{queries} row 2 (0-based row)", "query_id 'a' again")
+
+
+def test_quarantine_on_uint16_parquet_sets_the_bad_rows_aside(tmp_path, ray_cluster):
+    import pyarrow.parquet as pq
+
+    docs, queries = _uint16_parquet(tmp_path)
+    out = tmp_path / "out"
+    assert score.main(["--docs", docs, "--queries", queries, "--out", str(out), "--config", job_config(tmp_path, on_invalid="quarantine"),
+                       "--k", "2", "--quiet"]) == 0
+    rejected = pq.read_table(out / "_rejected" / "rejected.parquet").to_pydict()
+    assert sorted(zip(rejected["input"], rejected["row"])) == [("docs", 1), ("queries", 2)]
+    assert sorted({r[0] for r in result_rows(out)}) == ["a", "b"]
