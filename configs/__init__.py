@@ -19,6 +19,7 @@ from kernels.keys import SCORES
 from kernels.postings import ROUTINGS
 
 __all__ = [
+    "MAX_K",
     "AUTO_QUERY_BATCH_SIZE",
     "ConfigError",
     "FaultConfig",
@@ -37,6 +38,8 @@ __all__ = [
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 BACKENDS = ("auto", "numpy", "cupy")
 PARTITIONS = ("none", "dt")
+MAX_K = 32767
+"""The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 
 
 class ConfigError(ValueError):
@@ -142,8 +145,8 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"n_shards must be 'auto' or an integer >= 1, found {cfg.n_shards!r}")
     if not 0 < cfg.gpus_per_shard <= 1 or cfg.cpus_per_shard < 0:
         problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
-    if cfg.k < 1:
-        problems.append(f"k must be >= 1, found {cfg.k}")
+    if not 1 <= cfg.k <= MAX_K:
+        problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
     if not 1 <= cfg.max_len <= 255:
         problems.append(f"max_len must be in [1, 255], found {cfg.max_len}")
     if not 1 <= cfg.vocab_size <= 65536:
