@@ -138,7 +138,8 @@ def settle(args, started: datetime.datetime) -> Job | None:
         For a bad config, arguments that do not fit together, an output path that is not
         the job's, or missing inputs.
     """
-    overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
+    flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size")  # flag dest = config key
+    overrides = {name: getattr(args, name, None) for name in flags if getattr(args, name, None) is not None}
     overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
     cfg = configs.load_config(args.config, overrides)
     if cfg.self_join:

@@ -248,7 +248,7 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
     for phase in ("validate", "connect", "load", "search", "commit"):
         assert f"phase {phase}:" in logs, logs
     assert f"done: run {submission_id}: 12 queries x 400 docs, k=7" in logs
-    assert "search: 100%" in logs  # the progress bar (Ray's tqdm) reached the job log
+    assert "search: 100%" in logs  # the progress bar reached the job log
 
     part = root / "dt=2026-11-20"
     table = pq.read_table(part)
