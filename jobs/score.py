@@ -56,7 +56,7 @@ from shards.searcher import ShardSearcher
 from . import add_version, prog_name
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
-from .manifest import build_manifest, inputs_section, output_section, shard_entries
+from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
 from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
@@ -455,6 +455,7 @@ def run(args, searcher_cls: type = ShardSearcher) -> int:
 def _run(args, pool: ShardPool, searcher_cls: type) -> int:
     """The stages in order; each phase is timed and logged (:class:`jobs.progress.PhaseClock`)."""
     clock = PhaseClock()
+    _check_outputs_absolute_under_ray_job(args)
     job = settle(args, clock.started)
     if job is None:
         return EXIT_OK
@@ -492,13 +493,32 @@ def _run(args, pool: ShardPool, searcher_cls: type) -> int:
     return EXIT_OK
 
 
+def _check_outputs_absolute_under_ray_job(args) -> None:
+    """Under ``ray job submit`` the driver's working directory is Ray's temporary copy of
+    ``--working-dir``, gone with the head: refuse a relative ``--out`` (its default included)
+    or ``--tsv`` there rather than write the result where nobody finds it."""
+    submission_id = ray_submission_id()
+    if submission_id is None:
+        return
+    for flag, value in (("--out", args.out), ("--tsv", args.tsv)):
+        if value is not None and not os.path.isabs(value):
+            default = " (the default)" if flag == "--out" and value == build_parser().get_default("out") else ""
+            raise UsageError(
+                f"{flag} {value}{default} is a relative path, and this driver runs under the Ray job {submission_id}, "
+                f"whose working directory is Ray's temporary copy of the job's --working-dir ({os.getcwd()}): the result "
+                f"would be lost with it; give an absolute path or a URI for {flag}, on storage every node of the cluster "
+                "reaches, e.g. --out /mnt/shared/settopk-results"
+            )
+
+
 def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, total_rows: int,
               timings: dict) -> None:
     """The run's last log line: what was searched, where the result went, and the phase times."""
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, job.target.out_dir, cluster.backend, len(plan),
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, os.path.abspath(job.target.out_dir),
+        cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )
 

@@ -101,3 +101,37 @@ def test_progress_units_read_as_a_person_would(monkeypatch, capsys):
     assert "1/1 shards" in err and "1.00" not in err.split("search")[0]
     assert "1.20M/3.00M queries" in err and "queries/s" in err and "Mquery" not in err
     assert progress_bar("read", 40, "pieces", quiet=True).update(1) is None and not capsys.readouterr().err
+
+
+def _under_ray_job(monkeypatch, submission_id="raysubmit_test"):
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"metadata": {"job_submission_id": submission_id}}))
+
+
+@pytest.mark.parametrize("out_args", [[], ["--out", "results"], ["--out", "results", "--tsv", "/tmp/x.tsv"],
+                                      ["--out", "/abs/results", "--tsv", "x.tsv"]])
+def test_relative_output_under_a_ray_job_is_refused(tmp_path, monkeypatch, caplog, out_args):
+    docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3]])
+    _under_ray_job(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("ERROR", logger="settopk"):
+        code = score.main(["--docs", docs, "--queries", docs, "--config", job_config(tmp_path), "--quiet", *out_args])
+    assert code == 2
+    assert "give an absolute path or a URI" in caplog.text and "raysubmit_test" in caplog.text
+    if not out_args:
+        assert "out/settopk-results (the default)" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt"]  # nothing written
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_summary_line_names_the_absolute_result_path_and_quiet_stays_silent(tmp_path, monkeypatch, caplog, capsys):
+    docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3], [4]])
+    monkeypatch.chdir(tmp_path)
+    args = ["--docs", docs, "--queries", docs, "--config", job_config(tmp_path), "--out", "rel-out"]
+    with caplog.at_level("INFO", logger="settopk"):
+        assert score.main(args) == 0
+    done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("done: run")]
+    assert len(done) == 1 and f"-> {tmp_path / 'rel-out'} |" in done[0]
+    capsys.readouterr()
+    assert score.main(args + ["--force", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "done" not in captured.err
