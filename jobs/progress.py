@@ -32,7 +32,7 @@ class _NoBar:
 _SCALE_FROM = 100_000
 """Totals from which counts and rates are shown with SI prefixes (``1.20M/3.00M queries``);
 below it, as plain integers (``3/40 pieces``)."""
-_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_fmt}]"
+_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_noinv_fmt}]"
 
 
 def progress_bar(desc: str, total: int, unit: str, quiet: bool):

@@ -100,6 +100,13 @@ def test_progress_units_read_as_a_person_would(monkeypatch, capsys):
     assert "3/40 pieces" in err and " pieces/s" in err
     assert "1/1 shards" in err and "1.00" not in err.split("search")[0]
     assert "1.20M/3.00M queries" in err and "queries/s" in err and "Mquery" not in err
+    slow = progress_bar("read", 4, "pieces", quiet=False)
+    slow.start_t -= 200  # a piece every 100 s: tqdm would otherwise invert the rate ("100.00s/ pieces")
+    slow.last_print_t -= 200
+    slow.update(2)
+    slow.close()
+    err = capsys.readouterr().err
+    assert "2/4 pieces" in err and "0.01 pieces/s" in err and "s/ pieces" not in err
     assert progress_bar("read", 40, "pieces", quiet=True).update(1) is None and not capsys.readouterr().err
 
 

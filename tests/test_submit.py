@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shlex
 import shutil
@@ -419,3 +420,58 @@ def test_submit_from_a_checkout_whose_venv_is_not_dot_venv(ray_head, tmp_path):
     for copy in unpacked:
         assert (copy / "jobs" / "score.py").is_file()
         assert not [n for n in _NOT_SOURCE if (copy / n).exists()], sorted(p.name for p in copy.iterdir())
+
+
+def _hold_default_ports() -> list[socket.socket]:
+    """Listen on Ray's default ports where they are free, as another Ray on the machine would."""
+    held = []
+    for port in (6379, 8265, 10001, 52365):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            held.append(s)
+        except OSError:  # taken already: by someone else, which is the point
+            s.close()
+    return held
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S)
+def test_operations_recipe_runs_as_printed_with_the_default_ports_taken(tmp_path):
+    missing = _head_dependencies_missing()
+    if missing:
+        pytest.skip(missing)
+    import psutil
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "ray start --head" in b)
+    assert "ray stop" not in block.replace("`ray stop` would", "")
+    block = block.replace("/tmp/settopk-corpus", str(tmp_path / "corpus")).replace("/tmp/settopk-demo", str(tmp_path / "demo"))
+    home = tmp_path / "home"  # the recipe's auth token goes to ~/.ray: not the developer's
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    held = _hold_default_ports()
+    head_dir = None
+    try:
+        done = subprocess.run(["bash", "-c", block + '\necho "HEAD_DIR=$HEAD_DIR"\n'], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S - 30)
+        output = done.stdout + done.stderr
+        head_dir = re.search(r"^HEAD_DIR=(\S+)$", done.stdout, flags=re.M).group(1)
+        assert output.count("Job 'settopk-demo' succeeded") == 2, output[-5000:]  # `ray job submit`, then `ray job status`
+        assert "the head did not come up" not in output
+        manifest = json.loads((tmp_path / "demo" / "_manifest.json").read_text())
+        assert manifest["run_id"] == "settopk-demo" and manifest["counts"]["n_queries"] == 50
+        left = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"]) if head_dir in " ".join(p.info["cmdline"] or [])]
+        assert not left, f"processes of the recipe's head still running: {left}"
+        for s in held:  # the ports another Ray held are still that Ray's
+            assert s.fileno() != -1
+    finally:
+        for s in held:
+            s.close()
+        if head_dir:
+            for p in psutil.process_iter(["pid", "cmdline"]):
+                if head_dir in " ".join(p.info["cmdline"] or []):
+                    p.kill()
+            shutil.rmtree(head_dir, ignore_errors=True)
