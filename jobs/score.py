@@ -3,6 +3,7 @@
 ``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--score NAME] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 ``python -m jobs.score --self-join --docs PATH --out DIR [--include-self]``
+``... [--backend B] [--routing R] [--shards N|auto] [--replicas N] [--query-batch-size N|auto]`` (override the config)
 
 :func:`run` calls one stage after another:
 
