@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 
+from . import add_version, prog_name
 from .synthetic import GENERATOR_VERSION, SyntheticSpec, generate_docs, generate_queries, write_parquet
 
 __all__ = ["build_parser", "main"]
@@ -22,9 +23,10 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of the job."""
     p = argparse.ArgumentParser(
-        prog="python -m jobs.make_corpus",
+        prog=prog_name("jobs.make_corpus"),
         description="Generate a synthetic corpus shaped like the STI2 data into DIR/docs.parquet and DIR/queries.parquet.",
     )
+    add_version(p)
     p.add_argument("--out-dir", required=True, help="output directory (created if missing)")
     p.add_argument("--n-docs", type=int, required=True, help="number of docs (7853052 = the exact STI2 length histogram)")
     p.add_argument("--n-queries", type=int, required=True, help="number of queries")

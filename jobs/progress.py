@@ -1,8 +1,8 @@
 """The driver's progress: one bar per long phase, and each phase's time and peak memory.
 
-Under a Ray job the driver's output goes to the job log, so a bar is Ray's ``tqdm_ray``
-(updates rate-limited to one a second); locally it is plain tqdm on stderr, shown only
-for phases longer than :data:`_BAR_DELAY_S` so that short runs stay quiet.
+A bar is tqdm on stderr. Under a Ray job that is the job log: updates at most once a
+second; locally a bar is shown only for phases longer than :data:`_BAR_DELAY_S` so that
+short runs stay quiet.
 """
 
 from __future__ import annotations
@@ -29,17 +29,39 @@ class _NoBar:
         pass
 
 
+_SCALE_FROM = 100_000
+"""Totals from which counts and rates are shown with SI prefixes (``1.20M/3.00M queries``);
+below it, as plain integers (``3/40 pieces``)."""
+_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_noinv_fmt}]"
+
+
 def progress_bar(desc: str, total: int, unit: str, quiet: bool):
-    """A progress bar for one phase: ``update(n)`` and ``close()``; does nothing where ``quiet``."""
+    """A progress bar for one phase: ``update(n)`` and ``close()``; does nothing where ``quiet``.
+
+    Parameters
+    ----------
+    desc : str
+        The phase (``read``, ``load``, ``search``).
+    total : int
+        Units of work in the phase.
+    unit : str
+        The unit in the plural as a person reads it: ``pieces``, ``shards``, ``queries``; the
+        bar reads ``3/40 pieces [00:02<00:10, 1.50 pieces/s]``.
+    quiet : bool
+        No bar at all.
+    """
     if quiet:
         return _NoBar()
-    if ray_submission_id() is not None:
-        from ray.experimental.tqdm_ray import tqdm as ray_tqdm
-
-        return ray_tqdm(desc=desc, total=total, unit=unit)
     from tqdm import tqdm
 
-    return tqdm(desc=desc, total=total, unit=unit, file=sys.stderr, delay=_BAR_DELAY_S, dynamic_ncols=True)
+    # Ray's tqdm_ray always scales units (``1.00/1.00 piece``); the driver's stderr is the job
+    # log under `ray job submit` anyway, so plain tqdm, at most one update a second there.
+    under_job = ray_submission_id() is not None
+    return tqdm(
+        desc=desc, total=total, unit=f" {unit}", unit_scale=total >= _SCALE_FROM, bar_format=_BAR_FORMAT,
+        file=sys.stderr, delay=0.0 if under_job else _BAR_DELAY_S, mininterval=1.0 if under_job else 0.1,
+        dynamic_ncols=True,
+    )
 
 
 def max_rss_bytes() -> int:

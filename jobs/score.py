@@ -3,6 +3,7 @@
 ``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--score NAME] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 ``python -m jobs.score --self-join --docs PATH --out DIR [--include-self]``
+``... [--backend B] [--routing R] [--shards N|auto] [--replicas N] [--query-batch-size N|auto]`` (override the config)
 
 :func:`run` calls one stage after another:
 
@@ -48,15 +49,17 @@ import pyarrow as pa
 
 import configs
 from kernels import SCORES, search_cost_per_doc
+from kernels.postings import ROUTINGS
 from shards import plan_shards_from_counts
 from shards.inputs import InputError, fingerprint
 from shards.searcher import ShardSearcher
 
+from . import add_version, prog_name
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
-from .manifest import build_manifest, inputs_section, output_section, shard_entries
-from .output import REJECTED_SCHEMA, OutputExistsError, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
+from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
+from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import search_chunks
@@ -78,16 +81,18 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of ``jobs.score``."""
     p = argparse.ArgumentParser(
-        prog="python -m jobs.score",
-        description="Exact top-k set-overlap search (Braun-Blanquet by default); results as a Parquet dataset.",
+        prog=prog_name("jobs.score"),
+        description="Exact top-k set-overlap search (Braun-Blanquet by default); results as a Parquet dataset. "
+        "Options that name a config key override the config's value.",
     )
+    add_version(p)
     p.add_argument("--docs", help="corpus: STI2 docs.txt, or a Parquet file/directory (doc_id, tokens)")
     p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens)")
     p.add_argument(
         "--out", default="out/settopk-results",
         help="result dataset directory; with a partitioned config (nightly) the dataset root (default: %(default)s)",
     )
-    p.add_argument("--k", type=int, help="results per query (default: the config's k, 100)")
+    p.add_argument("--k", type=_k_value, metavar="K", help="results per query (default: the config's k, 100)")
     p.add_argument(
         "--score", choices=SCORES, metavar="NAME",
         help=f"what to rank by, one of {', '.join(SCORES)} (default: the config's score, braun_blanquet)",
@@ -101,9 +106,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-self", action="store_true",
         help="with --self-join: keep each doc in its own results (config key include_self)",
     )
+    p.add_argument(
+        "--backend", choices=configs.BACKENDS,
+        help="search backend: cupy (GPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs) (config key backend)",
+    )
+    p.add_argument(
+        "--routing", choices=ROUTINGS,
+        help=f"how a shard finds its candidates, one of {', '.join(ROUTINGS)} (config key routing)",
+    )
+    p.add_argument(
+        "--shards", dest="n_shards", type=_auto_or_positive_int, metavar="N|auto",
+        help="length-bucket shards; auto: one per GPU (cupy) or per CPU slot (numpy) divided by --replicas (config key n_shards)",
+    )
+    p.add_argument("--replicas", type=_positive_int, metavar="N", help="actors per shard (config key replicas)")
+    p.add_argument(
+        "--query-batch-size", dest="query_batch_size", type=_auto_or_positive_int, metavar="N|auto",
+        help="queries per call to a shard actor; auto: the backend's default (config key query_batch_size)",
+    )
     p.add_argument("--config", default="local", help=f"config name {configs.config_names()} or YAML path (default: %(default)s)")
     p.add_argument("--tsv", help="also write the competition's TSV result file here")
-    p.add_argument("--dry-run", action="store_true", help="validate inputs, print the shard plan, and exit")
+    p.add_argument(
+        "--dry-run", action="store_true",
+        help="validate inputs, print the shard plan and whether the real run would do anything, and exit",
+    )
     p.add_argument("--force", action="store_true", help="recompute even if --out already holds a finished result")
     p.add_argument("--quiet", action="store_true", help="no progress bars; warnings and errors only (for schedulers)")
     p.add_argument(
@@ -115,6 +140,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="id recorded in the manifest and Parquet metadata (default: the Ray job's submission id, else a new one)",
     )
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}")
+    return value
+
+
+def _k_value(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= configs.MAX_K:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer in [1, {configs.MAX_K}] (the result's rank column is int16), found {text!r}")
+    return value
+
+
+def _auto_or_positive_int(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, found {text!r}") from None
 
 
 def _iso_date(text: str) -> datetime.date:
@@ -262,7 +317,7 @@ def _read(job: Job, cluster: _Cluster, valid: Validated, pool: ShardPool):
     if fingerprint(doc_files, docs_path) != valid.fingerprints["docs"]:
         raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
                          "run the job once the input is completely written (write it elsewhere, then move it into place)")
-    bar = progress_bar("read", len(pieces), "piece", job.args.quiet)
+    bar = progress_bar("read", len(pieces), "pieces", job.args.quiet)
     try:
         corpus = read_corpus_pieces(pieces, job.limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=pool.group)
     finally:
@@ -322,7 +377,7 @@ def _load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, sear
     cfg = job.cfg
     pool.actors, pool.holder = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
     placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
-    bar = progress_bar("load", len(pool.actors), "shard", job.args.quiet)
+    bar = progress_bar("load", len(pool.actors), "shards", job.args.quiet)
     infos = gather(pool.actors, placeholders, lambda a: a.info.remote(), "loading", cfg.faults.load_timeout_s, 1, 0.0,
                    on_done=lambda: bar.update(1))
     bar.close()
@@ -334,7 +389,7 @@ def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actor
     writes its part. Returns the search's timings (:func:`jobs.search.search_chunks`)."""
     cfg = job.cfg
     todo = [c for c in work.chunks if c.index not in work.done]
-    bar = progress_bar("search", sum(c.hi - c.lo for c in todo), "query", job.args.quiet)
+    bar = progress_bar("search", sum(c.hi - c.lo for c in todo), "queries", job.args.quiet)
     stream = ((c, ids, sets) for c, (ids, sets) in zip(work.chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in work.done)
     # Excluding self, the shards search k + 1 per query and the merge tasks drop each
     # query's own doc (exact: see shards.drop_own_docs).
@@ -418,6 +473,7 @@ def run(args, searcher_cls: type = ShardSearcher) -> int:
 def _run(args, pool: ShardPool, searcher_cls: type) -> int:
     """The stages in order; each phase is timed and logged (:class:`jobs.progress.PhaseClock`)."""
     clock = PhaseClock()
+    _check_outputs_absolute_under_ray_job(args)
     job = settle(args, clock.started)
     if job is None:
         return EXIT_OK
@@ -444,6 +500,9 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
     if args.dry_run:
         print("\n".join(lines + [f"  output: {job.target.out_dir}"]))
+        if check_output_dir(job.target.out_dir, args.force):
+            print(f"  no-op: {job.target.out_dir} already holds a finished result, so the real run would do nothing "
+                  "(add --force to recompute)")
         return EXIT_OK
     job, work = _open_work(job, valid, facts, lines)
     try:
@@ -462,13 +521,32 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     return EXIT_OK
 
 
+def _check_outputs_absolute_under_ray_job(args) -> None:
+    """Under ``ray job submit`` the driver's working directory is Ray's temporary copy of
+    ``--working-dir``, gone with the head: refuse a relative ``--out`` (its default included)
+    or ``--tsv`` there rather than write the result where nobody finds it."""
+    submission_id = ray_submission_id()
+    if submission_id is None:
+        return
+    for flag, value in (("--out", args.out), ("--tsv", args.tsv)):
+        if value is not None and not os.path.isabs(value):
+            default = " (the default)" if flag == "--out" and value == build_parser().get_default("out") else ""
+            raise UsageError(
+                f"{flag} {value}{default} is a relative path, and this driver runs under the Ray job {submission_id}, "
+                f"whose working directory is Ray's temporary copy of the job's --working-dir ({os.getcwd()}): the result "
+                f"would be lost with it; give an absolute path or a URI for {flag}, on storage every node of the cluster "
+                "reaches, e.g. --out /mnt/shared/settopk-results"
+            )
+
+
 def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, total_rows: int,
               timings: dict) -> None:
     """The run's last log line: what was searched, where the result went, and the phase times."""
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, job.target.out_dir, cluster.backend, len(plan),
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, os.path.abspath(job.target.out_dir),
+        cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )
 

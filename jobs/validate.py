@@ -144,8 +144,8 @@ def settle(args, started: datetime.datetime) -> Job | None:
         the job's, overlaps an input, cannot be written or is locked by another run, a
         finished result of other inputs or settings at ``--out``, or missing inputs.
     """
-    _check_cli_values(args)
-    overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
+    flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size")  # flag dest = config key
+    overrides = {name: getattr(args, name, None) for name in flags if getattr(args, name, None) is not None}
     overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
     cfg = configs.load_config(args.config, overrides)
     if cfg.self_join:
@@ -171,16 +171,6 @@ def settle(args, started: datetime.datetime) -> Job | None:
         if lock is not None:
             lock.release()
         raise
-
-
-def _check_cli_values(args) -> None:
-    """Refuse command-line values out of range, naming the option (not the config file)."""
-    k = getattr(args, "k", None)
-    if k is not None and not 1 <= k <= configs.MAX_K:
-        raise UsageError(
-            f"--k {k}: expected an integer in [1, {configs.MAX_K}] (the result's rank column is int16), found {k}; "
-            f"fix: pass a k in that range"
-        )
 
 
 def _check_output_paths(args, target: Target, inputs: Inputs) -> None:

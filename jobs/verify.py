@@ -21,20 +21,29 @@ import pyarrow.parquet as pq
 import configs
 from kernels import NumpyShardIndex
 
-__all__ = ["main"]
+from . import add_version, prog_name
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface of ``jobs.verify``."""
+    p = argparse.ArgumentParser(prog=prog_name("jobs.verify"), description=__doc__.splitlines()[0])
+    add_version(p)
+    p.add_argument("--docs", required=True, help="the corpus the run searched (as given to settopk-score --docs)")
+    p.add_argument("--queries", required=True, help="the queries the run searched (as given to settopk-score --queries)")
+    p.add_argument("--results", required=True, help="result dataset directory written by jobs.score")
+    p.add_argument("--sample", type=int, default=200, help="queries to recheck (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the query sample (default: %(default)s)")
+    p.add_argument("--config", default="local", help="config whose vocab_size and max_len the run used (default: %(default)s)")
+    return p
 
 
 def main(argv=None) -> int:
     """Entry point of ``python -m jobs.verify``; returns the exit code."""
     from shards.inputs import SetLimits, read_corpus, read_queries
 
-    p = argparse.ArgumentParser(prog="python -m jobs.verify", description=__doc__.splitlines()[0])
-    p.add_argument("--docs", required=True)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--results", required=True, help="result dataset directory written by jobs.score")
-    p.add_argument("--sample", type=int, default=200, help="queries to recheck (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--config", default="local", help="config whose vocab_size and max_len the run used")
+    p = build_parser()
     args = p.parse_args(argv)
 
     cfg = configs.load_config(args.config)

@@ -1,4 +1,5 @@
-"""The nightly dataset as analytics tools read it: DuckDB, Polars and pyarrow.dataset, with no help.
+"""The results as analytics tools read them: DuckDB, Polars, pandas and pyarrow (Spark where
+installed), with no help, on both layouts; every reader line of the README is run as written.
 
 Two nights are written with the shipped ``nightly`` config into one dataset root; each reader
 must see the same rows, the documented column types, a ``dt`` date column from the Hive
@@ -108,14 +109,89 @@ def test_duckdb_reads_types_rows_and_metadata(nightly_root):
     assert meta["settopk.k"] == str(K) and meta["settopk.score"].startswith("Braun-Blanquet")
 
 
-def test_readme_duckdb_query_runs(nightly_root):
-    duckdb = pytest.importorskip("duckdb")
+@pytest.fixture(scope="module")
+def results_dir(nightly_root):
+    """One result directory (the default, unpartitioned layout), with a quarantined line, so that
+    it also holds ``_rejected/``."""
+    manifest = _manifest(nightly_root, NIGHTS[0])
+    tmp = nightly_root.parent
+    docs = tmp / "docs-with-a-bad-line.txt"
+    docs.write_text(pathlib.Path(manifest["inputs"]["docs"]["path"]).read_text() + "1,x\n")
+    cfg = tmp / "quarantine.yaml"
+    cfg.write_text("backend: numpy\nn_shards: 1\ncpus_per_shard: 0.5\non_invalid: quarantine\n")
+    out = tmp / "one-result"
+    assert score.main(["--config", str(cfg), "--docs", str(docs), "--queries", manifest["inputs"]["queries"]["path"],
+                       "--out", str(out), "--k", str(K), "--quiet"]) == 0
+    assert (out / "_rejected").is_dir() and (out / "_manifest.json").is_file()
+    return out
+
+
+def _readme_reader_lines() -> list[str]:
     readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```sql\n(.*?)```", readme, flags=re.S)
-    query = next(b for b in blocks if "read_parquet('results/" in b)
-    rows = duckdb.connect().sql(query.replace("'results/", f"'{nightly_root}/")).fetchall()
-    assert len(rows) == len(NIGHTS) * N_QUERIES * 3
-    assert {r[0] for r in rows} == {datetime.date.fromisoformat(n) for n in NIGHTS}
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "pl.read_parquet(" in b)
+    return [line.split("  # ")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _as_arrow(result) -> pa.Table:
+    """Whatever a reader returned, as an Arrow table (to compare rows and types)."""
+    import pandas as pd
+    import polars as pl
+
+    if isinstance(result, pl.LazyFrame):
+        result = result.collect()
+    if isinstance(result, pl.DataFrame):
+        return result.to_arrow()
+    if isinstance(result, pd.DataFrame):
+        return pa.Table.from_pandas(result, preserve_index=False)
+    if isinstance(result, pa.Table):
+        return result
+    if hasattr(result, "toPandas"):  # a Spark DataFrame
+        return pa.Table.from_pandas(result.toPandas(), preserve_index=False)
+    return result.arrow().read_all() if hasattr(result.arrow(), "read_all") else result.arrow()  # a DuckDB relation
+
+
+def test_readme_reader_one_liners_run_as_written(nightly_root, results_dir, tmp_path, monkeypatch):
+    lines = _readme_reader_lines()
+    assert lines[0].startswith("import ")
+    readers = lines[1:]
+    for name in ("duckdb.sql(", "pl.read_parquet(", "pl.scan_parquet(", "pd.read_parquet(", "pq.read_table(", "spark.read.parquet("):
+        for layout in ("results", "nightly"):
+            assert any(r.startswith(name) and (f'"{layout}' in r or f"'{layout}/" in r) for r in readers), (name, layout)
+    (tmp_path / "results").symlink_to(results_dir)
+    (tmp_path / "nightly").symlink_to(nightly_root)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(lines[0], namespace)  # the block's import line, as written
+    try:
+        from pyspark.sql import SparkSession
+
+        namespace["spark"] = SparkSession.builder.master("local[1]").getOrCreate()
+    except ImportError:
+        readers = [r for r in readers if not r.startswith("spark.")]  # PySpark is not a test dependency
+    run_id = json.loads((results_dir / "_manifest.json").read_text())["run_id"]
+    for line in readers:
+        result = eval(line, namespace)  # noqa: S307 (the README's own line)
+        if isinstance(result, dict):  # Polars' footer metadata
+            assert result["settopk.run_id"] == run_id and result["settopk.k"] == str(K), line
+            continue
+        table = _as_arrow(result)
+        if "parquet_kv_metadata" in line:
+            kv = dict(zip(table["key"].to_pylist(), table["value"].to_pylist()))
+            assert kv["settopk.run_id"] == run_id and isinstance(kv["settopk.run_id"], str), line
+            continue
+        if "nightly" in line:
+            assert table.num_rows == len(NIGHTS) * N_QUERIES * K, line
+            assert table.schema.field("dt").type == pa.date32(), (line, table.schema.field("dt").type)
+            assert {d.isoformat() for d in table["dt"].to_pylist()} == set(NIGHTS), line
+        else:
+            assert table.num_rows == N_QUERIES * K and "dt" not in table.column_names, line
+        assert set(RESULT_SCHEMA.names) <= set(table.column_names), line
+
+
+def test_without_a_partitioning_schema_pandas_reads_dt_as_strings(nightly_root):
+    """Why the README gives pandas and pyarrow the schema: Hive discovery cannot infer a date."""
+    pd = pytest.importorskip("pandas")
+    assert isinstance(pd.read_parquet(nightly_root).dtypes["dt"], pd.CategoricalDtype)
 
 
 def test_polars_reads_types_and_rows(nightly_root):

@@ -150,11 +150,18 @@ def test_outputs_on_an_unwritable_filesystem_are_refused_with_the_reason(tmp_pat
 # (4), (9) k bounds, named after where they came from
 
 @pytest.mark.parametrize("k", ["0", "-3", "33000", "1000000000"])
-def test_k_out_of_range_on_the_command_line_is_refused_naming_k(tmp_path, caplog, k):
+def test_k_out_of_range_on_the_command_line_is_refused_naming_k(tmp_path, capsys, k):
     docs, queries = _inputs(tmp_path)
-    text = _refused(tmp_path, caplog, ["--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"),
-                                       "--config", job_config(tmp_path), "--k", k], f"--k {k}", "32767")
-    assert "c.yaml" not in text
+    config = job_config(tmp_path)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exc:
+        score.main(["--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"),
+                    "--config", config, "--k", k, "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --k" in err and "32767" in err and repr(k) in err, err
+    assert "c.yaml" not in err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before, "nothing may be written"
 
 
 def test_k_out_of_range_in_the_config_names_the_config(tmp_path, caplog):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shlex
 import shutil
@@ -142,11 +143,11 @@ class Head:
             os.environ.pop("RAY_ADDRESS", None)
             return JobSubmissionClient(self.address, headers={"Authorization": f"Bearer {self.token}"})
 
-    def ray_job(self, verb: str, *args: str, timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
-        """Run ``ray job VERB --address <this head> ARGS`` from the repository root."""
+    def ray_job(self, verb: str, *args: str, timeout: float = JOB_TIMEOUT_S, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess:
+        """Run ``ray job VERB --address <this head> ARGS`` from ``cwd`` (the repository root)."""
         return subprocess.run(
             [str(BIN / "ray"), "job", verb, "--address", self.address, *args],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,
+            cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout,
         )
 
     def log_tail(self, n: int = 40) -> str:
@@ -248,7 +249,7 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
     for phase in ("validate", "connect", "load", "search", "commit"):
         assert f"phase {phase}:" in logs, logs
     assert f"done: run {submission_id}: 12 queries x 400 docs, k=7" in logs
-    assert "search: 100%" in logs  # the progress bar (Ray's tqdm) reached the job log
+    assert "search: 100%" in logs  # the progress bar reached the job log
 
     part = root / "dt=2026-11-20"
     table = pq.read_table(part)
@@ -334,7 +335,7 @@ def test_kuberay_rayjob_example_is_consistent():
     spec = job["spec"]
     assert spec["rayClusterSpec"]["rayVersion"] == ray.__version__
     args = score.build_parser().parse_args(_score_args(spec["entrypoint"]))
-    assert args.config == "nightly" and args.quiet and args.docs and args.queries and args.out
+    assert args.config == "nightly" and args.quiet and args.docs and args.queries and os.path.isabs(args.out)
     assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] >= 1
 
 
@@ -353,3 +354,124 @@ def test_cron_example_parses():
         command = command.replace('"$(date -u +%F)"', "2026-11-20")
         args = score.build_parser().parse_args(_score_args(command))
         assert args.config == "nightly" and args.quiet and str(args.date) == "2026-11-20"
+
+
+def _checkout_with_odd_venvs(dst: pathlib.Path) -> pathlib.Path:
+    """A copy of this checkout's tracked files, with virtualenvs not named ``.venv`` and build
+    outputs beside them (what a developer's checkout may hold)."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("needs a git checkout (the tracked files are what is copied)")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dst / name)
+    for venv in ("venv", "env", ".venv-test", "tools/py311"):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dst / venv)], check=True, timeout=120)
+        assert (dst / venv / "pyvenv.cfg").exists()
+        site = next((dst / venv / "lib").glob("python3*/site-packages"))
+        (site / "big.bin").write_bytes(b"\0" * 2**20)  # stands for the packages
+    for junk in ("build/lib/jobs/score.py", "dist/settopk-0.1.0-py3-none-any.whl", "settopk.egg-info/PKG-INFO",
+                 "kernels/cuda/_ext.cpython-311-x86_64-linux-gnu.so", "jobs/__pycache__/score.cpython-311.pyc"):
+        (dst / junk).parent.mkdir(parents=True, exist_ok=True)
+        (dst / junk).write_text("x")
+    return dst
+
+
+_NOT_SOURCE = ("venv/", "env/", ".venv-test/", "tools/", "build/", "dist/", "settopk.egg-info/")
+
+
+@pytest.mark.timeout(120)
+def test_runtime_env_excludes_any_virtualenv_and_build_outputs(tmp_path):
+    """What `ray job submit --working-dir . --runtime-env configs/deploy/runtime-env.yaml` uploads,
+    zipped by Ray's own packaging code, from a checkout whose venvs are not named `.venv`."""
+    from ray._private.runtime_env.packaging import _zip_files
+
+    checkout = _checkout_with_odd_venvs(tmp_path / "checkout")
+    excludes = yaml.safe_load((DEPLOY / "runtime-env.yaml").read_text())["excludes"]
+    _zip_files(str(checkout), excludes, str(tmp_path / "pkg.zip"), include_gitignore=True)
+    import zipfile
+
+    names = set(zipfile.ZipFile(tmp_path / "pkg.zip").namelist())
+    leaked = sorted(n for n in names if n.startswith(_NOT_SOURCE) or n.endswith((".so", ".pyc", ".whl")) or "pyvenv.cfg" in n)
+    assert not leaked, leaked[:20]
+    tracked = {str(p.relative_to(checkout)) for p in checkout.rglob("*") if p.is_file()} - {
+        n for n in (str(p.relative_to(checkout)) for p in checkout.rglob("*") if p.is_file()) if n.startswith(_NOT_SOURCE)
+        or n.endswith((".so", ".pyc", ".whl"))}
+    assert tracked <= names, sorted(tracked - names)[:20]  # every source file goes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HEAD_START_TIMEOUT_S + JOB_TIMEOUT_S + 120)
+def test_submit_from_a_checkout_whose_venv_is_not_dot_venv(ray_head, tmp_path):
+    checkout = _checkout_with_odd_venvs(tmp_path / "checkout")
+    docs_path = _write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3], [3, 4, 5]])
+    submission_id = f"settopk-test-venv-{uuid.uuid4().hex[:8]}"
+    done = ray_head.ray_job(
+        "submit", *_submit_args(submission_id, "--docs", str(docs_path), "--queries", str(docs_path),
+                                "--out", str(tmp_path / "out"), "--k", "2"),
+        cwd=checkout,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ray_head.client().get_job_status(submission_id).value == "SUCCEEDED"
+    assert pq.read_table(tmp_path / "out").num_rows == 6
+    unpacked = [p for p in ray_head.tmp.glob("session_*/runtime_resources/working_dir_files/*") if (p / "jobs").is_dir()]
+    assert unpacked, "Ray's copy of the working directory was not found on the head"
+    for copy in unpacked:
+        assert (copy / "jobs" / "score.py").is_file()
+        assert not [n for n in _NOT_SOURCE if (copy / n).exists()], sorted(p.name for p in copy.iterdir())
+
+
+def _hold_default_ports() -> list[socket.socket]:
+    """Listen on Ray's default ports where they are free, as another Ray on the machine would."""
+    held = []
+    for port in (6379, 8265, 10001, 52365):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            held.append(s)
+        except OSError:  # taken already: by someone else, which is the point
+            s.close()
+    return held
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S)
+def test_operations_recipe_runs_as_printed_with_the_default_ports_taken(tmp_path):
+    missing = _head_dependencies_missing()
+    if missing:
+        pytest.skip(missing)
+    import psutil
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "ray start --head" in b)
+    assert "ray stop" not in block.replace("`ray stop` would", "")
+    block = block.replace("/tmp/settopk-corpus", str(tmp_path / "corpus")).replace("/tmp/settopk-demo", str(tmp_path / "demo"))
+    home = tmp_path / "home"  # the recipe's auth token goes to ~/.ray: not the developer's
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    held = _hold_default_ports()
+    head_dir = None
+    try:
+        done = subprocess.run(["bash", "-c", block + '\necho "HEAD_DIR=$HEAD_DIR"\n'], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S - 30)
+        output = done.stdout + done.stderr
+        head_dir = re.search(r"^HEAD_DIR=(\S+)$", done.stdout, flags=re.M).group(1)
+        assert output.count("Job 'settopk-demo' succeeded") == 2, output[-5000:]  # `ray job submit`, then `ray job status`
+        assert "the head did not come up" not in output
+        manifest = json.loads((tmp_path / "demo" / "_manifest.json").read_text())
+        assert manifest["run_id"] == "settopk-demo" and manifest["counts"]["n_queries"] == 50
+        left = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"]) if head_dir in " ".join(p.info["cmdline"] or [])]
+        assert not left, f"processes of the recipe's head still running: {left}"
+        for s in held:  # the ports another Ray held are still that Ray's
+            assert s.fileno() != -1
+    finally:
+        for s in held:
+            s.close()
+        if head_dir:
+            for p in psutil.process_iter(["pid", "cmdline"]):
+                if head_dir in " ".join(p.info["cmdline"] or []):
+                    p.kill()
+            shutil.rmtree(head_dir, ignore_errors=True)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import configs
+from jobs import add_version, prog_name
 from jobs.synthetic import ensure_synthetic
 from shards.inputs import InputError
 
@@ -42,7 +43,8 @@ _DESCRIPTION = "Benchmark job: time every phase of a search on a seeded corpus, 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of ``jobs.bench``."""
-    p = argparse.ArgumentParser(prog="python -m jobs.bench", description=_DESCRIPTION)
+    p = argparse.ArgumentParser(prog=prog_name("jobs.bench"), description=_DESCRIPTION)
+    add_version(p)
     p.add_argument("--config", required=True, help=f"benchmark config name {bench_config_names()} or YAML path")
     p.add_argument("--out", help="result JSON file (default: out/bench/<config name>.json)")
     p.add_argument("--data-dir", help="where the corpus is generated and cached (default: the config's synthetic.cache_dir)")
