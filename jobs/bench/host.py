@@ -175,7 +175,7 @@ def format_host_table(result: dict) -> str:
         f"k = {result['settings']['k']}, {pace:,.0f} simulated queries/s per actor, {result['node_cpus']} CPUs on the node",
         f"simulated | {'layout':>11}{'wall_s':>8}{'search_s':>9}{'queries/s':>11}{'kernel_s':>9}{'ratio':>7}{'busy':>6}"
         f"{'speedup':>8}{'scaling':>8}{'cpus_left':>10}{'rss_GB':>7}{'rows':>13}{'GB':>7}"
-        " | phases (s): validate connect read load commit | stages (s): read_queries send merge write",
+        " | phases (s): validate connect read load | stages (s): read_queries send merge write",
     ]
     for r in result["runs"]:
         st, ph = r["stages_s"], r["phases_s"]
@@ -186,7 +186,7 @@ def format_host_table(result: dict) -> str:
             f"{r['simulated_kernel_s']:>9.2f}{ratio}{r['gpu_busy']:>6.2f}{r['speedup']:>8.2f}{r['scaling']:>8.2f}"
             f"{r['cpus_left_to_host_path']:>10g}{r['driver_max_rss_bytes'] / 1e9:>7.2f}{r['rows']:>13,}{r['bytes'] / 1e9:>7.2f}"
             f" | {ph.get('validate_s', 0):.2f} {ph.get('connect_s', 0):.2f} {ph.get('read_s', 0):.2f} {ph.get('load_s', 0):.2f} "
-            f"{ph.get('commit_s', 0):.2f} | {st['read_queries_s']:.2f} {st['send_s']:.2f} {st['merge_s']:.2f} {st['write_s']:.2f}"
+            f"| {st['read_queries_s']:.2f} {st['send_s']:.2f} {st['merge_s']:.2f} {st['write_s']:.2f}"
         )
     lines.append("simulated | layout: stand-in shards x replicas (ceil: no pacing); kernel_s: the queries at the simulated pace over "
                  "the layout's stand-ins; ratio: search_s / kernel_s (1.0 = the GPUs' pace); busy: stand-ins' time in the search / "
