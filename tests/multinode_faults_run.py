@@ -73,6 +73,14 @@ def _task_nodes() -> dict:
     return out
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main(argv: list[str]) -> int:
     report, job_args = argv[0], argv[1:]
     import ray
@@ -85,7 +93,9 @@ def main(argv: list[str]) -> int:
     marks = os.environ["SETTOPK_MN_MARKS"]
     cluster = None
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True})
+        # The dashboard serves Ray's state API (the tasks' nodes); a free port, as others may run Ray here.
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True,
+                                                                "dashboard_port": _free_port()})
         for _ in range(3):
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
@@ -97,14 +107,17 @@ def main(argv: list[str]) -> int:
         remover = threading.Thread(target=_remove_a_shard_node, args=(cluster, head_id, str(work_dir(out)), marks, removed, stop),
                                    daemon=True)
         remover.start()
+        started = time.time()
         codes = [score.main(job_args, searcher_cls=SlowSearcher)]
+        first_ended = time.time()
         stop.set()
         remover.join()
         if codes[0] != 0:
             codes.append(score.main(job_args, searcher_cls=SlowSearcher))  # resumes from the committed chunks
         tasks = _task_nodes()
         with open(report, "w") as f:
-            json.dump({"exit_codes": codes, "head": head_id, "workers": workers, "removed": removed, "tasks": tasks}, f)
+            json.dump({"exit_codes": codes, "head": head_id, "workers": workers, "removed": removed, "tasks": tasks,
+                       "first_run_s": [started, first_ended]}, f)
         return codes[-1]
     finally:
         ray.shutdown()

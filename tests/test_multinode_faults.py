@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 
+import pyarrow.parquet as pq
 import pytest
 
 from jobs import score
@@ -34,8 +35,16 @@ CONFIG = "backend: numpy\nn_shards: 2\ncpus_per_shard: 1.0\nquery_batch_size: 8\
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, corpus, ray_cluster):  # noqa: F811
-    """The one-node run's output, the four-node run's output and its report."""
+    """The one-node run's output, the four-node run's output and its report. The corpus is cut
+    into four Parquet files, so that it is read in four pieces (a piece never spans files)."""
     tmp = tmp_path_factory.mktemp("multinode-faults")
+    docs_dir = tmp / "docs"
+    docs_dir.mkdir()
+    table = pq.read_table(corpus[0])
+    step = -(-table.num_rows // 4)
+    for i in range(4):
+        pq.write_table(table.slice(i * step, step), docs_dir / f"docs-{i}.parquet")
+    corpus = (str(docs_dir), corpus[1])
     config = tmp / "c.yaml"
     config.write_text(CONFIG)
     one = tmp / "one-node"
@@ -65,7 +74,10 @@ def runs(tmp_path_factory, corpus, ray_cluster):  # noqa: F811
 @pytest.mark.timeout(300)
 def test_losing_a_worker_node_mid_run_gives_the_one_node_rows(runs):
     one, four, report, log = runs
+    print(json.dumps(report, indent=1))  # shown with -rP: whether the job went on or was resumed
     assert report["removed"].get("node_id") in report["workers"], f"no worker node was removed mid-run: {report}\n{log[-3000:]}"
+    start, end = report["first_run_s"]
+    assert start < report["removed"]["at"] < end  # while the first run was going
     assert report["exit_codes"][-1] == 0 and len(report["exit_codes"]) <= 2
     assert _read_rows(four).equals(_read_rows(one))
     manifest = json.loads((four / "_manifest.json").read_text())
@@ -80,5 +92,6 @@ def test_reader_and_merge_tasks_run_on_worker_nodes(runs):
     workers = set(report["workers"])
     readers, merges = report["tasks"].get("_read_piece_parts", []), report["tasks"].get("merge_and_write_chunk", [])
     assert readers and merges, f"Ray's state API lists no reader or merge task: {report['tasks']}"
+    assert len(readers) >= 4, f"the corpus's four files were read by {len(readers)} reader task(s)"
     assert workers & set(readers), f"every reader task ran on the head: {readers}"
     assert workers & set(merges), f"every merge task ran on the head: {merges}"
