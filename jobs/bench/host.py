@@ -3,7 +3,7 @@
 Run by ``python -m jobs.bench --config host-smoke`` (or any config with a ``host`` section).
 Each layout of ``host`` (shards x replicas) runs the job as its own process, as the throughput
 run does (:func:`jobs.bench.throughput.run_job`), but its shard actors wrap
-:class:`jobs.bench.standin.StandInSearcher` (``python -m jobs.bench.standin``): each answers its
+:class:`jobs.bench.standin.StandInSearcher` (``python -m jobs.bench.standin_job``): each answers its
 batches at ``host.queries_per_s_per_actor`` (one H200's kernel rate by default; a stand-in of one
 of ``n`` shards ``n`` times as fast) with result blocks of the real shape. The driver, the
 dispatch, the merge and write tasks and the commit are the product's, so the queries per second
@@ -117,7 +117,7 @@ def run_host(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> dict:
             out = scratch / f"out-{n_shards}x{replicas}{'' if paced else '-ceiling'}"
             log.info("host: jobs.score with %d stand-in shard(s) x %d replica(s), %s", n_shards, replicas,
                      f"{pace:,.0f} queries/s each on its shard" if paced else "no pacing (ceiling)")
-            run = run_job(cfg, n_shards, replicas, docs, queries, out, scratch, job_cfg=job_cfg, module="jobs.bench.standin",
+            run = run_job(cfg, n_shards, replicas, docs, queries, out, scratch, job_cfg=job_cfg, module="jobs.bench.standin_job",
                           env={PACE_ENV: repr(pace)}, tag="" if paced else "-ceiling")
             backends = {s["backend"] for s in run["shards"]}
             if backends != {"standin"}:

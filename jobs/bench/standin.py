@@ -157,13 +157,3 @@ class StandInSearcher(ShardSearcher):
         out["templates_searched"] = self.index.templates_searched
         return out
 
-
-if __name__ == "__main__":
-    # The job with stand-in shards: ``python -m jobs.bench.standin <jobs.score arguments>``. The
-    # class comes from the module (not __main__) so that the actors import it by name.
-    import sys
-
-    from jobs.bench.standin import StandInSearcher as _Searcher
-    from jobs.score import main
-
-    raise SystemExit(main(sys.argv[1:], searcher_cls=_Searcher))
