@@ -13,7 +13,7 @@ from configs import ConfigError
 from jobs import bench
 from jobs.bench.config import load_bench_config
 from jobs.bench.standin import BACKEND, PACE_ENV, StandInIndex, register_standin
-from kernels import SetBatch, brute_force_topk, build_index, registered_backends, score_key
+from kernels import SetBatch, brute_force_topk, build_index, registered_backends, score_key, unregister_backend
 
 
 def _docs(n=300, seed=3):
@@ -24,11 +24,14 @@ def _docs(n=300, seed=3):
 def test_standin_backend_comes_through_the_index_seam(monkeypatch):
     monkeypatch.setenv(PACE_ENV, "0")
     register_standin()
-    register_standin()  # once per process, whatever the calls
-    assert BACKEND in registered_backends()
-    docs = _docs()
-    index = build_index(BACKEND, np.arange(docs.n_sets, dtype=np.int64) * 3, docs, max_len=32)
-    assert isinstance(index, StandInIndex) and index.n_docs == docs.n_sets
+    try:
+        register_standin()  # once per process, whatever the calls
+        assert BACKEND in registered_backends()
+        docs = _docs()
+        index = build_index(BACKEND, np.arange(docs.n_sets, dtype=np.int64) * 3, docs, max_len=32)
+        assert isinstance(index, StandInIndex) and index.n_docs == docs.n_sets
+    finally:
+        unregister_backend(BACKEND)  # the registry is per process: leave it as the other tests expect it
 
 
 def test_standin_answers_each_query_with_the_real_result_of_its_length():
