@@ -19,6 +19,7 @@ from kernels.keys import SCORES
 from kernels.postings import ROUTINGS
 
 __all__ = [
+    "MAX_K",
     "AUTO_QUERY_BATCH_SIZE",
     "ConfigError",
     "FaultConfig",
@@ -37,6 +38,8 @@ __all__ = [
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 BACKENDS = ("auto", "numpy", "cupy")
 PARTITIONS = ("none", "dt")
+MAX_K = 32767
+"""The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 
 
 class ConfigError(ValueError):
@@ -142,8 +145,8 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"n_shards must be 'auto' or an integer >= 1, found {cfg.n_shards!r}")
     if not 0 < cfg.gpus_per_shard <= 1 or cfg.cpus_per_shard < 0:
         problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
-    if cfg.k < 1:
-        problems.append(f"k must be >= 1, found {cfg.k}")
+    if not 1 <= cfg.k <= MAX_K:
+        problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
     if not 1 <= cfg.max_len <= 255:
         problems.append(f"max_len must be in [1, 255], found {cfg.max_len}")
     if not 1 <= cfg.vocab_size <= 65536:
@@ -209,10 +212,11 @@ class FaultConfig:
 
 AUTO_QUERY_BATCH_SIZE = {"cupy": 4096, "numpy": 256}
 """Queries per request with ``query_batch_size: auto``. For cupy, 4096 is the GPU index's own
-batch: on one H200 (7.85 M docs, 1 M queries) the kernel alone searched 104,000 queries/s in
-batches of 4096 against 82,600 in batches of 512, whose fixed per-batch steps (sampling
-levels, selections, transfers) weigh more. For numpy, 256: the earlier default, which the
-CPU backend's measurements used."""
+batch, so each request pays the per-batch steps (sampling levels, selections, transfers) once
+for as many queries as the GPU searches at a time; smaller batches pay them more often. For
+numpy, 256: the NumPy search holds arrays of (batch x shard docs) elements (overlaps, keys,
+sort values), so the batch bounds an actor's memory. Measurements: docs/benchmarks.md,
+"Settings chosen from these measurements"."""
 
 
 @dataclass(frozen=True)
@@ -229,8 +233,8 @@ class JobConfig(SearchConfig):
         every shard (batches take turns), so replicas search different queries at the
         same time. Sharding splits the scan of each query, but every shard still pays the
         per-query steps (bounds, selection, transfers); replicas pay them once per query.
-        Where a shard fits on one GPU and queries are many, replicas scale better (on 4
-        H200s, 20,000 queries: see the README's Scaling section).
+        Where a shard fits on one GPU and queries are many, replicas scale better
+        (docs/benchmarks.md, "Scaling").
     query_batch_size : int or "auto"
         Queries sent to the actors per request. ``"auto"``: :data:`AUTO_QUERY_BATCH_SIZE`
         of the backend (see :meth:`batch_size_for`).
@@ -248,9 +252,9 @@ class JobConfig(SearchConfig):
         Search each batch in two rounds: first every shard its home queries (length in its
         range), then the others with the home shard's k-th score as a floor, so shards skip
         docs and queries that cannot enter the top-k. Exact either way; off sends every query
-        to every shard at once. ``"auto"``: on with the numpy backend, off with cupy (on
-        4 H200s and STI2-shaped data the second call per batch cost more than the skipped
-        work saved; on CPU the exchange saved about a fifth of the search).
+        to every shard at once. ``"auto"``: on with the numpy backend, off with cupy, where
+        the second call per batch costs more than the work the floors skip
+        (docs/benchmarks.md, "Settings chosen from these measurements").
     self_join : bool
         Search the corpus against itself: every doc is a query (its id, as text, is the
         ``query_id``; there are no separate queries), and by default its own doc is left out

@@ -110,7 +110,7 @@ def build_manifest(*, run_id: str, started: datetime.datetime, args: dict, submi
     inputs : dict
         :func:`inputs_section`.
     fingerprints : dict
-        ``{"docs": ..., "queries": ...}`` (:func:`shards.fingerprint`, each with ``sha256``);
+        ``{"docs": ..., "queries": ...}`` (:func:`shards.inputs.fingerprint`, each with ``sha256``);
         the manifest adds ``corpus`` and ``inputs`` (hash of both).
     counts : dict
         Docs, queries, rows, rejects and resumed chunks.

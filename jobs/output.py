@@ -458,6 +458,16 @@ def write_rejected(directory: str | os.PathLike, table: pa.Table) -> pathlib.Pat
     return target / "rejected.parquet"
 
 
+def rejected_paths(directory: str | os.PathLike, input_name: str) -> set[str]:
+    """The files of ``input_name`` (``"docs"`` or ``"queries"``) that the result at ``directory``
+    lists under ``_rejected/`` (empty if it lists none)."""
+    path = pathlib.Path(directory) / REJECTED_DIR / "rejected.parquet"
+    if not path.is_file():
+        return set()
+    table = pq.read_table(path, columns=["input", "path"]).to_pydict()
+    return {p for name, p in zip(table["input"], table["path"]) if name == input_name}
+
+
 def commit_results(
     stage: str | os.PathLike, out_dir: str | os.PathLike, manifest: dict, *, dataset_root: str | os.PathLike | None = None
 ) -> pathlib.Path:

@@ -54,6 +54,7 @@ from shards.searcher import ShardSearcher
 
 from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
+from .guard import PathError
 from .manifest import build_manifest, inputs_section, output_section, shard_entries
 from .output import REJECTED_SCHEMA, OutputExistsError, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
@@ -239,7 +240,10 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
     import ray
 
     if not ray.is_initialized():
-        ray.init()  # no address: attaches to the cluster under `ray job submit`, else starts a local one
+        # No address: attaches to the cluster under `ray job submit`, else starts a local one.
+        # --quiet: Ray's own start-up lines (INFO, and WARNINGs about a local instance) are
+        # not the job's warnings; its errors still show.
+        ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
     resources = ray.cluster_resources()
     backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas)
     cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend))
@@ -316,7 +320,7 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
 def _load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, searcher_cls: type) -> list[dict]:
     """Start the shard actors in their bundles and wait until each has loaded its shard; returns their ``info()``."""
     cfg = job.cfg
-    pool.actors = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
+    pool.actors, pool.holder = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
     placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
     bar = progress_bar("load", len(pool.actors), "shard", job.args.quiet)
     infos = gather(pool.actors, placeholders, lambda a: a.info.remote(), "loading", cfg.faults.load_timeout_s, 1, 0.0,
@@ -334,7 +338,9 @@ def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actor
     stream = ((c, ids, sets) for c, (ids, sets) in zip(work.chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in work.done)
     # Excluding self, the shards search k + 1 per query and the merge tasks drop each
     # query's own doc (exact: see shards.drop_own_docs).
-    search_cfg = dataclasses.replace(cfg, k=cfg.k + 1) if job.exclude_self else cfg
+    # Sized by the rows a query can get (min(k, n_docs)), not by k: a large k on a small corpus
+    # costs nothing.
+    search_cfg = dataclasses.replace(cfg, k=work.rows_per_query + 1 if job.exclude_self else work.rows_per_query)
     metadata = {"settopk.run_id": job.run_id, "settopk.k": str(cfg.k)}
     timings = search_chunks(actors, infos, plan, stream, search_cfg, cluster.backend, work.path, metadata, bar)
     bar.close()
@@ -415,6 +421,16 @@ def _run(args, pool: ShardPool, searcher_cls: type) -> int:
     job = settle(args, clock.started)
     if job is None:
         return EXIT_OK
+    try:
+        return _run_settled(job, clock, pool, searcher_cls)
+    finally:
+        if job.lock is not None:
+            job.lock.release()
+
+
+def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type) -> int:
+    """The stages after :func:`jobs.validate.settle`, while the run holds the output's lock."""
+    args = job.args
     with clock.phase("validate"):
         valid = validate(job)
     log.info("queries valid: %d (%d with repeated ids) from %s%s", valid.queries.n_queries, valid.queries.n_with_repeats,
@@ -491,7 +507,7 @@ def main(argv=None, *, searcher_cls: type = ShardSearcher) -> int:
     )
     try:
         return run(args, searcher_cls)
-    except (InputError, configs.ConfigError, OutputExistsError, UsageError) as exc:
+    except (InputError, configs.ConfigError, OutputExistsError, UsageError, PathError) as exc:
         log.error("%s", exc)
         return EXIT_BAD_INPUT
     except Exception:

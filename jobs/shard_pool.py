@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from shards.searcher import ShardSearcher
-from shards.actor import actor_class
+from shards.actor import actor_class, hold_pieces
 
 __all__ = ["ShardPool", "reserve_shards", "start_shards", "stop_shards"]
 
@@ -91,13 +91,15 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, searcher_cls: t
 
     Returns
     -------
-    list of ActorHandle
-        ``len(plan) * cfg.replicas`` actors.
+    (list of ActorHandle, ActorHandle)
+        ``len(plan) * cfg.replicas`` actors, and the :class:`shards.actor.PieceHolder` they
+        (and their restarts) take the pieces' references from; keep it while they run.
     """
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     f = cfg.faults
     actor = actor_class(searcher_cls)
+    holder_name, holder = hold_pieces(corpus.corpus_refs)
     actors = []
     for index in range(len(plan) * cfg.replicas):
         spec = plan[index % len(plan)]
@@ -114,8 +116,8 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, searcher_cls: t
             "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
         kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score, "routing": cfg.routing}
-        actors.append(actor.options(**options).remote(spec, corpus.corpus_refs, limits, backend, **kwargs))
-    return actors
+        actors.append(actor.options(**options).remote(spec, holder_name, limits, backend, **kwargs))
+    return actors, holder
 
 
 def stop_shards(actors, group) -> None:
@@ -139,8 +141,10 @@ class ShardPool:
 
     group: object = None
     actors: list = dataclasses.field(default_factory=list)
+    holder: object = None  # the shard actors' PieceHolder
 
     def release(self) -> None:
-        """Kill the actors and free the placement group (the GPUs are free afterwards)."""
+        """Kill the actors (and their piece holder) and free the placement group (the GPUs are free afterwards)."""
         actors, group, self.actors, self.group = self.actors, self.group, [], None
-        stop_shards(actors, group)
+        holder, self.holder = self.holder, None
+        stop_shards(actors + ([holder] if holder is not None else []), group)

@@ -18,10 +18,11 @@ import time
 from dataclasses import dataclass
 
 import configs
-from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces
+from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, query_files
 
+from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
-from .output import check_dataset_root, check_output_dir, partition_dir
+from .output import check_dataset_root, check_output_dir, partition_dir, rejected_paths
 
 __all__ = ["UsageError", "Inputs", "Target", "Job", "Validated", "settle", "validate", "check_unchanged_since", "self_join_note"]
 
@@ -100,6 +101,7 @@ class Job:
     limits: SetLimits
     run_id: str  # the resumed run's id replaces it (jobs.score)
     submission_id: str | None
+    lock: OutputLock | None = None  # the output's lock (None for --dry-run), held until the run ends
 
     @property
     def exclude_self(self) -> bool:
@@ -118,7 +120,8 @@ class Validated:
 
 
 def settle(args, started: datetime.datetime) -> Job | None:
-    """Settle what the run does before reading any input: config, output target, run id, input paths.
+    """Settle what the run does before reading any input: config, output target, run id, input
+    paths, the output's lock.
 
     Parameters
     ----------
@@ -130,14 +133,18 @@ def settle(args, started: datetime.datetime) -> Job | None:
     Returns
     -------
     Job or None
-        None where ``--out`` already holds a finished result (nothing to do).
+        None where ``--out`` already holds a finished result of the same inputs and settings
+        (nothing to do). A returned job holds the output's lock (``Job.lock``); the caller
+        releases it.
 
     Raises
     ------
-    configs.ConfigError, UsageError, jobs.output.OutputExistsError, shards.InputError
+    configs.ConfigError, UsageError, jobs.output.OutputExistsError, jobs.guard.PathError, shards.inputs.InputError
         For a bad config, arguments that do not fit together, an output path that is not
-        the job's, or missing inputs.
+        the job's, overlaps an input, cannot be written or is locked by another run, a
+        finished result of other inputs or settings at ``--out``, or missing inputs.
     """
+    _check_cli_values(args)
     overrides = {name: getattr(args, name) for name in ("k", "score") if getattr(args, name) is not None}
     overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
     cfg = configs.load_config(args.config, overrides)
@@ -146,14 +153,62 @@ def settle(args, started: datetime.datetime) -> Job | None:
     target = _target(args, cfg, started)
     if target.day is not None:
         check_dataset_root(target.dataset_root)
-    if not args.dry_run and check_output_dir(target.out_dir, args.force):
-        log.info("done: %s already holds a finished result; nothing to do (use --force to recompute)", target.out_dir)
-        return None
+    inputs = _resolve_inputs(args, cfg)
+    _check_output_paths(args, target, inputs)
     submission_id = ray_submission_id()
     run_id = args.run_id or submission_id or new_run_id(started)
-    inputs = _resolve_inputs(args, cfg)
-    limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
-    return Job(args, cfg, target, inputs, limits, run_id, submission_id)
+    lock = None if args.dry_run else lock_output(target.out_dir, target.dataset_root, run_id)
+    try:
+        if not args.dry_run and check_output_dir(target.out_dir, args.force):
+            _check_same_run(target.out_dir, inputs, cfg)
+            log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
+                     "(use --force to recompute)", target.out_dir)
+            lock.release()
+            return None
+        limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
+        return Job(args, cfg, target, inputs, limits, run_id, submission_id, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _check_cli_values(args) -> None:
+    """Refuse command-line values out of range, naming the option (not the config file)."""
+    k = getattr(args, "k", None)
+    if k is not None and not 1 <= k <= configs.MAX_K:
+        raise UsageError(
+            f"--k {k}: expected an integer in [1, {configs.MAX_K}] (the result's rank column is int16), found {k}; "
+            f"fix: pass a k in that range"
+        )
+
+
+def _check_output_paths(args, target: Target, inputs: Inputs) -> None:
+    """Outputs apart from the inputs, and every output writable, before anything is read."""
+    given = {"--docs": inputs.docs_path, "--queries": inputs.queries_path}
+    check_outputs_apart({"--out": target.dataset_root, "--tsv": args.tsv}, given)
+    if args.tsv is not None:
+        check_outputs_apart({"--tsv": args.tsv}, {"--out": target.dataset_root})
+        check_writable("--tsv", args.tsv, file=True, creates_parents=False)
+    check_writable("--out", target.dataset_root, file=False, creates_parents=True)
+
+
+def _check_same_run(out_dir: str, inputs: Inputs, cfg: configs.JobConfig) -> None:
+    """Refuse to skip a finished result made from other inputs or settings."""
+    rejected = rejected_paths(out_dir, "queries")
+    docs_files = plan_pieces(inputs.docs_path, 1)[2]
+    docs = fingerprint(docs_files, inputs.docs_path)
+    if cfg.self_join:
+        queries = docs
+    else:
+        queries = fingerprint([f for f in query_files(inputs.queries_path) if f not in rejected], inputs.queries_path)
+    settings = {key: getattr(cfg, key) for key in RESULT_SETTINGS}
+    diffs = differences(out_dir, {"docs": docs, "queries": queries}, settings)
+    if diffs:
+        raise PathError(
+            f"--out {out_dir}: expected a finished result of the same inputs and settings (a rerun is then a no-op), "
+            f"found one that differs in {'; '.join(diffs)}; fix: pass --force to replace it, or choose another --out"
+        )
 
 
 def validate(job: Job) -> Validated:
@@ -163,7 +218,7 @@ def validate(job: Job) -> Validated:
 
     Raises
     ------
-    shards.InputError
+    shards.inputs.InputError
         For a bad query (with ``on_invalid: error``), no queries, a self-join with too few
         docs, or a query file modified while the driver read it.
     """

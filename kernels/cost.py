@@ -13,7 +13,7 @@ Two kinds of model live here:
   (:mod:`kernels.postings`, :mod:`kernels.cuda.postings`), from the postings
   entries its ids read. Results never depend on the route, only time does.
 
-The constants are fits to measurements (docs/kernels-tuning-notes.md has the
+The constants are fits to measurements (docs/kernels.md, "Cost models", has the
 measurements behind them); refit them on hardware whose balance differs.
 """
 

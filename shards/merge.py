@@ -11,7 +11,7 @@ from kernels import DEFAULT_SCORE, TopK, order_candidates
 __all__ = ["drop_own_docs", "merge_topk"]
 
 
-def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: int, score: str = DEFAULT_SCORE) -> TopK:
+def merge_topk(shard_lists: Sequence[TopK], query_len: np.ndarray, k: int, max_len: int, score: str = DEFAULT_SCORE) -> TopK:
     """Merge shard-local top-k lists into the global top-k.
 
     Each doc lives in exactly one shard, so the global top-k is the top-k of the
@@ -20,7 +20,7 @@ def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: in
 
     Parameters
     ----------
-    parts : sequence of TopK
+    shard_lists : sequence of TopK
         One per shard, each of shape ``(n_queries, k_s)`` with ``-1`` padding.
     query_len : numpy.ndarray of int, shape (n_queries,)
         ``|q|`` per query.
@@ -40,17 +40,17 @@ def merge_topk(parts: Sequence[TopK], query_len: np.ndarray, k: int, max_len: in
     Raises
     ------
     ValueError
-        If ``parts`` is empty or the parts disagree on ``n_queries``.
+        If ``shard_lists`` is empty or the lists disagree on ``n_queries``.
     """
-    if not parts:
+    if not shard_lists:
         raise ValueError("merge_topk needs at least one shard's results")
-    n_queries = {p.doc_ids.shape[0] for p in parts}
+    n_queries = {p.doc_ids.shape[0] for p in shard_lists}
     if n_queries != {len(query_len)}:
         raise ValueError(f"shard results cover {sorted(n_queries)} queries, expected {len(query_len)}")
     return order_candidates(
-        np.concatenate([p.doc_ids for p in parts], axis=1),
-        np.concatenate([p.overlap for p in parts], axis=1),
-        np.concatenate([p.doc_len for p in parts], axis=1),
+        np.concatenate([p.doc_ids for p in shard_lists], axis=1),
+        np.concatenate([p.overlap for p in shard_lists], axis=1),
+        np.concatenate([p.doc_len for p in shard_lists], axis=1),
         query_len,
         k,
         max_len,

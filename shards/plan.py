@@ -1,4 +1,4 @@
-"""Shard planning: contiguous doc-length ranges balanced by token count."""
+"""Shard planning: contiguous doc-length ranges balanced by search cost (token count by default)."""
 
 from __future__ import annotations
 
@@ -34,21 +34,21 @@ class ShardSpec:
         return asdict(self)
 
 
-def _fits(weights: np.ndarray, cap: int, n_parts: int) -> bool:
-    parts, load = 1, 0
+def _fits(weights: np.ndarray, cap: int, n_shards: int) -> bool:
+    shards, load = 1, 0
     for w in weights:
         if load + w > cap:
-            parts, load = parts + 1, 0
+            shards, load = shards + 1, 0
         load += w
-    return parts <= n_parts
+    return shards <= n_shards
 
 
-def _boundaries(weights: np.ndarray, n_parts: int) -> list[int]:
-    """Start index of each part of the optimal contiguous partition (min of max load)."""
+def _boundaries(weights: np.ndarray, n_shards: int) -> list[int]:
+    """Start index of each shard in the optimal contiguous partition (min of max load)."""
     lo, hi = int(weights.max()), int(weights.sum())
     while lo < hi:  # binary search on the largest load a greedy packing can meet
         mid = (lo + hi) // 2
-        if _fits(weights, mid, n_parts):
+        if _fits(weights, mid, n_shards):
             hi = mid
         else:
             lo = mid + 1
@@ -59,7 +59,7 @@ def _boundaries(weights: np.ndarray, n_parts: int) -> list[int]:
             load = 0
         load += w
     # Splitting a part never raises the maximum, so use every shard we may.
-    while len(starts) < n_parts:
+    while len(starts) < n_shards:
         ends = starts[1:] + [len(weights)]
         loads = [(weights[s:e].sum(), s, e) for s, e in zip(starts, ends) if e - s > 1]
         if not loads:
@@ -119,7 +119,7 @@ def plan_shards_from_counts(length_counts: np.ndarray, n_shards: int, doc_cost: 
     doc_cost : numpy.ndarray of int, shape (max_len + 1,), optional
         Search work of one doc of each length, balanced instead of token counts (default:
         the length itself). On the GPU a doc costs its ids padded to a multiple of 8 plus a
-        per-doc overhead (:func:`kernels.cuda.search_cost_per_doc`), so short docs cost more
+        per-doc overhead (:func:`kernels.cost.cupy_search_cost_per_doc`), so short docs cost more
         than their ids.
 
     Returns

@@ -1,7 +1,8 @@
 """A shard's searcher: loads its own docs once, then answers query batches.
 
 :class:`ShardSearcher` is plain Python so it can be tested without Ray; importing this
-module does not import Ray. :data:`shards.actor.ShardActor` is the same class as a Ray actor.
+module does not import Ray. :data:`shards.actor.ShardActor` is this class as a Ray actor (whose constructor
+also takes the name of the holder of the pieces' references).
 """
 
 from __future__ import annotations

@@ -97,24 +97,24 @@ def floors_from(results: Sequence[TopK], rows: Sequence[np.ndarray], query_len: 
     return floors
 
 
-def scatter_rounds(n_queries: int, k: int, parts: Sequence[tuple[np.ndarray, TopK]]) -> TopK:
+def scatter_rounds(n_queries: int, k: int, rounds: Sequence[tuple[np.ndarray, TopK]]) -> TopK:
     """One shard's ``(n_queries, k)`` result from its per-round results on subsets of rows.
 
     Parameters
     ----------
     n_queries, k : int
-    parts : sequence of (rows, TopK)
+    rounds : sequence of (rows, TopK)
         Disjoint row sets and their results (``TopK`` of shape ``(len(rows), k)``).
 
     Returns
     -------
     TopK
-        Shape ``(n_queries, k)``; rows no part covers are padding (``-1`` ids).
+        Shape ``(n_queries, k)``; rows no round covers are padding (``-1`` ids).
     """
-    if len(parts) == 1 and len(parts[0][0]) == n_queries and np.array_equal(parts[0][0], np.arange(n_queries)):
-        return parts[0][1]  # one round covered every row in order: nothing to scatter
+    if len(rounds) == 1 and len(rounds[0][0]) == n_queries and np.array_equal(rounds[0][0], np.arange(n_queries)):
+        return rounds[0][1]  # one round covered every row in order: nothing to scatter
     out = empty_topk(n_queries, k)
-    for rows, result in parts:
+    for rows, result in rounds:
         for name in TopK._fields:
             getattr(out, name)[rows] = getattr(result, name)
     return out

@@ -26,9 +26,9 @@ def assert_error(excinfo, path, *parts, line=None, row=None):
     assert os.fspath(path) in message
     assert e.path == os.fspath(path)
     if line is not None:
-        assert e.line == line and f"{os.fspath(path)}:{line}:" in message
+        assert e.line == line and f"{os.fspath(path)}:{line} (1-based line):" in message
     if row is not None:
-        assert e.row == row and f"{os.fspath(path)} row {row}:" in message
+        assert e.row == row and f"{os.fspath(path)} row {row} (0-based row):" in message
     for part in parts:
         assert part in message, (part, message)
     assert "expected" in message and "found" in message and "fix:" in message

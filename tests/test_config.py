@@ -20,7 +20,7 @@ def test_overrides_apply():
         ("bogus: 1\n", r"unknown key\(s\) \['bogus'\]"),
         ("synthetic: {nope: 2}\n", r"unknown key\(s\) \['nope'\]"),
         ("k: x\n", "k"),
-        ("k: 0\n", "k must be >= 1"),
+        ("k: 0\n", r"k must be in \[1, 32767\]"),
         ("backend: tpu\n", "backend must be one of"),
         ("- 1\n- 2\n", "expected a mapping"),
         ("k: [\n", "not valid YAML"),

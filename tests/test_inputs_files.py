@@ -50,3 +50,32 @@ def test_parquet_directory_problems(tmp_path):
     with pytest.raises(InputError) as excinfo:
         read_corpus(empty, LIMITS)
     assert_error(excinfo, empty, "no Parquet file")
+
+
+def test_special_files_are_refused_for_every_input_path(tmp_path):
+    import os
+
+    from shards.inputs import InputError, corpus_format, queries_format, read_queries
+
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo)
+    for check in (corpus_format, queries_format):
+        with pytest.raises(InputError, match="FIFO"):
+            check(fifo)
+    pdir = tmp_path / "pq"
+    pdir.mkdir()
+    os.mkfifo(pdir / "a.parquet")
+    with pytest.raises(InputError, match="FIFO"):
+        read_queries(pdir)
+
+
+def test_hidden_entries_of_a_query_directory_are_skipped(tmp_path):
+    from shards.inputs import query_files, read_queries
+
+    (tmp_path / "q1").write_text("1,2\n")
+    (tmp_path / ".DS_Store").write_bytes(b"\x00\x01\n\x02\n")
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / ".hidden").write_text("3\n")
+    queries = read_queries(tmp_path)
+    assert queries.query_ids == ["q1"]
+    assert query_files(tmp_path) == [str(tmp_path / "q1")]

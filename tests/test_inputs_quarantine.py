@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from tests.input_helpers import assert_error, write_parquet
 
 LIMITS = SetLimits(vocab_size=100, max_len=3)
 
@@ -91,3 +92,30 @@ def test_property_quarantine_keeps_exactly_the_valid_lines(tmp_path_factory, lin
     assert not set(corpus.doc_ids.tolist()) & rejected
     for doc_id, doc in zip(corpus.doc_ids.tolist(), corpus.docs.to_lists()):
         assert doc == sorted({int(x) for x in lines[doc_id].split(",") if x})
+
+
+@pytest.mark.parametrize("value_type", [pa.uint8(), pa.uint16(), pa.int16(), pa.uint32(), pa.int64(), pa.uint64()])
+def test_quarantine_works_for_every_integer_list_type(tmp_path, value_type):
+    """A null id is flagged without filling it with vocab_size, which need not fit the column's type."""
+    from shards.inputs import QueryStream
+
+    tokens = pa.array([[1, 2], [3, None], [250], None, [4]], pa.list_(value_type))
+    limits = SetLimits(vocab_size=200 if value_type == pa.uint8() else 65536, max_len=8)
+    docs = write_parquet(tmp_path / "d.parquet", {"doc_id": pa.array([0, 1, 2, 3, 4], pa.int64()), "tokens": tokens})
+    corpus = read_corpus(docs, limits, on_invalid="quarantine")
+    expect_bad = [1, 2, 3] if value_type == pa.uint8() else [1, 3]
+    assert sorted(r.row for r in corpus.rejected) == expect_bad
+    queries = write_parquet(tmp_path / "q.parquet", {"query_id": ["a", "b", "c", "d", "e"], "tokens": tokens})
+    assert sorted(r.row for r in read_queries(queries, limits, on_invalid="quarantine").rejected) == expect_bad
+    stream = QueryStream(queries, limits, on_invalid="quarantine")
+    assert sorted(r.row for r in stream.rejected) == expect_bad
+
+
+def test_repeated_query_id_in_uint16_parquet_names_file_and_row(tmp_path):
+    from shards.inputs import QueryStream
+
+    tokens = pa.array([[1], [2], [3]], pa.list_(pa.uint16()))
+    queries = write_parquet(tmp_path / "q.parquet", {"query_id": ["a", "b", "a"], "tokens": tokens})
+    with pytest.raises(InputError) as excinfo:
+        QueryStream(queries, SetLimits(vocab_size=65536, max_len=8))
+    assert_error(excinfo, queries, "query_id", row=2)

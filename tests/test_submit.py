@@ -286,7 +286,7 @@ def test_failing_job_ends_failed_with_the_error_in_its_logs(ray_head, tmp_path):
     info = client.get_job_info(submission_id)
     assert info.driver_exit_code == score.EXIT_BAD_INPUT
     logs = client.get_job_logs(submission_id)
-    assert f"{docs_path}:2: expected" in logs and "'x'" in logs, logs
+    assert f"{docs_path}:2 (1-based line): expected" in logs and "'x'" in logs, logs
     assert not (tmp_path / "out").exists()
 
 

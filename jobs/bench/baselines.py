@@ -24,11 +24,11 @@ with this module, not with :mod:`kernels`: it is no part of the product.
 from __future__ import annotations
 
 import pathlib
-import threading
 
 import numpy as np
 
 from kernels import SetBatch, TopK, empty_topk, key_scale
+from kernels.cuda.modules import load_kernels
 
 __all__ = ["BASELINES", "Popc4Baseline", "ScipyBaseline", "SpmmBaseline", "decode_values"]
 
@@ -36,9 +36,6 @@ _POPC4_SOURCE = pathlib.Path(__file__).with_name("popc4.cu")
 _POPC4_KERNELS = ("popc4::build_doc_groups", "popc4::build_query_bitsets", "popc4::scores")
 _THREADS = 256
 _LOW32 = np.int64(0xFFFFFFFF)
-
-_modules: dict[int, object] = {}
-_modules_lock = threading.Lock()
 
 
 def decode_values(values: np.ndarray, query_len: np.ndarray, doc_len: np.ndarray, doc_ids: np.ndarray,
@@ -201,15 +198,8 @@ class Popc4Baseline:
         self.n_docs = docs.n_sets
         self._n_words = -(-vocab_size // 32)
         self._host_len = docs.lengths
-        device = cupy.cuda.Device()
-        with _modules_lock:
-            module = _modules.get(device.id)
-            if module is None:
-                module = cupy.RawModule(code=_POPC4_SOURCE.read_text(), options=("-std=c++17",),
-                                        name_expressions=list(_POPC4_KERNELS))
-                module.compile()
-                _modules[device.id] = module
-        self._k = {name.split("::")[-1]: module.get_function(name) for name in _POPC4_KERNELS}
+        kernels = load_kernels(_POPC4_SOURCE, _POPC4_KERNELS, cupy.cuda.Device().id)
+        self._k = {name.split("::")[-1]: kernel for name, kernel in kernels.items()}
         longest = int(self._host_len.max()) if self.n_docs else 0
         self._n_groups = -(-longest // 8)
         self._n_padded = -(-max(self.n_docs, 1) // 32) * 32

@@ -1,7 +1,8 @@
-"""The one loader of the package's CUDA code: compiles a ``.cu`` source of this directory once per
-device and process, and hands out its kernels.
+"""The one loader of the project's CUDA code: compiles a ``.cu`` source once per device and
+process, and hands out its kernels.
 
-Every GPU module of :mod:`kernels.cuda` gets its kernels from :func:`load_kernels`. A source is
+Every GPU module of :mod:`kernels.cuda`, and the benchmark's baselines, get their kernels from
+:func:`load_kernels`. A source is
 compiled by NVRTC (:class:`cupy.RawModule` with ``name_expressions``, which instantiates the
 templates named) the first time any thread asks for it on a device; later calls, from any index
 or thread, get the same module. The sources include ``common.cuh`` from this directory (NVRTC
@@ -25,16 +26,17 @@ SOURCE_DIR = pathlib.Path(__file__).resolve().parent
 _OPTIONS = ("-std=c++17", f"-I{SOURCE_DIR}")
 
 _lock = threading.Lock()
-_modules: dict[tuple[str, int], tuple[tuple[str, ...], object]] = {}  # (source, device) -> (names, RawModule)
+_modules: dict[tuple[str, int], tuple[tuple[str, ...], object]] = {}  # (str(source), device) -> (names, RawModule)
 
 
-def load_kernels(source: str, name_expressions: Sequence[str], device_id: int) -> dict:
+def load_kernels(source: str | pathlib.Path, name_expressions: Sequence[str], device_id: int) -> dict:
     """The kernels ``name_expressions`` of ``source`` compiled for device ``device_id``.
 
     Parameters
     ----------
-    source : str
-        File name of a CUDA source in :data:`SOURCE_DIR` (``"bitslice_topk.cu"``).
+    source : str or pathlib.Path
+        File name of a CUDA source in :data:`SOURCE_DIR` (``"bitslice_topk.cu"``), or the path of
+        a source elsewhere (it may include this directory's headers too).
     name_expressions : sequence of str
         The kernels wanted, as NVRTC name expressions (``"settopk::select_topk"``, or a template
         instance such as ``"settopk::count_emit<32, unsigned int, false>"``). A source is compiled
@@ -60,13 +62,13 @@ def load_kernels(source: str, name_expressions: Sequence[str], device_id: int) -
 
     names = tuple(name_expressions)
     with _lock:
-        entry = _modules.get((source, device_id))
+        entry = _modules.get((str(source), device_id))
         if entry is None:
             code = (SOURCE_DIR / source).read_text() + f"\n// headers {_headers_digest()}\n"
             with cupy.cuda.Device(device_id):
                 module = cupy.RawModule(code=code, options=_OPTIONS, name_expressions=names)
                 module.compile()
-            entry = _modules[(source, device_id)] = (names, module)
+            entry = _modules[(str(source), device_id)] = (names, module)
     compiled, module = entry
     missing = [name for name in names if name not in compiled]
     if missing:

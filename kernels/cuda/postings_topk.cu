@@ -22,7 +22,7 @@
 // previous tile is counted; a warp counts one segment at a time with four
 // loads in flight per lane. The kernel is bound by instruction issue and by
 // the barriers of each tile, not by memory nor by the atomics
-// (docs/kernels-tuning-notes.md has the profile and the variants measured).
+// (docs/kernels.md has the profile and the variants measured).
 //
 // Emission waits for the block's last tile: a tile's docs with
 // counter >= need go to a list in shared memory (kPostPending; past it they

@@ -36,8 +36,9 @@ Corpus (docs), chosen by :func:`corpus_format`:
 Queries, chosen by :func:`queries_format`:
 
 * ``dir``: a directory with one query per file (comma-separated ids on a single line, final newline
-  optional); the query id is the file name; files are read in sorted name order. Every entry counts:
-  a subdirectory, an unreadable file or a file with a second line is an error.
+  optional); the query id is the file name; files are read in sorted name order. Names starting with
+  ``.`` or ``_`` (``.DS_Store``, ``_SUCCESS``) are skipped; every other entry counts: a subdirectory,
+  an unreadable file or a file with a second line is an error.
 * ``text``: one query per line, as the corpus text format; the query id is the 0-based line number.
 * ``parquet``: as the corpus, with ``query_id`` (string or integer, returned as strings, unique)
   instead of ``doc_id``; rows keep their input order.
@@ -54,6 +55,8 @@ Policies (the same for every format)
 * A Parquet directory is read in sorted file-name order; names starting with ``.`` or ``_`` (such as
   ``_SUCCESS``) are skipped, as Arrow, Spark and DuckDB do, and the files read are listed in
   ``files``. Any other entry that is not a ``*.parquet`` file is an error.
+* Every input path must be a regular file or a directory: a FIFO, socket or device is an error
+  (reading one could block forever).
 * A text line longer than 256 MiB is an error (a valid line is a few kB).
 * Nothing is skipped silently: every problem raises :class:`InputError`, which names the file, the
   line (1-based, as editors count) or the Parquet row (0-based, within that file), what was expected,
@@ -62,7 +65,7 @@ Policies (the same for every format)
 """
 
 from .errors import ON_INVALID, InputError, Rejected, SetLimits
-from .files import corpus_format, fingerprint, queries_format
+from .files import corpus_format, fingerprint, queries_format, query_files
 from .pieces import CorpusPiece, PieceSummary, assemble_shard, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 from .query_stream import DocQueryStream, QueryStream
 from .readers import Corpus, Queries, read_corpus, read_queries
@@ -86,6 +89,7 @@ __all__ = [
     "pieces_ordered",
     "plan_pieces",
     "queries_format",
+    "query_files",
     "read_corpus",
     "read_piece",
     "read_queries",

@@ -21,8 +21,9 @@ class InputError(ValueError):
     """A bad input, located exactly.
 
     ``InputError(path, expected, found, fix, line=None, row=None)`` reads
-    ``"<path>:<line>: expected <expected>, found <found>; fix: <fix>"`` for a text line (1-based),
-    ``"<path> row <row>: ..."`` for a Parquet row (0-based within the file) and ``"<path>: ..."`` for the
+    ``"<path>:<line> (1-based line): expected <expected>, found <found>; fix: <fix>"`` for a text line,
+    ``"<path> row <row> (0-based row): ..."`` for a Parquet row (within the file), each message saying
+    how it counts, and ``"<path>: ..."`` for the
     file as a whole. ``InputError(message)`` keeps a message written elsewhere (checks outside these
     readers); ``path``, ``line`` and ``row`` are then None.
 
@@ -51,9 +52,9 @@ class InputError(ValueError):
         self.path = os.fspath(path)
         where = self.path
         if line is not None:
-            where = f"{self.path}:{line}"
+            where = f"{self.path}:{line} (1-based line)"
         elif row is not None:
-            where = f"{self.path} row {row}"
+            where = f"{self.path} row {row} (0-based row)"
         super().__init__(f"{where}: expected {expected}, found {found}; fix: {fix}")
 
     def __reduce__(self):  # keeps the attributes across pickling (Ray ships exceptions between processes)

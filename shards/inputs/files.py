@@ -8,24 +8,52 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 from .errors import InputError
 
-__all__ = ["corpus_format", "fingerprint", "parquet_files", "queries_format"]
+__all__ = ["corpus_format", "fingerprint", "is_hidden", "parquet_files", "queries_format", "query_files", "require_regular"]
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular, non-directory file is, in words."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def require_regular(path) -> str:
+    """Refuse a path that is neither a regular file nor a directory (a FIFO, socket or device):
+    opening one could block forever or read endless data.
+
+    Raises
+    ------
+    InputError
+        Naming the path and what it is.
+    """
+    path = os.fspath(path)
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(path, "a regular file or a directory", _kind(mode), "write the input to a regular file and pass that path")
+    return path
 
 
 def _require_exists(path) -> str:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(path, "an existing file or directory", "nothing at this path", "check the path and the working directory")
-    return path
+    return require_regular(path)
 
 
 def _is_parquet_name(name: str) -> bool:
     return name.lower().endswith(".parquet")
 
 
-def _is_hidden(name: str) -> bool:
+def is_hidden(name: str) -> bool:
+    """Names starting with ``.`` or ``_`` (``_SUCCESS``, ``.DS_Store``, ``.crc`` files): skipped in
+    every input directory, as Arrow, Spark and DuckDB do."""
     return name.startswith((".", "_"))
 
 
@@ -55,7 +83,7 @@ def queries_format(path) -> str:
     """
     path = _require_exists(path)
     if os.path.isdir(path):
-        names = [n for n in os.listdir(path) if not _is_hidden(n)]
+        names = [n for n in os.listdir(path) if not is_hidden(n)]
         return "parquet" if names and all(_is_parquet_name(n) for n in names) else "dir"
     return "parquet" if _is_parquet_name(path) else "text"
 
@@ -86,16 +114,36 @@ def parquet_files(path: str) -> list[str]:
     files = []
     for name in sorted(os.listdir(path)):
         full = os.path.join(path, name)
-        if _is_hidden(name):
+        if is_hidden(name):
             continue
-        if not os.path.isfile(full):
+        if os.path.isdir(full):
             raise InputError(full, "a *.parquet file (Parquet directories are read flat, without partitions)", "a subdirectory", "move the Parquet files of the subdirectory up into the directory, or remove it")
+        require_regular(full)
         if not _is_parquet_name(name):
             raise InputError(full, "only *.parquet files in a Parquet directory (names starting with '.' or '_' are skipped)", "a file without the .parquet suffix", "remove the file, or rename it to *.parquet if it is Parquet")
         files.append(full)
     if not files:
         raise InputError(path, "a directory holding at least one *.parquet file", "no Parquet file", "point to the directory that holds the Parquet files, or write a Parquet file with 0 rows for an empty input")
     return files
+
+
+def query_files(path) -> list[str]:
+    """The files the queries at ``path`` consist of, listed without reading them: a text file
+    itself, the Parquet files (:func:`parquet_files`), or a query directory's non-hidden entries
+    in sorted name order (a reader may set some aside under quarantine).
+
+    Raises
+    ------
+    InputError
+        As :func:`queries_format` and :func:`parquet_files`.
+    """
+    fmt = queries_format(path)
+    path = os.fspath(path)
+    if fmt == "text":
+        return [path]
+    if fmt == "parquet":
+        return parquet_files(path)
+    return [os.path.join(path, name) for name in sorted(os.listdir(path)) if not is_hidden(name)]
 
 
 def fingerprint(files, base: str) -> dict:

@@ -120,8 +120,11 @@ def _bad_rows(batch: pa.RecordBatch, id_column: str, limits: SetLimits) -> np.nd
         bad |= (values > np.iinfo(np.int64).max) if values.dtype == np.uint64 else (values < 0)
     flat = pc.list_flatten(tokens)
     parents = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
-    elements = pc.fill_null(flat, limits.vocab_size).to_numpy(zero_copy_only=False).astype(np.int64)
-    bad[parents[(elements < 0) | (elements >= limits.vocab_size)]] = True
+    nulls = flat.is_null().to_numpy(zero_copy_only=False)
+    # 0 fits every integer type (vocab_size may not: list<uint16> holds at most 65535); the nulls are flagged apart.
+    values = pc.fill_null(flat, 0).to_numpy(zero_copy_only=False)
+    out = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
+    bad[parents[nulls | out]] = True
     counts = pc.fill_null(pc.list_value_length(tokens), 0).to_numpy(zero_copy_only=False)
     for row in np.flatnonzero((counts > limits.max_len) & ~bad):  # may still fit after de-duplication
         bad[row] = len(set(tokens[int(row)].as_py())) > limits.max_len

@@ -19,7 +19,7 @@ from kernels.sets import SetBatch
 
 from .canonical import NO_SETS, concat_sets, csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
-from .files import corpus_format, queries_format
+from .files import corpus_format, is_hidden, queries_format
 from .parquet import duplicate_error, read_parquet_sets
 from .text import check_line, first_bad_line, parse_block, read_text_sets
 
@@ -171,7 +171,7 @@ def read_corpus(
 
 def _read_query_dir(path: str, limits: SetLimits, rejects: Rejects) -> Queries:
     """A directory of one-query files, parsed as one text block (one line per file)."""
-    names = sorted(os.listdir(path))
+    names = sorted(name for name in os.listdir(path) if not is_hidden(name))  # .DS_Store, _SUCCESS, editor files
     files, bodies = [], []
     for name in names:
         full = os.path.join(path, name)
