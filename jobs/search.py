@@ -160,7 +160,9 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     import ray
 
     exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend == "numpy"
-    merge = ray.remote(num_cpus=0)(merge_and_write_chunk)  # light next to the search; the window bounds how many run
+    # Light next to the search; the window bounds how many run. SPREAD: on several nodes the
+    # merging and writing use every node's CPUs, not only those of the driver's node.
+    merge = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(merge_and_write_chunk)
     window = max(_MERGE_WINDOW, 2 * len(actors))  # more GPUs fill more parts per second
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}

@@ -1,6 +1,6 @@
 """The benchmark: ``python -m jobs.bench --config NAME|FILE`` (``settopk-bench``), outside the product modules.
 
-Named configs live in ``configs/bench/`` and pick one of three runs:
+Named configs live in ``configs/bench/`` and pick one of four runs:
 
 * the phase run (``sti2-zipf``, ``sti2-uniform``, ``sti2-neardup``, ``smoke``;
   :mod:`jobs.bench.phases`): read, build, search, merge and write timed on one
@@ -9,9 +9,13 @@ Named configs live in ``configs/bench/`` and pick one of three runs:
   :mod:`jobs.bench.scale`): the same search on several shard and replica counts;
 * the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
   :mod:`jobs.bench.throughput`): ``jobs.score`` end to end on each layout, against
-  the kernel alone.
+  the kernel alone;
+* the host-path run (``host-smoke``, ``host-1m``; :mod:`jobs.bench.host`): the same,
+  with stand-in shards (:mod:`jobs.bench.standin`) answering at a GPU's pace, no GPU
+  needed; every number is simulated, and every part is checked complete (the stand-ins'
+  rows are not the queries' true results, so no reference sample is compared).
 
-Every run generates the config's synthetic corpus once (into ``--data-dir`` or
+Every other run generates the config's synthetic corpus once (into ``--data-dir`` or
 ``synthetic.cache_dir``) and checks its results against the NumPy reference on a
 seeded sample of queries before it reports a number. Modules: :mod:`.cli` (the
 command line), :mod:`.config` (the config, sharing :class:`configs.SearchConfig`

@@ -1,11 +1,13 @@
 """The command line of the benchmark: ``python -m jobs.bench --config NAME|FILE [--out FILE.json] [--data-dir DIR] [--quiet]``.
 
 The config picks the run: a ``scaling`` section the scaling run (:mod:`jobs.bench.scale`),
-a ``throughput`` section the whole-job run (:mod:`jobs.bench.throughput`), neither the
+a ``throughput`` section the whole-job run (:mod:`jobs.bench.throughput`), a ``host`` section
+the host-path run with stand-in shards (:mod:`jobs.bench.host`), none the
 phase run (:mod:`jobs.bench.phases`). The result is written as JSON and summed up in a
 printed table.
 
-Exit codes: 0 done; 1 results differ from the reference, or another failure;
+Exit codes: 0 done; 1 results differ from the reference (or a host-path part is not
+complete), or another failure;
 2 bad config or input.
 """
 
@@ -26,6 +28,7 @@ from shards.inputs import InputError
 
 from .common import ExactnessError, synthetic_spec
 from .config import bench_config_names, load_bench_config
+from .host import IncompleteOutputError, format_host_table, run_host
 from .phases import format_phases_table, run_phases
 from .scale import format_scaling_table, run_scaling
 from .throughput import format_throughput_table, run_throughput
@@ -76,7 +79,10 @@ def run(args: argparse.Namespace) -> dict:
         t = time.perf_counter()
         docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
         log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
-        if cfg.throughput is not None:
+        if cfg.host is not None:
+            result = run_host(cfg, name, docs_path, queries_path)
+            table = format_host_table(result)
+        elif cfg.throughput is not None:
             result = run_throughput(cfg, name, docs_path, queries_path)
             table = format_throughput_table(result)
         else:
@@ -113,5 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except ExactnessError as exc:
         log.error("no timings printed: %s", exc)
+        return EXIT_MISMATCH
+    except IncompleteOutputError as exc:
+        log.error("no timings printed: a part is not complete: %s", exc)
         return EXIT_MISMATCH
     return EXIT_OK

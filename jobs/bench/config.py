@@ -17,7 +17,7 @@ import dacite
 
 from configs import CONFIG_DIR, ConfigError, SearchConfig, SyntheticConfig, read_yaml_mapping, search_problems, synthetic_problems
 
-__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
@@ -77,6 +77,43 @@ class ThroughputConfig:
         return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
 
 
+#: One H200's kernel rate at k = 100 as ``job-1m`` measured it (docs/benchmarks.md): the default pace.
+H200_QUERIES_PER_S = 107_641.0
+
+
+@dataclass(frozen=True)
+class HostPathConfig:
+    """A host-path run (:mod:`jobs.bench.host`): ``jobs.score`` end to end with stand-in shards
+    (:mod:`jobs.bench.standin`) that answer at a GPU's pace, so that only the host path is measured.
+
+    Attributes
+    ----------
+    shards : list of int
+        Length-bucket shards of each run, in order; the first run is the baseline of the scaling.
+    replicas : list of int, optional
+        Replicas of every shard in each run, one entry per ``shards`` entry (default 1).
+    query_chunk_size : int
+        Queries per chunk, one committed part file each.
+    queries_per_s_per_actor : float
+        The pace of a stand-in holding the whole corpus (queries per second); a stand-in of one
+        of ``n`` shards answers ``n`` times as fast (the kernel's time is its docs'). Default:
+        one H200's kernel rate at k = 100.
+    ceiling : bool
+        Also run the layout with the most stand-ins without pacing: the host path's ceiling.
+    """
+
+    shards: List[int] = field(default_factory=lambda: [1])
+    replicas: Optional[List[int]] = None
+    query_chunk_size: int = 100_000
+    queries_per_s_per_actor: float = H200_QUERIES_PER_S
+    ceiling: bool = True
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """``(n_shards, replicas)`` of each run, in order."""
+        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
+
+
 @dataclass(frozen=True)
 class BenchConfig(SearchConfig):
     """Settings of a benchmark run (``python -m jobs.bench``).
@@ -114,6 +151,9 @@ class BenchConfig(SearchConfig):
     scaling : ScalingConfig, optional
         Makes this a scaling run (:mod:`jobs.bench.scale`): ``n_shards`` and the
         baselines are then unused, and read and build are timed once per shard count.
+    host : HostPathConfig, optional
+        Makes this a host-path run (:mod:`jobs.bench.host`), with stand-in shards; as for
+        ``throughput``, ``n_shards``, ``warmup``, ``repetitions`` and the baselines are unused.
     throughput : ThroughputConfig, optional
         Makes this a whole-job throughput run (:mod:`jobs.bench.throughput`): ``n_shards``,
         ``warmup``, ``repetitions`` and the baselines are then unused; ``query_batch_size``
@@ -129,9 +169,24 @@ class BenchConfig(SearchConfig):
     seed: int = 0
     scaling: Optional[ScalingConfig] = None
     throughput: Optional[ThroughputConfig] = None
+    host: Optional[HostPathConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
+        if self.host is not None:
+            h = self.host
+            if self.scaling is not None or self.throughput is not None:
+                problems.append("a config has one of the scaling, throughput and host sections, not several")
+            if not h.shards or any(n < 1 for n in h.shards):
+                problems.append(f"host.shards must list shard counts >= 1, found {h.shards}")
+            if h.replicas is not None and (len(h.replicas) != len(h.shards) or any(r < 1 for r in h.replicas)):
+                problems.append(f"host.replicas must list one count >= 1 per host.shards entry, found {h.replicas}")
+            if h.query_chunk_size < 1:
+                problems.append(f"host.query_chunk_size must be >= 1, found {h.query_chunk_size}")
+            if h.queries_per_s_per_actor <= 0:
+                problems.append(f"host.queries_per_s_per_actor must be > 0, found {h.queries_per_s_per_actor}")
+            if self.query_batch_size < 1:
+                problems.append(f"query_batch_size must be >= 1 in a host run, found {self.query_batch_size}")
         if self.throughput is not None:
             t = self.throughput
             if self.scaling is not None:
@@ -200,7 +255,8 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
         valid = sorted(f.name for f in dataclasses.fields(BenchConfig)) + [
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
         ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
-            f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)]
+            f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
+            f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

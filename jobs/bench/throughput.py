@@ -50,33 +50,41 @@ from shards.inputs import QueryStream, SetLimits
 from .common import ExactnessError, load_shards, verify_sample
 from .config import BenchConfig
 
-__all__ = ["run_throughput", "format_throughput_table"]
+__all__ = ["format_throughput_table", "job_config", "run_job", "run_throughput"]
 
 log = logging.getLogger("settopk.bench")
 
 
-def _job_config(cfg: BenchConfig, n_shards: int, replicas: int) -> dict:
+def job_config(cfg: BenchConfig, n_shards: int, replicas: int, query_chunk_size: int) -> dict:
     """The ``jobs.score`` config of one layout: the benchmark's search settings (those of
     :class:`configs.SearchConfig` but the corpus, which the job reads from files) and batching."""
     search = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SearchConfig) if f.name != "synthetic"}
     return {**search, "n_shards": n_shards, "replicas": replicas, "query_batch_size": cfg.query_batch_size,
-            "query_chunk_size": cfg.throughput.query_chunk_size}
+            "query_chunk_size": query_chunk_size}
 
 
-def _run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries: Path, out: Path, scratch: Path) -> dict:
-    """Run ``jobs.score`` for one layout in its own process; its measurements from the manifest.
+def run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries: Path, out: Path, scratch: Path, *,
+            job_cfg: dict | None = None, module: str = "jobs.score", env: dict | None = None, tag: str = "") -> dict:
+    """Run ``jobs.score`` (or ``module``, which takes its arguments) for one layout in its own
+    process; its measurements from the manifest.
+
+    ``job_cfg`` replaces :func:`job_config` with ``cfg.throughput``'s chunk size; ``env`` adds
+    to the process's environment; ``tag`` tells apart runs of the same layout.
 
     Raises
     ------
     RuntimeError
         If the job exits non-zero (the message holds the end of its log).
     """
-    config_path = scratch / f"job-{n_shards}x{replicas}.yaml"
-    config_path.write_text(yaml.safe_dump(_job_config(cfg, n_shards, replicas)))
-    log_path = scratch / f"job-{n_shards}x{replicas}.log"
-    command = [sys.executable, "-m", "jobs.score", "--config", str(config_path), "--docs", str(docs),
+    name = f"job-{n_shards}x{replicas}{tag}"
+    if job_cfg is None:
+        job_cfg = job_config(cfg, n_shards, replicas, cfg.throughput.query_chunk_size)
+    config_path = scratch / f"{name}.yaml"
+    config_path.write_text(yaml.safe_dump(job_cfg))
+    log_path = scratch / f"{name}.log"
+    command = [sys.executable, "-m", module, "--config", str(config_path), "--docs", str(docs),
                "--queries", str(queries), "--out", str(out), "--force", "--run-id", f"bench-{n_shards}x{replicas}"]
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a fresh local cluster
+    env = {**{key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}, **(env or {})}  # a fresh local cluster
     start = time.perf_counter()
     with open(log_path, "w") as log_file:
         code = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT, env=env, check=False).returncode
@@ -106,6 +114,8 @@ def _run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries
         "rows": manifest["counts"]["rows"],
         "bytes": sum(f.stat().st_size for f in out.glob("*.parquet")),
         "parts": manifest["output"]["parts"],
+        "n_queries": n_queries,
+        "shards": manifest["shards"],
         "log": str(log_path),
     }
 
@@ -187,7 +197,7 @@ def run_throughput(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> di
         for n_shards, replicas in cfg.throughput.layouts:
             out = scratch / f"out-{n_shards}x{replicas}"
             log.info("throughput: jobs.score on %d shard(s) x %d replica(s)", n_shards, replicas)
-            run = _run_job(cfg, n_shards, replicas, docs, queries, out, scratch)
+            run = run_job(cfg, n_shards, replicas, docs, queries, out, scratch)
             if first_out is None:
                 first_out = out
             else:
@@ -217,6 +227,7 @@ def run_throughput(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> di
         run["host_overhead"] = run["search_s"] / run["kernel_only_s"] if run["kernel_only_s"] > 0 else float("inf")
         run["speedup"] = run["queries_per_s"] / base["queries_per_s"]
         run.pop("log")
+        run.pop("shards")
     return {
         "benchmark": "settopk.bench.throughput",
         "config": name,
