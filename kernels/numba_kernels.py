@@ -1,0 +1,512 @@
+"""Numba-compiled kernels of :class:`kernels.numba_index.NumbaShardIndex` (imports numba; load it lazily).
+
+Every function is compiled with ``nogil=True`` (threads run them side by side)
+and ``cache=True`` (the machine code is kept on disk beside this file, or in
+``NUMBA_CACHE_DIR``, so only the first run on a machine compiles).
+
+Scores are passed as their index in :data:`kernels.SCORES`; keys and least
+overlaps are the integer formulas of :mod:`kernels.keys` (``score_key``,
+``min_overlap_above``), in int64 arithmetic: every product stays below
+``2**53``, so integer division gives the same floor as the float formula there.
+
+Bit-sliced scan (:func:`scan_range`), after the GPU kernel
+(``kernels/bitslice_topk.cu``): a group of up to ``64 W`` queries gets a
+table with one row of ``W`` uint64 words per token id of the group's queries
+(bit ``j`` of word ``w``: query ``64 w + j`` holds the id). A doc's overlaps
+with all of them are counted bit-sliced: plane ``b`` of word ``w`` holds bit
+``b`` of the ``64`` counters, summed with carry-save adders in the
+Harley-Seal pattern (Mula, Kurz, Lemire, "Faster population counts using AVX2
+instructions", 2018; positional population count: Klarqvist, Mula, Lemire,
+2021), 8 ids per step. Each query keeps its top-k of the docs seen so far in a
+heap and the least overlap a doc of each length needs to enter it
+(:func:`least_overlap`), stored bit-sliced per doc length; one bit-sliced
+comparison per doc and word finds the queries the doc can enter, so only those
+are scored exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+__all__ = [
+    "intersect_count",
+    "least_overlap",
+    "merge_values",
+    "scan_range",
+    "scancount_queries",
+    "score_key",
+]
+
+_JIT = {"cache": True, "nogil": True}
+# Scores by index in kernels.SCORES (tests/test_numba_index.py checks the order).
+_BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 4, 5
+_POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
+_U64_ONE = np.uint64(1)
+_U64_ZERO = np.uint64(0)
+
+
+@intrinsic
+def _ctz(typingctx, src):
+    """Trailing zero bits of a nonzero uint64 (LLVM ``cttz``)."""
+    if not isinstance(src, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return src(src), codegen
+
+
+@njit(**_JIT)
+def score_key(score, scale, o, ql, dl):
+    """``floor(S * num / den)`` of ``score`` (0 where ``den == 0``): :func:`kernels.score_key` for one pair (int64)."""
+    if score == _OVERLAP:
+        return o
+    if score == _BRAUN_BLANQUET:
+        num, den = o, max(ql, dl)
+    elif score == _JACCARD:
+        num, den = o, ql + dl - o
+    elif score == _COSINE:
+        num, den = o * o, ql * dl
+    elif score == _DICE:
+        num, den = 2 * o, ql + dl
+    else:  # containment
+        num, den = o, ql
+    if den <= 0:
+        return 0
+    return (scale * num) // den
+
+
+@njit(**_JIT)
+def least_overlap(score, scale, top, max_len, t, ql, dl):
+    """Least overlap whose key exceeds ``t``: :func:`kernels.min_overlap_above` for one pair, unclamped (int64).
+
+    ``top`` is :func:`kernels.max_key`. ``max_len + 1`` (never reached) where the
+    key is always 0 and ``t >= 0``.
+    """
+    t1 = min(max(t, -1), top) + 1
+    if score == _BRAUN_BLANQUET:
+        den = max(ql, dl)
+    elif score == _COSINE:
+        den = ql * dl
+    elif score == _OVERLAP:
+        den = 1
+    elif score == _CONTAINMENT:
+        den = ql
+    else:  # jaccard (|q| + |d|, zero exactly where |q u d| is), dice
+        den = ql + dl
+    if den == 0:
+        return 0 if t1 <= 0 else max_len + 1
+    if score == _JACCARD:
+        return (t1 * den + scale + t1 - 1) // (scale + t1)
+    if score == _COSINE:
+        x = (t1 * den + scale - 1) // scale  # o * o must reach x
+        r = np.int64(np.sqrt(np.float64(x)))
+        while r * r > x:
+            r -= 1
+        while (r + 1) * (r + 1) <= x:
+            r += 1
+        return r + 1 if r * r < x else r
+    c = 2 if score == _DICE else 1
+    return (t1 * den + c * scale - 1) // (c * scale)
+
+
+@njit(**_JIT)
+def intersect_count(a, b):
+    """``|a ∩ b|`` of two ascending, duplicate-free uint16 arrays (merge walk)."""
+    i = j = n = 0
+    while i < len(a) and j < len(b):
+        x, y = a[i], b[j]
+        if x == y:
+            n += 1
+            i += 1
+            j += 1
+        elif x < y:
+            i += 1
+        else:
+            j += 1
+    return n
+
+
+@njit(**_JIT)
+def _sift_down(h, size, i):
+    """Restore the min-heap ``h[:size]`` below slot ``i``."""
+    v = h[i]
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and h[c + 1] < h[c]:
+            c += 1
+        if h[c] >= v:
+            break
+        h[i] = h[c]
+        i = c
+    h[i] = v
+
+
+@njit(**_JIT)
+def _heap_push(h, size, v):
+    """Push ``v`` onto the min-heap ``h[:size]`` (room left); returns the new size."""
+    i = size
+    while i > 0:
+        p = (i - 1) // 2
+        if h[p] <= v:
+            break
+        h[i] = h[p]
+        i = p
+    h[i] = v
+    return size + 1
+
+
+@njit(**_JIT)
+def _offer(h, size, cap, v):
+    """Keep ``v`` if it belongs to the ``cap`` largest values seen; returns the new size."""
+    if size < cap:
+        return _heap_push(h, size, v)
+    if v > h[0]:
+        h[0] = v
+        _sift_down(h, size, 0)
+    return size
+
+
+@njit(**_JIT)
+def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len):
+    """Store query ``q``'s least overlaps above key ``t`` for every doc length, bit-sliced, and its reach."""
+    w = q >> 6
+    bit = _U64_ONE << np.uint64(q & 63)
+    for li in range(len(lengths)):
+        dl = lengths[li]
+        m = min(least_overlap(score, scale, top, max_len, t, ql, dl), max_len + 1)
+        was = need[q, li] <= min(ql, dl)
+        now = m <= min(ql, dl)
+        if was and not now:
+            reach[li] -= 1
+        elif now and not was:
+            reach[li] += 1
+        need[q, li] = m
+        for b in range(planes.shape[1]):
+            if (m >> b) & 1:
+                planes[li, b, w] |= bit
+            else:
+                planes[li, b, w] &= ~bit
+
+
+@njit(**_JIT)
+def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slot_of, table, q_len, q_floor,
+               score, scale, top, max_len, n_planes, cap, refresh_after):
+    """Top-``cap`` of docs ``lo .. hi - 1`` for each query of a group, by the bit-sliced scan.
+
+    Parameters
+    ----------
+    doc_tokens : uint16 array, shape (n_tokens,); doc_offsets : int64 array, shape (n_docs + 1,)
+        The shard's docs (CSR), in position order.
+    doc_len : int64 array, shape (n_docs,); len_index : int64 array, shape (n_docs,)
+        Each doc's length and the index of that length in ``lengths``.
+    lengths : int64 array, shape (n_lengths,)
+        The distinct doc lengths of the shard.
+    lo, hi : int
+        The positions this call scans.
+    slot_of : int32 array, shape (65536,); table : uint64 array, shape (n_slots, W)
+        Row ``slot_of[t]`` of ``table`` holds the group's membership bits of id ``t``
+        (row 0, all zero, for ids no query of the group holds).
+    q_len, q_floor : int64 arrays, shape (n_group,)
+        The group's query lengths and key floors (``-1``: none); ``n_group <= 64 W``.
+    score, scale, top, max_len : int
+        Score index, key scale, largest key and the bound on set sizes.
+    n_planes : int
+        Counter bits, ``>= 3`` and ``2**n_planes > max_len + 1``.
+    cap : int
+        Heap size: ``min(k, hi - lo)``.
+    refresh_after : int
+        Docs a query's stale threshold may admit in vain before its tables are refreshed.
+
+    Returns
+    -------
+    values : int64 array, shape (n_group, cap)
+        Heap of each query, values ``(key << 31) | (2**31 - 1 - position)``.
+    sizes : int64 array, shape (n_group,)
+        Filled entries of each heap.
+    """
+    nq = len(q_len)
+    n_words = table.shape[1]
+    nl = len(lengths)
+    heap = np.empty((nq, max(cap, 1)), np.int64)
+    size = np.zeros(nq, np.int64)
+    floor_t = q_floor - 1  # key >= floor  <=>  key > floor - 1
+    t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
+    t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
+    rejects = np.zeros(nq, np.int64)
+    need = np.full((nq, nl), max_len + 1, np.int64)
+    planes = np.zeros((nl, n_planes, n_words), np.uint64)
+    reach = np.zeros(nl, np.int64)
+    for q in range(nq):
+        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+    valid = np.zeros(n_words, np.uint64)
+    for q in range(nq):
+        valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
+    n_high = n_planes - 3
+    high = np.zeros(max(n_high, 1), np.uint64)
+    slots = np.zeros(max_len + 1, np.int64)
+    for d in range(lo, hi):
+        li = len_index[d]
+        if reach[li] == 0:
+            continue
+        s = doc_offsets[d]
+        n = doc_offsets[d + 1] - s
+        dl = doc_len[d]
+        for i in range(n):
+            slots[i] = slot_of[doc_tokens[s + i]]
+        for w in range(n_words):
+            ones = twos = fours = _U64_ZERO
+            for b in range(n_high):
+                high[b] = 0
+            i = 0
+            while i + 8 <= n:
+                a0 = table[slots[i], w]
+                a1 = table[slots[i + 1], w]
+                a2 = table[slots[i + 2], w]
+                a3 = table[slots[i + 3], w]
+                a4 = table[slots[i + 4], w]
+                a5 = table[slots[i + 5], w]
+                a6 = table[slots[i + 6], w]
+                a7 = table[slots[i + 7], w]
+                # Harley-Seal: 7 carry-save adders for 8 words, then one ripple into the high planes.
+                u = ones ^ a0
+                twos_a = (ones & a0) | (u & a1)
+                ones = u ^ a1
+                u = ones ^ a2
+                twos_b = (ones & a2) | (u & a3)
+                ones = u ^ a3
+                u = twos ^ twos_a
+                fours_a = (twos & twos_a) | (u & twos_b)
+                twos = u ^ twos_b
+                u = ones ^ a4
+                twos_a = (ones & a4) | (u & a5)
+                ones = u ^ a5
+                u = ones ^ a6
+                twos_b = (ones & a6) | (u & a7)
+                ones = u ^ a7
+                u = twos ^ twos_a
+                fours_b = (twos & twos_a) | (u & twos_b)
+                twos = u ^ twos_b
+                u = fours ^ fours_a
+                carry = (fours & fours_a) | (u & fours_b)
+                fours = u ^ fours_b
+                b = 0
+                while carry != 0:
+                    t = high[b] & carry
+                    high[b] ^= carry
+                    carry = t
+                    b += 1
+                i += 8
+            while i < n:
+                carry = table[slots[i], w]
+                t = ones & carry
+                ones ^= carry
+                carry = t
+                t = twos & carry
+                twos ^= carry
+                carry = t
+                t = fours & carry
+                fours ^= carry
+                carry = t
+                b = 0
+                while carry != 0:
+                    t = high[b] & carry
+                    high[b] ^= carry
+                    carry = t
+                    b += 1
+                i += 1
+            # Bit j set where counter j >= need (no borrow out of counter - need).
+            borrow = ~ones & planes[li, 0, w]
+            c = twos
+            p = planes[li, 1, w]
+            borrow = (~c & p) | ((~c | p) & borrow)
+            c = fours
+            p = planes[li, 2, w]
+            borrow = (~c & p) | ((~c | p) & borrow)
+            for b in range(n_high):
+                c = high[b]
+                p = planes[li, 3 + b, w]
+                borrow = (~c & p) | ((~c | p) & borrow)
+            hit = ~borrow & valid[w]
+            while hit != 0:
+                j = _ctz(hit)
+                hit &= hit - _U64_ONE
+                sh = np.uint64(j)
+                o = np.int64((ones >> sh) & _U64_ONE) | (np.int64((twos >> sh) & _U64_ONE) << 1) | (
+                    np.int64((fours >> sh) & _U64_ONE) << 2)
+                for b in range(n_high):
+                    o |= np.int64((high[b] >> sh) & _U64_ONE) << (3 + b)
+                q = w * 64 + np.int64(j)
+                key = score_key(score, scale, o, q_len[q], dl)
+                if key <= t_true[q]:
+                    rejects[q] += 1
+                    if rejects[q] >= refresh_after and t_used[q] < t_true[q]:
+                        t_used[q] = t_true[q]
+                        rejects[q] = 0
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+                    continue
+                v = (key << 31) | (_POS_MASK - d)
+                size[q] = _offer(heap[q], size[q], cap, v)
+                if size[q] == cap:
+                    t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
+                    if t_used[q] == floor_t[q] and t_true[q] > t_used[q]:
+                        # The first threshold above the floor: refresh at once (the floor's tables admit every doc).
+                        t_used[q] = t_true[q]
+                        rejects[q] = 0
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+    return heap, size
+
+
+@njit(**_JIT)
+def merge_values(values, sizes, k):
+    """The ``k`` largest values of each query over several heaps, largest first.
+
+    Parameters
+    ----------
+    values : int64 array, shape (n_parts, n_queries, cap)
+    sizes : int64 array, shape (n_parts, n_queries)
+    k : int
+
+    Returns
+    -------
+    best : int64 array, shape (n_queries, k)
+        Values largest first, ``-1`` past the last.
+    """
+    n_parts, nq, cap = values.shape
+    best = np.full((nq, k), -1, np.int64)
+    buf = np.empty(n_parts * cap, np.int64)
+    for q in range(nq):
+        m = 0
+        for p in range(n_parts):
+            for i in range(sizes[p, q]):
+                buf[m] = values[p, q, i]
+                m += 1
+        top = np.sort(buf[:m])[::-1]
+        take = min(k, m)
+        best[q, :take] = top[:take]
+    return best
+
+
+@njit(**_JIT)
+def decode_results(best, doc_tokens, doc_offsets, q_tokens, q_offsets, out_pos, out_ov):
+    """Positions and exact overlaps of merged values (``best``, shape (n_queries, k), ``-1`` padding).
+
+    ``out_pos`` (int64) and ``out_ov`` (int64), shape (n_queries, k), receive the
+    position (``-1`` for padding) and ``|q ∩ d|`` (0 for padding).
+    """
+    nq, k = best.shape
+    for q in range(nq):
+        query = q_tokens[q_offsets[q]:q_offsets[q + 1]]
+        for i in range(k):
+            v = best[q, i]
+            if v < 0:
+                out_pos[q, i] = -1
+                out_ov[q, i] = 0
+                continue
+            d = _POS_MASK - (v & _POS_MASK)
+            out_pos[q, i] = d
+            out_ov[q, i] = intersect_count(query, doc_tokens[doc_offsets[d]:doc_offsets[d + 1]])
+
+
+@njit(**_JIT)
+def scancount_queries(p_offsets, p_positions, doc_len, n_docs, q_tokens, q_offsets, q_floor, k, score, scale,
+                      out_pos, out_ov):
+    """Exact top-k of each query through the postings (ScanCount), as :func:`kernels.postings.postings_search`.
+
+    Parameters
+    ----------
+    p_offsets : int64 array, shape (vocab_size + 1,); p_positions : int32 array, shape (n_tokens,)
+        The shard's postings (:class:`kernels.postings.Postings`).
+    doc_len : int64 array, shape (n_docs,)
+    n_docs : int
+    q_tokens, q_offsets : the queries (CSR, ``n_queries`` sets).
+    q_floor : int64 array, shape (n_queries,)
+        Key floors (``-1``: none).
+    k : int
+    score, scale : int
+        Score index and key scale.
+    out_pos, out_ov : int64 arrays, shape (n_queries, k)
+        Receive positions (``-1`` padding) and overlaps (0 padding), best first.
+
+    Notes
+    -----
+    A doc with overlap ``o >= 1`` appears in exactly ``o`` of the query's lists;
+    every other doc has overlap 0 and key 0 (every key of ``o >= 1`` is ``>= 1``),
+    so when fewer than ``k`` docs have a positive key and the floor is at most 0,
+    the lowest positions with overlap 0 fill the row.
+    """
+    counts = np.zeros(n_docs, np.int32)
+    touched = np.empty(n_docs, np.int64)
+    heap = np.empty(max(1, min(k, n_docs)), np.int64)
+    cap = len(heap)
+    for q in range(len(q_offsets) - 1):
+        qs, qe = q_offsets[q], q_offsets[q + 1]
+        ql = qe - qs
+        floor = q_floor[q]
+        nt = 0
+        for i in range(qs, qe):
+            t = np.int64(q_tokens[i])
+            for e in range(p_offsets[t], p_offsets[t + 1]):
+                p = p_positions[e]
+                if counts[p] == 0:
+                    touched[nt] = p
+                    nt += 1
+                counts[p] += 1
+        size = 0
+        for i in range(nt):
+            p = touched[i]
+            key = score_key(score, scale, np.int64(counts[p]), ql, doc_len[p])
+            if key >= floor and key > 0:
+                size = _offer(heap, size, cap, (key << 31) | (_POS_MASK - p))
+        top = np.sort(heap[:size])[::-1]
+        for i in range(size):
+            p = _POS_MASK - (top[i] & _POS_MASK)
+            out_pos[q, i] = p
+            out_ov[q, i] = counts[p]
+        filled = size
+        if filled < k and floor <= 0:
+            p = 0
+            while filled < k and p < n_docs:
+                if counts[p] == 0:
+                    out_pos[q, filled] = p
+                    out_ov[q, filled] = 0
+                    filled += 1
+                p += 1
+        for i in range(filled, k):
+            out_pos[q, i] = -1
+            out_ov[q, i] = 0
+        for i in range(nt):
+            counts[touched[i]] = 0
+
+
+@njit(**_JIT)
+def build_group_table(q_tokens, q_offsets, n_words):
+    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, at most ``64 n_words`` queries).
+
+    Returns
+    -------
+    slot_of : int32 array, shape (65536,)
+        Row of each id in ``table``; 0 (an all-zero row) for ids no query holds.
+    table : uint64 array, shape (n_slots, n_words)
+        Bit ``j`` of word ``w`` of an id's row: query ``64 w + j`` holds the id.
+    """
+    slot_of = np.zeros(65536, np.int32)
+    n_slots = 1
+    for i in range(len(q_tokens)):
+        t = q_tokens[i]
+        if slot_of[t] == 0:
+            slot_of[t] = n_slots
+            n_slots += 1
+    table = np.zeros((n_slots, n_words), np.uint64)
+    for q in range(len(q_offsets) - 1):
+        bit = _U64_ONE << np.uint64(q & 63)
+        for i in range(q_offsets[q], q_offsets[q + 1]):
+            table[slot_of[q_tokens[i]], q >> 6] |= bit
+    return slot_of, table
