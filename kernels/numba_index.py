@@ -289,7 +289,8 @@ class NumbaShardIndex:
 
         def count(lo, hi):
             part = sub.take(np.arange(lo, hi))
-            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._doc_len64, self.n_docs,
+            counts = np.zeros(self.n_docs, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
+            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._doc_len64, counts,
                                  part.tokens, part.offsets, floor[lo:hi], k, self._score_code, self._scale,
                                  pos[lo:hi], ov[lo:hi])
 

@@ -416,7 +416,7 @@ def decode_results(best, doc_tokens, doc_offsets, q_tokens, q_offsets, out_pos, 
 
 
 @njit(**_JIT)
-def scancount_queries(p_offsets, p_positions, doc_len, n_docs, q_tokens, q_offsets, q_floor, k, score, scale,
+def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offsets, q_floor, k, score, scale,
                       out_pos, out_ov):
     """Exact top-k of each query through the postings (ScanCount), as :func:`kernels.postings.postings_search`.
 
@@ -425,7 +425,8 @@ def scancount_queries(p_offsets, p_positions, doc_len, n_docs, q_tokens, q_offse
     p_offsets : int64 array, shape (vocab_size + 1,); p_positions : int32 array, shape (n_tokens,)
         The shard's postings (:class:`kernels.postings.Postings`).
     doc_len : int64 array, shape (n_docs,)
-    n_docs : int
+    counts : uint8 or uint16 array, shape (n_docs,)
+        All zero (and left so): the per-doc counters, wide enough for ``max_len``.
     q_tokens, q_offsets : the queries (CSR, ``n_queries`` sets).
     q_floor : int64 array, shape (n_queries,)
         Key floors (``-1``: none).
@@ -440,12 +441,19 @@ def scancount_queries(p_offsets, p_positions, doc_len, n_docs, q_tokens, q_offse
     A doc with overlap ``o >= 1`` appears in exactly ``o`` of the query's lists;
     every other doc has overlap 0 and key 0 (every key of ``o >= 1`` is ``>= 1``),
     so when fewer than ``k`` docs have a positive key and the floor is at most 0,
-    the lowest positions with overlap 0 fill the row.
+    the lowest positions with overlap 0 fill the row. A doc of overlap ``o``
+    scores at most ``key(o, |q|, o)`` (a doc inside the query: every score's
+    denominator is least at ``|d| = o``), so once the heap is full, docs whose
+    bound is below its least key are passed over without their key.
     """
-    counts = np.zeros(n_docs, np.int32)
-    touched = np.empty(n_docs, np.int64)
-    heap = np.empty(max(1, min(k, n_docs)), np.int64)
-    cap = len(heap)
+    n_docs = len(doc_len)
+    touched = np.empty(n_docs, np.int32)
+    cap = max(1, min(k, n_docs))
+    heap = np.empty(cap, np.int64)
+    longest = 0
+    for q in range(len(q_offsets) - 1):
+        longest = max(longest, q_offsets[q + 1] - q_offsets[q])
+    bound = np.empty(longest + 1, np.int64)
     for q in range(len(q_offsets) - 1):
         qs, qe = q_offsets[q], q_offsets[q + 1]
         ql = qe - qs
@@ -459,12 +467,21 @@ def scancount_queries(p_offsets, p_positions, doc_len, n_docs, q_tokens, q_offse
                     touched[nt] = p
                     nt += 1
                 counts[p] += 1
+        for o in range(ql + 1):
+            bound[o] = score_key(score, scale, np.int64(o), ql, np.int64(o))
         size = 0
+        least = max(floor, 1)  # the least key a doc must reach (keys of touched docs are >= 1)
         for i in range(nt):
             p = touched[i]
-            key = score_key(score, scale, np.int64(counts[p]), ql, doc_len[p])
-            if key >= floor and key > 0:
-                size = _offer(heap, size, cap, (key << 31) | (_POS_MASK - p))
+            o = np.int64(counts[p])
+            if bound[o] < least:
+                continue
+            key = score_key(score, scale, o, ql, doc_len[p])
+            if key < least:
+                continue
+            size = _offer(heap, size, cap, (key << 31) | (_POS_MASK - p))
+            if size == cap:
+                least = max(least, heap[0] >> 31)
         top = np.sort(heap[:size])[::-1]
         for i in range(size):
             p = _POS_MASK - (top[i] & _POS_MASK)
