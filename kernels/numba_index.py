@@ -256,8 +256,7 @@ class NumbaShardIndex:
     def _scan_search(self, group: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
         """The bit-sliced scan of one group (at most 512 queries), written into ``out`` at ``rows``."""
         nk = self._nk
-        n_words = -(-group.n_sets // 64)
-        slot_of, table = nk.build_group_table(group.tokens, group.offsets, n_words)
+        slot_of, table = nk.build_group_table(group.tokens, group.offsets)
         q_len = group.lengths.astype(np.int64)
         floor = np.ascontiguousarray(floor, dtype=np.int64)
 

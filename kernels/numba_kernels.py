@@ -27,7 +27,9 @@ are scored exactly.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
@@ -44,7 +46,8 @@ _JIT = {"cache": True, "nogil": True}
 _BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 4, 5
 _POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
 _U64_ONE = np.uint64(1)
-_U64_ZERO = np.uint64(0)
+_WORDS = 8  # uint64 words per scan group (512 queries): one 512-bit vector
+_VEC_T = ir.VectorType(ir.IntType(64), _WORDS)
 
 
 @intrinsic
@@ -54,11 +57,131 @@ def _ctz(typingctx, src):
         return None
 
     def codegen(context, builder, signature, args):
-        from llvmlite import ir
-
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return src(src), codegen
+
+
+# Vector intrinsics of the scan. Counters and tables are C-contiguous uint64 arrays whose rows are
+# _WORDS words; each intrinsic loads and stores whole rows as one <8 x i64> vector. The counter array
+# `acc` holds the carries (row 0) and the bit planes (row 1 + b: bit b of every counter).
+
+
+def _load(builder, ptr):
+    try:
+        return builder.load(ptr, align=8, typ=_VEC_T)
+    except TypeError:  # llvmlite without the typ argument (typed pointers)
+        return builder.load(ptr, align=8)
+
+
+def _row(context, builder, arrty, arr, row):
+    """Pointer to row ``row`` (an i64 flat row index) of a C-contiguous uint64 array of _WORDS columns."""
+    data = context.make_array(arrty)(context, builder, value=arr).data
+    ptr = builder.gep(data, [builder.mul(row, ir.Constant(ir.IntType(64), _WORDS))], inbounds=True)
+    return builder.bitcast(ptr, _VEC_T.as_pointer())
+
+
+def _const_row(context, builder, arrty, arr, row):
+    return _row(context, builder, arrty, arr, ir.Constant(ir.IntType(64), row))
+
+
+def _int_row(context, builder, sig, args, i, j):
+    """Pointer to row ``args[j]`` (an integer argument) of the array ``args[i]``."""
+    return _row(context, builder, sig.args[i], args[i], context.cast(builder, args[j], sig.args[j], types.int64))
+
+
+def _any(builder, v):
+    """OR of the words of a vector (an i64)."""
+    out = builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+    for i in range(1, _WORDS):
+        out = builder.or_(out, builder.extract_element(v, ir.Constant(ir.IntType(32), i)))
+    return out
+
+
+def _csa(builder, a, b, c):
+    """Carry-save adder: ``a + b + c == low + 2 high`` bit by bit; returns (high, low)."""
+    u = builder.xor(a, b)
+    return builder.or_(builder.and_(a, b), builder.and_(u, c)), builder.xor(u, c)
+
+
+@intrinsic
+def _count8(typingctx, table, acc, s0, s1, s2, s3, s4, s5, s6, s7):
+    """Add table rows ``s0 .. s7`` to planes 0-2 of ``acc`` (Harley-Seal: 7 carry-save adders); the carries
+    into plane 3 go to ``acc`` row 0. Returns their OR (0: nothing to ripple)."""
+    def codegen(context, builder, sig, args):
+        a = []
+        for i in range(8):
+            s = context.cast(builder, args[2 + i], sig.args[2 + i], types.int64)
+            a.append(_load(builder, _row(context, builder, sig.args[0], args[0], s)))
+        rows = [_const_row(context, builder, sig.args[1], args[1], r) for r in range(4)]
+        ones, twos, fours = (_load(builder, rows[r]) for r in (1, 2, 3))
+        twos_a, ones = _csa(builder, ones, a[0], a[1])
+        twos_b, ones = _csa(builder, ones, a[2], a[3])
+        fours_a, twos = _csa(builder, twos, twos_a, twos_b)
+        twos_a, ones = _csa(builder, ones, a[4], a[5])
+        twos_b, ones = _csa(builder, ones, a[6], a[7])
+        fours_b, twos = _csa(builder, twos, twos_a, twos_b)
+        eights, fours = _csa(builder, fours, fours_a, fours_b)
+        for r, v in ((1, ones), (2, twos), (3, fours), (0, eights)):
+            builder.store(v, rows[r], align=8)
+        return _any(builder, eights)
+
+    return types.uint64(table, acc, s0, s1, s2, s3, s4, s5, s6, s7), codegen
+
+
+@intrinsic
+def _count1(typingctx, table, acc, s):
+    """Add table row ``s`` to planes 0-2 of ``acc``; the carries into plane 3 go to row 0. Returns their OR."""
+    def codegen(context, builder, sig, args):
+        c = _load(builder, _int_row(context, builder, sig, args, 0, 2))
+        for r in (1, 2, 3):
+            p = _const_row(context, builder, sig.args[1], args[1], r)
+            v = _load(builder, p)
+            builder.store(builder.xor(v, c), p, align=8)
+            c = builder.and_(v, c)
+        builder.store(c, _const_row(context, builder, sig.args[1], args[1], 0), align=8)
+        return _any(builder, c)
+
+    return types.uint64(table, acc, s), codegen
+
+
+@intrinsic
+def _ripple(typingctx, acc, row):
+    """Add the carries (``acc`` row 0) into row ``row``; the carries out replace row 0. Returns their OR."""
+    def codegen(context, builder, sig, args):
+        p0 = _const_row(context, builder, sig.args[0], args[0], 0)
+        pr = _int_row(context, builder, sig, args, 0, 1)
+        c, v = _load(builder, p0), _load(builder, pr)
+        t = builder.and_(v, c)
+        builder.store(builder.xor(v, c), pr, align=8)
+        builder.store(t, p0, align=8)
+        return _any(builder, t)
+
+    return types.uint64(acc, row), codegen
+
+
+@intrinsic
+def _at_least(typingctx, acc, planes, first, n_planes):
+    """Row 0 of ``acc`` = bits of the counters (planes in rows ``1 .. n_planes``) that are >= the least
+    overlaps in rows ``first .. first + n_planes - 1`` of ``planes`` (no borrow out of counter - need:
+    ``borrow' = (~c & t) | ((~c | t) & borrow)``). Returns the OR of the result."""
+    def codegen(context, builder, sig, args):
+        first_row = context.cast(builder, args[2], sig.args[2], types.int64)
+        n = context.cast(builder, args[3], sig.args[3], types.int64)
+        borrow = cgutils.alloca_once_value(builder, ir.Constant(_VEC_T, None))
+        full = ir.Constant(_VEC_T, [ir.Constant(ir.IntType(64), -1)] * _WORDS)
+        with cgutils.for_range(builder, n) as loop:
+            i = loop.index
+            c = _load(builder, _row(context, builder, sig.args[0], args[0], builder.add(i, ir.Constant(i.type, 1))))
+            t = _load(builder, _row(context, builder, sig.args[1], args[1], builder.add(first_row, i)))
+            nc = builder.xor(c, full)
+            b = builder.load(borrow)
+            builder.store(builder.or_(builder.and_(nc, t), builder.and_(builder.or_(nc, t), b)), borrow)
+        hit = builder.xor(builder.load(borrow), full)
+        builder.store(hit, _const_row(context, builder, sig.args[0], args[0], 0), align=8)
+        return _any(builder, hit)
+
+    return types.uint64(acc, planes, first, n_planes), codegen
 
 
 @njit(**_JIT)
@@ -211,15 +334,16 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         The distinct doc lengths of the shard.
     lo, hi : int
         The positions this call scans.
-    slot_of : int32 array, shape (65536,); table : uint64 array, shape (n_slots, W)
+    slot_of : int32 array, shape (65536,); table : uint64 array, shape (n_slots, 8)
         Row ``slot_of[t]`` of ``table`` holds the group's membership bits of id ``t``
-        (row 0, all zero, for ids no query of the group holds).
+        (row 0, all zero, for ids no query of the group holds): :func:`build_group_table`.
     q_len, q_floor : int64 arrays, shape (n_group,)
-        The group's query lengths and key floors (``-1``: none); ``n_group <= 64 W``.
+        The group's query lengths and key floors (``-1``: none); ``n_group <= 512``.
     score, scale, top, max_len : int
         Score index, key scale, largest key and the bound on set sizes.
     n_planes : int
-        Counter bits, ``>= 3`` and ``2**n_planes > max_len + 1``.
+        Counter bits, ``>= 3`` and ``2**n_planes > max_len + 1`` (the carries of the highest plane are
+        never set: an overlap is at most ``max_len``).
     cap : int
         Heap size: ``min(k, hi - lo)``.
     refresh_after : int
@@ -233,7 +357,6 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         Filled entries of each heap.
     """
     nq = len(q_len)
-    n_words = table.shape[1]
     nl = len(lengths)
     heap = np.empty((nq, max(cap, 1)), np.int64)
     size = np.zeros(nq, np.int64)
@@ -242,15 +365,14 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
     rejects = np.zeros(nq, np.int64)
     need = np.full((nq, nl), max_len + 1, np.int64)
-    planes = np.zeros((nl, n_planes, n_words), np.uint64)
+    planes = np.zeros((nl, n_planes, _WORDS), np.uint64)
     reach = np.zeros(nl, np.int64)
     for q in range(nq):
         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
-    valid = np.zeros(n_words, np.uint64)
+    valid = np.zeros(_WORDS, np.uint64)
     for q in range(nq):
         valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
-    n_high = n_planes - 3
-    high = np.zeros(max(n_high, 1), np.uint64)
+    acc = np.zeros((n_planes + 1, _WORDS), np.uint64)
     slots = np.zeros(max_len + 1, np.int64)
     for d in range(lo, hi):
         li = len_index[d]
@@ -261,88 +383,32 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         dl = doc_len[d]
         for i in range(n):
             slots[i] = slot_of[doc_tokens[s + i]]
-        for w in range(n_words):
-            ones = twos = fours = _U64_ZERO
-            for b in range(n_high):
-                high[b] = 0
-            i = 0
-            while i + 8 <= n:
-                a0 = table[slots[i], w]
-                a1 = table[slots[i + 1], w]
-                a2 = table[slots[i + 2], w]
-                a3 = table[slots[i + 3], w]
-                a4 = table[slots[i + 4], w]
-                a5 = table[slots[i + 5], w]
-                a6 = table[slots[i + 6], w]
-                a7 = table[slots[i + 7], w]
-                # Harley-Seal: 7 carry-save adders for 8 words, then one ripple into the high planes.
-                u = ones ^ a0
-                twos_a = (ones & a0) | (u & a1)
-                ones = u ^ a1
-                u = ones ^ a2
-                twos_b = (ones & a2) | (u & a3)
-                ones = u ^ a3
-                u = twos ^ twos_a
-                fours_a = (twos & twos_a) | (u & twos_b)
-                twos = u ^ twos_b
-                u = ones ^ a4
-                twos_a = (ones & a4) | (u & a5)
-                ones = u ^ a5
-                u = ones ^ a6
-                twos_b = (ones & a6) | (u & a7)
-                ones = u ^ a7
-                u = twos ^ twos_a
-                fours_b = (twos & twos_a) | (u & twos_b)
-                twos = u ^ twos_b
-                u = fours ^ fours_a
-                carry = (fours & fours_a) | (u & fours_b)
-                fours = u ^ fours_b
-                b = 0
-                while carry != 0:
-                    t = high[b] & carry
-                    high[b] ^= carry
-                    carry = t
-                    b += 1
-                i += 8
-            while i < n:
-                carry = table[slots[i], w]
-                t = ones & carry
-                ones ^= carry
-                carry = t
-                t = twos & carry
-                twos ^= carry
-                carry = t
-                t = fours & carry
-                fours ^= carry
-                carry = t
-                b = 0
-                while carry != 0:
-                    t = high[b] & carry
-                    high[b] ^= carry
-                    carry = t
-                    b += 1
-                i += 1
-            # Bit j set where counter j >= need (no borrow out of counter - need).
-            borrow = ~ones & planes[li, 0, w]
-            c = twos
-            p = planes[li, 1, w]
-            borrow = (~c & p) | ((~c | p) & borrow)
-            c = fours
-            p = planes[li, 2, w]
-            borrow = (~c & p) | ((~c | p) & borrow)
-            for b in range(n_high):
-                c = high[b]
-                p = planes[li, 3 + b, w]
-                borrow = (~c & p) | ((~c | p) & borrow)
-            hit = ~borrow & valid[w]
+        acc[:] = 0
+        i = 0
+        while i + 8 <= n:
+            if _count8(table, acc, slots[i], slots[i + 1], slots[i + 2], slots[i + 3], slots[i + 4], slots[i + 5],
+                       slots[i + 6], slots[i + 7]) != 0:
+                r = 4
+                while _ripple(acc, r) != 0:
+                    r += 1
+            i += 8
+        while i < n:
+            if _count1(table, acc, slots[i]) != 0:
+                r = 4
+                while _ripple(acc, r) != 0:
+                    r += 1
+            i += 1
+        if _at_least(acc, planes, li * n_planes, n_planes) == 0:
+            continue
+        for w in range(_WORDS):
+            hit = acc[0, w] & valid[w]
             while hit != 0:
                 j = _ctz(hit)
                 hit &= hit - _U64_ONE
                 sh = np.uint64(j)
-                o = np.int64((ones >> sh) & _U64_ONE) | (np.int64((twos >> sh) & _U64_ONE) << 1) | (
-                    np.int64((fours >> sh) & _U64_ONE) << 2)
-                for b in range(n_high):
-                    o |= np.int64((high[b] >> sh) & _U64_ONE) << (3 + b)
+                o = 0
+                for b in range(n_planes):
+                    o |= np.int64((acc[1 + b, w] >> sh) & _U64_ONE) << b
                 q = w * 64 + np.int64(j)
                 key = score_key(score, scale, o, q_len[q], dl)
                 if key <= t_true[q]:
@@ -504,14 +570,14 @@ def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offse
 
 
 @njit(**_JIT)
-def build_group_table(q_tokens, q_offsets, n_words):
-    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, at most ``64 n_words`` queries).
+def build_group_table(q_tokens, q_offsets):
+    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, at most 512 queries).
 
     Returns
     -------
     slot_of : int32 array, shape (65536,)
         Row of each id in ``table``; 0 (an all-zero row) for ids no query holds.
-    table : uint64 array, shape (n_slots, n_words)
+    table : uint64 array, shape (n_slots, 8)
         Bit ``j`` of word ``w`` of an id's row: query ``64 w + j`` holds the id.
     """
     slot_of = np.zeros(65536, np.int32)
@@ -521,7 +587,7 @@ def build_group_table(q_tokens, q_offsets, n_words):
         if slot_of[t] == 0:
             slot_of[t] = n_slots
             n_slots += 1
-    table = np.zeros((n_slots, n_words), np.uint64)
+    table = np.zeros((n_slots, _WORDS), np.uint64)
     for q in range(len(q_offsets) - 1):
         bit = _U64_ONE << np.uint64(q & 63)
         for i in range(q_offsets[q], q_offsets[q + 1]):
