@@ -38,6 +38,7 @@ __all__ = ["NumbaShardIndex"]
 _log = logging.getLogger("settopk.kernels")
 _MAX_WORDS = 8  # 64-bit words of queries per scan group: 512 queries
 _REFRESH_AFTER = 16  # docs a stale threshold may admit in vain before its tables are rebuilt
+_POSTINGS_BLOCK = 16384  # positions ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
 # CPU cost model (seconds per thread), fitted on 2 cores of an AMD EPYC (200,000 docs of the STI2
 # length histogram): the scan costs about _SCAN_S_PER_ID per doc id and word of 64 queries, plus
 # _SCAN_S_PER_GROUP_ID per doc id and group; ScanCount about _POSTINGS_S_PER_ENTRY per postings entry
@@ -266,16 +267,17 @@ class NumbaShardIndex:
                                  self._n_planes, min(k, hi - lo), _REFRESH_AFTER)
 
         parts = self._map(scan, self._ranges)
-        cap = max(v.shape[1] for v, _ in parts)
+        cap = max(v.shape[1] for v, _, _ in parts)
         values = np.zeros((len(parts), group.n_sets, cap), dtype=np.int64)
+        overlaps = np.zeros((len(parts), group.n_sets, cap), dtype=np.int64)
         sizes = np.zeros((len(parts), group.n_sets), dtype=np.int64)
-        for i, (v, s) in enumerate(parts):
+        for i, (v, o, s) in enumerate(parts):
             values[i, :, : v.shape[1]] = v
+            overlaps[i, :, : o.shape[1]] = o
             sizes[i] = s
-        best = nk.merge_values(values, sizes, k)
         pos = np.empty((group.n_sets, k), dtype=np.int64)
         ov = np.empty((group.n_sets, k), dtype=np.int64)
-        nk.decode_results(best, self._tokens, self._offsets, group.tokens, group.offsets, pos, ov)
+        nk.merge_heaps(values, overlaps, sizes, pos, ov)
         self._write(out, rows, pos, ov)
 
     def _postings_search(self, sub: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
@@ -288,7 +290,7 @@ class NumbaShardIndex:
 
         def count(lo, hi):
             part = sub.take(np.arange(lo, hi))
-            counts = np.zeros(self.n_docs, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
+            counts = np.zeros(min(self.n_docs, _POSTINGS_BLOCK), dtype=np.uint8 if self.max_len <= 255 else np.uint16)
             nk.scancount_queries(self.postings.offsets, self.postings.positions, self._doc_len64, counts,
                                  part.tokens, part.offsets, floor[lo:hi], k, self._score_code, self._scale,
                                  pos[lo:hi], ov[lo:hi])

@@ -33,9 +33,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
-    "intersect_count",
     "least_overlap",
-    "merge_values",
+    "merge_heaps",
     "scan_range",
     "scancount_queries",
     "score_key",
@@ -239,26 +238,9 @@ def least_overlap(score, scale, top, max_len, t, ql, dl):
 
 
 @njit(**_JIT)
-def intersect_count(a, b):
-    """``|a ∩ b|`` of two ascending, duplicate-free uint16 arrays (merge walk)."""
-    i = j = n = 0
-    while i < len(a) and j < len(b):
-        x, y = a[i], b[j]
-        if x == y:
-            n += 1
-            i += 1
-            j += 1
-        elif x < y:
-            i += 1
-        else:
-            j += 1
-    return n
-
-
-@njit(**_JIT)
-def _sift_down(h, size, i):
-    """Restore the min-heap ``h[:size]`` below slot ``i``."""
-    v = h[i]
+def _sift_down(h, g, size, i):
+    """Restore the min-heap ``h[:size]`` below slot ``i``; ``g`` (each entry's overlap) moves along."""
+    v, o = h[i], g[i]
     while True:
         c = 2 * i + 1
         if c >= size:
@@ -267,33 +249,28 @@ def _sift_down(h, size, i):
             c += 1
         if h[c] >= v:
             break
-        h[i] = h[c]
+        h[i], g[i] = h[c], g[c]
         i = c
-    h[i] = v
+    h[i], g[i] = v, o
 
 
 @njit(**_JIT)
-def _heap_push(h, size, v):
-    """Push ``v`` onto the min-heap ``h[:size]`` (room left); returns the new size."""
-    i = size
-    while i > 0:
-        p = (i - 1) // 2
-        if h[p] <= v:
-            break
-        h[i] = h[p]
-        i = p
-    h[i] = v
-    return size + 1
-
-
-@njit(**_JIT)
-def _offer(h, size, cap, v):
-    """Keep ``v`` if it belongs to the ``cap`` largest values seen; returns the new size."""
+def _offer(h, g, size, cap, v, o):
+    """Keep value ``v`` (overlap ``o``) if it is among the ``cap`` largest values seen by the min-heap
+    ``h[:size]`` (overlaps in ``g``); returns the new size."""
     if size < cap:
-        return _heap_push(h, size, v)
+        i = size
+        while i > 0:
+            p = (i - 1) // 2
+            if h[p] <= v:
+                break
+            h[i], g[i] = h[p], g[p]
+            i = p
+        h[i], g[i] = v, o
+        return size + 1
     if v > h[0]:
-        h[0] = v
-        _sift_down(h, size, 0)
+        h[0], g[0] = v, o
+        _sift_down(h, g, size, 0)
     return size
 
 
@@ -353,12 +330,15 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     -------
     values : int64 array, shape (n_group, cap)
         Heap of each query, values ``(key << 31) | (2**31 - 1 - position)``.
+    overlaps : int64 array, shape (n_group, cap)
+        The overlap of each heap entry.
     sizes : int64 array, shape (n_group,)
         Filled entries of each heap.
     """
     nq = len(q_len)
     nl = len(lengths)
     heap = np.empty((nq, max(cap, 1)), np.int64)
+    heap_ov = np.empty((nq, max(cap, 1)), np.int64)
     size = np.zeros(nq, np.int64)
     floor_t = q_floor - 1  # key >= floor  <=>  key > floor - 1
     t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
@@ -372,6 +352,8 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     valid = np.zeros(_WORDS, np.uint64)
     for q in range(nq):
         valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
+    for w in range(_WORDS):  # lanes without a query need more than any counter holds
+        planes[:, :, w] |= ~valid[w]
     acc = np.zeros((n_planes + 1, _WORDS), np.uint64)
     slots = np.zeros(max_len + 1, np.int64)
     for d in range(lo, hi):
@@ -379,10 +361,12 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         if reach[li] == 0:
             continue
         s = doc_offsets[d]
-        n = doc_offsets[d + 1] - s
         dl = doc_len[d]
-        for i in range(n):
-            slots[i] = slot_of[doc_tokens[s + i]]
+        n = 0
+        for i in range(s, doc_offsets[d + 1]):  # the ids some query holds (row 0 adds nothing)
+            slot = slot_of[doc_tokens[i]]
+            slots[n] = slot
+            n += slot != 0
         acc[:] = 0
         i = 0
         while i + 8 <= n:
@@ -419,7 +403,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
                     continue
                 v = (key << 31) | (_POS_MASK - d)
-                size[q] = _offer(heap[q], size[q], cap, v)
+                size[q] = _offer(heap[q], heap_ov[q], size[q], cap, v, o)
                 if size[q] == cap:
                     t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
                     if t_used[q] == floor_t[q] and t_true[q] > t_used[q]:
@@ -427,58 +411,42 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         t_used[q] = t_true[q]
                         rejects[q] = 0
                         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
-    return heap, size
+    return heap, heap_ov, size
 
 
 @njit(**_JIT)
-def merge_values(values, sizes, k):
-    """The ``k`` largest values of each query over several heaps, largest first.
+def merge_heaps(values, overlaps, sizes, out_pos, out_ov):
+    """The best entries of each query over several heaps, best first.
 
     Parameters
     ----------
-    values : int64 array, shape (n_parts, n_queries, cap)
+    values, overlaps : int64 arrays, shape (n_parts, n_queries, cap)
+        Heaps of :func:`scan_range` (values ``(key << 31) | (2**31 - 1 - position)``
+        and overlaps); ``sizes`` (int64, shape (n_parts, n_queries)) entries are filled.
     sizes : int64 array, shape (n_parts, n_queries)
-    k : int
-
-    Returns
-    -------
-    best : int64 array, shape (n_queries, k)
-        Values largest first, ``-1`` past the last.
+    out_pos, out_ov : int64 arrays, shape (n_queries, k)
+        Receive positions (``-1`` padding) and overlaps (0 padding) of the ``k``
+        largest values, largest first.
     """
     n_parts, nq, cap = values.shape
-    best = np.full((nq, k), -1, np.int64)
+    k = out_pos.shape[1]
     buf = np.empty(n_parts * cap, np.int64)
+    ov = np.empty(n_parts * cap, np.int64)
     for q in range(nq):
         m = 0
         for p in range(n_parts):
             for i in range(sizes[p, q]):
                 buf[m] = values[p, q, i]
+                ov[m] = overlaps[p, q, i]
                 m += 1
-        top = np.sort(buf[:m])[::-1]
+        order = np.argsort(buf[:m])[::-1]
         take = min(k, m)
-        best[q, :take] = top[:take]
-    return best
-
-
-@njit(**_JIT)
-def decode_results(best, doc_tokens, doc_offsets, q_tokens, q_offsets, out_pos, out_ov):
-    """Positions and exact overlaps of merged values (``best``, shape (n_queries, k), ``-1`` padding).
-
-    ``out_pos`` (int64) and ``out_ov`` (int64), shape (n_queries, k), receive the
-    position (``-1`` for padding) and ``|q ∩ d|`` (0 for padding).
-    """
-    nq, k = best.shape
-    for q in range(nq):
-        query = q_tokens[q_offsets[q]:q_offsets[q + 1]]
-        for i in range(k):
-            v = best[q, i]
-            if v < 0:
-                out_pos[q, i] = -1
-                out_ov[q, i] = 0
-                continue
-            d = _POS_MASK - (v & _POS_MASK)
-            out_pos[q, i] = d
-            out_ov[q, i] = intersect_count(query, doc_tokens[doc_offsets[d]:doc_offsets[d + 1]])
+        for i in range(take):
+            out_pos[q, i] = _POS_MASK - (buf[order[i]] & _POS_MASK)
+            out_ov[q, i] = ov[order[i]]
+        for i in range(take, k):
+            out_pos[q, i] = -1
+            out_ov[q, i] = 0
 
 
 @njit(**_JIT)
@@ -491,8 +459,10 @@ def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offse
     p_offsets : int64 array, shape (vocab_size + 1,); p_positions : int32 array, shape (n_tokens,)
         The shard's postings (:class:`kernels.postings.Postings`).
     doc_len : int64 array, shape (n_docs,)
-    counts : uint8 or uint16 array, shape (n_docs,)
-        All zero (and left so): the per-doc counters, wide enough for ``max_len``.
+    counts : uint8 or uint16 array, shape (block,)
+        All zero (and left so): the counters of one block of positions, wide
+        enough for ``max_len``; ``block`` positions are counted at a time, so
+        that the counters stay in the L1 cache.
     q_tokens, q_offsets : the queries (CSR, ``n_queries`` sets).
     q_floor : int64 array, shape (n_queries,)
         Key floors (``-1``: none).
@@ -510,54 +480,76 @@ def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offse
     the lowest positions with overlap 0 fill the row. A doc of overlap ``o``
     scores at most ``key(o, |q|, o)`` (a doc inside the query: every score's
     denominator is least at ``|d| = o``), so once the heap is full, docs whose
-    bound is below its least key are passed over without their key.
+    bound is below its least key are passed over without their key, and from
+    the next block on (higher positions) so are the docs that only tie it.
     """
     n_docs = len(doc_len)
-    touched = np.empty(n_docs, np.int32)
+    block = len(counts)
+    touched = np.empty(block + 1, np.int64)  # one past the last: the slot a repeated doc writes to
     cap = max(1, min(k, n_docs))
     heap = np.empty(cap, np.int64)
+    heap_ov = np.empty(cap, np.int64)
     longest = 0
     for q in range(len(q_offsets) - 1):
         longest = max(longest, q_offsets[q + 1] - q_offsets[q])
     bound = np.empty(longest + 1, np.int64)
+    cursor = np.empty(longest, np.int64)
     for q in range(len(q_offsets) - 1):
         qs, qe = q_offsets[q], q_offsets[q + 1]
         ql = qe - qs
         floor = q_floor[q]
-        nt = 0
-        for i in range(qs, qe):
-            t = np.int64(q_tokens[i])
-            for e in range(p_offsets[t], p_offsets[t + 1]):
-                p = p_positions[e]
-                if counts[p] == 0:
-                    touched[nt] = p
-                    nt += 1
-                counts[p] += 1
+        for i in range(ql):
+            cursor[i] = p_offsets[np.int64(q_tokens[qs + i])]
         for o in range(ql + 1):
             bound[o] = score_key(score, scale, np.int64(o), ql, np.int64(o))
         size = 0
         least = max(floor, 1)  # the least key a doc must reach (keys of touched docs are >= 1)
-        for i in range(nt):
-            p = touched[i]
-            o = np.int64(counts[p])
-            if bound[o] < least:
-                continue
-            key = score_key(score, scale, o, ql, doc_len[p])
-            if key < least:
-                continue
-            size = _offer(heap, size, cap, (key << 31) | (_POS_MASK - p))
-            if size == cap:
-                least = max(least, heap[0] >> 31)
-        top = np.sort(heap[:size])[::-1]
+        for first in range(0, n_docs, block):
+            last = min(first + block, n_docs)
+            if size == cap:  # this block's positions are above all in the heap: a tie with its least loses
+                least = max(least, (heap[0] >> 31) + 1)
+            nt = 0
+            for i in range(ql):
+                e = cursor[i]
+                end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
+                while e < end:
+                    p = p_positions[e] - first
+                    if p >= block:
+                        break
+                    c = counts[p]
+                    touched[nt] = p  # kept only for a first count (no branch to mispredict)
+                    nt += c == 0
+                    counts[p] = c + 1
+                    e += 1
+                cursor[i] = e
+            for i in range(nt):
+                p = touched[i]
+                o = np.int64(counts[p])
+                counts[p] = 0
+                if bound[o] < least:
+                    continue
+                key = score_key(score, scale, o, ql, doc_len[first + p])
+                if key < least:
+                    continue
+                size = _offer(heap, heap_ov, size, cap, (key << 31) | (_POS_MASK - first - p), o)
+                if size == cap:
+                    least = max(least, heap[0] >> 31)
+            if last == n_docs:
+                break
+        order = np.argsort(heap[:size])[::-1]
         for i in range(size):
-            p = _POS_MASK - (top[i] & _POS_MASK)
-            out_pos[q, i] = p
-            out_ov[q, i] = counts[p]
+            out_pos[q, i] = _POS_MASK - (heap[order[i]] & _POS_MASK)
+            out_ov[q, i] = heap_ov[order[i]]
         filled = size
         if filled < k and floor <= 0:
+            # Every doc with overlap >= 1 is in the heap (it was never full): fill with the lowest other positions.
+            taken = np.sort(out_pos[q, :size])
+            j = 0
             p = 0
             while filled < k and p < n_docs:
-                if counts[p] == 0:
+                if j < size and taken[j] == p:
+                    j += 1
+                else:
                     out_pos[q, filled] = p
                     out_ov[q, filled] = 0
                     filled += 1
@@ -565,8 +557,6 @@ def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offse
         for i in range(filled, k):
             out_pos[q, i] = -1
             out_ov[q, i] = 0
-        for i in range(nt):
-            counts[touched[i]] = 0
 
 
 @njit(**_JIT)
