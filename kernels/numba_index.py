@@ -39,14 +39,17 @@ _log = logging.getLogger("settopk.kernels")
 _MAX_WORDS = 8  # 64-bit words of queries per scan group: 512 queries
 _REFRESH_AFTER = 16  # docs a stale threshold may admit in vain before its tables are rebuilt
 _POSTINGS_BLOCK = 16384  # positions ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
-# CPU cost model (seconds per thread), fitted on 2 cores of an AMD EPYC (200,000 docs of the STI2
-# length histogram): the scan costs about _SCAN_S_PER_ID per doc id and word of 64 queries, plus
-# _SCAN_S_PER_GROUP_ID per doc id and group; ScanCount about _POSTINGS_S_PER_ENTRY per postings entry
-# plus _POSTINGS_S_PER_QUERY per query.
-_SCAN_S_PER_ID = 0.25e-9
-_SCAN_S_PER_GROUP_ID = 0.5e-9
-_POSTINGS_S_PER_ENTRY = 2e-9
-_POSTINGS_S_PER_QUERY = 20e-6
+# CPU cost model (seconds of one thread), fitted on an AMD EPYC core (200,000 docs of the STI2 length
+# histogram, Zipf and uniform ids, 16 to 500 queries): a scan group of n queries costs about
+# (_SCAN_S_PER_ID + n * _SCAN_S_PER_ID_QUERY) per doc id (the table outgrows the caches and more
+# queries find candidates as n grows); ScanCount costs about _POSTINGS_S_PER_ENTRY per postings entry,
+# _POSTINGS_S_PER_DOC per doc it reaches (at most one per entry, at most n_docs) and
+# _POSTINGS_S_PER_QUERY per query.
+_SCAN_S_PER_ID = 2e-9
+_SCAN_S_PER_ID_QUERY = 0.008e-9
+_POSTINGS_S_PER_ENTRY = 1.8e-9
+_POSTINGS_S_PER_DOC = 5e-9
+_POSTINGS_S_PER_QUERY = 2e-6
 
 
 def _usable_cpus() -> int:
@@ -219,9 +222,8 @@ class NumbaShardIndex:
             self.last_routing["scan"] = len(active)
             # Queries of similar length share a group: their thresholds rule out the same doc lengths.
             active = active[np.argsort(queries.lengths[active], kind="stable")]
-            group = 64 * _MAX_WORDS
-            for first in range(0, len(active), group):
-                rows = active[first : first + group]
+            n_groups = -(-len(active) // (64 * _MAX_WORDS))
+            for rows in np.array_split(active, n_groups):  # groups of equal size, at most 512 queries
                 self._scan_search(queries.take(rows), floor[rows], k, rows, out)
         return out
 
@@ -232,18 +234,16 @@ class NumbaShardIndex:
         if self.routing == "postings":
             return active
         entries = postings_cost(queries.take(active), self.postings.doc_freq)
-        cost = _POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_QUERY
+        cost = (_POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_DOC * np.minimum(entries, self.n_docs)
+                + _POSTINGS_S_PER_QUERY)
         order = np.argsort(cost, kind="stable")
-        # Route the m cheapest through the postings, the rest through the scan; the scan is paid per group.
+        # Route the m cheapest through the postings and scan the rest; each scan group has a fixed cost.
         n = len(active)
         posted = np.concatenate([[0.0], np.cumsum(cost[order])])
-        m = np.arange(n + 1)
-        scanned = n - m
-        full, rest = scanned // (64 * _MAX_WORDS), scanned % (64 * _MAX_WORDS)
+        scanned = n - np.arange(n + 1)
+        groups = -(-scanned // (64 * _MAX_WORDS))
         ids = len(self._tokens)
-        scan_s = full * ids * (_SCAN_S_PER_ID * _MAX_WORDS + _SCAN_S_PER_GROUP_ID)
-        scan_s = scan_s + np.where(rest > 0, ids * (_SCAN_S_PER_ID * -(-rest // 64) + _SCAN_S_PER_GROUP_ID), 0.0)
-        best = int(np.argmin(posted + scan_s))
+        best = int(np.argmin(posted + ids * (groups * _SCAN_S_PER_ID + scanned * _SCAN_S_PER_ID_QUERY)))
         return np.sort(active[order[:best]])
 
     def _map(self, fn, jobs):

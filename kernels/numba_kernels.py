@@ -288,12 +288,14 @@ def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len
             reach[li] -= 1
         elif now and not was:
             reach[li] += 1
+        flip = need[q, li] ^ m
         need[q, li] = m
-        for b in range(planes.shape[1]):
-            if (m >> b) & 1:
-                planes[li, b, w] |= bit
-            else:
-                planes[li, b, w] &= ~bit
+        b = 0
+        while flip != 0:
+            if flip & 1:
+                planes[li, b, w] ^= bit
+            flip >>= 1
+            b += 1
 
 
 @njit(**_JIT)
@@ -344,9 +346,9 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
     t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
     rejects = np.zeros(nq, np.int64)
-    need = np.full((nq, nl), max_len + 1, np.int64)
+    need = np.zeros((nq, nl), np.int64)  # as the planes hold it: 0 everywhere
     planes = np.zeros((nl, n_planes, _WORDS), np.uint64)
-    reach = np.zeros(nl, np.int64)
+    reach = np.full(nl, nq, np.int64)  # queries that can reach each length: need 0 reaches them all
     for q in range(nq):
         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
     valid = np.zeros(_WORDS, np.uint64)
