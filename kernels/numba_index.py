@@ -151,7 +151,13 @@ class NumbaShardIndex:
         self._len_index = self._len_index.astype(np.int64).ravel()
         self._shortest = int(lengths.min()) if len(lengths) else 0
         self._longest = int(lengths.max()) if len(lengths) else 0
-        self.postings = build_postings(docs) if routing != "scan" else None
+        self.postings = None
+        if routing != "scan":
+            # The postings list docs by rank: ranks order the docs by length (then position), so a block
+            # of ranks holds few lengths and ScanCount can pass over the blocks no doc of which can enter.
+            self._rank_pos = np.argsort(self._doc_len64, kind="stable").astype(np.int32)
+            self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
+            self.postings = build_postings(docs.take(self._rank_pos))
         self.postings_bytes = self.postings.nbytes if self.postings is not None else 0
         # Doc ranges of the scan threads, cut at equal numbers of ids.
         cuts = np.searchsorted(self._offsets, np.linspace(0, len(self._tokens), threads + 1)[1:-1])
@@ -290,10 +296,11 @@ class NumbaShardIndex:
 
         def count(lo, hi):
             part = sub.take(np.arange(lo, hi))
-            counts = np.zeros(min(self.n_docs, _POSTINGS_BLOCK), dtype=np.uint8 if self.max_len <= 255 else np.uint16)
-            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._doc_len64, counts,
-                                 part.tokens, part.offsets, floor[lo:hi], k, self._score_code, self._scale,
-                                 pos[lo:hi], ov[lo:hi])
+            block = min(_POSTINGS_BLOCK, -(-self.n_docs // 64) * 64)  # whole chunks of 8 64-bit words
+            counts = np.zeros(block, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
+            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._rank_pos, self._rank_len, counts,
+                                 part.tokens, part.offsets, floor[lo:hi], k, self._score_code, self._scale, self._top,
+                                 self.max_len, pos[lo:hi], ov[lo:hi])
 
         self._map(count, [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
         self._write(out, rows, pos, ov)

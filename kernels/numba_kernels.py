@@ -45,6 +45,7 @@ _JIT = {"cache": True, "nogil": True}
 _BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 4, 5
 _POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
 _U64_ONE = np.uint64(1)
+_U64_ZERO = np.uint64(0)
 _WORDS = 8  # uint64 words per scan group (512 queries): one 512-bit vector
 _VEC_T = ir.VectorType(ir.IntType(64), _WORDS)
 
@@ -183,6 +184,39 @@ def _at_least(typingctx, acc, planes, first, n_planes):
     return types.uint64(acc, planes, first, n_planes), codegen
 
 
+@intrinsic
+def _lanes_at_least(typingctx, words, j0, high, m_lo, m_hi, cut):
+    """SWAR test of the words ``words[j0:j0 + 8]`` (one vector; ``j0`` a multiple of 8) of packed counters
+    whose lanes have top bits ``high``: the OR over the words of
+    ``high & (((x | high) - m_lo) | x) & ~(cut & (((x | high) - m_hi) | x))`` (lanes ``>= m_lo`` and, where
+    ``cut`` is all ones, ``< m_hi``; a lane with its top bit set counts as ``>= m_lo``). Where that OR is 0,
+    the words are zeroed (nothing in them is wanted)."""
+    def codegen(context, builder, sig, args):
+        row = builder.sdiv(context.cast(builder, args[1], sig.args[1], types.int64), ir.Constant(ir.IntType(64), _WORDS))
+        ptr = _row(context, builder, sig.args[0], args[0], row)
+        x = _load(builder, ptr)
+
+        def splat(i):
+            v = context.cast(builder, args[i], sig.args[i], types.uint64)
+            vec = ir.Constant(_VEC_T, None)
+            for lane in range(_WORDS):
+                vec = builder.insert_element(vec, v, ir.Constant(ir.IntType(32), lane))
+            return vec
+
+        high, m_lo, m_hi, cut = splat(2), splat(3), splat(4), splat(5)
+        xh = builder.or_(x, high)
+        ge_lo = builder.or_(builder.sub(xh, m_lo), x)
+        ge_hi = builder.and_(cut, builder.or_(builder.sub(xh, m_hi), x))
+        ones = ir.Constant(_VEC_T, [ir.Constant(ir.IntType(64), -1)] * _WORDS)
+        hit = builder.and_(high, builder.and_(ge_lo, builder.xor(ge_hi, ones)))
+        found = _any(builder, hit)
+        nothing = builder.icmp_unsigned("==", found, ir.Constant(ir.IntType(64), 0))
+        builder.store(builder.select(nothing, ir.Constant(_VEC_T, None), x), ptr, align=8)
+        return found
+
+    return types.uint64(words, j0, high, m_lo, m_hi, cut), codegen
+
+
 @njit(**_JIT)
 def score_key(score, scale, o, ql, dl):
     """``floor(S * num / den)`` of ``score`` (0 where ``den == 0``): :func:`kernels.score_key` for one pair (int64)."""
@@ -272,6 +306,19 @@ def _offer(h, g, size, cap, v, o):
         h[0], g[0] = v, o
         _sift_down(h, g, size, 0)
     return size
+
+
+@njit(**_JIT)
+def _shrink(buf, bov, n, cap):
+    """Keep the ``cap`` largest of the ``n > cap`` distinct values ``buf[:n]`` (overlaps ``bov``) in front;
+    returns the least value kept."""
+    least = np.partition(buf[:n], n - cap)[n - cap]
+    j = 0
+    for i in range(n):
+        if buf[i] >= least:
+            buf[j], bov[j] = buf[i], bov[i]
+            j += 1
+    return least
 
 
 @njit(**_JIT)
@@ -452,25 +499,117 @@ def merge_heaps(values, overlaps, sizes, out_pos, out_ov):
 
 
 @njit(**_JIT)
-def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offsets, q_floor, k, score, scale,
-                      out_pos, out_ov):
+def _first_at_least(positions, lo, hi, value):
+    """Least index ``e`` in ``[lo, hi]`` with ``positions[e] >= value`` (``hi`` if none); ascending positions."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if positions[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(**_JIT)
+def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, omin_pass, omax_pass,
+                    least, kth, buf, bov, n, cap, score, scale, top, max_len):
+    """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, admitting docs with
+    overlap in ``[omin_pass, omax_pass]``, key ``>= least`` and value above ``kth`` into ``buf`` (values) and
+    ``bov`` (overlaps), which hold ``n`` entries on entry; both have ``2 cap`` slots and are cut to the best
+    ``cap`` whenever they fill up (``kth`` then rises to the least value kept, ``least`` to its key).
+    Returns the number of entries and ``kth``."""
+    n_docs = len(rank_pos)
+    block = len(counts)
+    words = counts.view(np.uint64)
+    lane_bits = 64 // (block // len(words))
+    lanes = 64 // lane_bits
+    lane_one = np.uint64(0x0101010101010101) if lane_bits == 8 else np.uint64(0x0001000100010001)
+    lane_high = lane_one << np.uint64(lane_bits - 1)
+    lane_top = 1 << (lane_bits - 1)
+    lane_mask = np.uint64((1 << lane_bits) - 1)
+    cursor = np.empty(ql, np.int64)
+    for i in range(ql):
+        cursor[i] = p_offsets[np.int64(q_tokens[qs + i])]
+    synced = True  # the cursors stand at the block's first rank
+    for first in range(0, n_docs, block):
+        last = min(first + block, n_docs)
+        lo_len, hi_len = np.int64(rank_len[first]), np.int64(rank_len[last - 1])
+        # Ranks are in length order: the block's docs need at least the least need over its lengths.
+        omin = max(omin_pass, least_overlap(score, scale, top, max_len, least - 1, ql, lo_len))
+        for dl in range(lo_len + 1, hi_len + 1):
+            if omin <= omin_pass:
+                break
+            omin = max(omin_pass, min(omin, least_overlap(score, scale, top, max_len, least - 1, ql, dl)))
+        if omin > min(omax_pass, ql, hi_len):
+            synced = False  # nothing here can enter: the block's postings are passed over
+            continue
+        for i in range(ql):
+            e = cursor[i]
+            end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
+            if not synced:
+                e = _first_at_least(p_positions, e, end, first)
+            while e < end:
+                p = p_positions[e] - first
+                if p >= block:
+                    break
+                counts[p] += 1
+                e += 1
+            cursor[i] = e
+        synced = True
+        span = (last - first + 8 * lanes - 1) // (8 * lanes) * 8  # whole chunks of 8 words
+        m_lo = np.uint64(min(omin, lane_top)) * lane_one
+        m_hi = np.uint64(min(omax_pass + 1, lane_top)) * lane_one
+        # Lanes above omax_pass are dropped in the words when omax_pass + 1 < lane_top (else one by one).
+        cut = ~_U64_ZERO if omax_pass + 1 < lane_top else _U64_ZERO
+        for j0 in range(0, span, 8):
+            # SWAR: lanes >= m_lo (every lane >= lane_top counts as >= m_lo), and not >= omax_pass + 1
+            if _lanes_at_least(words, j0, lane_high, m_lo, m_hi, cut) == 0:
+                continue
+            for j in range(j0, j0 + 8):
+                x = words[j]
+                words[j] = 0
+                hit = (((x | lane_high) - m_lo) | x) & lane_high
+                while hit != 0:
+                    lane = np.int64(_ctz(hit)) // lane_bits
+                    hit &= hit - _U64_ONE
+                    o = np.int64((x >> np.uint64(lane * lane_bits)) & lane_mask)
+                    if o < omin or o > omax_pass:
+                        continue
+                    r = first + j * lanes + lane
+                    key = score_key(score, scale, o, ql, np.int64(rank_len[r]))
+                    v = (key << 31) | (_POS_MASK - np.int64(rank_pos[r]))
+                    if key < least or v <= kth:
+                        continue
+                    buf[n], bov[n] = v, o
+                    n += 1
+                    if n == 2 * cap:
+                        kth = _shrink(buf, bov, n, cap)
+                        least = max(least, kth >> 31)
+                        n = cap
+    return n, kth
+
+
+@njit(**_JIT)
+def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, q_offsets, q_floor, k, score,
+                      scale, top, max_len, out_pos, out_ov):
     """Exact top-k of each query through the postings (ScanCount), as :func:`kernels.postings.postings_search`.
 
     Parameters
     ----------
     p_offsets : int64 array, shape (vocab_size + 1,); p_positions : int32 array, shape (n_tokens,)
-        The shard's postings (:class:`kernels.postings.Postings`).
-    doc_len : int64 array, shape (n_docs,)
-    counts : uint8 or uint16 array, shape (block,)
-        All zero (and left so): the counters of one block of positions, wide
-        enough for ``max_len``; ``block`` positions are counted at a time, so
-        that the counters stay in the L1 cache.
+        Postings of the shard's docs by rank (:class:`kernels.postings.Postings` of the docs in
+        ``rank_pos`` order).
+    rank_pos : int32 array, shape (n_docs,); rank_len : int16 array, shape (n_docs,)
+        Position and length of the doc of each rank: ranks order the docs by length, then position.
+    counts : uint8 (``max_len <= 255``) or uint16 array, shape (block,)
+        All zero (and left so), ``block`` a multiple of 64: the counters of one block of ranks, counted
+        at a time so that they stay in the L1 cache.
     q_tokens, q_offsets : the queries (CSR, ``n_queries`` sets).
     q_floor : int64 array, shape (n_queries,)
         Key floors (``-1``: none).
     k : int
-    score, scale : int
-        Score index and key scale.
+    score, scale, top, max_len : int
+        Score index, key scale, largest key and the bound on set sizes.
     out_pos, out_ov : int64 arrays, shape (n_queries, k)
         Receive positions (``-1`` padding) and overlaps (0 padding), best first.
 
@@ -479,72 +618,60 @@ def scancount_queries(p_offsets, p_positions, doc_len, counts, q_tokens, q_offse
     A doc with overlap ``o >= 1`` appears in exactly ``o`` of the query's lists;
     every other doc has overlap 0 and key 0 (every key of ``o >= 1`` is ``>= 1``),
     so when fewer than ``k`` docs have a positive key and the floor is at most 0,
-    the lowest positions with overlap 0 fill the row. A doc of overlap ``o``
-    scores at most ``key(o, |q|, o)`` (a doc inside the query: every score's
-    denominator is least at ``|d| = o``), so once the heap is full, docs whose
-    bound is below its least key are passed over without their key, and from
-    the next block on (higher positions) so are the docs that only tie it.
+    the lowest positions with overlap 0 fill the row.
+
+    Candidates must reach the least key kept so far. A block of ranks holds a
+    narrow range of lengths, so its docs need an overlap of at least the least
+    :func:`least_overlap` over those lengths (length filtering, as in the set
+    similarity joins surveyed by Mann, Augsten, Bouros, VLDB 2016); a block
+    that needs more than it can hold is not counted, and in the others only
+    counters that reach it are looked at, 8 (or 4) at a time in 64-bit words
+    (SWAR: bit 7 of byte ``(x | 0x80) - m`` is set where ``x >= m``). Most docs
+    a query reaches share a single id with it, so a first pass admits
+    overlaps ``>= 2`` only; a second admits overlap 1, from the least key the
+    first kept, and counts only the blocks where a single shared id can reach it.
     """
-    n_docs = len(doc_len)
-    block = len(counts)
-    touched = np.empty(block + 1, np.int64)  # one past the last: the slot a repeated doc writes to
+    n_docs = len(rank_pos)
     cap = max(1, min(k, n_docs))
-    heap = np.empty(cap, np.int64)
-    heap_ov = np.empty(cap, np.int64)
-    longest = 0
-    for q in range(len(q_offsets) - 1):
-        longest = max(longest, q_offsets[q + 1] - q_offsets[q])
-    bound = np.empty(longest + 1, np.int64)
-    cursor = np.empty(longest, np.int64)
+    buf = np.empty(2 * cap, np.int64)
+    bov = np.empty(2 * cap, np.int64)
+    shortest = 1
+    for r in range(n_docs):
+        if rank_len[r] > 0:
+            shortest = np.int64(rank_len[r])
+            break
     for q in range(len(q_offsets) - 1):
         qs, qe = q_offsets[q], q_offsets[q + 1]
         ql = qe - qs
         floor = q_floor[q]
-        for i in range(ql):
-            cursor[i] = p_offsets[np.int64(q_tokens[qs + i])]
-        for o in range(ql + 1):
-            bound[o] = score_key(score, scale, np.int64(o), ql, np.int64(o))
-        size = 0
-        least = max(floor, 1)  # the least key a doc must reach (keys of touched docs are >= 1)
-        for first in range(0, n_docs, block):
-            last = min(first + block, n_docs)
-            if size == cap:  # this block's positions are above all in the heap: a tie with its least loses
-                least = max(least, (heap[0] >> 31) + 1)
-            nt = 0
-            for i in range(ql):
-                e = cursor[i]
-                end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
-                while e < end:
-                    p = p_positions[e] - first
-                    if p >= block:
-                        break
-                    c = counts[p]
-                    touched[nt] = p  # kept only for a first count (no branch to mispredict)
-                    nt += c == 0
-                    counts[p] = c + 1
-                    e += 1
-                cursor[i] = e
-            for i in range(nt):
-                p = touched[i]
-                o = np.int64(counts[p])
-                counts[p] = 0
-                if bound[o] < least:
-                    continue
-                key = score_key(score, scale, o, ql, doc_len[first + p])
-                if key < least:
-                    continue
-                size = _offer(heap, heap_ov, size, cap, (key << 31) | (_POS_MASK - first - p), o)
-                if size == cap:
-                    least = max(least, heap[0] >> 31)
-            if last == n_docs:
-                break
-        order = np.argsort(heap[:size])[::-1]
+        least = max(floor, 1)  # keys of touched docs are >= 1
+        size, kth = 0, -1
+        if ql >= 2:
+            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, 2,
+                                        1 << 30, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+            if size > cap:
+                kth = _shrink(buf, bov, size, cap)
+                size = cap
+            elif size == cap:
+                kth = buf[:size].min()
+            least = max(least, kth >> 31)
+            # A single shared id scores best in the shortest doc that has one (every key falls with |d|).
+            if score_key(score, scale, 1, ql, shortest) >= least:
+                size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, 1,
+                                            1, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+        elif ql == 1:
+            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, 1,
+                                        1 << 30, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+        if size > cap:
+            _shrink(buf, bov, size, cap)
+            size = cap
+        order = np.argsort(buf[:size])[::-1]
         for i in range(size):
-            out_pos[q, i] = _POS_MASK - (heap[order[i]] & _POS_MASK)
-            out_ov[q, i] = heap_ov[order[i]]
+            out_pos[q, i] = _POS_MASK - (buf[order[i]] & _POS_MASK)
+            out_ov[q, i] = bov[order[i]]
         filled = size
         if filled < k and floor <= 0:
-            # Every doc with overlap >= 1 is in the heap (it was never full): fill with the lowest other positions.
+            # Every doc with overlap >= 1 is kept (fewer than k were found): fill with the lowest other positions.
             taken = np.sort(out_pos[q, :size])
             j = 0
             p = 0
