@@ -130,6 +130,28 @@ def test_wide_counters(max_len):
         _check(docs, queries, 5, score, max_len=max_len, threads=(2,), oracle=max_len <= 400)
 
 
+@pytest.mark.parametrize("score", SCORES)
+def test_small_blocks_and_eager_refreshes(score, monkeypatch):
+    """ScanCount over many blocks of length-ordered ranks (blocks passed over, overlap-1 second passes) and
+    scan thresholds refreshed after every stale admission, with and without floors."""
+    from kernels import numba_index
+
+    monkeypatch.setattr(numba_index, "_POSTINGS_BLOCK", 64)
+    monkeypatch.setattr(numba_index, "_REFRESH_AFTER", 1)
+    rng = np.random.default_rng(10 + SCORES.index(score))
+    max_len = 12
+    docs = [sorted(rng.choice(40, int(rng.integers(0, max_len + 1)), replace=False).tolist()) for _ in range(700)]
+    queries = [sorted(rng.choice(40, int(rng.integers(0, max_len + 1)), replace=False).tolist()) for _ in range(40)]
+    queries += [docs[5], docs[600][:3], [], [39]]
+    plain = NumpyShardIndex(SetBatch.from_lists(docs), np.arange(700), max_len, score).search(
+        SetBatch.from_lists(queries), 30)
+    keys = score_key(plain.overlap, np.array([len(q) for q in queries])[:, None], plain.doc_len, max_len, score)
+    for k in (1, 9, 30):
+        for floor in (None, keys[:, k - 1].astype(np.int64), np.zeros(len(queries), np.int64)):
+            _check(docs, queries, k, score, max_len=max_len, floor=floor, routings=("scan", "postings"),
+                   threads=(2,), oracle=False)
+
+
 def test_zero_docs_and_zero_queries():
     empty = SetBatch.from_lists([])
     for routing in ROUTINGS:
@@ -251,11 +273,17 @@ _QUERIES = st.lists(st.lists(st.integers(0, 14), max_size=8), min_size=1, max_si
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=_SETS, queries=_QUERIES, k=st.integers(1, 45), score=st.sampled_from(SCORES),
-       routing=st.sampled_from(ROUTINGS), threads=st.integers(1, 3), data=st.data())
-def test_property_matches_numpy_and_oracle(docs, queries, k, score, routing, threads, data):
-    """Random shards on a small vocabulary (many ties), optional floors, every score, routing and thread count."""
+       routing=st.sampled_from(ROUTINGS), threads=st.integers(1, 3), block=st.sampled_from([64, 16384]),
+       data=st.data())
+def test_property_matches_numpy_and_oracle(docs, queries, k, score, routing, threads, block, data):
+    """Random shards on a small vocabulary (many ties), optional floors, every score, routing, thread count,
+    and ScanCount blocks of one or several lengths."""
+    from kernels import numba_index
+
     floor = None
     if data.draw(st.booleans()):
         top = max_key(8, score)
         floor = np.array(data.draw(st.lists(st.integers(-1, top + 1), min_size=len(queries), max_size=len(queries))))
-    _check(docs, queries, k, score, floor=floor, routings=(routing,), threads=(threads,))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(numba_index, "_POSTINGS_BLOCK", block)
+        _check(docs, queries, k, score, floor=floor, routings=(routing,), threads=(threads,))
