@@ -4,16 +4,19 @@ Two paths, both exact, both compiled with Numba (:mod:`kernels.numba_kernels`,
 imported on first use, so ``import kernels`` works without Numba):
 
 * **scan**: groups of up to 512 queries are counted against every doc with
-  bit-sliced counters (one bit per query in a 64-bit word, Harley-Seal
+  bit-sliced counters (one bit per query, 512-bit vectors, Harley-Seal
   carry-save adders, as the GPU kernel ``kernels/bitslice_topk.cu`` does).
   Each query keeps a heap of its best docs so far and, per doc length, the
   least overlap a doc needs to enter it; one bit-sliced comparison per doc
   finds the few queries a doc can enter. Docs are scanned in position order,
   so a doc that only ties the current k-th best never enters (ties go to the
   lower doc id).
-* **postings** (ScanCount): the query's postings lists are counted into a
-  per-thread array; every doc with overlap >= 1 is found exactly and the
-  rest have key 0 (:mod:`kernels.postings` describes the method).
+* **postings** (ScanCount): the query's postings lists are counted, a block of
+  docs at a time, into counters that stay in the L1 cache; every doc with
+  overlap >= 1 is found exactly and the rest have key 0
+  (:mod:`kernels.postings` describes the method). The postings list docs in
+  length order, so blocks whose lengths cannot reach the k-th best key so far
+  are not counted (length filtering).
 
 The work is split over ``threads`` threads: the scan by contiguous doc ranges
 (each with its own heaps, merged exactly at the end), the postings by queries.
@@ -36,9 +39,9 @@ from .topk import TopK, empty_topk
 __all__ = ["NumbaShardIndex"]
 
 _log = logging.getLogger("settopk.kernels")
-_MAX_WORDS = 8  # 64-bit words of queries per scan group: 512 queries
+_GROUP = 512  # queries per scan group: one bit each in 8 uint64 words (kernels.numba_simd.WORDS)
 _REFRESH_AFTER = 16  # docs a stale threshold may admit in vain before its tables are rebuilt
-_POSTINGS_BLOCK = 16384  # positions ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
+_POSTINGS_BLOCK = 16384  # docs ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
 # CPU cost model (seconds of one thread), fitted on an AMD EPYC core (200,000 docs of the STI2 length
 # histogram, Zipf and uniform ids, 16 to 500 queries): a scan group of n queries costs about
 # (_SCAN_S_PER_ID + n * _SCAN_S_PER_ID_QUERY) per doc id (the table outgrows the caches and more
@@ -64,8 +67,8 @@ class NumbaShardIndex:
 
     Same contract as :class:`kernels.NumpyShardIndex`: :meth:`search` returns
     the identical :class:`kernels.TopK` (every score, floors, ties to the lower
-    doc id, padding), and the attributes ``last_skipped``, ``last_routing``,
-    ``postings`` and ``postings_bytes`` mean the same.
+    doc id, padding), and the attributes ``last_skipped``, ``last_routing`` and
+    ``postings_bytes`` mean the same.
 
     Parameters
     ----------
@@ -80,11 +83,11 @@ class NumbaShardIndex:
     routing : str, default "scan"
         ``"scan"``: every query is counted against every doc (bit-sliced).
         ``"auto"``: the postings (:mod:`kernels.postings`, about
-        ``4 n_tokens + 8 * 65536`` more host bytes) are built too, and the
-        queries whose postings are short (uniform ids) go through them when the
-        cost model (module constants) says that is cheaper than the scan they
-        would share. ``"postings"``: every query goes through the postings.
-        Results are identical in every mode.
+        ``4 n_tokens + 8 * 65536 + 6 n_docs`` more host bytes) are built too,
+        and the queries whose postings are short (uniform ids) go through them
+        when the cost model (module constants) says that is cheaper than the
+        scan they would share. ``"postings"``: every query goes through the
+        postings. Results are identical in every mode.
     threads : int, optional
         Threads a search uses (the CPUs its actor reserves); default: the CPUs
         this process may run on.
@@ -97,7 +100,8 @@ class NumbaShardIndex:
         Queries of the last ``search`` per path: ``scan``, ``postings``, and of
         those ``scancount`` (every postings query) and ``prefix`` (always 0).
     postings : kernels.postings.Postings or None
-        The inverted index (None with ``routing="scan"``).
+        The inverted index (None with ``routing="scan"``). Its positions are
+        ranks: the docs in order of length, then position.
     postings_bytes : int
         Host bytes of the postings (0 with ``routing="scan"``).
 
@@ -228,7 +232,7 @@ class NumbaShardIndex:
             self.last_routing["scan"] = len(active)
             # Queries of similar length share a group: their thresholds rule out the same doc lengths.
             active = active[np.argsort(queries.lengths[active], kind="stable")]
-            n_groups = -(-len(active) // (64 * _MAX_WORDS))
+            n_groups = -(-len(active) // _GROUP)
             for rows in np.array_split(active, n_groups):  # groups of equal size, at most 512 queries
                 self._scan_search(queries.take(rows), floor[rows], k, rows, out)
         return out
@@ -247,7 +251,7 @@ class NumbaShardIndex:
         n = len(active)
         posted = np.concatenate([[0.0], np.cumsum(cost[order])])
         scanned = n - np.arange(n + 1)
-        groups = -(-scanned // (64 * _MAX_WORDS))
+        groups = -(-scanned // _GROUP)
         ids = len(self._tokens)
         best = int(np.argmin(posted + ids * (groups * _SCAN_S_PER_ID + scanned * _SCAN_S_PER_ID_QUERY)))
         return np.sort(active[order[:best]])

@@ -6,31 +6,33 @@ and ``cache=True`` (the machine code is kept on disk beside this file, or in
 
 Scores are passed as their index in :data:`kernels.SCORES`; keys and least
 overlaps are the integer formulas of :mod:`kernels.keys` (``score_key``,
-``min_overlap_above``), in int64 arithmetic: every product stays below
-``2**53``, so integer division gives the same floor as the float formula there.
+``min_overlap_above``) in int64 arithmetic: every product stays below
+``2**53``, so integer division gives the floor the float formula gives there.
+Candidates are ranked by one int64 value, ``(key << 31) | (2**31 - 1 -
+position)``: larger is better, ties go to the lower position (doc id).
 
 Bit-sliced scan (:func:`scan_range`), after the GPU kernel
-(``kernels/bitslice_topk.cu``): a group of up to ``64 W`` queries gets a
-table with one row of ``W`` uint64 words per token id of the group's queries
-(bit ``j`` of word ``w``: query ``64 w + j`` holds the id). A doc's overlaps
-with all of them are counted bit-sliced: plane ``b`` of word ``w`` holds bit
-``b`` of the ``64`` counters, summed with carry-save adders in the
-Harley-Seal pattern (Mula, Kurz, Lemire, "Faster population counts using AVX2
-instructions", 2018; positional population count: Klarqvist, Mula, Lemire,
-2021), 8 ids per step. Each query keeps its top-k of the docs seen so far in a
-heap and the least overlap a doc of each length needs to enter it
-(:func:`least_overlap`), stored bit-sliced per doc length; one bit-sliced
-comparison per doc and word finds the queries the doc can enter, so only those
-are scored exactly.
+(``kernels/bitslice_topk.cu``): a group of up to 512 queries gets a table
+with one row of 8 uint64 words per token id its queries hold (bit ``j`` of
+word ``w``: query ``64 w + j`` holds the id; :func:`build_group_table`). A
+doc's overlaps with all of them are counted bit-sliced, one 512-bit vector
+per bit plane, with carry-save adders in the Harley-Seal pattern (Mula, Kurz,
+Lemire, "Faster population counts using AVX2 instructions", 2018; positional
+population count: Klarqvist, Mula, Lemire, 2021), 8 ids per step
+(:mod:`kernels.numba_simd`). Each query keeps a heap of its best docs so far
+and, per doc length, the least overlap a doc needs to enter it
+(:func:`least_overlap`), stored bit-sliced; one bit-sliced comparison per doc
+finds the queries the doc can enter, and only those are scored exactly.
+
+ScanCount (:func:`scancount_queries`): see its notes.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from .numba_simd import WORDS, at_least, count1, count8, ctz, lanes_at_least, ripple
 
 __all__ = [
     "least_overlap",
@@ -46,175 +48,6 @@ _BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 
 _POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
 _U64_ONE = np.uint64(1)
 _U64_ZERO = np.uint64(0)
-_WORDS = 8  # uint64 words per scan group (512 queries): one 512-bit vector
-_VEC_T = ir.VectorType(ir.IntType(64), _WORDS)
-
-
-@intrinsic
-def _ctz(typingctx, src):
-    """Trailing zero bits of a nonzero uint64 (LLVM ``cttz``)."""
-    if not isinstance(src, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return src(src), codegen
-
-
-# Vector intrinsics of the scan. Counters and tables are C-contiguous uint64 arrays whose rows are
-# _WORDS words; each intrinsic loads and stores whole rows as one <8 x i64> vector. The counter array
-# `acc` holds the carries (row 0) and the bit planes (row 1 + b: bit b of every counter).
-
-
-def _load(builder, ptr):
-    try:
-        return builder.load(ptr, align=8, typ=_VEC_T)
-    except TypeError:  # llvmlite without the typ argument (typed pointers)
-        return builder.load(ptr, align=8)
-
-
-def _row(context, builder, arrty, arr, row):
-    """Pointer to row ``row`` (an i64 flat row index) of a C-contiguous uint64 array of _WORDS columns."""
-    data = context.make_array(arrty)(context, builder, value=arr).data
-    ptr = builder.gep(data, [builder.mul(row, ir.Constant(ir.IntType(64), _WORDS))], inbounds=True)
-    return builder.bitcast(ptr, _VEC_T.as_pointer())
-
-
-def _const_row(context, builder, arrty, arr, row):
-    return _row(context, builder, arrty, arr, ir.Constant(ir.IntType(64), row))
-
-
-def _int_row(context, builder, sig, args, i, j):
-    """Pointer to row ``args[j]`` (an integer argument) of the array ``args[i]``."""
-    return _row(context, builder, sig.args[i], args[i], context.cast(builder, args[j], sig.args[j], types.int64))
-
-
-def _any(builder, v):
-    """OR of the words of a vector (an i64)."""
-    out = builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
-    for i in range(1, _WORDS):
-        out = builder.or_(out, builder.extract_element(v, ir.Constant(ir.IntType(32), i)))
-    return out
-
-
-def _csa(builder, a, b, c):
-    """Carry-save adder: ``a + b + c == low + 2 high`` bit by bit; returns (high, low)."""
-    u = builder.xor(a, b)
-    return builder.or_(builder.and_(a, b), builder.and_(u, c)), builder.xor(u, c)
-
-
-@intrinsic
-def _count8(typingctx, table, acc, s0, s1, s2, s3, s4, s5, s6, s7):
-    """Add table rows ``s0 .. s7`` to planes 0-2 of ``acc`` (Harley-Seal: 7 carry-save adders); the carries
-    into plane 3 go to ``acc`` row 0. Returns their OR (0: nothing to ripple)."""
-    def codegen(context, builder, sig, args):
-        a = []
-        for i in range(8):
-            s = context.cast(builder, args[2 + i], sig.args[2 + i], types.int64)
-            a.append(_load(builder, _row(context, builder, sig.args[0], args[0], s)))
-        rows = [_const_row(context, builder, sig.args[1], args[1], r) for r in range(4)]
-        ones, twos, fours = (_load(builder, rows[r]) for r in (1, 2, 3))
-        twos_a, ones = _csa(builder, ones, a[0], a[1])
-        twos_b, ones = _csa(builder, ones, a[2], a[3])
-        fours_a, twos = _csa(builder, twos, twos_a, twos_b)
-        twos_a, ones = _csa(builder, ones, a[4], a[5])
-        twos_b, ones = _csa(builder, ones, a[6], a[7])
-        fours_b, twos = _csa(builder, twos, twos_a, twos_b)
-        eights, fours = _csa(builder, fours, fours_a, fours_b)
-        for r, v in ((1, ones), (2, twos), (3, fours), (0, eights)):
-            builder.store(v, rows[r], align=8)
-        return _any(builder, eights)
-
-    return types.uint64(table, acc, s0, s1, s2, s3, s4, s5, s6, s7), codegen
-
-
-@intrinsic
-def _count1(typingctx, table, acc, s):
-    """Add table row ``s`` to planes 0-2 of ``acc``; the carries into plane 3 go to row 0. Returns their OR."""
-    def codegen(context, builder, sig, args):
-        c = _load(builder, _int_row(context, builder, sig, args, 0, 2))
-        for r in (1, 2, 3):
-            p = _const_row(context, builder, sig.args[1], args[1], r)
-            v = _load(builder, p)
-            builder.store(builder.xor(v, c), p, align=8)
-            c = builder.and_(v, c)
-        builder.store(c, _const_row(context, builder, sig.args[1], args[1], 0), align=8)
-        return _any(builder, c)
-
-    return types.uint64(table, acc, s), codegen
-
-
-@intrinsic
-def _ripple(typingctx, acc, row):
-    """Add the carries (``acc`` row 0) into row ``row``; the carries out replace row 0. Returns their OR."""
-    def codegen(context, builder, sig, args):
-        p0 = _const_row(context, builder, sig.args[0], args[0], 0)
-        pr = _int_row(context, builder, sig, args, 0, 1)
-        c, v = _load(builder, p0), _load(builder, pr)
-        t = builder.and_(v, c)
-        builder.store(builder.xor(v, c), pr, align=8)
-        builder.store(t, p0, align=8)
-        return _any(builder, t)
-
-    return types.uint64(acc, row), codegen
-
-
-@intrinsic
-def _at_least(typingctx, acc, planes, first, n_planes):
-    """Row 0 of ``acc`` = bits of the counters (planes in rows ``1 .. n_planes``) that are >= the least
-    overlaps in rows ``first .. first + n_planes - 1`` of ``planes`` (no borrow out of counter - need:
-    ``borrow' = (~c & t) | ((~c | t) & borrow)``). Returns the OR of the result."""
-    def codegen(context, builder, sig, args):
-        first_row = context.cast(builder, args[2], sig.args[2], types.int64)
-        n = context.cast(builder, args[3], sig.args[3], types.int64)
-        borrow = cgutils.alloca_once_value(builder, ir.Constant(_VEC_T, None))
-        full = ir.Constant(_VEC_T, [ir.Constant(ir.IntType(64), -1)] * _WORDS)
-        with cgutils.for_range(builder, n) as loop:
-            i = loop.index
-            c = _load(builder, _row(context, builder, sig.args[0], args[0], builder.add(i, ir.Constant(i.type, 1))))
-            t = _load(builder, _row(context, builder, sig.args[1], args[1], builder.add(first_row, i)))
-            nc = builder.xor(c, full)
-            b = builder.load(borrow)
-            builder.store(builder.or_(builder.and_(nc, t), builder.and_(builder.or_(nc, t), b)), borrow)
-        hit = builder.xor(builder.load(borrow), full)
-        builder.store(hit, _const_row(context, builder, sig.args[0], args[0], 0), align=8)
-        return _any(builder, hit)
-
-    return types.uint64(acc, planes, first, n_planes), codegen
-
-
-@intrinsic
-def _lanes_at_least(typingctx, words, j0, high, m_lo, m_hi, cut):
-    """SWAR test of the words ``words[j0:j0 + 8]`` (one vector; ``j0`` a multiple of 8) of packed counters
-    whose lanes have top bits ``high``: the OR over the words of
-    ``high & (((x | high) - m_lo) | x) & ~(cut & (((x | high) - m_hi) | x))`` (lanes ``>= m_lo`` and, where
-    ``cut`` is all ones, ``< m_hi``; a lane with its top bit set counts as ``>= m_lo``). Where that OR is 0,
-    the words are zeroed (nothing in them is wanted)."""
-    def codegen(context, builder, sig, args):
-        row = builder.sdiv(context.cast(builder, args[1], sig.args[1], types.int64), ir.Constant(ir.IntType(64), _WORDS))
-        ptr = _row(context, builder, sig.args[0], args[0], row)
-        x = _load(builder, ptr)
-
-        def splat(i):
-            v = context.cast(builder, args[i], sig.args[i], types.uint64)
-            vec = ir.Constant(_VEC_T, None)
-            for lane in range(_WORDS):
-                vec = builder.insert_element(vec, v, ir.Constant(ir.IntType(32), lane))
-            return vec
-
-        high, m_lo, m_hi, cut = splat(2), splat(3), splat(4), splat(5)
-        xh = builder.or_(x, high)
-        ge_lo = builder.or_(builder.sub(xh, m_lo), x)
-        ge_hi = builder.and_(cut, builder.or_(builder.sub(xh, m_hi), x))
-        ones = ir.Constant(_VEC_T, [ir.Constant(ir.IntType(64), -1)] * _WORDS)
-        hit = builder.and_(high, builder.and_(ge_lo, builder.xor(ge_hi, ones)))
-        found = _any(builder, hit)
-        nothing = builder.icmp_unsigned("==", found, ir.Constant(ir.IntType(64), 0))
-        builder.store(builder.select(nothing, ir.Constant(_VEC_T, None), x), ptr, align=8)
-        return found
-
-    return types.uint64(words, j0, high, m_lo, m_hi, cut), codegen
 
 
 @njit(**_JIT)
@@ -394,16 +227,16 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
     rejects = np.zeros(nq, np.int64)
     need = np.zeros((nq, nl), np.int64)  # as the planes hold it: 0 everywhere
-    planes = np.zeros((nl, n_planes, _WORDS), np.uint64)
+    planes = np.zeros((nl, n_planes, WORDS), np.uint64)
     reach = np.full(nl, nq, np.int64)  # queries that can reach each length: need 0 reaches them all
     for q in range(nq):
         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
-    valid = np.zeros(_WORDS, np.uint64)
+    valid = np.zeros(WORDS, np.uint64)
     for q in range(nq):
         valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
-    for w in range(_WORDS):  # lanes without a query need more than any counter holds
+    for w in range(WORDS):  # lanes without a query need more than any counter holds
         planes[:, :, w] |= ~valid[w]
-    acc = np.zeros((n_planes + 1, _WORDS), np.uint64)
+    acc = np.zeros((n_planes + 1, WORDS), np.uint64)
     slots = np.zeros(max_len + 1, np.int64)
     for d in range(lo, hi):
         li = len_index[d]
@@ -419,24 +252,24 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         acc[:] = 0
         i = 0
         while i + 8 <= n:
-            if _count8(table, acc, slots[i], slots[i + 1], slots[i + 2], slots[i + 3], slots[i + 4], slots[i + 5],
+            if count8(table, acc, slots[i], slots[i + 1], slots[i + 2], slots[i + 3], slots[i + 4], slots[i + 5],
                        slots[i + 6], slots[i + 7]) != 0:
                 r = 4
-                while _ripple(acc, r) != 0:
+                while ripple(acc, r) != 0:
                     r += 1
             i += 8
         while i < n:
-            if _count1(table, acc, slots[i]) != 0:
+            if count1(table, acc, slots[i]) != 0:
                 r = 4
-                while _ripple(acc, r) != 0:
+                while ripple(acc, r) != 0:
                     r += 1
             i += 1
-        if _at_least(acc, planes, li * n_planes, n_planes) == 0:
+        if at_least(acc, planes, li * n_planes, n_planes) == 0:
             continue
-        for w in range(_WORDS):
+        for w in range(WORDS):
             hit = acc[0, w] & valid[w]
             while hit != 0:
-                j = _ctz(hit)
+                j = ctz(hit)
                 hit &= hit - _U64_ONE
                 sh = np.uint64(j)
                 o = 0
@@ -563,14 +396,14 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens
         cut = ~_U64_ZERO if omax_pass + 1 < lane_top else _U64_ZERO
         for j0 in range(0, span, 8):
             # SWAR: lanes >= m_lo (every lane >= lane_top counts as >= m_lo), and not >= omax_pass + 1
-            if _lanes_at_least(words, j0, lane_high, m_lo, m_hi, cut) == 0:
+            if lanes_at_least(words, j0, lane_high, m_lo, m_hi, cut) == 0:
                 continue
             for j in range(j0, j0 + 8):
                 x = words[j]
                 words[j] = 0
                 hit = (((x | lane_high) - m_lo) | x) & lane_high
                 while hit != 0:
-                    lane = np.int64(_ctz(hit)) // lane_bits
+                    lane = np.int64(ctz(hit)) // lane_bits
                     hit &= hit - _U64_ONE
                     o = np.int64((x >> np.uint64(lane * lane_bits)) & lane_mask)
                     if o < omin or o > omax_pass:
@@ -706,7 +539,7 @@ def build_group_table(q_tokens, q_offsets):
         if slot_of[t] == 0:
             slot_of[t] = n_slots
             n_slots += 1
-    table = np.zeros((n_slots, _WORDS), np.uint64)
+    table = np.zeros((n_slots, WORDS), np.uint64)
     for q in range(len(q_offsets) - 1):
         bit = _U64_ONE << np.uint64(q & 63)
         for i in range(q_offsets[q], q_offsets[q + 1]):
