@@ -103,7 +103,7 @@ class NumbaShardIndex:
         The inverted index (None with ``routing="scan"``). Its positions are
         ranks: the docs in order of length, then position.
     postings_bytes : int
-        Host bytes of the postings (0 with ``routing="scan"``).
+        Host bytes of the postings and the rank order (0 with ``routing="scan"``).
 
     Raises
     ------
@@ -162,7 +162,8 @@ class NumbaShardIndex:
             self._rank_pos = np.argsort(self._doc_len64, kind="stable").astype(np.int32)
             self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
             self.postings = build_postings(docs.take(self._rank_pos))
-        self.postings_bytes = self.postings.nbytes if self.postings is not None else 0
+        self.postings_bytes = 0 if self.postings is None else (
+            self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
         # Doc ranges of the scan threads, cut at equal numbers of ids.
         cuts = np.searchsorted(self._offsets, np.linspace(0, len(self._tokens), threads + 1)[1:-1])
         bounds = np.unique(np.concatenate([[0], cuts, [self.n_docs]]))
