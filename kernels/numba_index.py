@@ -159,9 +159,13 @@ class NumbaShardIndex:
         if routing != "scan":
             # The postings list docs by rank: ranks order the docs by length (then position), so a block
             # of ranks holds few lengths and ScanCount can pass over the blocks no doc of which can enter.
-            self._rank_pos = np.argsort(self._doc_len64, kind="stable").astype(np.int32)
+            # Overlap and containment keys do not depend on |d|: their ranks stay the positions, so that
+            # ties with the k-th best are settled by position block by block instead.
+            self._ordered = score in ("overlap", "containment")
+            order = np.arange(self.n_docs) if self._ordered else np.argsort(self._doc_len64, kind="stable")
+            self._rank_pos = order.astype(np.int32)
             self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
-            self.postings = build_postings(docs.take(self._rank_pos))
+            self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos))
         self.postings_bytes = 0 if self.postings is None else (
             self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
         # Doc ranges of the scan threads, cut at equal numbers of ids.
@@ -298,14 +302,17 @@ class NumbaShardIndex:
         ov = np.empty((sub.n_sets, k), dtype=np.int64)
         floor = np.ascontiguousarray(floor, dtype=np.int64)
         cuts = np.linspace(0, sub.n_sets, min(self.threads, sub.n_sets) + 1).astype(np.int64)
+        block = min(_POSTINGS_BLOCK, -(-self.n_docs // 64) * 64)  # whole chunks of 8 64-bit words
+        starts = np.arange(0, self.n_docs, block)
+        block_lo = np.minimum.reduceat(self._rank_len, starts).astype(np.int64)
+        block_hi = np.maximum.reduceat(self._rank_len, starts).astype(np.int64)
 
         def count(lo, hi):
             part = sub.take(np.arange(lo, hi))
-            block = min(_POSTINGS_BLOCK, -(-self.n_docs // 64) * 64)  # whole chunks of 8 64-bit words
             counts = np.zeros(block, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
-            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._rank_pos, self._rank_len, counts,
-                                 part.tokens, part.offsets, floor[lo:hi], k, self._score_code, self._scale, self._top,
-                                 self.max_len, pos[lo:hi], ov[lo:hi])
+            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._rank_pos, self._rank_len,
+                                 block_lo, block_hi, self._ordered, counts, part.tokens, part.offsets, floor[lo:hi],
+                                 k, self._score_code, self._scale, self._top, self.max_len, pos[lo:hi], ov[lo:hi])
 
         self._map(count, [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
         self._write(out, rows, pos, ov)

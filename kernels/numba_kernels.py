@@ -344,13 +344,15 @@ def _first_at_least(positions, lo, hi, value):
 
 
 @njit(**_JIT)
-def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, omin_pass, omax_pass,
-                    least, kth, buf, bov, n, cap, score, scale, top, max_len):
+def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, q_tokens, qs, ql,
+                    omin_pass, omax_pass, strict, least, kth, buf, bov, n, cap, score, scale, top, max_len):
     """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, admitting docs with
     overlap in ``[omin_pass, omax_pass]``, key ``>= least`` and value above ``kth`` into ``buf`` (values) and
     ``bov`` (overlaps), which hold ``n`` entries on entry; both have ``2 cap`` slots and are cut to the best
     ``cap`` whenever they fill up (``kth`` then rises to the least value kept, ``least`` to its key).
-    Returns the number of entries and ``kth``."""
+    ``strict``: ranks are positions and ``buf`` starts empty, so from the next block on a doc that only ties
+    the least key kept has a higher position than every doc kept, and loses. Returns the number of entries
+    and ``kth``."""
     n_docs = len(rank_pos)
     block = len(counts)
     words = counts.view(np.uint64)
@@ -366,8 +368,15 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens
     synced = True  # the cursors stand at the block's first rank
     for first in range(0, n_docs, block):
         last = min(first + block, n_docs)
-        lo_len, hi_len = np.int64(rank_len[first]), np.int64(rank_len[last - 1])
-        # Ranks are in length order: the block's docs need at least the least need over its lengths.
+        if strict and n >= cap:
+            if n > cap:
+                kth = _shrink(buf, bov, n, cap)
+                n = cap
+            else:
+                kth = buf[:n].min()
+            least = max(least, (kth >> 31) + 1)
+        lo_len, hi_len = block_lo[first // block], block_hi[first // block]
+        # The block's docs need at least the least need over its lengths.
         omin = max(omin_pass, least_overlap(score, scale, top, max_len, least - 1, ql, lo_len))
         for dl in range(lo_len + 1, hi_len + 1):
             if omin <= omin_pass:
@@ -423,8 +432,8 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens
 
 
 @njit(**_JIT)
-def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, q_offsets, q_floor, k, score,
-                      scale, top, max_len, out_pos, out_ov):
+def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, ordered, counts, q_tokens,
+                      q_offsets, q_floor, k, score, scale, top, max_len, out_pos, out_ov):
     """Exact top-k of each query through the postings (ScanCount), as :func:`kernels.postings.postings_search`.
 
     Parameters
@@ -433,7 +442,13 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, counts, q_toke
         Postings of the shard's docs by rank (:class:`kernels.postings.Postings` of the docs in
         ``rank_pos`` order).
     rank_pos : int32 array, shape (n_docs,); rank_len : int16 array, shape (n_docs,)
-        Position and length of the doc of each rank: ranks order the docs by length, then position.
+        Position and length of the doc of each rank: ranks order the docs by length, then position, or
+        are the positions (``ordered``).
+    block_lo, block_hi : int64 arrays, shape (n_blocks,)
+        Least and largest doc length of each block of ``block`` ranks.
+    ordered : bool
+        Ranks are positions (for scores whose keys do not depend on ``|d|``: no length to filter by,
+        and a doc that only ties the least key kept loses from the next block on).
     counts : uint8 (``max_len <= 255``) or uint16 array, shape (block,)
         All zero (and left so), ``block`` a multiple of 64: the counters of one block of ranks, counted
         at a time so that they stay in the L1 cache.
@@ -468,11 +483,9 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, counts, q_toke
     cap = max(1, min(k, n_docs))
     buf = np.empty(2 * cap, np.int64)
     bov = np.empty(2 * cap, np.int64)
-    shortest = 1
-    for r in range(n_docs):
-        if rank_len[r] > 0:
-            shortest = np.int64(rank_len[r])
-            break
+    shortest = max_len + 1  # the shortest doc that can share an id
+    for b in range(len(block_lo)):
+        shortest = min(shortest, max(block_lo[b], 1))
     for q in range(len(q_offsets) - 1):
         qs, qe = q_offsets[q], q_offsets[q + 1]
         ql = qe - qs
@@ -480,8 +493,8 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, counts, q_toke
         least = max(floor, 1)  # keys of touched docs are >= 1
         size, kth = 0, -1
         if ql >= 2:
-            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, 2,
-                                        1 << 30, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                        q_tokens, qs, ql, 2, 1 << 30, ordered, least, kth, buf, bov, size, cap, score, scale, top, max_len)
             if size > cap:
                 kth = _shrink(buf, bov, size, cap)
                 size = cap
@@ -490,11 +503,11 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, counts, q_toke
             least = max(least, kth >> 31)
             # A single shared id scores best in the shortest doc that has one (every key falls with |d|).
             if score_key(score, scale, 1, ql, shortest) >= least:
-                size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, 1,
-                                            1, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+                size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                            q_tokens, qs, ql, 1, 1, False, least, kth, buf, bov, size, cap, score, scale, top, max_len)
         elif ql == 1:
-            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, counts, q_tokens, qs, ql, 1,
-                                        1 << 30, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                        q_tokens, qs, ql, 1, 1 << 30, ordered, least, kth, buf, bov, size, cap, score, scale, top, max_len)
         if size > cap:
             _shrink(buf, bov, size, cap)
             size = cap
