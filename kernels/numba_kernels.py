@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .numba_simd import WORDS, at_least, count1, count8, ctz, lanes_at_least, ripple
+from .numba_simd import WORDS, at_least, count1, count8, ctz, lanes_at_least, prefetch, ripple
 
 __all__ = [
     "least_overlap",
@@ -365,6 +365,7 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
     cursor = np.empty(ql, np.int64)
     for i in range(ql):
         cursor[i] = p_offsets[np.int64(q_tokens[qs + i])]
+        prefetch(p_positions, cursor[i])
     synced = True  # the cursors stand at the block's first rank
     for first in range(0, n_docs, block):
         last = min(first + block, n_docs)
@@ -397,6 +398,7 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
                 counts[p] += 1
                 e += 1
             cursor[i] = e
+            prefetch(p_positions, e + 16)  # the list's next block starts on the next cache line
         synced = True
         span = (last - first + 8 * lanes - 1) // (8 * lanes) * 8  # whole chunks of 8 words
         m_lo = np.uint64(min(omin, lane_top)) * lane_one

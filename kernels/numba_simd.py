@@ -20,7 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["WORDS", "at_least", "count1", "count8", "ctz", "lanes_at_least", "ripple"]
+__all__ = ["WORDS", "at_least", "count1", "count8", "ctz", "lanes_at_least", "prefetch", "ripple"]
 
 WORDS = 8
 """uint64 words per vector: 512 queries per scan group."""
@@ -37,6 +37,25 @@ def ctz(typingctx, src):
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return src(src), codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """Ask for the cache line of ``arr[index]`` (a 1-D C-contiguous array; any index: a prefetch does not fault)."""
+    if not isinstance(arr, types.Array) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+        i = context.cast(builder, args[1], sig.args[1], types.int64)
+        ptr = builder.bitcast(builder.gep(data, [i]), ir.IntType(8).as_pointer())
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [
+            ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32), ir.IntType(32)]), "llvm.prefetch.p0")
+        i32 = ir.IntType(32)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, index), codegen
 
 
 def _load(builder, ptr):
