@@ -174,6 +174,16 @@ class NumbaShardIndex:
         self._ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         self._pool = None
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_nk"] = state["_pool"] = None  # a module and a thread pool do not pickle
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from . import numba_kernels
+
+        self.__dict__.update(state, _nk=numba_kernels)
+
     @property
     def n_docs(self) -> int:
         """Number of docs in the shard."""

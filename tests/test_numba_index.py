@@ -224,6 +224,16 @@ def test_routing_auto_follows_postings_lengths():
     assert NumbaShardIndex(docs, np.arange(20000), 64).postings_bytes == 0
 
 
+def test_pickled_index_searches_the_same():
+    import pickle
+
+    docs = SetBatch.from_lists([[1, 2], [2, 3], [3], [1, 2, 3]])
+    queries = SetBatch.from_lists([[1, 2], [3]])
+    index = NumbaShardIndex(docs, np.arange(4), 8, routing="auto", threads=2)
+    want = index.search(queries, 3)
+    _same(pickle.loads(pickle.dumps(index)).search(queries, 3), want)
+
+
 def test_bad_arguments_raise():
     d = SetBatch.from_lists([[1, 2], [3]])
     with pytest.raises(ValueError, match="routing"):
