@@ -245,25 +245,27 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         s = doc_offsets[d]
         dl = doc_len[d]
         n = 0
-        for i in range(s, doc_offsets[d + 1]):  # the ids some query holds (row 0 adds nothing)
+        for i in range(np.uint64(s), np.uint64(doc_offsets[d + 1])):  # the ids some query holds (row 0 adds 0)
             slot = slot_of[doc_tokens[i]]
-            slots[n] = slot
+            slots[np.uint64(n)] = slot
             n += slot != 0
         acc[:] = 0
-        i = 0
-        while i + 8 <= n:
-            if count8(table, acc, slots[i], slots[i + 1], slots[i + 2], slots[i + 3], slots[i + 4], slots[i + 5],
-                       slots[i + 6], slots[i + 7]) != 0:
+        i = np.uint64(0)
+        un = np.uint64(n)
+        while i + np.uint64(8) <= un:
+            if count8(table, acc, slots[i], slots[i + np.uint64(1)], slots[i + np.uint64(2)], slots[i + np.uint64(3)],
+                      slots[i + np.uint64(4)], slots[i + np.uint64(5)], slots[i + np.uint64(6)],
+                      slots[i + np.uint64(7)]) != 0:
                 r = 4
                 while ripple(acc, r) != 0:
                     r += 1
-            i += 8
-        while i < n:
+            i += np.uint64(8)
+        while i < un:
             if count1(table, acc, slots[i]) != 0:
                 r = 4
                 while ripple(acc, r) != 0:
                     r += 1
-            i += 1
+            i += _U64_ONE
         if at_least(acc, planes, li * n_planes, n_planes) == 0:
             continue
         for w in range(WORDS):
@@ -391,12 +393,15 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
             end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
             if not synced:
                 e = _first_at_least(p_positions, e, end, first)
-            while e < end:
-                p = p_positions[e] - first
-                if p >= block:
+            # Unsigned indices: Numba then leaves out the wraparound of negative ones (all are >= 0 here).
+            ue, uend, ufirst, ublock = np.uint64(e), np.uint64(end), np.uint64(first), np.uint64(block)
+            while ue < uend:
+                p = np.uint64(p_positions[ue]) - ufirst
+                if p >= ublock:
                     break
                 counts[p] += 1
-                e += 1
+                ue += _U64_ONE
+            e = np.int64(ue)
             cursor[i] = e
             prefetch(p_positions, e + 16)  # the list's next block starts on the next cache line
         synced = True
