@@ -1,0 +1,340 @@
+"""Compiled CPU search: :class:`NumbaShardIndex`, the contract of :class:`kernels.NumpyShardIndex` at native speed.
+
+Two paths, both exact, both compiled with Numba (:mod:`kernels.numba_kernels`,
+imported on first use, so ``import kernels`` works without Numba):
+
+* **scan**: groups of up to 512 queries are counted against every doc with
+  bit-sliced counters (one bit per query, 512-bit vectors, Harley-Seal
+  carry-save adders, as the GPU kernel ``kernels/bitslice_topk.cu`` does).
+  Each query keeps a heap of its best docs so far and, per doc length, the
+  least overlap a doc needs to enter it; one bit-sliced comparison per doc
+  finds the few queries a doc can enter. Docs are scanned in position order,
+  so a doc that only ties the current k-th best never enters (ties go to the
+  lower doc id).
+* **postings** (ScanCount): the query's postings lists are counted, a block of
+  docs at a time, into counters that stay in the L1 cache; every doc with
+  overlap >= 1 is found exactly and the rest have key 0
+  (:mod:`kernels.postings` describes the method). The postings list docs in
+  length order, so blocks whose lengths cannot reach the k-th best key so far
+  are not counted (length filtering).
+
+The work is split over ``threads`` threads: the scan by contiguous doc ranges
+(each with its own heaps, merged exactly at the end), the postings by queries.
+The compiled functions release the GIL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
+from .postings import build_postings, check_routing, postings_cost
+from .sets import SetBatch
+from .topk import TopK, empty_topk
+
+__all__ = ["NumbaShardIndex"]
+
+_log = logging.getLogger("settopk.kernels")
+_GROUP = 512  # queries per scan group: one bit each in 8 uint64 words (kernels.numba_simd.WORDS)
+_REFRESH_AFTER = 16  # docs a stale threshold may admit in vain before its tables are rebuilt
+_POSTINGS_BLOCK = 16384  # docs ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
+# CPU cost model (seconds of one thread), fitted on an AMD EPYC core (200,000 docs of the STI2 length
+# histogram, Zipf and uniform ids, 16 to 500 queries): a scan group of n queries costs about
+# (_SCAN_S_PER_ID + n * _SCAN_S_PER_ID_QUERY) per doc id (the table outgrows the caches and more
+# queries find candidates as n grows); ScanCount costs about _POSTINGS_S_PER_ENTRY per postings entry,
+# _POSTINGS_S_PER_DOC per doc it reaches (at most one per entry, at most n_docs) and
+# _POSTINGS_S_PER_QUERY per query.
+_SCAN_S_PER_ID = 2e-9
+_SCAN_S_PER_ID_QUERY = 0.008e-9
+_POSTINGS_S_PER_ENTRY = 1.1e-9
+_POSTINGS_S_PER_DOC = 4.5e-9
+_POSTINGS_S_PER_QUERY = 2e-6
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class NumbaShardIndex:
+    """One shard's docs in host memory, searched by compiled, multi-threaded kernels.
+
+    Same contract as :class:`kernels.NumpyShardIndex`: :meth:`search` returns
+    the identical :class:`kernels.TopK` (every score, floors, ties to the lower
+    doc id, padding), and the attributes ``last_skipped``, ``last_routing`` and
+    ``postings_bytes`` mean the same.
+
+    Parameters
+    ----------
+    docs : SetBatch
+        The shard's docs (``n_docs`` sets), in ``doc_ids`` order.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Global doc ids, strictly increasing (so position order is id order).
+    max_len : int
+        Bound on set sizes, in ``[1, 32767]`` (``[1, 255]`` for cosine).
+    score : str, default "braun_blanquet"
+        What :meth:`search` ranks by: one of :data:`kernels.SCORES`.
+    routing : str, default "scan"
+        ``"scan"``: every query is counted against every doc (bit-sliced).
+        ``"auto"``: the postings (:mod:`kernels.postings`, about
+        ``4 n_tokens + 8 * 65536 + 6 n_docs`` more host bytes) are built too,
+        and the queries whose postings are short (uniform ids) go through them
+        when the cost model (module constants) says that is cheaper than the
+        scan they would share. ``"postings"``: every query goes through the
+        postings. Results are identical in every mode.
+    threads : int, optional
+        Threads a search uses (the CPUs its actor reserves); default: the CPUs
+        this process may run on.
+
+    Attributes
+    ----------
+    last_skipped : int
+        Queries of the last ``search`` that their floor skipped.
+    last_routing : dict
+        Queries of the last ``search`` per path: ``scan``, ``postings``, and of
+        those ``scancount`` (every postings query) and ``prefix`` (always 0).
+    postings : kernels.postings.Postings or None
+        The inverted index (None with ``routing="scan"``). Its positions are
+        ranks: the docs in order of length, then position.
+    postings_bytes : int
+        Host bytes of the postings and the rank order (0 with ``routing="scan"``).
+
+    Raises
+    ------
+    ValueError
+        If ``doc_ids`` is not strictly increasing, its length differs from
+        ``docs``, a doc is longer than ``max_len``, the shard has ``2**31`` docs
+        or more, ``score`` is unknown or does not allow ``max_len``
+        (:func:`kernels.key_scale`), ``routing`` is not one of
+        :data:`kernels.postings.ROUTINGS`, or ``threads < 1``.
+    ImportError
+        If Numba is not installed.
+    """
+
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, score: str = DEFAULT_SCORE,
+                 routing: str = "scan", threads: int | None = None):
+        check_routing(routing)
+        self._scale = key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
+        doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        if len(doc_ids) != docs.n_sets:
+            raise ValueError(f"{len(doc_ids)} doc ids for {docs.n_sets} docs")
+        if len(doc_ids) >= 2**31:
+            raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {len(doc_ids)}; use more shards")
+        if np.any(np.diff(doc_ids) <= 0):
+            raise ValueError("doc_ids must be strictly increasing")
+        lengths = docs.lengths
+        if len(lengths) and lengths.max() > max_len:
+            raise ValueError(f"a doc has {lengths.max()} ids, more than max_len={max_len}")
+        threads = _usable_cpus() if threads is None else int(threads)
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, found {threads}")
+        from . import numba_kernels  # Numba is needed from here on; `import kernels` does not need it
+
+        self._nk = numba_kernels
+        self.doc_ids = doc_ids
+        self.doc_len = lengths.astype(np.int16)
+        self.max_len = max_len
+        self.score = score
+        self.routing = routing
+        self.threads = threads
+        self.last_skipped = 0
+        self.last_routing = _no_routing()
+        self._score_code = SCORES.index(score)
+        self._top = max_key(max_len, score)
+        self._n_planes = max(3, (max_len + 1).bit_length())
+        self._tokens = np.ascontiguousarray(docs.tokens)
+        self._offsets = np.ascontiguousarray(docs.offsets)
+        self._doc_len64 = lengths.astype(np.int64)
+        self._lengths, self._len_index = np.unique(self._doc_len64, return_inverse=True)
+        self._len_index = self._len_index.astype(np.int64).ravel()
+        self._shortest = int(lengths.min()) if len(lengths) else 0
+        self._longest = int(lengths.max()) if len(lengths) else 0
+        self.postings = None
+        if routing != "scan":
+            # The postings list docs by rank: ranks order the docs by length (then position), so a block
+            # of ranks holds few lengths and ScanCount can pass over the blocks no doc of which can enter.
+            # Overlap and containment keys do not depend on |d|: their ranks stay the positions, so that
+            # ties with the k-th best are settled by position block by block instead.
+            self._ordered = score in ("overlap", "containment")
+            order = np.arange(self.n_docs) if self._ordered else np.argsort(self._doc_len64, kind="stable")
+            self._rank_pos = order.astype(np.int32)
+            self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
+            self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos))
+        self.postings_bytes = 0 if self.postings is None else (
+            self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
+        # Doc ranges of the scan threads, cut at equal numbers of ids.
+        cuts = np.searchsorted(self._offsets, np.linspace(0, len(self._tokens), threads + 1)[1:-1])
+        bounds = np.unique(np.concatenate([[0], cuts, [self.n_docs]]))
+        self._ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        self._pool = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_nk"] = state["_pool"] = None  # a module and a thread pool do not pickle
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from . import numba_kernels
+
+        self.__dict__.update(state, _nk=numba_kernels)
+
+    @property
+    def n_docs(self) -> int:
+        """Number of docs in the shard."""
+        return len(self.doc_ids)
+
+    def search(self, queries: SetBatch, k: int, floor_key=None) -> TopK:
+        """Exact shard-local top-k for each query by the index's score, optionally above a per-query floor.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+        k : int
+            Results per query, ``>= 1``.
+        floor_key : numpy.ndarray of int, shape (n_queries,), optional
+            Per-query floors on the score key (:func:`kernels.score_key`): only
+            docs with ``key >= floor_key[q]`` are returned for query ``q``;
+            ``-1`` means no floor. A query whose floor exceeds
+            :func:`kernels.best_key_in_range` over the shard's doc lengths is
+            skipped without scoring. None (default): no floor.
+
+        Returns
+        -------
+        TopK
+            Shape ``(n_queries, k)``, identical to
+            :meth:`kernels.NumpyShardIndex.search`: best first (key descending,
+            then doc id ascending), ``-1`` ids (overlap and doc_len 0) padding
+            rows where fewer than ``k`` docs qualify.
+
+        Raises
+        ------
+        ValueError
+            If ``k < 1``, or ``floor_key`` is not an integer array of shape
+            ``(n_queries,)`` with values ``>= -1``.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, found {k}")
+        floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
+        out = empty_topk(queries.n_sets, k)
+        self.last_skipped = 0
+        self.last_routing = _no_routing()
+        if self.n_docs == 0 or queries.n_sets == 0:
+            return out
+        if floor is None:
+            floor = np.full(queries.n_sets, -1, dtype=np.int64)
+            active = np.arange(queries.n_sets)
+        else:
+            reachable = best_key_in_range(queries.lengths, self._shortest, self._longest, self.max_len, self.score)
+            active = np.flatnonzero(floor <= reachable)
+            self.last_skipped = queries.n_sets - len(active)
+            if len(active) == 0:
+                return out
+        routed = self._route(queries, active)
+        if self.routing != "scan":
+            _log.debug("routing %s: %d of %d queries to the postings", self.routing, len(routed), len(active))
+        if len(routed):
+            self._postings_search(queries.take(routed), floor[routed], k, routed, out)
+            self.last_routing.update(postings=len(routed), scancount=len(routed))
+            active = np.setdiff1d(active, routed)
+        if len(active):
+            self.last_routing["scan"] = len(active)
+            # Queries of similar length share a group: their thresholds rule out the same doc lengths.
+            active = active[np.argsort(queries.lengths[active], kind="stable")]
+            n_groups = -(-len(active) // _GROUP)
+            for rows in np.array_split(active, n_groups):  # groups of equal size, at most 512 queries
+                self._scan_search(queries.take(rows), floor[rows], k, rows, out)
+        return out
+
+    def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
+        """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
+        if self.routing == "scan" or len(active) == 0:
+            return active[:0]
+        if self.routing == "postings":
+            return active
+        entries = postings_cost(queries.take(active), self.postings.doc_freq)
+        cost = (_POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_DOC * np.minimum(entries, self.n_docs)
+                + _POSTINGS_S_PER_QUERY)
+        order = np.argsort(cost, kind="stable")
+        # Route the m cheapest through the postings and scan the rest; each scan group has a fixed cost.
+        n = len(active)
+        posted = np.concatenate([[0.0], np.cumsum(cost[order])])
+        scanned = n - np.arange(n + 1)
+        groups = -(-scanned // _GROUP)
+        ids = len(self._tokens)
+        best = int(np.argmin(posted + ids * (groups * _SCAN_S_PER_ID + scanned * _SCAN_S_PER_ID_QUERY)))
+        return np.sort(active[order[:best]])
+
+    def _map(self, fn, jobs):
+        """``[fn(*job) for job in jobs]``, on the index's threads when there are several."""
+        if self.threads == 1 or len(jobs) == 1:
+            return [fn(*job) for job in jobs]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="settopk-numba")
+        return list(self._pool.map(lambda job: fn(*job), jobs))
+
+    def _scan_search(self, group: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
+        """The bit-sliced scan of one group (at most 512 queries), written into ``out`` at ``rows``."""
+        nk = self._nk
+        slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+        q_len = group.lengths.astype(np.int64)
+        floor = np.ascontiguousarray(floor, dtype=np.int64)
+
+        def scan(lo, hi):
+            return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, lo, hi,
+                                 slot_of, table, q_len, floor, self._score_code, self._scale, self._top, self.max_len,
+                                 self._n_planes, min(k, hi - lo), _REFRESH_AFTER)
+
+        parts = self._map(scan, self._ranges)
+        cap = max(v.shape[1] for v, _, _ in parts)
+        values = np.zeros((len(parts), group.n_sets, cap), dtype=np.int64)
+        overlaps = np.zeros((len(parts), group.n_sets, cap), dtype=np.int64)
+        sizes = np.zeros((len(parts), group.n_sets), dtype=np.int64)
+        for i, (v, o, s) in enumerate(parts):
+            values[i, :, : v.shape[1]] = v
+            overlaps[i, :, : o.shape[1]] = o
+            sizes[i] = s
+        pos = np.empty((group.n_sets, k), dtype=np.int64)
+        ov = np.empty((group.n_sets, k), dtype=np.int64)
+        nk.merge_heaps(values, overlaps, sizes, pos, ov)
+        self._write(out, rows, pos, ov)
+
+    def _postings_search(self, sub: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
+        """ScanCount of the queries ``sub`` (rows ``rows`` of the batch), split over the threads."""
+        nk = self._nk
+        pos = np.empty((sub.n_sets, k), dtype=np.int64)
+        ov = np.empty((sub.n_sets, k), dtype=np.int64)
+        floor = np.ascontiguousarray(floor, dtype=np.int64)
+        cuts = np.linspace(0, sub.n_sets, min(self.threads, sub.n_sets) + 1).astype(np.int64)
+        block = min(_POSTINGS_BLOCK, -(-self.n_docs // 64) * 64)  # whole chunks of 8 64-bit words
+        starts = np.arange(0, self.n_docs, block)
+        block_lo = np.minimum.reduceat(self._rank_len, starts).astype(np.int64)
+        block_hi = np.maximum.reduceat(self._rank_len, starts).astype(np.int64)
+
+        def count(lo, hi):
+            part = sub.take(np.arange(lo, hi))
+            counts = np.zeros(block, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
+            nk.scancount_queries(self.postings.offsets, self.postings.positions, self._rank_pos, self._rank_len,
+                                 block_lo, block_hi, self._ordered, counts, part.tokens, part.offsets, floor[lo:hi],
+                                 k, self._score_code, self._scale, self._top, self.max_len, pos[lo:hi], ov[lo:hi])
+
+        self._map(count, [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
+        self._write(out, rows, pos, ov)
+
+    def _write(self, out: TopK, rows: np.ndarray, pos: np.ndarray, ov: np.ndarray) -> None:
+        """Store positions ``pos`` (``-1`` padding) and overlaps ``ov`` of shape (len(rows), k) into ``out``."""
+        real = pos >= 0
+        safe = np.where(real, pos, 0)
+        out.doc_ids[rows] = np.where(real, self.doc_ids[safe] if self.n_docs else -1, -1)
+        out.overlap[rows] = np.where(real, ov, 0)
+        out.doc_len[rows] = np.where(real, self.doc_len[safe], 0)
+
+
+def _no_routing() -> dict:
+    return {"scan": 0, "postings": 0, "scancount": 0, "prefix": 0}

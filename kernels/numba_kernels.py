@@ -1,0 +1,567 @@
+"""Numba-compiled kernels of :class:`kernels.numba_index.NumbaShardIndex` (imports numba; load it lazily).
+
+Every function is compiled with ``nogil=True`` (threads run them side by side)
+and ``cache=True`` (the machine code is kept on disk beside this file, or in
+``NUMBA_CACHE_DIR``, so only the first run on a machine compiles).
+
+Scores are passed as their index in :data:`kernels.SCORES`; keys and least
+overlaps are the integer formulas of :mod:`kernels.keys` (``score_key``,
+``min_overlap_above``) in int64 arithmetic: every product stays below
+``2**53``, so integer division gives the floor the float formula gives there.
+Candidates are ranked by one int64 value, ``(key << 31) | (2**31 - 1 -
+position)``: larger is better, ties go to the lower position (doc id).
+
+Bit-sliced scan (:func:`scan_range`), after the GPU kernel
+(``kernels/bitslice_topk.cu``): a group of up to 512 queries gets a table
+with one row of 8 uint64 words per token id its queries hold (bit ``j`` of
+word ``w``: query ``64 w + j`` holds the id; :func:`build_group_table`). A
+doc's overlaps with all of them are counted bit-sliced, one 512-bit vector
+per bit plane, with carry-save adders in the Harley-Seal pattern (Mula, Kurz,
+Lemire, "Faster population counts using AVX2 instructions", 2018; positional
+population count: Klarqvist, Mula, Lemire, 2021), 8 ids per step
+(:mod:`kernels.numba_simd`). Each query keeps a heap of its best docs so far
+and, per doc length, the least overlap a doc needs to enter it
+(:func:`least_overlap`), stored bit-sliced; one bit-sliced comparison per doc
+finds the queries the doc can enter, and only those are scored exactly.
+
+ScanCount (:func:`scancount_queries`): see its notes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .numba_simd import WORDS, at_least, count1, count8, ctz, lanes_at_least, prefetch, ripple
+
+__all__ = [
+    "least_overlap",
+    "merge_heaps",
+    "scan_range",
+    "scancount_queries",
+    "score_key",
+]
+
+_JIT = {"cache": True, "nogil": True}
+# Scores by index in kernels.SCORES (tests/test_numba_index.py checks the order).
+_BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 4, 5
+_POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
+_U64_ONE = np.uint64(1)
+_U64_ZERO = np.uint64(0)
+
+
+@njit(**_JIT)
+def score_key(score, scale, o, ql, dl):
+    """``floor(S * num / den)`` of ``score`` (0 where ``den == 0``): :func:`kernels.score_key` for one pair (int64)."""
+    if score == _OVERLAP:
+        return o
+    if score == _BRAUN_BLANQUET:
+        num, den = o, max(ql, dl)
+    elif score == _JACCARD:
+        num, den = o, ql + dl - o
+    elif score == _COSINE:
+        num, den = o * o, ql * dl
+    elif score == _DICE:
+        num, den = 2 * o, ql + dl
+    else:  # containment
+        num, den = o, ql
+    if den <= 0:
+        return 0
+    return (scale * num) // den
+
+
+@njit(**_JIT)
+def least_overlap(score, scale, top, max_len, t, ql, dl):
+    """Least overlap whose key exceeds ``t``: :func:`kernels.min_overlap_above` for one pair, unclamped (int64).
+
+    ``top`` is :func:`kernels.max_key`. ``max_len + 1`` (never reached) where the
+    key is always 0 and ``t >= 0``.
+    """
+    t1 = min(max(t, -1), top) + 1
+    if score == _BRAUN_BLANQUET:
+        den = max(ql, dl)
+    elif score == _COSINE:
+        den = ql * dl
+    elif score == _OVERLAP:
+        den = 1
+    elif score == _CONTAINMENT:
+        den = ql
+    else:  # jaccard (|q| + |d|, zero exactly where |q u d| is), dice
+        den = ql + dl
+    if den == 0:
+        return 0 if t1 <= 0 else max_len + 1
+    if score == _JACCARD:
+        return (t1 * den + scale + t1 - 1) // (scale + t1)
+    if score == _COSINE:
+        x = (t1 * den + scale - 1) // scale  # o * o must reach x
+        r = np.int64(np.sqrt(np.float64(x)))
+        while r * r > x:
+            r -= 1
+        while (r + 1) * (r + 1) <= x:
+            r += 1
+        return r + 1 if r * r < x else r
+    c = 2 if score == _DICE else 1
+    return (t1 * den + c * scale - 1) // (c * scale)
+
+
+@njit(**_JIT)
+def _sift_down(h, g, size, i):
+    """Restore the min-heap ``h[:size]`` below slot ``i``; ``g`` (each entry's overlap) moves along."""
+    v, o = h[i], g[i]
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and h[c + 1] < h[c]:
+            c += 1
+        if h[c] >= v:
+            break
+        h[i], g[i] = h[c], g[c]
+        i = c
+    h[i], g[i] = v, o
+
+
+@njit(**_JIT)
+def _offer(h, g, size, cap, v, o):
+    """Keep value ``v`` (overlap ``o``) if it is among the ``cap`` largest values seen by the min-heap
+    ``h[:size]`` (overlaps in ``g``); returns the new size."""
+    if size < cap:
+        i = size
+        while i > 0:
+            p = (i - 1) // 2
+            if h[p] <= v:
+                break
+            h[i], g[i] = h[p], g[p]
+            i = p
+        h[i], g[i] = v, o
+        return size + 1
+    if v > h[0]:
+        h[0], g[0] = v, o
+        _sift_down(h, g, size, 0)
+    return size
+
+
+@njit(**_JIT)
+def _shrink(buf, bov, n, cap):
+    """Keep the ``cap`` largest of the ``n > cap`` distinct values ``buf[:n]`` (overlaps ``bov``) in front;
+    returns the least value kept."""
+    least = np.partition(buf[:n], n - cap)[n - cap]
+    j = 0
+    for i in range(n):
+        if buf[i] >= least:
+            buf[j], bov[j] = buf[i], bov[i]
+            j += 1
+    return least
+
+
+@njit(**_JIT)
+def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len):
+    """Store query ``q``'s least overlaps above key ``t`` for every doc length, bit-sliced, and its reach."""
+    w = q >> 6
+    bit = _U64_ONE << np.uint64(q & 63)
+    for li in range(len(lengths)):
+        dl = lengths[li]
+        m = min(least_overlap(score, scale, top, max_len, t, ql, dl), max_len + 1)
+        was = need[q, li] <= min(ql, dl)
+        now = m <= min(ql, dl)
+        if was and not now:
+            reach[li] -= 1
+        elif now and not was:
+            reach[li] += 1
+        flip = need[q, li] ^ m
+        need[q, li] = m
+        b = 0
+        while flip != 0:
+            if flip & 1:
+                planes[li, b, w] ^= bit
+            flip >>= 1
+            b += 1
+
+
+@njit(**_JIT)
+def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slot_of, table, q_len, q_floor,
+               score, scale, top, max_len, n_planes, cap, refresh_after):
+    """Top-``cap`` of docs ``lo .. hi - 1`` for each query of a group, by the bit-sliced scan.
+
+    Parameters
+    ----------
+    doc_tokens : uint16 array, shape (n_tokens,); doc_offsets : int64 array, shape (n_docs + 1,)
+        The shard's docs (CSR), in position order.
+    doc_len : int64 array, shape (n_docs,); len_index : int64 array, shape (n_docs,)
+        Each doc's length and the index of that length in ``lengths``.
+    lengths : int64 array, shape (n_lengths,)
+        The distinct doc lengths of the shard.
+    lo, hi : int
+        The positions this call scans.
+    slot_of : int32 array, shape (65536,); table : uint64 array, shape (n_slots, 8)
+        Row ``slot_of[t]`` of ``table`` holds the group's membership bits of id ``t``
+        (row 0, all zero, for ids no query of the group holds): :func:`build_group_table`.
+    q_len, q_floor : int64 arrays, shape (n_group,)
+        The group's query lengths and key floors (``-1``: none); ``n_group <= 512``.
+    score, scale, top, max_len : int
+        Score index, key scale, largest key and the bound on set sizes.
+    n_planes : int
+        Counter bits, ``>= 3`` and ``2**n_planes > max_len + 1`` (the carries of the highest plane are
+        never set: an overlap is at most ``max_len``).
+    cap : int
+        Heap size: ``min(k, hi - lo)``.
+    refresh_after : int
+        Docs a query's stale threshold may admit in vain before its tables are refreshed.
+
+    Returns
+    -------
+    values : int64 array, shape (n_group, cap)
+        Heap of each query, values ``(key << 31) | (2**31 - 1 - position)``.
+    overlaps : int64 array, shape (n_group, cap)
+        The overlap of each heap entry.
+    sizes : int64 array, shape (n_group,)
+        Filled entries of each heap.
+    """
+    nq = len(q_len)
+    nl = len(lengths)
+    heap = np.empty((nq, max(cap, 1)), np.int64)
+    heap_ov = np.empty((nq, max(cap, 1)), np.int64)
+    size = np.zeros(nq, np.int64)
+    floor_t = q_floor - 1  # key >= floor  <=>  key > floor - 1
+    t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
+    t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
+    rejects = np.zeros(nq, np.int64)
+    need = np.zeros((nq, nl), np.int64)  # as the planes hold it: 0 everywhere
+    planes = np.zeros((nl, n_planes, WORDS), np.uint64)
+    reach = np.full(nl, nq, np.int64)  # queries that can reach each length: need 0 reaches them all
+    for q in range(nq):
+        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+    valid = np.zeros(WORDS, np.uint64)
+    for q in range(nq):
+        valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
+    for w in range(WORDS):  # lanes without a query need more than any counter holds
+        planes[:, :, w] |= ~valid[w]
+    acc = np.zeros((n_planes + 1, WORDS), np.uint64)
+    slots = np.zeros(max_len + 1, np.int64)
+    for d in range(lo, hi):
+        li = len_index[d]
+        if reach[li] == 0:
+            continue
+        s = doc_offsets[d]
+        dl = doc_len[d]
+        n = 0
+        for i in range(np.uint64(s), np.uint64(doc_offsets[d + 1])):  # the ids some query holds (row 0 adds 0)
+            slot = slot_of[doc_tokens[i]]
+            slots[np.uint64(n)] = slot
+            n += slot != 0
+        acc[:] = 0
+        i = np.uint64(0)
+        un = np.uint64(n)
+        while i + np.uint64(8) <= un:
+            if count8(table, acc, slots[i], slots[i + np.uint64(1)], slots[i + np.uint64(2)], slots[i + np.uint64(3)],
+                      slots[i + np.uint64(4)], slots[i + np.uint64(5)], slots[i + np.uint64(6)],
+                      slots[i + np.uint64(7)]) != 0:
+                r = 4
+                while ripple(acc, r) != 0:
+                    r += 1
+            i += np.uint64(8)
+        while i < un:
+            if count1(table, acc, slots[i]) != 0:
+                r = 4
+                while ripple(acc, r) != 0:
+                    r += 1
+            i += _U64_ONE
+        if at_least(acc, planes, li * n_planes, n_planes) == 0:
+            continue
+        for w in range(WORDS):
+            hit = acc[0, w] & valid[w]
+            while hit != 0:
+                j = ctz(hit)
+                hit &= hit - _U64_ONE
+                sh = np.uint64(j)
+                o = 0
+                for b in range(n_planes):
+                    o |= np.int64((acc[1 + b, w] >> sh) & _U64_ONE) << b
+                q = w * 64 + np.int64(j)
+                key = score_key(score, scale, o, q_len[q], dl)
+                if key <= t_true[q]:
+                    rejects[q] += 1
+                    if rejects[q] >= refresh_after and t_used[q] < t_true[q]:
+                        t_used[q] = t_true[q]
+                        rejects[q] = 0
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+                    continue
+                v = (key << 31) | (_POS_MASK - d)
+                size[q] = _offer(heap[q], heap_ov[q], size[q], cap, v, o)
+                if size[q] == cap:
+                    t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
+                    if t_used[q] == floor_t[q] and t_true[q] > t_used[q]:
+                        # The first threshold above the floor: refresh at once (the floor's tables admit every doc).
+                        t_used[q] = t_true[q]
+                        rejects[q] = 0
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+    return heap, heap_ov, size
+
+
+@njit(**_JIT)
+def merge_heaps(values, overlaps, sizes, out_pos, out_ov):
+    """The best entries of each query over several heaps, best first.
+
+    Parameters
+    ----------
+    values, overlaps : int64 arrays, shape (n_parts, n_queries, cap)
+        Heaps of :func:`scan_range` (values ``(key << 31) | (2**31 - 1 - position)``
+        and overlaps); ``sizes`` (int64, shape (n_parts, n_queries)) entries are filled.
+    sizes : int64 array, shape (n_parts, n_queries)
+    out_pos, out_ov : int64 arrays, shape (n_queries, k)
+        Receive positions (``-1`` padding) and overlaps (0 padding) of the ``k``
+        largest values, largest first.
+    """
+    n_parts, nq, cap = values.shape
+    k = out_pos.shape[1]
+    buf = np.empty(n_parts * cap, np.int64)
+    ov = np.empty(n_parts * cap, np.int64)
+    for q in range(nq):
+        m = 0
+        for p in range(n_parts):
+            for i in range(sizes[p, q]):
+                buf[m] = values[p, q, i]
+                ov[m] = overlaps[p, q, i]
+                m += 1
+        order = np.argsort(buf[:m])[::-1]
+        take = min(k, m)
+        for i in range(take):
+            out_pos[q, i] = _POS_MASK - (buf[order[i]] & _POS_MASK)
+            out_ov[q, i] = ov[order[i]]
+        for i in range(take, k):
+            out_pos[q, i] = -1
+            out_ov[q, i] = 0
+
+
+@njit(**_JIT)
+def _first_at_least(positions, lo, hi, value):
+    """Least index ``e`` in ``[lo, hi]`` with ``positions[e] >= value`` (``hi`` if none); ascending positions."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if positions[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(**_JIT)
+def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, q_tokens, qs, ql,
+                    omin_pass, omax_pass, strict, least, kth, buf, bov, n, cap, score, scale, top, max_len):
+    """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, admitting docs with
+    overlap in ``[omin_pass, omax_pass]``, key ``>= least`` and value above ``kth`` into ``buf`` (values) and
+    ``bov`` (overlaps), which hold ``n`` entries on entry; both have ``2 cap`` slots and are cut to the best
+    ``cap`` whenever they fill up (``kth`` then rises to the least value kept, ``least`` to its key).
+    ``strict``: ranks are positions and ``buf`` starts empty, so from the next block on a doc that only ties
+    the least key kept has a higher position than every doc kept, and loses. Returns the number of entries
+    and ``kth``."""
+    n_docs = len(rank_pos)
+    block = len(counts)
+    words = counts.view(np.uint64)
+    lane_bits = 64 // (block // len(words))
+    lanes = 64 // lane_bits
+    lane_one = np.uint64(0x0101010101010101) if lane_bits == 8 else np.uint64(0x0001000100010001)
+    lane_high = lane_one << np.uint64(lane_bits - 1)
+    lane_top = 1 << (lane_bits - 1)
+    lane_mask = np.uint64((1 << lane_bits) - 1)
+    cursor = np.empty(ql, np.int64)
+    for i in range(ql):
+        cursor[i] = p_offsets[np.int64(q_tokens[qs + i])]
+        prefetch(p_positions, cursor[i])
+    synced = True  # the cursors stand at the block's first rank
+    for first in range(0, n_docs, block):
+        last = min(first + block, n_docs)
+        if strict and n >= cap:
+            if n > cap:
+                kth = _shrink(buf, bov, n, cap)
+                n = cap
+            else:
+                kth = buf[:n].min()
+            least = max(least, (kth >> 31) + 1)
+        lo_len, hi_len = block_lo[first // block], block_hi[first // block]
+        # The block's docs need at least the least need over its lengths.
+        omin = max(omin_pass, least_overlap(score, scale, top, max_len, least - 1, ql, lo_len))
+        for dl in range(lo_len + 1, hi_len + 1):
+            if omin <= omin_pass:
+                break
+            omin = max(omin_pass, min(omin, least_overlap(score, scale, top, max_len, least - 1, ql, dl)))
+        if omin > min(omax_pass, ql, hi_len):
+            synced = False  # nothing here can enter: the block's postings are passed over
+            continue
+        for i in range(ql):
+            e = cursor[i]
+            end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
+            if not synced:
+                e = _first_at_least(p_positions, e, end, first)
+            # Unsigned indices: Numba then leaves out the wraparound of negative ones (all are >= 0 here).
+            ue, uend, ufirst, ublock = np.uint64(e), np.uint64(end), np.uint64(first), np.uint64(block)
+            while ue < uend:
+                p = np.uint64(p_positions[ue]) - ufirst
+                if p >= ublock:
+                    break
+                counts[p] += 1
+                ue += _U64_ONE
+            e = np.int64(ue)
+            cursor[i] = e
+            prefetch(p_positions, e + 16)  # the list's next block starts on the next cache line
+        synced = True
+        span = (last - first + 8 * lanes - 1) // (8 * lanes) * 8  # whole chunks of 8 words
+        m_lo = np.uint64(min(omin, lane_top)) * lane_one
+        m_hi = np.uint64(min(omax_pass + 1, lane_top)) * lane_one
+        # Lanes above omax_pass are dropped in the words when omax_pass + 1 < lane_top (else one by one).
+        cut = ~_U64_ZERO if omax_pass + 1 < lane_top else _U64_ZERO
+        for j0 in range(0, span, 8):
+            # SWAR: lanes >= m_lo (every lane >= lane_top counts as >= m_lo), and not >= omax_pass + 1
+            if lanes_at_least(words, j0, lane_high, m_lo, m_hi, cut) == 0:
+                continue
+            for j in range(j0, j0 + 8):
+                x = words[j]
+                words[j] = 0
+                hit = (((x | lane_high) - m_lo) | x) & lane_high
+                while hit != 0:
+                    lane = np.int64(ctz(hit)) // lane_bits
+                    hit &= hit - _U64_ONE
+                    o = np.int64((x >> np.uint64(lane * lane_bits)) & lane_mask)
+                    if o < omin or o > omax_pass:
+                        continue
+                    r = first + j * lanes + lane
+                    key = score_key(score, scale, o, ql, np.int64(rank_len[r]))
+                    v = (key << 31) | (_POS_MASK - np.int64(rank_pos[r]))
+                    if key < least or v <= kth:
+                        continue
+                    buf[n], bov[n] = v, o
+                    n += 1
+                    if n == 2 * cap:
+                        kth = _shrink(buf, bov, n, cap)
+                        least = max(least, kth >> 31)
+                        n = cap
+    return n, kth
+
+
+@njit(**_JIT)
+def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, ordered, counts, q_tokens,
+                      q_offsets, q_floor, k, score, scale, top, max_len, out_pos, out_ov):
+    """Exact top-k of each query through the postings (ScanCount), as :func:`kernels.postings.postings_search`.
+
+    Parameters
+    ----------
+    p_offsets : int64 array, shape (vocab_size + 1,); p_positions : int32 array, shape (n_tokens,)
+        Postings of the shard's docs by rank (:class:`kernels.postings.Postings` of the docs in
+        ``rank_pos`` order).
+    rank_pos : int32 array, shape (n_docs,); rank_len : int16 array, shape (n_docs,)
+        Position and length of the doc of each rank: ranks order the docs by length, then position, or
+        are the positions (``ordered``).
+    block_lo, block_hi : int64 arrays, shape (n_blocks,)
+        Least and largest doc length of each block of ``block`` ranks.
+    ordered : bool
+        Ranks are positions (for scores whose keys do not depend on ``|d|``: no length to filter by,
+        and a doc that only ties the least key kept loses from the next block on).
+    counts : uint8 (``max_len <= 255``) or uint16 array, shape (block,)
+        All zero (and left so), ``block`` a multiple of 64: the counters of one block of ranks, counted
+        at a time so that they stay in the L1 cache.
+    q_tokens, q_offsets : the queries (CSR, ``n_queries`` sets).
+    q_floor : int64 array, shape (n_queries,)
+        Key floors (``-1``: none).
+    k : int
+    score, scale, top, max_len : int
+        Score index, key scale, largest key and the bound on set sizes.
+    out_pos, out_ov : int64 arrays, shape (n_queries, k)
+        Receive positions (``-1`` padding) and overlaps (0 padding), best first.
+
+    Notes
+    -----
+    A doc with overlap ``o >= 1`` appears in exactly ``o`` of the query's lists;
+    every other doc has overlap 0 and key 0 (every key of ``o >= 1`` is ``>= 1``),
+    so when fewer than ``k`` docs have a positive key and the floor is at most 0,
+    the lowest positions with overlap 0 fill the row.
+
+    Candidates must reach the least key kept so far. A block of ranks holds a
+    narrow range of lengths, so its docs need an overlap of at least the least
+    :func:`least_overlap` over those lengths (length filtering, as in the set
+    similarity joins surveyed by Mann, Augsten, Bouros, VLDB 2016); a block
+    that needs more than it can hold is not counted, and in the others only
+    counters that reach it are looked at, 8 (or 4) at a time in 64-bit words
+    (SWAR: bit 7 of byte ``(x | 0x80) - m`` is set where ``x >= m``). Most docs
+    a query reaches share a single id with it, so a first pass admits
+    overlaps ``>= 2`` only; a second admits overlap 1, from the least key the
+    first kept, and counts only the blocks where a single shared id can reach it.
+    """
+    n_docs = len(rank_pos)
+    cap = max(1, min(k, n_docs))
+    buf = np.empty(2 * cap, np.int64)
+    bov = np.empty(2 * cap, np.int64)
+    shortest = max_len + 1  # the shortest doc that can share an id
+    for b in range(len(block_lo)):
+        shortest = min(shortest, max(block_lo[b], 1))
+    for q in range(len(q_offsets) - 1):
+        qs, qe = q_offsets[q], q_offsets[q + 1]
+        ql = qe - qs
+        floor = q_floor[q]
+        least = max(floor, 1)  # keys of touched docs are >= 1
+        size, kth = 0, -1
+        if ql >= 2:
+            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                        q_tokens, qs, ql, 2, 1 << 30, ordered, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+            if size > cap:
+                kth = _shrink(buf, bov, size, cap)
+                size = cap
+            elif size == cap:
+                kth = buf[:size].min()
+            least = max(least, kth >> 31)
+            # A single shared id scores best in the shortest doc that has one (every key falls with |d|).
+            if score_key(score, scale, 1, ql, shortest) >= least:
+                size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                            q_tokens, qs, ql, 1, 1, False, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+        elif ql == 1:
+            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                        q_tokens, qs, ql, 1, 1 << 30, ordered, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+        if size > cap:
+            _shrink(buf, bov, size, cap)
+            size = cap
+        order = np.argsort(buf[:size])[::-1]
+        for i in range(size):
+            out_pos[q, i] = _POS_MASK - (buf[order[i]] & _POS_MASK)
+            out_ov[q, i] = bov[order[i]]
+        filled = size
+        if filled < k and floor <= 0:
+            # Every doc with overlap >= 1 is kept (fewer than k were found): fill with the lowest other positions.
+            taken = np.sort(out_pos[q, :size])
+            j = 0
+            p = 0
+            while filled < k and p < n_docs:
+                if j < size and taken[j] == p:
+                    j += 1
+                else:
+                    out_pos[q, filled] = p
+                    out_ov[q, filled] = 0
+                    filled += 1
+                p += 1
+        for i in range(filled, k):
+            out_pos[q, i] = -1
+            out_ov[q, i] = 0
+
+
+@njit(**_JIT)
+def build_group_table(q_tokens, q_offsets):
+    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, at most 512 queries).
+
+    Returns
+    -------
+    slot_of : int32 array, shape (65536,)
+        Row of each id in ``table``; 0 (an all-zero row) for ids no query holds.
+    table : uint64 array, shape (n_slots, 8)
+        Bit ``j`` of word ``w`` of an id's row: query ``64 w + j`` holds the id.
+    """
+    slot_of = np.zeros(65536, np.int32)
+    n_slots = 1
+    for i in range(len(q_tokens)):
+        t = q_tokens[i]
+        if slot_of[t] == 0:
+            slot_of[t] = n_slots
+            n_slots += 1
+    table = np.zeros((n_slots, WORDS), np.uint64)
+    for q in range(len(q_offsets) - 1):
+        bit = _U64_ONE << np.uint64(q & 63)
+        for i in range(q_offsets[q], q_offsets[q + 1]):
+            table[slot_of[q_tokens[i]], q >> 6] |= bit
+    return slot_of, table
