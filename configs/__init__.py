@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent
-BACKENDS = ("auto", "numpy", "cupy")
+BACKENDS = ("auto", "cpu", "numpy", "cupy")
 PARTITIONS = ("none", "dt")
 MAX_K = 32767
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
@@ -90,7 +90,8 @@ class SearchConfig:
     ----------
     backend : str
         ``"auto"`` (CuPy when the cluster has GPUs, else NumPy; the log says which),
-        ``"numpy"`` or ``"cupy"`` (fails at start when no GPU is available).
+        ``"numpy"`` (vectorised NumPy), ``"cpu"`` (compiled with Numba, ``cpus_per_shard``
+        threads per actor) or ``"cupy"`` (fails at start when no GPU is available).
     n_shards : int or "auto"
         Number of length-bucket shards (a job runs ``replicas`` actors of each). ``"auto"``:
         one per GPU slot (``cupy``) or CPU slot (``numpy``) of the cluster.
@@ -210,12 +211,13 @@ class FaultConfig:
     retry_backoff_s: float = 1.0
 
 
-AUTO_QUERY_BATCH_SIZE = {"cupy": 4096, "numpy": 256}
+AUTO_QUERY_BATCH_SIZE = {"cupy": 4096, "cpu": 512, "numpy": 256}
 """Queries per request with ``query_batch_size: auto``. For cupy, 4096 is the GPU index's own
 batch, so each request pays the per-batch steps (sampling levels, selections, transfers) once
 for as many queries as the GPU searches at a time; smaller batches pay them more often. For
 numpy, 256: the NumPy search holds arrays of (batch x shard docs) elements (overlaps, keys,
-sort values), so the batch bounds an actor's memory. Measurements: docs/benchmarks.md,
+sort values), so the batch bounds an actor's memory. For cpu, 512: one scan group of the compiled
+index (a bit per query in a 512-bit vector). Measurements: docs/benchmarks.md,
 "Settings chosen from these measurements"."""
 
 

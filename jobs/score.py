@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend", choices=configs.BACKENDS,
-        help="search backend: cupy (GPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs) (config key backend)",
+        help="search backend: cupy (GPUs), cpu (compiled, CPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs, else numpy) (config key backend)",
     )
     p.add_argument(
         "--routing", choices=ROUTINGS,
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--shards", dest="n_shards", type=_auto_or_positive_int, metavar="N|auto",
-        help="length-bucket shards; auto: one per GPU (cupy) or per CPU slot (numpy) divided by --replicas (config key n_shards)",
+        help="length-bucket shards; auto: one per GPU (cupy) or per CPU slot (cpu, numpy) divided by --replicas (config key n_shards)",
     )
     p.add_argument("--replicas", type=_positive_int, metavar="N", help="actors per shard (config key replicas)")
     p.add_argument(
@@ -202,7 +202,7 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
     Returns
     -------
     (str, int)
-        ``"numpy"`` or ``"cupy"``, and the number of shards.
+        ``"cpu"``, ``"numpy"`` or ``"cupy"``, and the number of shards.
 
     Raises
     ------
@@ -219,7 +219,7 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
     if backend == "cupy" and n_gpus == 0:
         raise InputError(
             f"config asks for backend 'cupy' but the Ray cluster has no GPU (resources: {resources}); "
-            "run on a GPU cluster or use a config with backend 'numpy' or 'auto'"
+            "run on a GPU cluster or use backend 'cpu', 'numpy' or 'auto'"
         )
     if cfg.n_shards == "auto":
         if backend == "cupy":
@@ -263,7 +263,7 @@ def _rejected_table(corpus_rejected, query_rejected) -> pa.Table:
 class _Cluster:
     """What the run settled with the Ray cluster."""
 
-    backend: str  # "numpy" or "cupy"
+    backend: str  # "cpu", "numpy" or "cupy"
     n_shards: int
     n_cpus: float
 

@@ -142,7 +142,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         ``cfg.k`` is what each shard searches per query: for a self-join without the own
         doc the job passes ``k + 1``, and the merge tasks drop each query's own doc.
     backend : str
-        Decides ``threshold_exchange: auto`` (on for numpy, off for cupy).
+        Decides ``threshold_exchange: auto`` (on for the CPU backends, off for cupy).
     work : pathlib.Path
         The run's work directory.
     metadata : dict
@@ -159,7 +159,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     """
     import ray
 
-    exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend == "numpy"
+    exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend != "cupy"
     # Light next to the search; the window bounds how many run. SPREAD: on several nodes the
     # merging and writing use every node's CPUs, not only those of the driver's node.
     merge = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(merge_and_write_chunk)

@@ -115,7 +115,8 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, searcher_cls: t
             "max_concurrency": _GPU_CALLS_AT_ONCE if backend == "cupy" else 1,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
-        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score, "routing": cfg.routing}
+        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score, "routing": cfg.routing,
+                  "threads": max(1, int(cfg.cpus_per_shard))}  # the CPUs the actor reserves
         actors.append(actor.options(**options).remote(spec, holder_name, limits, backend, **kwargs))
     return actors, holder
 

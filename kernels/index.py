@@ -13,7 +13,11 @@ searches over them::
 only in where the docs live and how fast it is. The product backends (:data:`BACKENDS`):
 
 ``"numpy"``
-    :class:`kernels.NumpyShardIndex`, host memory.
+    :class:`kernels.NumpyShardIndex`, host memory, vectorised NumPy (also the test oracle of the
+    other backends).
+``"cpu"``
+    :class:`kernels.numba_index.NumbaShardIndex`, host memory, compiled with Numba and run on
+    ``threads`` threads. Numba is imported only when such an index is built.
 ``"cupy"``
     :class:`kernels.cuda.CupyShardIndex`, memory of the current CUDA device. Its module (and CuPy)
     is imported only when such an index is built, so this module needs no CuPy.
@@ -48,7 +52,7 @@ __all__ = [
     "unregister_backend",
 ]
 
-BACKENDS = ("numpy", "cupy")
+BACKENDS = ("numpy", "cpu", "cupy")
 """The product backends, always registered (a job config's ``backend`` is one of these or ``"auto"``)."""
 
 
@@ -142,7 +146,7 @@ class IndexFactory(Protocol):
     """
 
     def __call__(self, doc_ids: np.ndarray, docs, *, max_len: int, vocab_size: int, score: str,
-                 routing: str) -> ShardIndex: ...
+                 routing: str, threads: int | None) -> ShardIndex: ...
 
 
 class _Backend(NamedTuple):
@@ -150,12 +154,18 @@ class _Backend(NamedTuple):
     cost_per_doc: Callable[[int], np.ndarray]
 
 
-def _numpy_index(doc_ids, docs, *, max_len, vocab_size, score, routing):
-    # vocab_size is not needed: the lookup table covers every uint16 id.
+def _numpy_index(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
+    # vocab_size is not needed: the lookup table covers every uint16 id; NumPy picks its own threads.
     return NumpyShardIndex(docs, doc_ids, max_len, score, routing=routing)
 
 
-def _cupy_index(doc_ids, docs, *, max_len, vocab_size, score, routing):
+def _cpu_index(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
+    from .numba_index import NumbaShardIndex  # Numba is needed from here on only
+
+    return NumbaShardIndex(docs, doc_ids, max_len, score, routing=routing, threads=threads)
+
+
+def _cupy_index(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
     from .cuda import CupyShardIndex  # CuPy is needed from here on only
 
     return CupyShardIndex(docs, doc_ids, max_len, vocab_size, score=score, routing=routing)
@@ -164,6 +174,7 @@ def _cupy_index(doc_ids, docs, *, max_len, vocab_size, score, routing):
 _lock = threading.Lock()
 _backends: dict[str, _Backend] = {
     "numpy": _Backend(_numpy_index, numpy_search_cost_per_doc),
+    "cpu": _Backend(_cpu_index, numpy_search_cost_per_doc),
     "cupy": _Backend(_cupy_index, cupy_search_cost_per_doc),
 }
 
@@ -236,13 +247,14 @@ def _backend(name: str) -> _Backend:
 
 
 def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_size: int = 65536,
-                score: str = DEFAULT_SCORE, routing: str = "scan") -> ShardIndex:
+                score: str = DEFAULT_SCORE, routing: str = "scan", threads: int | None = None) -> ShardIndex:
     """The backend's index over one shard's docs.
 
     Parameters
     ----------
     backend : str
-        ``"numpy"`` (:class:`kernels.NumpyShardIndex`, host memory), ``"cupy"``
+        ``"numpy"`` (:class:`kernels.NumpyShardIndex`, host memory), ``"cpu"``
+        (:class:`kernels.numba_index.NumbaShardIndex`, host memory), ``"cupy"``
         (:class:`kernels.cuda.CupyShardIndex`, on the current GPU) or a name given to
         :func:`register_backend`.
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
@@ -259,6 +271,9 @@ def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_
     routing : str, default "scan"
         One of :data:`kernels.postings.ROUTINGS`: whether the index also holds postings and
         routes queries to them.
+    threads : int, optional
+        CPU threads the index may search with (``"cpu"``; the others ignore it). None: every CPU
+        this process may run on.
 
     Returns
     -------
@@ -273,14 +288,15 @@ def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_
         If ``backend == "cupy"`` and CuPy is not installed.
     """
     factory = _backend(backend).factory
-    return factory(doc_ids, docs, max_len=max_len, vocab_size=vocab_size, score=score, routing=routing)
+    return factory(doc_ids, docs, max_len=max_len, vocab_size=vocab_size, score=score, routing=routing,
+                   threads=threads)
 
 
 def search_cost_per_doc(backend: str, max_len: int) -> np.ndarray:
     """Search work of one doc of each length on ``backend``: what the shard planner balances
     (``shards.plan_shards_from_counts(doc_cost=...)``). Needs no backend module.
 
-    ``"numpy"``: the doc's ids (:func:`kernels.cost.numpy_search_cost_per_doc`); ``"cupy"``: its
+    ``"numpy"`` and ``"cpu"``: the doc's ids (:func:`kernels.cost.numpy_search_cost_per_doc`); ``"cupy"``: its
     ids padded to a multiple of 8 plus a per-doc overhead
     (:func:`kernels.cost.cupy_search_cost_per_doc`).
 

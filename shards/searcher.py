@@ -97,6 +97,9 @@ class ShardSearcher:
     routing : str
         :data:`kernels.postings.ROUTINGS`: whether the index also holds postings and
         sends queries to them (default ``"scan"``).
+    threads : int, optional
+        CPU threads of the ``"cpu"`` backend's index (the driver passes the CPUs the actor
+        reserves, ``cpus_per_shard``); None: every CPU of the process.
 
     Raises
     ------
@@ -117,6 +120,7 @@ class ShardSearcher:
         ordered: bool = True,
         score: str = DEFAULT_SCORE,
         routing: str = "scan",
+        threads: int | None = None,
     ):
         start = time.perf_counter()
         self.spec = spec
@@ -131,7 +135,7 @@ class ShardSearcher:
         self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
             self.index = build_index(backend, doc_ids, docs, max_len=limits.max_len, vocab_size=limits.vocab_size,
-                                     score=score, routing=routing)
+                                     score=score, routing=routing, threads=threads)
         self.routing = routing
         self.load_s = time.perf_counter() - start
         self.search_s = self.busy_s = 0.0

@@ -39,7 +39,7 @@ def _rows(top: TopK):
 class _OracleIndex:
     """A stand-in backend, as a benchmark would register one: brute force over the docs."""
 
-    def __init__(self, doc_ids, docs, *, max_len, vocab_size, score, routing):
+    def __init__(self, doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self._docs = docs.to_lists()
         self.max_len, self.score, self.routing = max_len, score, routing
@@ -116,7 +116,7 @@ def test_build_index_numpy_is_the_numpy_backend_and_meets_the_contract():
 
 def test_build_index_rejects_an_unknown_backend_and_passes_argument_errors_on():
     docs = SetBatch.from_lists(_DOCS)
-    with pytest.raises(ValueError, match="backend must be one of 'numpy', 'cupy'"):
+    with pytest.raises(ValueError, match="backend must be one of 'numpy', 'cpu', 'cupy', found 'tpu'"):
         build_index("tpu", np.arange(6), docs, max_len=8)
     with pytest.raises(ValueError, match="routing"):
         build_index("numpy", np.arange(6), docs, max_len=8, routing="sometimes")

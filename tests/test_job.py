@@ -560,3 +560,16 @@ def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
         score.resolve_backend(JobConfig(backend="cupy", n_shards=3), gpus, 3)
     with pytest.raises(ConfigError, match="replicas must be an integer >= 1, found 0"):
         JobConfig(replicas=0)
+
+
+
+@pytest.mark.parametrize("routing", ["scan", "auto"])
+def test_compiled_cpu_backend_gives_the_oracle_rows(tmp_path, tie_corpus, routing):
+    """``backend: cpu`` (the Numba index, one thread per actor here) end to end, ties included."""
+    docs, queries, docs_path, queries_path = tie_corpus
+    k = 30
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, backend="cpu", n_shards=2, query_batch_size=9, routing=routing)
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
+    assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
+    assert {s["backend"] for s in json.loads((out / "_manifest.json").read_text())["shards"]} == {"cpu"}

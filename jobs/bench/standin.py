@@ -129,7 +129,7 @@ def _pace() -> float:
     return pace
 
 
-def _factory(doc_ids, docs, *, max_len, vocab_size, score, routing):
+def _factory(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
     if not isinstance(docs, SetBatch):
         raise TypeError(f"the stand-in index takes one SetBatch of docs, found {type(docs).__name__}")
     return StandInIndex(doc_ids, docs, max_len=max_len, score=score, routing=routing, queries_per_s=_pace())
