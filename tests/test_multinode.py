@@ -49,6 +49,28 @@ def _job_args(corpus, config, out):
     return ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(K), "--config", str(config), "--run-id", "multinode"]
 
 
+def run_cluster_script(script: str, args: list, what: str, timeout_s: float, extra_env: dict | None = None) -> str:
+    """Run ``tests/<script>`` with ``args`` in a subprocess of its own session and Ray temp dir;
+    fail the test (with the end of its log) unless it exits 0 within ``timeout_s``; its log."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray-mn-", dir="/tmp")  # short: Ray's socket paths live under it
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env.update(RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT),
+               **(extra_env or {}))
+    cmd = [sys.executable, str(ROOT / "tests" / script), *args]
+    # Own session, so a timeout can stop the script and every Ray process it started, and only those.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        pytest.fail(f"{what} did not finish within {timeout_s} s; its log ends:\n{log[-6000:]}")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, f"{what} exited {proc.returncode}; its log ends:\n{log[-6000:]}"
+    return log
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, corpus, ray_cluster):
     """Output directories of the one-node run (in this process, on the session cluster) and of
@@ -61,21 +83,7 @@ def runs(tmp_path_factory, corpus, ray_cluster):
     assert score.main(_job_args(corpus, config, one) + ["--quiet"]) == 0
 
     two, report = tmp / "two-nodes", tmp / "report.json"
-    ray_tmp = tempfile.mkdtemp(prefix="ray-mn-", dir="/tmp")  # short: Ray's socket paths live under it
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    env.update(RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, str(ROOT / "tests" / "multinode_run.py"), str(report), *_job_args(corpus, config, two)]
-    # Own session, so a timeout can stop the script and every Ray process it started, and only those.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail(f"two-node run did not finish within {RUN_TIMEOUT_S} s; its log ends:\n{log[-6000:]}")
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert proc.returncode == 0, f"two-node run exited {proc.returncode}; its log ends:\n{log[-6000:]}"
+    run_cluster_script("multinode_run.py", [str(report), *_job_args(corpus, config, two)], "two-node run", RUN_TIMEOUT_S)
     return one, two, json.loads(report.read_text())
 
 

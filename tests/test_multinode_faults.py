@@ -9,20 +9,14 @@ started in this process, which holds the session's Ray cluster (``ray_cluster`` 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 
 import pyarrow.parquet as pq
 import pytest
 
 from jobs import score
 from tests.test_job import _read_rows
-from tests.test_multinode import K, _job_args, corpus  # noqa: F401  (corpus: the module fixture)
+from tests.test_multinode import K, _job_args, corpus, run_cluster_script  # noqa: F401  (corpus: the module fixture)
 
 pytestmark = pytest.mark.slow  # a four-node cluster started in a subprocess, a node lost, a resume
 
@@ -52,22 +46,8 @@ def runs(tmp_path_factory, corpus, ray_cluster):  # noqa: F811
 
     four, report, marks = tmp / "four-nodes", tmp / "report.json", tmp / "marks"
     marks.mkdir()
-    ray_tmp = tempfile.mkdtemp(prefix="ray-mf-", dir="/tmp")  # short: Ray's socket paths live under it
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    env.update(RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT),
-               SETTOPK_MN_MARKS=str(marks))
-    cmd = [sys.executable, str(ROOT / "tests" / "multinode_faults_run.py"), str(report), *_job_args(corpus, config, four), "--quiet"]
-    # Own session, so a timeout can stop the script and every Ray process it started, and only those.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail(f"four-node run did not finish within {RUN_TIMEOUT_S} s; its log ends:\n{log[-6000:]}")
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert proc.returncode == 0, f"four-node run exited {proc.returncode}; its log ends:\n{log[-6000:]}"
+    log = run_cluster_script("multinode_faults_run.py", [str(report), *_job_args(corpus, config, four), "--quiet"],
+                             "four-node run", RUN_TIMEOUT_S, {"SETTOPK_MN_MARKS": str(marks)})
     return one, four, json.loads(report.read_text()), log
 
 
