@@ -89,7 +89,7 @@ class SearchConfig:
     Attributes
     ----------
     backend : str
-        ``"auto"`` (CuPy when the cluster has GPUs, else NumPy; the log says which),
+        ``"auto"`` (CuPy when the cluster has GPUs, else ``"cpu"``; the log says which),
         ``"numpy"`` (vectorised NumPy), ``"cpu"`` (compiled with Numba, ``cpus_per_shard``
         threads per actor) or ``"cupy"`` (fails at start when no GPU is available).
     n_shards : int or "auto"

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend", choices=configs.BACKENDS,
-        help="search backend: cupy (GPUs), cpu (compiled, CPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs, else numpy) (config key backend)",
+        help="search backend: cupy (GPUs), cpu (compiled, CPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs, else cpu) (config key backend)",
     )
     p.add_argument(
         "--routing", choices=ROUTINGS,
@@ -214,7 +214,7 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
     n_cpus = float(resources.get("CPU", 0))
     backend = cfg.backend
     if backend == "auto":
-        backend = "cupy" if n_gpus > 0 else "numpy"
+        backend = "cupy" if n_gpus > 0 else "cpu"
         log.info("backend auto: %s (the Ray cluster has %g GPU(s))", backend, n_gpus)
     if backend == "cupy" and n_gpus == 0:
         raise InputError(
