@@ -25,7 +25,7 @@ from .. import storage
 from .errors import InputError
 
 __all__ = [
-    "corpus_format", "file_stat", "fingerprint", "is_dir", "is_hidden", "list_names", "open_stream", "parquet_files",
+    "corpus_format", "file_stat", "fingerprint", "is_dir", "is_hidden", "list_dir", "open_stream", "parquet_files",
     "parquet_source", "queries_format", "query_files", "require_regular", "store_error",
 ]
 
@@ -58,16 +58,17 @@ def is_dir(path) -> bool:
     return _uri_info(path).type == pafs.FileType.Directory
 
 
-def list_names(path: str) -> list[str]:
-    """The names in directory ``path`` (a local path or a URI), sorted, hidden names included."""
+def list_dir(path: str) -> list[tuple[str, bool]]:
+    """The entries of directory ``path`` (a local path or a URI) as ``(name, is_directory)``,
+    sorted by name, hidden names included; one listing request for a URI."""
     if not storage.is_uri(path):
-        return sorted(os.listdir(path))
+        return [(name, os.path.isdir(os.path.join(path, name))) for name in sorted(os.listdir(path))]
     fs, inner = _resolve(path)
     try:
         infos = fs.get_file_info(pafs.FileSelector(inner, recursive=False))
     except OSError as e:
         raise store_error(path, e) from e
-    return sorted(info.base_name for info in infos)
+    return sorted((info.base_name, info.type == pafs.FileType.Directory) for info in infos)
 
 
 def file_stat(path) -> tuple[int, int]:
@@ -190,7 +191,7 @@ def queries_format(path) -> str:
     """
     path = _require_exists(path)
     if is_dir(path):
-        names = [n for n in list_names(path) if not is_hidden(n)]
+        names = [n for n, _ in list_dir(path) if not is_hidden(n)]
         return "parquet" if names and all(_is_parquet_name(n) for n in names) else "dir"
     return "parquet" if _is_parquet_name(path) else "text"
 
@@ -219,11 +220,11 @@ def parquet_files(path: str) -> list[str]:
     if not is_dir(path):
         return [path]
     files = []
-    for name in list_names(path):
+    for name, directory in list_dir(path):
         full = storage.join(path, name)
         if is_hidden(name):
             continue
-        if is_dir(full):
+        if directory:
             raise InputError(full, "a *.parquet file (Parquet directories are read flat, without partitions)", "a subdirectory", "move the Parquet files of the subdirectory up into the directory, or remove it")
         if not storage.is_uri(full):
             require_regular(full)
@@ -251,7 +252,7 @@ def query_files(path) -> list[str]:
         return [path]
     if fmt == "parquet":
         return parquet_files(path)
-    return [storage.join(path, name) for name in list_names(path) if not is_hidden(name)]
+    return [storage.join(path, name) for name, _ in list_dir(path) if not is_hidden(name)]
 
 
 def fingerprint(files, base: str) -> dict:

@@ -20,7 +20,7 @@ from kernels.sets import SetBatch
 from .canonical import NO_SETS, concat_sets, csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
 from .. import storage
-from .files import corpus_format, is_dir, is_hidden, list_names, open_stream, queries_format, store_error
+from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error
 from .parquet import duplicate_error, read_parquet_sets
 from .text import check_line, first_bad_line, parse_block, read_text_sets
 
@@ -172,11 +172,11 @@ def read_corpus(
 
 def _read_query_dir(path: str, limits: SetLimits, rejects: Rejects) -> Queries:
     """A directory of one-query files, parsed as one text block (one line per file)."""
-    names = [name for name in list_names(path) if not is_hidden(name)]  # .DS_Store, _SUCCESS, editor files
+    entries = [(name, directory) for name, directory in list_dir(path) if not is_hidden(name)]  # .DS_Store, _SUCCESS, editor files
     files, bodies = [], []
-    for name in names:
+    for name, directory in entries:
         full = storage.join(path, name)
-        if is_dir(full):
+        if directory:
             raise InputError(full, "only query files in a query directory (one query per file)", "a subdirectory", "move the subdirectory out of the query directory")
         if not storage.is_uri(full) and os.path.exists(full) and not os.path.isfile(full):  # a FIFO or device: opening it could block
             raise InputError(full, "a regular file holding one query", "a special file", "remove it from the query directory")
