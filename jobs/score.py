@@ -87,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Options that name a config key override the config's value.",
     )
     add_version(p)
-    p.add_argument("--docs", help="corpus: STI2 docs.txt, or a Parquet file/directory (doc_id, tokens)")
-    p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens)")
+    p.add_argument("--docs", help="corpus: STI2 docs.txt, or a Parquet file/directory (doc_id, tokens); a local path or a URI (s3://, gs://, abfs://, hdfs://, file://)")
+    p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens); a local path or a URI")
     p.add_argument(
         "--out", default="out/settopk-results",
         help="result dataset directory; with a partitioned config (nightly) the dataset root (default: %(default)s)",
