@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 
@@ -96,12 +97,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3():
-    """moto's S3 server as a subprocess on a free localhost port, with the standard AWS settings
-    (``AWS_ENDPOINT_URL``, test credentials, region) pointing at it for the session (restored
-    after); yields an :class:`S3Store`. Start Ray after this fixture: Ray workers keep the
-    environment their cluster started with."""
+@contextlib.contextmanager
+def moto_server(**env):
+    """moto's S3 server as a subprocess on a free localhost port (``env``: extra settings for it,
+    e.g. ``INITIAL_NO_AUTH_ACTION_COUNT="0"`` to check credentials); yields its URL once it
+    answers, and stops it on exit. Every wait is bounded."""
     import socket
     import subprocess
     import sys
@@ -109,7 +109,7 @@ def s3():
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -122,16 +122,7 @@ def s3():
                 if time.monotonic() > deadline:
                     pytest.fail(f"moto's server did not answer on port {port} within 60 s")
                 time.sleep(0.1)
-        with pytest.MonkeyPatch.context() as mp:
-            for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"):
-                mp.delenv(name, raising=False)
-            endpoint = f"http://127.0.0.1:{port}"
-            mp.setenv("AWS_ENDPOINT_URL", endpoint)
-            mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-            mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-            mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-            mp.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata probe for credentials
-            yield S3Store(endpoint)
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:
@@ -139,3 +130,20 @@ def s3():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """moto's S3 server (:func:`moto_server`), with the standard AWS settings (``AWS_ENDPOINT_URL``,
+    test credentials, region) pointing at it for the session (restored after); yields an
+    :class:`S3Store`. Start Ray after this fixture: Ray workers keep the environment their
+    cluster started with."""
+    with moto_server() as endpoint, pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata probe for credentials
+        yield S3Store(endpoint)

@@ -157,3 +157,16 @@ def test_s3_missing_bucket_and_key_are_told_apart(s3):
     bucket = s3.bucket()
     assert storage.describe_missing("s3://no-such-bucket/k")[0] == "no bucket named 'no-such-bucket'"
     assert storage.describe_missing(f"{bucket}/no/such/key")[0] == "no object or prefix at this URI"
+
+
+def test_refused_credentials_are_described(s3, monkeypatch):
+    from shards.inputs import InputError, read_corpus
+    from tests.conftest import moto_server
+
+    with moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as endpoint:  # this server checks credentials
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        with pytest.raises(InputError) as info:
+            read_corpus("s3://locked-bucket/docs.txt")
+    text = str(info.value)
+    assert text.startswith("s3://locked-bucket/docs.txt: the store refused access (missing or wrong credentials)")
+    assert "fix: provide credentials through the store's standard chain" in text
