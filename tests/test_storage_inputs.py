@@ -192,3 +192,21 @@ def test_a_parquet_directory_with_another_object_is_refused(s3, tmp_path):
 def test_an_unknown_scheme_is_an_input_error():
     with pytest.raises(InputError, match=r"nope://b/docs.txt: .*unknown scheme 'nope'"):
         read_corpus("nope://b/docs.txt", LIMITS)
+
+
+def test_a_self_join_stream_from_a_bucket_equals_the_local_one(inputs):
+    from shards.inputs import DocQueryStream
+
+    local, uri = inputs
+    here, there = DocQueryStream(local / "docs", LIMITS), DocQueryStream(f"{uri}/docs", LIMITS)
+    assert there.n_queries == here.n_queries == 40
+    assert [(ids, b.to_lists()) for ids, b in there.chunks(16)] == [(ids, b.to_lists()) for ids, b in here.chunks(16)]
+
+
+def test_a_bucket_root_is_a_directory(s3, tmp_path):
+    bucket = s3.bucket()
+    write_parquet(tmp_path / "a.parquet", [5, 6], [[1], [2, 3]], 1)
+    upload(s3, tmp_path / "a.parquet", f"{bucket}/a.parquet")
+    for root in (bucket, f"{bucket}/"):
+        assert corpus_format(root) == "parquet"
+        assert read_corpus(root, LIMITS).doc_ids.tolist() == [5, 6]
