@@ -140,7 +140,7 @@ def resolve(path_or_uri) -> tuple[pafs.FileSystem, str]:
         elif "libjvm" in text or "libhdfs" in text:
             fix = "install Java and Hadoop's libhdfs on every node (JAVA_HOME, HADOOP_HOME, CLASSPATH), or copy the data to another store"
             found = f"no HDFS client on this machine ({text.splitlines()[0]})"
-        elif "not built with" in text.lower() or "support" in text.lower() and "built" in text.lower():
+        elif "not built with" in text.lower() or ("support" in text.lower() and "built" in text.lower()):
             fix = f"install a PyArrow build with {_scheme(uri)} support, or copy the data to a supported store ({_SCHEMES})"
             found = "a filesystem this PyArrow build lacks"
         else:
@@ -170,7 +170,7 @@ def describe_os_error(path_or_uri: str, exc: BaseException) -> str:
     """
     text = " ".join(str(exc).split())
     low = text.lower()
-    if "nosuchbucket" in low or "bucket does not exist" in low or "bucket" in low and "not found" in low:
+    if "nosuchbucket" in low or "no_such_bucket" in low or "bucket does not exist" in low:
         what, fix = "the bucket does not exist", "create the bucket or correct its name in the URI"
     elif any(s in low for s in ("accessdenied", "access denied", "access_denied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch", "credential", "http status 403")):
         what, fix = "the store refused access (missing or wrong credentials)", (
@@ -293,8 +293,8 @@ def location(path_or_uri) -> tuple[str, str]:
     scheme = "s3" if scheme == "s3a" else scheme
     endpoint = dict(urllib.parse.parse_qsl(parts.query)).get("endpoint_override")
     store = f"{scheme}@{endpoint}" if endpoint else scheme
-    netloc = parts.netloc.rsplit("@", 1)[-1]  # drop any user info
-    path = posixpath.normpath("/" + netloc + "/" + parts.path.lstrip("/"))
+    # The whole netloc: for abfs:// it is container@account, both part of the location.
+    path = posixpath.normpath("/" + parts.netloc + "/" + parts.path.lstrip("/"))
     return store, path.rstrip("/") or "/"
 
 

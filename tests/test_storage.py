@@ -170,3 +170,8 @@ def test_refused_credentials_are_described(s3, monkeypatch):
     text = str(info.value)
     assert text.startswith("s3://locked-bucket/docs.txt: the store refused access (missing or wrong credentials)")
     assert "fix: provide credentials through the store's standard chain" in text
+
+
+def test_abfs_containers_of_one_account_are_apart():
+    assert not storage.overlaps("abfs://a@acct.dfs.core.windows.net/x", "abfs://b@acct.dfs.core.windows.net/x")
+    assert storage.overlaps("abfs://a@acct.dfs.core.windows.net/x", "abfs://a@acct.dfs.core.windows.net/x/y")
