@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import storage
 from .canonical import canonical, concat_sets, in_length_range, select_sets
 from .errors import REMAP_FIX, InputError, Rejects, SetLimits
-from .. import storage
 from .files import file_stat, parquet_files, parquet_source
 
 __all__ = ["duplicate_error", "open_parquet", "read_parquet_sets", "validated_batches"]
@@ -214,7 +214,9 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
     def one_group(g: int):
         local = Rejects("quarantine" if rejects.quarantine else "error")
         out, row_base = [], int(group_base[g])
-        batches = pq.ParquetFile(**parquet_source(file)).iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[g], columns=[id_column, "tokens"])
+        # Each thread opens the file itself; the footer read once above is reused (for an object
+        # store, one request fewer per row group).
+        batches = pq.ParquetFile(**parquet_source(file), metadata=parquet.metadata).iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[g], columns=[id_column, "tokens"])
         while True:
             try:
                 batch = next(batches, None)

@@ -17,9 +17,9 @@ import numpy as np
 
 from kernels.sets import SetBatch
 
+from .. import storage
 from .canonical import NO_SETS, concat_sets, csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
-from .. import storage
 from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error
 from .parquet import duplicate_error, read_parquet_sets
 from .text import check_line, first_bad_line, parse_block, read_text_sets

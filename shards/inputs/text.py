@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .canonical import NO_SETS, canonical, concat_sets, in_length_range, select_sets
 from .. import storage
+from .canonical import NO_SETS, canonical, concat_sets, in_length_range, select_sets
 from .errors import REMAP_FIX, InputError, Rejects, SetLimits
 from .files import open_stream, store_error
 
