@@ -40,6 +40,7 @@ for argv in runs:
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())
     logging.getLogger("settopk").addHandler(handler)
+    logging.getLogger("settopk").setLevel(logging.INFO)  # info lines too, whatever --quiet set on the root
     code = score.main(argv)
     logging.getLogger("settopk").removeHandler(handler)
     out.append({"code": code, "log": records})
@@ -89,6 +90,8 @@ def runs(s3, tmp_path_factory):
             out = tmp / f"out-{name}-{where}"
             names.append((f"{name}/{where}", str(out)))
             argvs.append(["--docs", f"{base}/{docs}", "--queries", f"{base}/{queries}", "--config", config, "--out", str(out), "--quiet"])
+    names.append(("rerun", names[1][1]))  # the URI run again: a finished result of the same inputs
+    argvs.append(argvs[1])
     for name, docs in (("bad_docs", f"{uri}/bad.txt"), ("missing_bucket", "s3://no-such-bucket/docs.txt"), ("missing_key", f"{uri}/nothing")):
         out = tmp / f"out-{name}"
         names.append((name, str(out)))
@@ -104,6 +107,12 @@ def test_inputs_in_a_bucket_give_the_local_result(runs, name):
     assert local["code"] == 0 and there["code"] == 0, (local, there)
     rows = result_rows(there_out)
     assert rows and rows == result_rows(local_out)
+
+
+def test_a_rerun_on_the_same_objects_is_a_no_op(runs):
+    result, _ = runs[0]["rerun"]
+    assert result["code"] == 0
+    assert any("already holds a finished result of these inputs and settings; nothing to do" in line for line in result["log"]), result["log"]
 
 
 def test_manifest_names_the_input_uris(runs):
