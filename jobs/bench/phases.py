@@ -24,8 +24,17 @@ Baselines (:mod:`jobs.bench.baselines`) are built and searched in the same actor
 the same docs and queries, with the same warm-up and ``baseline_repetitions``
 timed repetitions (default: ``repetitions``). Then the results of the backend and
 of every baseline are compared with the NumPy reference on a seeded sample of
-queries; any difference raises :class:`jobs.bench.common.ExactnessError` (with the
-result to write: the mismatches, no timings).
+queries (for ``sparse_dot_topn``, which keeps its own docs among ties at the k-th
+score, the multiset of scores per query); any difference raises
+:class:`jobs.bench.common.ExactnessError` (with the result to write: the
+mismatches, no timings).
+
+Last, the backend's search is timed again (same warm-up and repetitions) with each
+score of ``compare_scores`` and each routing of ``compare_routings``, an index built
+for each in the same actors, each checked against the NumPy reference for its score:
+the result's ``scores`` (with each score's ratio to ``overlap``'s search time) and
+``routings`` (with the ratio to ``scan``'s). With ``peak_checks_per_s``, ``peak``
+gives the throughput's ratio to that estimate and the estimate's basis.
 """
 
 from __future__ import annotations
