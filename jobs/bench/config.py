@@ -152,12 +152,14 @@ class BenchConfig(SearchConfig):
         (one thread), both for ``overlap`` and ``cosine`` only; or ``auto`` (``spmm`` and
         ``popc4`` with the cupy backend, ``scipy`` otherwise). An empty list runs none.
     compare_scores : list of str
-        Other scores (:data:`kernels.SCORES`) to time the backend's search with on the same
-        data, each checked against the NumPy reference; the result gives each score's search
-        time and its ratio to ``overlap``'s. Default: none.
+        Scores (:data:`kernels.SCORES`) to time the backend's search with on the same data,
+        after the phases, one after another (the config's own too where listed), each checked
+        against the NumPy reference; the result gives each score's search time and its ratio
+        to ``overlap``'s. Default: none.
     compare_routings : list of str
-        Other routings (:data:`kernels.postings.ROUTINGS`) to time the backend's search with,
-        for the config's score, each checked. Default: none.
+        Routings (:data:`kernels.postings.ROUTINGS`) to time the backend's search with for the
+        config's score, beside the config's own routing (timed again with them), each checked;
+        the result gives the ratio to ``scan``'s time. Default: none.
     peak_checks_per_s : float, optional
         An estimate of the query-token checks per second the hardware can do; the result gives
         the measured throughput's ratio to it.

@@ -30,8 +30,10 @@ score, the multiset of scores per query); any difference raises
 mismatches, no timings).
 
 Last, the backend's search is timed again (same warm-up and repetitions) with each
-score of ``compare_scores`` and each routing of ``compare_routings``, an index built
-for each in the same actors, each checked against the NumPy reference for its score:
+score of ``compare_scores`` and, where ``compare_routings`` is set, with the config's
+routing and each of those, an index built for each in the same actors, one after
+another (the config's own score and routing afresh too, so that the ratios compare
+runs taken back to back), each checked against the NumPy reference for its score:
 the result's ``scores`` (with each score's ratio to ``overlap``'s search time) and
 ``routings`` (with the ratio to ``scan``'s). With ``peak_checks_per_s``, ``peak``
 gives the throughput's ratio to that estimate and the estimate's basis.
@@ -231,20 +233,22 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
             ray.get([a.variant_free.remote() for a in actors])
             want = reference if score == cfg.score else reference_topk(actors, qset, sample, cfg, score)
             got = merge_batches(last["variant_lists"], qset.lengths, starts, batch, cfg, score)
-            mismatches.extend(compare_topk(f"settopk[{score}, {routing}]", got, want, sample))
-            checked.append(f"settopk[{score}, {routing}]")
+            name = f"settopk[{score}, {routing}]"
+            mismatches.extend(compare_topk(name, got, want, sample))
+            checked.append(name)
             log.info("backend %s, score %s, routing %s: search median %.4f s", backend, score, routing,
                      statistics.median(runs_s))
             return {"search": timing_stats(runs_s), "routing_last": mix}
 
-        score_runs = {cfg.score: {"search": timing_stats(runs["search"])}}
-        for s in cfg.compare_scores:
-            if s not in score_runs:
-                score_runs[s] = variant(s, cfg.routing)
-        routing_runs = {cfg.routing: {"search": timing_stats(runs["search"]), "routing_last": [r["last"] for r in routing]}}
-        for r in cfg.compare_routings:
-            if r not in routing_runs:
-                routing_runs[r] = variant(cfg.score, r)
+        # Every variant is timed afresh, the config's own score and routing too, so that the ratios
+        # compare runs taken back to back rather than with the search phase minutes earlier.
+        timed: dict[tuple[str, str], dict] = {}
+        for pair in [(s, cfg.routing) for s in cfg.compare_scores] + [
+                (cfg.score, r) for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])]:
+            if pair not in timed:
+                timed[pair] = variant(*pair)
+        score_runs = {s: timed[(s, cfg.routing)] for s in cfg.compare_scores}
+        routing_runs = {r: timed[(cfg.score, r)] for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])}
     finally:
         for a in actors:
             ray.kill(a)
@@ -282,12 +286,12 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
     if cfg.peak_checks_per_s:
         result["peak"] = {"checks_per_s": cfg.peak_checks_per_s, "basis": cfg.peak_basis,
                           "ratio": throughput / cfg.peak_checks_per_s}
-    if len(score_runs) > 1:
+    if score_runs:
         base = score_runs.get("overlap", {}).get("search", {}).get("median_s")
         for entry in score_runs.values():
             entry["ratio_to_overlap"] = entry["search"]["median_s"] / base if base else None
         result["scores"] = score_runs
-    if len(routing_runs) > 1:
+    if routing_runs:
         scan = routing_runs.get("scan", {}).get("search", {}).get("median_s")
         for entry in routing_runs.values():
             entry["ratio_to_scan"] = entry["search"]["median_s"] / scan if scan else None
