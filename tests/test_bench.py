@@ -227,11 +227,12 @@ def test_a_tiny_cpu_zipf_run_times_scores_routings_and_baselines(ray_cluster, tm
     assert result["backend"] == "cpu" and result["environment"]["threads"] == 2
     assert set(result["scores"]) == set(SCORES) and result["scores"]["overlap"]["ratio_to_overlap"] == 1.0
     assert set(result["routings"]) == {"auto", "scan"} and result["routings"]["scan"]["ratio_to_scan"] == 1.0
-    assert result["peak"]["checks_per_s"] == 1e11 and result["peak"]["ratio"] > 0
+    assert result["peak"]["checks_per_s"] == 1e11 and result["peak"]["routing"] == "scan" and result["peak"]["ratio"] > 0
+    assert result["peak"]["measured_checks_per_s"] == result["routings"]["scan"]["checks_per_s"]
     assert set(result["baselines"]) == {"numpy", "scipy", "sparse_dot_topn", "sparse_dot_topn_1t"}
     exact = result["exactness"]
     assert exact["identical"] and exact["scores_checked"] == ["sparse_dot_topn", "sparse_dot_topn_1t"]
     assert {"settopk", "numpy", "scipy", "settopk[overlap, scan]", "settopk[cosine, auto]"} <= set(exact["checked"])
     printed = capsys.readouterr().out
-    assert "ratio_to_overlap" in printed and "ratio_to_scan" in printed and "throughput / estimate" in printed
+    assert "ratio_to_overlap" in printed and "ratio_to_scan" in printed and "x the estimate 1.00e+11 checks/s" in printed
     assert "equal scores: sparse_dot_topn: the multiset of scores of every sampled query identical" in printed
