@@ -57,12 +57,11 @@ def _run_all(runs: list[list[str]]) -> list[dict]:
     return json.loads(lines[-1][len("RESULTS "):])
 
 
-@pytest.fixture(scope="module")
-def runs(s3, tmp_path_factory):
-    """Every job run of this module, made at once: ``{name: (result, out_dir)}``."""
+def _inputs(local: pathlib.Path) -> pathlib.Path:
+    """Write the inputs under ``local``: a Parquet corpus directory ``docs/`` (3 files, row
+    groups of 40, a ``_SUCCESS``), the same docs as ``docs.txt``, queries as ``queries.txt`` and
+    as a directory ``qdir/`` of one-query files, and ``bad.txt`` (a negative id on line 3)."""
     rng = np.random.default_rng(7)
-    tmp = tmp_path_factory.mktemp("storage-job")
-    local = tmp / "in"
     (local / "docs").mkdir(parents=True)
     sets = random_sets(rng, 300, vocab=30)
     ids = np.arange(300) * 3
@@ -77,6 +76,14 @@ def runs(s3, tmp_path_factory):
     for i, q in enumerate(queries):
         (local / "qdir" / f"q{i:02d}").write_text(",".join(map(str, q)))
     (local / "bad.txt").write_text("1,2\n3\n4,-5\n")
+    return local
+
+
+@pytest.fixture(scope="module")
+def runs(s3, tmp_path_factory):
+    """Every job run of this module, made at once: ``{name: (result, out_dir)}``."""
+    tmp = tmp_path_factory.mktemp("storage-job")
+    local = _inputs(tmp / "in")
     bucket = s3.bucket("job-inputs")
     uri = upload(s3, local, f"{bucket}/in")
     config = job_config(tmp, k=5)
