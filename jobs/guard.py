@@ -17,7 +17,7 @@ import pathlib
 import socket
 import tempfile
 
-from .output import MANIFEST
+from .output import read_manifest
 
 __all__ = ["OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
 
@@ -212,13 +212,13 @@ def _holder(fd: int) -> dict:
         return {}
 
 
-def differences(out_dir, fingerprints: dict, settings: dict) -> list[str]:
+def differences(out_dir, dataset_root, fingerprints: dict, settings: dict) -> list[str]:
     """What differs between the finished result at ``out_dir`` and a run asked for now.
 
     Parameters
     ----------
-    out_dir : path
-        A finished result (its ``_manifest.json``).
+    out_dir, dataset_root : path
+        A finished result and its dataset root (its manifest: :func:`jobs.output.read_manifest`).
     fingerprints : dict
         ``{"docs": ..., "queries": ...}`` of the inputs now (:func:`shards.inputs.fingerprint`).
     settings : dict
@@ -230,9 +230,9 @@ def differences(out_dir, fingerprints: dict, settings: dict) -> list[str]:
         One phrase per difference (empty: the same run).
     """
     try:
-        manifest = json.loads((pathlib.Path(out_dir) / MANIFEST).read_text())
+        manifest = read_manifest(out_dir, dataset_root)
     except (OSError, ValueError) as e:
-        return [f"its {MANIFEST} could not be read ({e})"]
+        return [f"its manifest could not be read ({e})"]
     diffs = []
     recorded = manifest.get("fingerprint", {})
     for name in ("docs", "queries"):

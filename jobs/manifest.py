@@ -1,4 +1,5 @@
-"""The run's manifest (``_manifest.json`` of the result dataset), built from plain values.
+"""The run's manifest (``manifest.json`` in the result's run record, :func:`jobs.output.manifest_path`),
+built from plain values.
 
 The manifest says what produced the dataset: the run id, the command's arguments, the
 inputs and their fingerprints, the counts, the shards (where each ran, how long it

@@ -2,15 +2,21 @@
 
 A reader never sees a partial result: the dataset is written into a staging
 directory beside the dataset root (same filesystem, outside the root, so
-DuckDB/Polars/Spark scans of the root never pick it up), completed with
-``_manifest.json`` and ``_SUCCESS``, then renamed into place in one ``os.rename``.
+DuckDB/Polars/Spark scans of the root never pick it up), completed with an empty
+``_SUCCESS``, then renamed into place in one ``os.rename``.
+
+A result directory holds only its part files and the empty ``_SUCCESS``: Polars refuses a
+directory holding any other non-empty file, and reads any ``.parquet`` below it as data. The
+run's manifest and its quarantined lines live in the *run record*, a sibling of the dataset
+root (:func:`record_dir`): ``ROOT.run/manifest.json`` (``ROOT.run/dt=YYYY-MM-DD/manifest.json``
+for a partition), written before the result appears; :func:`read_manifest` finds it.
 
 Two layouts (config ``output.partition``):
 
 - ``"none"``: ``--out DIR`` is the result: ``DIR/part-00000.parquet``.
 - ``"dt"``: ``--out ROOT`` is a Hive-partitioned dataset root and each run
-  writes ``ROOT/dt=YYYY-MM-DD/part-00000.parquet``; readers pin ``dt`` to a date
-  with :data:`DT_PARTITIONING` (pyarrow) or ``hive_types={'dt': DATE}`` (DuckDB).
+  writes ``ROOT/dt=YYYY-MM-DD/part-00000.parquet``; DuckDB, Polars and Spark read ``dt``
+  as a date, pyarrow and pandas as strings unless given :data:`DT_PARTITIONING`.
 
 The Parquet files are zstd-compressed, hold rows in query order then rank, with
 row groups of whole queries, and carry the run in their schema metadata
@@ -54,7 +60,11 @@ __all__ = [
     "commit_results",
     "work_dir",
     "REJECTED_SCHEMA",
-    "write_rejected",
+    "record_dir",
+    "manifest_path",
+    "rejected_path",
+    "read_manifest",
+    "rejected_paths",
 ]
 
 RESULT_SCHEMA = pa.schema(
@@ -87,10 +97,11 @@ DT_PARTITIONING = ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), fla
 ROW_GROUP_ROWS = 131_072
 """Default target rows per row group (config ``output.row_group_rows``)."""
 
-SUCCESS = "_SUCCESS"
-MANIFEST = "_manifest.json"  # "_" prefix: pyarrow, pandas and Spark skip it when scanning the dataset
+SUCCESS = "_SUCCESS"  # empty: Polars skips empty files in a directory scan, and fails on others
+RECORD_SUFFIX = ".run"  # the run record of ROOT is ROOT.run, beside it
+MANIFEST = "manifest.json"
+REJECTED = "rejected.parquet"
 _PART_TEMPLATE = "part-{i}.parquet"
-REJECTED_DIR = "_rejected"  # "_" prefix: scans of the results skip the quarantined input lines
 
 REJECTED_SCHEMA = pa.schema(
     [
@@ -101,8 +112,8 @@ REJECTED_SCHEMA = pa.schema(
         pa.field("reason", pa.string(), nullable=False),
     ]
 )
-"""Schema of ``_rejected/rejected.parquet``: the input lines and rows set aside under
-``on_invalid: quarantine``, with why."""
+"""Schema of the run record's ``rejected.parquet`` (:func:`rejected_path`): the input lines and
+rows set aside under ``on_invalid: quarantine``, with why."""
 # Doc ids are nearly all distinct within a row group, so a dictionary costs time and space and
 # saves nothing; the other columns repeat values and keep their dictionaries.
 _DICTIONARY_COLUMNS = [f.name for f in RESULT_SCHEMA if f.name != "doc_id"]
@@ -129,6 +140,7 @@ def check_output_dir(out_dir: str | os.PathLike, force: bool) -> bool:
         different tool's directory), or is a file.
     """
     out = pathlib.Path(out_dir)
+    _refuse_a_record(out)
     if not out.exists():
         if out.parent.exists() and not out.parent.is_dir():
             raise OutputExistsError(f"{out}: {out.parent} is a file, not a directory; choose another --out")
@@ -154,6 +166,7 @@ def check_dataset_root(root: str | os.PathLike) -> None:
         an unpartitioned result: readers of the root would then mix the two.
     """
     root = pathlib.Path(root)
+    _refuse_a_record(root)
     if not root.exists():
         if root.parent.exists() and not root.parent.is_dir():
             raise OutputExistsError(f"{root}: {root.parent} is a file, not a directory; choose another --out")
@@ -171,6 +184,65 @@ def check_dataset_root(root: str | os.PathLike) -> None:
         )
 
 
+def _refuse_a_record(path: pathlib.Path) -> None:
+    """Refuse an output that is the run record of a result beside it (``X.run`` next to ``X``)."""
+    if path.name.endswith(RECORD_SUFFIX) and path.with_name(path.name[: -len(RECORD_SUFFIX)]).is_dir():
+        raise OutputExistsError(
+            f"{path}: expected a result path, found the run record (manifest) of "
+            f"{path.with_name(path.name[: -len(RECORD_SUFFIX)])}; choose another --out"
+        )
+
+
+def record_dir(out_dir: str | os.PathLike, dataset_root: str | os.PathLike | None = None) -> pathlib.Path:
+    """The run record of the result at ``out_dir``: where its manifest and quarantined lines live.
+
+    A sibling of the dataset root, mirroring the result's place in it: ``ROOT.run`` for a result
+    directory ``ROOT``, ``ROOT.run/dt=YYYY-MM-DD`` for a partition. Outside the root, so no
+    reader of the results ever sees it.
+
+    Parameters
+    ----------
+    out_dir : path
+        The result directory.
+    dataset_root : path, optional
+        Its dataset root. By default ``out_dir`` itself, or its parent where ``out_dir`` is named
+        ``dt=YYYY-MM-DD`` (a partition).
+    """
+    out = pathlib.Path(os.path.realpath(out_dir))  # as the commit resolves it (_out_and_root)
+    if dataset_root is None:
+        root = out.parent if _PARTITION_NAME.fullmatch(out.name) else out
+    else:
+        root = pathlib.Path(os.path.realpath(dataset_root))
+    record = root.with_name(root.name + RECORD_SUFFIX)
+    return record / out.relative_to(root) if out != root else record
+
+
+def manifest_path(out_dir: str | os.PathLike, dataset_root: str | os.PathLike | None = None) -> pathlib.Path:
+    """The manifest of the result at ``out_dir``: ``manifest.json`` in its :func:`record_dir`."""
+    return record_dir(out_dir, dataset_root) / MANIFEST
+
+
+def rejected_path(out_dir: str | os.PathLike, dataset_root: str | os.PathLike | None = None) -> pathlib.Path:
+    """The quarantined input lines of the result at ``out_dir``: ``rejected.parquet`` in its
+    :func:`record_dir` (present only for a run under ``on_invalid: quarantine``)."""
+    return record_dir(out_dir, dataset_root) / REJECTED
+
+
+def read_manifest(out_dir: str | os.PathLike, dataset_root: str | os.PathLike | None = None) -> dict:
+    """The manifest of the finished result at ``out_dir`` (see :func:`record_dir` for ``dataset_root``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``out_dir`` holds no finished result (no ``_SUCCESS``), or its manifest is missing.
+    ValueError
+        If the manifest is not JSON.
+    """
+    if not (pathlib.Path(out_dir) / SUCCESS).is_file():
+        raise FileNotFoundError(f"{out_dir}: expected a finished settopk result, found no {SUCCESS}")
+    return json.loads(manifest_path(out_dir, dataset_root).read_text())
+
+
 def partition_dir(root: str | os.PathLike, day) -> pathlib.Path:
     """The Hive partition of ``day`` (a ``datetime.date``) under ``root``: ``root/dt=YYYY-MM-DD``."""
     return pathlib.Path(root) / f"{PARTITION_KEY}={day.isoformat()}"
@@ -180,7 +252,7 @@ def open_results(path: str | os.PathLike) -> ds.Dataset:
     """Open a result directory or a nightly dataset root as a ``pyarrow.dataset.Dataset``.
 
     A root of ``dt=YYYY-MM-DD`` partitions gets a ``dt`` column of type ``date32``;
-    ``_manifest.json``, ``_SUCCESS`` and hidden entries are skipped.
+    ``_SUCCESS`` and hidden entries are skipped.
     """
     partitioned = any(_PARTITION_NAME.fullmatch(p.name) for p in pathlib.Path(path).iterdir())
     return ds.dataset(path, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
@@ -247,9 +319,9 @@ def write_results(
 ) -> pathlib.Path:
     """Write ``table`` as a Parquet dataset at ``out_dir``, atomically.
 
-    The directory holds ``part-00000.parquet`` (zstd), ``_manifest.json`` and
-    ``_SUCCESS``. It appears in one rename; an existing finished result at
-    ``out_dir`` is replaced only after the new one is complete.
+    The directory holds ``part-00000.parquet`` (zstd) and ``_SUCCESS``; the manifest goes
+    to its run record (:func:`manifest_path`). It appears in one rename; an existing finished
+    result at ``out_dir`` is replaced only after the new one is complete.
 
     Parameters
     ----------
@@ -258,7 +330,7 @@ def write_results(
     table : pyarrow.Table
         Rows with :data:`RESULT_SCHEMA`, in query order then rank (kept as given).
     manifest : dict
-        Written as ``_manifest.json``.
+        Written as the run record's ``manifest.json``.
     dataset_root : path, optional
         The root that readers scan, ``out_dir`` itself by default. Staging happens
         beside it, never inside it, so a scan of the root never sees a partial write.
@@ -448,20 +520,22 @@ def write_part(
     return writer.close()
 
 
-def write_rejected(directory: str | os.PathLike, table: pa.Table) -> pathlib.Path:
-    """Write the quarantined input lines and rows as ``directory/_rejected/rejected.parquet``."""
+def _write_rejected(path: pathlib.Path, table: pa.Table) -> None:
+    """Write the quarantined lines as ``path``, atomically (a temporary file, then a rename)."""
     if not table.schema.equals(REJECTED_SCHEMA, check_metadata=False):
         raise ValueError(f"rejected table schema differs from REJECTED_SCHEMA:\n{table.schema}")
-    target = pathlib.Path(directory) / REJECTED_DIR
-    target.mkdir(exist_ok=True)
-    pq.write_table(table, target / "rejected.parquet", compression="zstd")
-    return target / "rejected.parquet"
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def rejected_paths(directory: str | os.PathLike, input_name: str) -> set[str]:
-    """The files of ``input_name`` (``"docs"`` or ``"queries"``) that the result at ``directory``
-    lists under ``_rejected/`` (empty if it lists none)."""
-    path = pathlib.Path(directory) / REJECTED_DIR / "rejected.parquet"
+def rejected_paths(out_dir: str | os.PathLike, input_name: str, dataset_root: str | os.PathLike | None = None) -> set[str]:
+    """The files of ``input_name`` (``"docs"`` or ``"queries"``) that the result at ``out_dir``
+    lists as quarantined in its run record (empty if it lists none)."""
+    path = rejected_path(out_dir, dataset_root)
     if not path.is_file():
         return set()
     table = pq.read_table(path, columns=["input", "path"]).to_pydict()
@@ -469,11 +543,19 @@ def rejected_paths(directory: str | os.PathLike, input_name: str) -> set[str]:
 
 
 def commit_results(
-    stage: str | os.PathLike, out_dir: str | os.PathLike, manifest: dict, *, dataset_root: str | os.PathLike | None = None
+    stage: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    manifest: dict,
+    *,
+    dataset_root: str | os.PathLike | None = None,
+    rejected: pa.Table | None = None,
 ) -> pathlib.Path:
-    """Make a staged result visible: add ``_manifest.json`` and ``_SUCCESS``, then rename the
-    staging directory to ``out_dir`` in one step. A finished result already at ``out_dir``
-    is replaced only once the new one is complete.
+    """Make a staged result visible: add ``_SUCCESS``, write the run record, then rename the
+    staging directory to ``out_dir`` in one step.
+
+    The order keeps a manifest from ever describing other data than the ``_SUCCESS`` beside
+    it: a finished result already at ``out_dir`` is first moved away (beside the root), then
+    the run record is written (each file atomically), then the new result appears.
 
     Parameters
     ----------
@@ -483,10 +565,13 @@ def commit_results(
     out_dir : path
         The result directory (for a nightly run, the partition ``ROOT/dt=...``).
     manifest : dict
-        Written as ``_manifest.json``.
+        Written as the run record's ``manifest.json`` (:func:`manifest_path`).
     dataset_root : path, optional
         The root readers scan (``out_dir`` itself by default); old results are moved
         beside it, never inside it, while they are replaced.
+    rejected : pyarrow.Table, optional
+        The quarantined lines (:data:`REJECTED_SCHEMA`), written as the run record's
+        ``rejected.parquet``; None (not under quarantine) leaves no such file.
 
     Returns
     -------
@@ -495,19 +580,40 @@ def commit_results(
     """
     stage = pathlib.Path(stage)
     out, root = _out_and_root(out_dir, dataset_root)
+    record = record_dir(out, root)
     out.parent.mkdir(parents=True, exist_ok=True)
-    (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    record.mkdir(parents=True, exist_ok=True)
     (stage / SUCCESS).touch()
     _fsync_dir(stage)
+    trash = None
     if out.exists():
         trash = root.parent / f".{root.name}.replaced-{uuid.uuid4().hex}"
         os.rename(out, trash)
-        os.rename(stage, out)
-        shutil.rmtree(trash)
+        _fsync_dir(out.parent)
+    if rejected is not None:
+        _write_rejected(record / REJECTED, rejected)
     else:
-        os.rename(stage, out)
+        (record / REJECTED).unlink(missing_ok=True)
+    _write_json(record / MANIFEST, manifest)
+    _fsync_dir(record)
+    os.rename(stage, out)
     _fsync_dir(out.parent)
+    if trash is not None:
+        shutil.rmtree(trash)
     return out
+
+
+def _write_json(path: pathlib.Path, value: dict) -> None:
+    """Write ``value`` as JSON to ``path``, atomically (a temporary file, fsynced, then a rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_part_doc_ids(directory: str | os.PathLike, index: int, rows_per_query: int) -> np.ndarray:

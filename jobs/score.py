@@ -59,7 +59,7 @@ from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
-from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
+from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import search_chunks
@@ -245,7 +245,7 @@ def shard_doc_cost(backend: str, max_len: int):
 
 
 def _rejected_table(corpus_rejected, query_rejected) -> pa.Table:
-    """The lines and rows quarantine set aside, as the ``_rejected/`` table."""
+    """The lines and rows quarantine set aside, as the run record's ``rejected.parquet`` table."""
     rows = [("docs", r) for r in corpus_rejected] + [("queries", r) for r in query_rejected]
     return pa.table(
         {
@@ -348,7 +348,8 @@ def _set_aside(job: Job, valid: Validated, corpus, facts: _CorpusFacts):
     if rejected.num_rows:
         log.warning(
             "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
-            "they are listed with the reason in %s/_rejected/", facts.n_rejected, len(query_rejected), job.target.out_dir,
+            "they are listed with the reason in %s", facts.n_rejected, len(query_rejected),
+            rejected_path(job.target.out_dir, job.target.dataset_root),
         )
     return rejected
 
@@ -404,14 +405,12 @@ def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actor
 
 def _commit(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, rejected, work: _Work,
             infos: list[dict], clock: PhaseClock) -> int:
-    """Check every part, write the manifest (and the TSV), and rename the work directory into
-    place as the result; returns the rows written."""
+    """Check every part, write the TSV and the run record (manifest, quarantined lines), and
+    rename the work directory into place as the result; returns the rows written."""
     import ray
 
     cfg, args, target, queries = job.cfg, job.args, job.target, valid.queries
     total_rows = check_parts(work.path, work.chunks, work.rows_per_query)
-    if cfg.on_invalid == "quarantine":
-        write_rejected(work.path, rejected)
     clock.stamp_total()  # the commit itself is not counted in the manifest's total
     self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
     manifest = build_manifest(
@@ -443,7 +442,8 @@ def _commit(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _C
         # after a failed TSV write recomputes instead of skipping.
         write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
     (work.path / "_resume.json").unlink()
-    commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root)
+    commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root,
+                   rejected=rejected if cfg.on_invalid == "quarantine" else None)
     return total_rows
 
 

@@ -9,7 +9,6 @@ partition directories, and the run facts in the Parquet metadata.
 from __future__ import annotations
 
 import datetime
-import json
 import pathlib
 import re
 
@@ -21,7 +20,7 @@ import pytest
 
 from configs import load_config
 from jobs import score
-from jobs.output import DT_PARTITIONING, RESULT_SCHEMA, open_results
+from jobs.output import DT_PARTITIONING, RESULT_SCHEMA, manifest_path, open_results, read_manifest
 
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(180)]
 
@@ -52,7 +51,7 @@ def nightly_root(tmp_path_factory):
 
 
 def _manifest(root, night):
-    return json.loads((root / f"dt={night}" / "_manifest.json").read_text())
+    return read_manifest(root / f"dt={night}")
 
 
 def test_nightly_config_partitions_by_date():
@@ -122,7 +121,7 @@ def results_dir(nightly_root):
     out = tmp / "one-result"
     assert score.main(["--config", str(cfg), "--docs", str(docs), "--queries", manifest["inputs"]["queries"]["path"],
                        "--out", str(out), "--k", str(K), "--quiet"]) == 0
-    assert (out / "_rejected").is_dir() and (out / "_manifest.json").is_file()
+    assert (out / "_rejected").is_dir() and manifest_path(out).is_file()
     return out
 
 
@@ -168,7 +167,7 @@ def test_readme_reader_one_liners_run_as_written(nightly_root, results_dir, tmp_
         namespace["spark"] = SparkSession.builder.master("local[1]").getOrCreate()
     except ImportError:
         readers = [r for r in readers if not r.startswith("spark.")]  # PySpark is not a test dependency
-    run_id = json.loads((results_dir / "_manifest.json").read_text())["run_id"]
+    run_id = read_manifest(results_dir)["run_id"]
     for line in readers:
         result = eval(line, namespace)  # noqa: S307 (the README's own line)
         if isinstance(result, dict):  # Polars' footer metadata
