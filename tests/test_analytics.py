@@ -258,3 +258,11 @@ def test_row_groups_and_compression(nightly_root, tmp_path):
     assert sizes == [40] * 9 + [10]  # 45 rounded down to 4 whole queries of 10 rows
     first_ids = pq.read_table(out / f"dt={NIGHTS[0]}").column("query_id").to_pylist()
     assert first_ids == [str(i) for i in range(N_QUERIES) for _ in range(K)]  # query order, not string order
+
+
+def test_verify_reads_the_manifest_of_a_partition(nightly_root):
+    from jobs import verify
+
+    manifest = _manifest(nightly_root, NIGHTS[0])
+    assert verify.main(["--docs", manifest["inputs"]["docs"]["path"], "--queries", manifest["inputs"]["queries"]["path"],
+                        "--results", str(nightly_root / f"dt={NIGHTS[0]}"), "--config", "nightly", "--sample", "10"]) == 0

@@ -82,6 +82,21 @@ def test_out_holding_an_input_and_tsv_inside_out_are_refused(tmp_path, caplog):
                                 "--tsv", str(tmp_path / "o" / "r.tsv")], "--tsv", "--out")
 
 
+def test_an_input_inside_the_run_record_or_a_tsv_there_is_refused(tmp_path, caplog):
+    """The run record ``OUT.run`` beside the result is an output too: it must not hold an input."""
+    docs, queries = _inputs(tmp_path)
+    cfg = job_config(tmp_path)
+    record = tmp_path / "out.run"
+    record.mkdir()
+    moved = record / "docs.txt"
+    pathlib.Path(docs).rename(moved)
+    _refused(tmp_path, caplog, ["--docs", str(moved), "--queries", queries, "--out", str(tmp_path / "out"), "--config", cfg],
+             "--out (its run record)", "--docs")
+    caplog.clear()
+    _refused(tmp_path, caplog, ["--docs", str(moved), "--queries", queries, "--out", str(tmp_path / "o"), "--config", cfg,
+                                "--tsv", str(tmp_path / "o.run" / "r.tsv")], "--tsv", "--out (its run record)")
+
+
 def test_tsv_through_a_symlink_to_an_input_is_refused(tmp_path, caplog):
     docs, queries = _inputs(tmp_path)
     (tmp_path / "link.tsv").symlink_to(docs)
