@@ -16,10 +16,16 @@ import os
 import pathlib
 import socket
 import tempfile
+import uuid
 
+import pyarrow.fs as pafs
+
+from shards import storage
+
+from .location import Place
 from .output import read_manifest
 
-__all__ = ["OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
+__all__ = ["ObjectLock", "OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
 
 RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "vocab_size", "max_len", "on_invalid")
 """The config keys a result depends on; a rerun that changes one of them is not the same run."""
@@ -33,15 +39,22 @@ def _real(path) -> pathlib.Path:
     return pathlib.Path(os.path.realpath(os.path.abspath(os.fspath(path))))
 
 
-def _inside(path: pathlib.Path, other: pathlib.Path) -> bool:
-    """``path`` is ``other`` or lies under it."""
-    return path == other or other in path.parents
+def _where(path) -> tuple[str, str]:
+    """``(store, path)`` to compare: a local path resolved (symlinks and ``..`` followed), a URI
+    normalised (:func:`shards.storage.location`)."""
+    return storage.location(path) if storage.is_uri(path) else ("file", str(_real(path)))
+
+
+def _inside(path: tuple[str, str], other: tuple[str, str]) -> bool:
+    """``path`` is ``other`` or lies under it (on the same store)."""
+    return path[0] == other[0] and (path[1] == other[1] or path[1].startswith(other[1].rstrip("/") + "/"))
 
 
 def check_outputs_apart(outputs: dict, inputs: dict) -> None:
     """Refuse an output that is an input, lies inside an input directory, or holds an input.
 
-    Paths are compared resolved (symlinks and ``..`` followed), so two spellings of one file meet.
+    Paths are compared resolved (symlinks and ``..`` followed), so two spellings of one file meet;
+    URIs are compared normalised, and never meet a local path.
 
     Parameters
     ----------
@@ -56,11 +69,11 @@ def check_outputs_apart(outputs: dict, inputs: dict) -> None:
     for out_name, out_path in outputs.items():
         if out_path is None:
             continue
-        out = _real(out_path)
+        out = _where(out_path)
         for in_name, in_path in inputs.items():
             if in_path is None:
                 continue
-            given = _real(in_path)
+            given = _where(in_path)
             if _inside(out, given):
                 what = "is" if out == given else "lies inside"
                 raise PathError(
@@ -115,8 +128,12 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
     Raises
     ------
     PathError
-        With the path and the reason.
+        With the path and the reason. A URI is checked by writing and deleting a probe object
+        beside it: a missing bucket, refused credentials or an unreachable store fail here.
     """
+    if storage.is_uri(path):
+        _check_writable_uri(option, path, file)
+        return
     p = pathlib.Path(os.path.abspath(os.fspath(path)))
     if file and p.is_dir():
         raise PathError(f"{option} {path}: expected a file path, found a directory; fix: name a file, e.g. {p / 'results.tsv'}")
@@ -132,9 +149,28 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
     _probe(parent, option, path)
 
 
-def output_lock_path(out_dir, dataset_root) -> pathlib.Path:
-    """The lock file of the result directory ``out_dir``: beside the dataset root (never inside
-    it, so scans of the root never see it), named after ``out_dir``."""
+def _check_writable_uri(option: str, uri: str, file: bool) -> None:
+    try:
+        place = Place.of(uri)
+        if file and place.kind() == pafs.FileType.Directory:
+            raise PathError(f"{option} {uri}: expected an object name, found a prefix holding objects; fix: name an object, e.g. {storage.join(uri, 'results.tsv')}")
+        probe = place.parent / f".settopk-probe-{uuid.uuid4().hex}"
+        with probe.fs.open_output_stream(probe.path) as f:
+            f.write(b"")
+        probe.delete(missing_ok=True)
+    except storage.StorageError as e:
+        raise PathError(f"{option} {e}") from e
+    except OSError as e:
+        raise PathError(f"{option} {storage.describe_os_error(uri, e)}") from e
+
+
+def output_lock_path(out_dir, dataset_root):
+    """The lock of the result directory ``out_dir``: beside the dataset root (never inside it,
+    so scans of the root never see it), named after ``out_dir``; a path, or a URI on a store."""
+    if storage.is_uri(dataset_root):
+        root = Place.of(dataset_root)
+        tag = hashlib.sha256(":".join(storage.location(out_dir)).encode()).hexdigest()[:12]
+        return root.sibling(f".{root.name}.lock-{tag}").shown
     out = _real(out_dir)
     root = _real(dataset_root)
     tag = hashlib.sha256(str(out).encode()).hexdigest()[:12]
@@ -177,6 +213,8 @@ def lock_output(out_dir, dataset_root, run_id: str) -> OutputLock:
     PathError
         If another live process holds the lock (its run, host and pid named).
     """
+    if storage.is_uri(dataset_root):
+        return _lock_object(out_dir, output_lock_path(out_dir, dataset_root), run_id)
     path = output_lock_path(out_dir, dataset_root)
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(100):
@@ -203,6 +241,68 @@ def lock_output(out_dir, dataset_root, run_id: str) -> OutputLock:
         os.pwrite(fd, info, 0)
         return OutputLock(path, fd)
     raise PathError(f"--out {out_dir}: could not take the lock {path} (it kept being replaced); fix: rerun")
+
+
+class ObjectLock:
+    """The lock of an output on an object store: an object holding the run id, host, pid and a
+    token. A store offers no lock the job can rely on (no ``flock``, no conditional write in
+    PyArrow), so this is best effort: a second run sees the object and refuses, but two runs
+    starting within the same moment may both go ahead. A run killed on this host leaves the
+    object behind; the next run on this host sees that its pid is gone and takes it over.
+    :meth:`release` deletes it if it still holds this run's token.
+    """
+
+    def __init__(self, place: Place, token: str):
+        self.path, self._place, self._token = place.shown, place, token
+
+    def release(self) -> None:
+        """Delete the lock object if it is still this run's (idempotent)."""
+        if self._place is None:
+            return
+        try:
+            if json.loads(self._place.read_bytes()).get("token") == self._token:
+                self._place.delete(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+        self._place = None
+
+
+def _alive_here(holder: dict) -> bool:
+    """Whether the holder could still be running: on another host (unknown: assume so), or a live
+    pid on this one."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return True
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _lock_object(out_dir, uri: str, run_id: str) -> ObjectLock:
+    place = Place.of(uri)
+    try:
+        holder = json.loads(place.read_bytes()) if place.is_file() else None
+    except ValueError:
+        holder = {}
+    if holder is not None and _alive_here(holder):
+        raise PathError(
+            f"--out {out_dir}: expected no other run on this output, found run {holder.get('run_id', '?')} "
+            f"(host {holder.get('host', '?')}, pid {holder.get('pid', '?')}) holding its lock object {uri}; "
+            "fix: wait for that run to finish, or use another --out; if that run is dead (killed on another host), delete the lock object"
+        )
+    token = uuid.uuid4().hex
+    info = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(), "token": token}
+    place.write_bytes(json.dumps(info).encode())
+    try:
+        won = json.loads(place.read_bytes()).get("token") == token  # the last writer of a near-simultaneous start wins
+    except (OSError, ValueError):
+        won = False
+    if not won:
+        raise PathError(f"--out {out_dir}: another run took the lock object {uri} at the same moment; fix: wait for it to finish, or use another --out")
+    return ObjectLock(place, token)
 
 
 def _holder(fd: int) -> dict:

@@ -16,6 +16,8 @@ import platform
 import socket
 import uuid
 
+from .location import absolute
+
 __all__ = ["build_manifest", "inputs_section", "output_section", "shard_entries", "ray_submission_id", "new_run_id", "versions"]
 
 _UTC = "%Y-%m-%dT%H:%M:%SZ"
@@ -58,8 +60,8 @@ def output_section(out_dir: str, dataset_root: str, day: datetime.date | None, n
     """Where the result went: its directory, the dataset root, the ``dt`` partition (or None)
     and the number of part files."""
     return {
-        "path": os.path.abspath(out_dir),
-        "dataset_root": os.path.abspath(dataset_root),
+        "path": absolute(out_dir),
+        "dataset_root": absolute(dataset_root),
         "partition": {"dt": day.isoformat()} if day else None,
         "parts": n_parts,
     }

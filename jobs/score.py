@@ -50,14 +50,15 @@ import pyarrow as pa
 import configs
 from kernels import SCORES, search_cost_per_doc
 from kernels.postings import ROUTINGS
-from shards import plan_shards_from_counts
+from shards import plan_shards_from_counts, storage
 from shards.inputs import InputError, fingerprint
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
-from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
+from .chunks import check_parts, drop_resume_key, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
+from .location import absolute
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
 from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
@@ -284,7 +285,7 @@ class _CorpusFacts:
 class _Work:
     """The run's work directory: its chunks, those already committed, and the rows each query gets."""
 
-    path: pathlib.Path
+    path: object  # a pathlib.Path, or a URI (str) on a store
     chunks: list
     done: set
     rows_per_query: int
@@ -363,7 +364,7 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
     path = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
-    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=os.path.abspath(target.out_dir))
+    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=absolute(target.out_dir))
     done, run_id = open_work_dir(path, key, chunks, job.run_id)
     if done:
         log.info("resuming run %s: %d of %d query chunk(s) already committed in %s", run_id, len(done), len(chunks), path)
@@ -441,7 +442,7 @@ def _commit(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _C
         # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
         # after a failed TSV write recomputes instead of skipping.
         write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
-    (work.path / "_resume.json").unlink()
+    drop_resume_key(work.path)
     commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root,
                    rejected=rejected if cfg.on_invalid == "quarantine" else None)
     return total_rows
@@ -529,7 +530,7 @@ def _check_outputs_absolute_under_ray_job(args) -> None:
     if submission_id is None:
         return
     for flag, value in (("--out", args.out), ("--tsv", args.tsv)):
-        if value is not None and not os.path.isabs(value):
+        if value is not None and not storage.is_uri(value) and not os.path.isabs(value):
             default = " (the default)" if flag == "--out" and value == build_parser().get_default("out") else ""
             raise UsageError(
                 f"{flag} {value}{default} is a relative path, and this driver runs under the Ray job {submission_id}, "
@@ -545,7 +546,7 @@ def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: 
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, os.path.abspath(job.target.out_dir),
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, absolute(job.target.out_dir),
         cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import configs
+from shards import storage
 from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, query_files
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
@@ -81,7 +82,7 @@ class Target:
 def _target(args, cfg: configs.JobConfig, now: datetime.datetime) -> Target:
     if cfg.output.partition == "dt":
         day = args.date or now.date()  # `now` is UTC: the partition of a run is its UTC day
-        return Target(str(partition_dir(args.out, day)), args.out, day)
+        return Target(str(partition_dir(args.out, day)), args.out, day)  # a path, or a URI
     if args.date is not None:
         raise UsageError(
             f"--date {args.date.isoformat()} needs a config whose output.partition is 'dt' "
@@ -151,6 +152,8 @@ def settle(args, started: datetime.datetime) -> Job | None:
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
     target = _target(args, cfg, started)
+    if storage.is_uri(target.dataset_root):  # first: a store that cannot be reached fails here, with the reason
+        check_writable("--out", target.dataset_root, file=False, creates_parents=True)
     if target.day is not None:
         check_dataset_root(target.dataset_root)
     inputs = _resolve_inputs(args, cfg)
