@@ -170,3 +170,12 @@ def test_killed_driver_resumes_from_the_parts_in_the_store(s3, job):
     assert len(names) == 61
     for name in names[1:]:
         assert Place.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
+
+
+def test_verify_checks_the_result_in_the_bucket(s3, job):
+    from jobs import verify
+
+    bucket, args = job["bucket"], job["args"]
+    manifest = read_manifest(f"{bucket}/results")
+    assert verify.main(["--docs", manifest["inputs"]["docs"]["path"], "--queries", manifest["inputs"]["queries"]["path"],
+                        "--results", f"{bucket}/results", "--config", args[args.index("--config") + 1], "--sample", "20"]) == 0
