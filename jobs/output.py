@@ -1,9 +1,12 @@
 """Result output: the Parquet schema, the atomic dataset write, and the TSV.
 
-A reader never sees a partial result: the dataset is written into a staging
+A reader never sees a partial result: the dataset is written into a staging (work)
 directory beside the dataset root (same filesystem, outside the root, so
 DuckDB/Polars/Spark scans of the root never pick it up), completed with an empty
-``_SUCCESS``, then renamed into place in one ``os.rename``.
+``_SUCCESS``, then renamed into place in one ``os.rename``. The result may also go to an
+object store (any PyArrow filesystem, named by a URI: :class:`jobs.location.Place`), which
+has no atomic rename: there the parts are moved into place, then ``_SUCCESS`` is written
+last (:func:`commit_results`).
 
 A result directory holds only its part files and the empty ``_SUCCESS``: Polars refuses a
 directory holding any other non-empty file, and reads any ``.parquet`` below it as data. The
