@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import jobs.bench as bench
+import configs
 from configs import ConfigError
 from jobs.bench.common import compare_topk
 from jobs.bench.config import bench_config_names, load_bench_config
@@ -156,3 +158,81 @@ def test_throughput_config_is_checked(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_bench_config(str(path))
     assert "throughput.replicas must list one count" in str(err.value) and "query_batch_size must be >= 1" in str(err.value)
+
+
+def test_cpu_configs_load_with_their_shape():
+    from kernels import SCORES
+
+    shapes = {"cpu-zipf": (200_000, 500, "zipf"), "cpu-uniform": (200_000, 500, "uniform"),
+              "cpu-quickstart": (1_000_000, 2000, "zipf"), "cpu-quickstart-uniform": (1_000_000, 2000, "uniform")}
+    for name, (n_docs, n_queries, id_dist) in shapes.items():
+        cfg = load_bench_config(name)
+        s = cfg.synthetic
+        assert (s.n_docs, s.n_queries, s.id_dist, s.seed, s.vocab_size, s.near_duplicate_fraction) == (
+            n_docs, n_queries, id_dist, 0, 50001, 0.5)  # the data of jobs.make_corpus with its defaults
+        assert (cfg.backend, cfg.k, cfg.score, cfg.routing, cfg.n_shards, cfg.cpus_per_shard) == ("cpu", 100, "overlap", "auto", 1, 2.0)
+        assert sorted(cfg.compare_scores) == sorted(SCORES) and cfg.compare_routings == ["scan"]
+        assert cfg.peak_checks_per_s == 1e11 and "AVX2" in cfg.peak_basis
+        assert "sparse_dot_topn" in cfg.baselines
+    assert load_bench_config("cpu-zipf").baselines == ["numpy", "scipy", "sparse_dot_topn", "sparse_dot_topn_1t"]
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("compare_scores: [tanimoto]\n", r"compare_scores must be among"),
+        ("compare_routings: [sideways]\n", r"compare_routings must be among \('scan', 'auto', 'postings'\)"),
+        ("peak_checks_per_s: 1.0e+11\n", "must be > 0 and come with peak_basis"),
+        ("peak_checks_per_s: -1.0\npeak_basis: guess\n", "must be > 0"),
+    ],
+)
+def test_bad_cpu_bench_keys_are_rejected(tmp_path, text, match):
+    path = tmp_path / "b.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_bench_config(str(path))
+
+
+def test_score_multisets_allow_other_ids_only_among_ties():
+    from jobs.bench.common import compare_scores
+
+    cfg = load_bench_config("cpu-zipf")  # score overlap: the key is the overlap
+    want = TopK(np.array([[7, 3, 4]]), np.array([[5, 2, 2]], dtype=np.int16), np.array([[9, 9, 9]], dtype=np.int16))
+    tie = TopK(np.array([[0, 0, 0], [7, 8, 3]]), np.zeros((2, 3), dtype=np.int16), np.zeros((2, 3), dtype=np.int16))
+    tie.overlap[1], tie.doc_len[1] = [5, 2, 2], [9, 9, 9]
+    qlen = np.array([5, 5])
+    assert compare_scores("x", tie, want, np.array([1]), qlen, cfg) == ([], 1)
+    assert compare_scores("x", TopK(*(np.concatenate([getattr(want, f)] * 2) for f in TopK._fields)), want,
+                          np.array([1]), qlen, cfg) == ([], 0)
+    tie.overlap[1, 2] = 1  # a lower score
+    assert compare_scores("x", tie, want, np.array([1]), qlen, cfg) == (
+        [{"implementation": "x", "query_index": 1, "rank": 3, "got": [1], "expected": [2]}], 0)
+
+
+def test_a_tiny_cpu_zipf_run_times_scores_routings_and_baselines(ray_cluster, tmp_path, capsys):
+    import yaml
+
+    from kernels import SCORES
+
+    pytest.importorskip("sparse_dot_topn")
+    pytest.importorskip("scipy")
+    data = yaml.safe_load((Path(configs.__file__).parent / "bench" / "cpu-zipf.yaml").read_text())
+    data.update(warmup=0, repetitions=1, baseline_repetitions=1, verify_queries=8)
+    data["synthetic"].update(n_docs=3000, n_queries=24)
+    config = tmp_path / "tiny-cpu.yaml"
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "tiny.json"
+    assert bench.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    assert result["backend"] == "cpu" and result["environment"]["threads"] == 2
+    assert set(result["scores"]) == set(SCORES) and result["scores"]["overlap"]["ratio_to_overlap"] == 1.0
+    assert set(result["routings"]) == {"auto", "scan"} and result["routings"]["scan"]["ratio_to_scan"] == 1.0
+    assert result["peak"]["checks_per_s"] == 1e11 and result["peak"]["routing"] == "scan" and result["peak"]["ratio"] > 0
+    assert result["peak"]["measured_checks_per_s"] == result["routings"]["scan"]["checks_per_s"]
+    assert set(result["baselines"]) == {"numpy", "scipy", "sparse_dot_topn", "sparse_dot_topn_1t"}
+    exact = result["exactness"]
+    assert exact["identical"] and exact["scores_checked"] == ["sparse_dot_topn", "sparse_dot_topn_1t"]
+    assert {"settopk", "numpy", "scipy", "settopk[overlap, scan]", "settopk[cosine, auto]"} <= set(exact["checked"])
+    printed = capsys.readouterr().out
+    assert "ratio_to_overlap" in printed and "ratio_to_scan" in printed and "x the estimate 1.00e+11 checks/s" in printed
+    assert "equal scores: sparse_dot_topn: the multiset of scores of every sampled query identical" in printed

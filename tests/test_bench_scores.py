@@ -10,6 +10,7 @@ import pytest
 from configs import ConfigError
 from jobs.bench.config import load_bench_config
 from jobs import bench
+from jobs.bench.baselines import BASELINES
 from jobs.bench.shard import BenchShard
 from kernels import SCORES, SetBatch, brute_force_topk
 from shards import plan_shards
@@ -27,8 +28,14 @@ def test_score_key_defaults_checks_names_and_refuses_baselines(tmp_path):
     assert _load(tmp_path, "score: cosine\nbaselines: []\n").score == "cosine"
     with pytest.raises(ConfigError, match="score must be one of braun_blanquet, jaccard, cosine, dice, overlap, containment"):
         _load(tmp_path, "score: tanimoto\nbaselines: []\n")
-    with pytest.raises(ConfigError, match=r"rank by braun_blanquet only, found score 'jaccard'; set baselines: \[\]"):
+    with pytest.raises(ConfigError, match=r"may pick spmm and popc4 \(backend 'auto'\), which rank by braun_blanquet only, "
+                                          r"found score 'jaccard'.*or set baselines: \[\]"):
         _load(tmp_path, "score: jaccard\n")  # baselines: [auto] by default
+    # auto is scipy on the CPU backends, and scipy ranks by every score.
+    assert _load(tmp_path, "score: jaccard\nbackend: cpu\n").baselines == ["auto"]
+    with pytest.raises(ConfigError, match=r"baseline sparse_dot_topn ranks by overlap, cosine only, found score 'dice'"):
+        _load(tmp_path, "score: dice\nbackend: cpu\nbaselines: [numpy, sparse_dot_topn]\n")
+    assert _load(tmp_path, "score: cosine\nbackend: cpu\nbaselines: [numpy, scipy, sparse_dot_topn_1t]\n").score == "cosine"
     # A scaling run times no baselines, so any score goes.
     assert _load(tmp_path, "score: dice\nscaling: {mode: strong, shards: [1]}\n").score == "dice"
 
@@ -48,9 +55,10 @@ def test_bench_shard_ranks_by_its_score(score):
     for got in (shard.search(q, 15)[1], shard.reference(q, 15)):
         rows = [[(int(d), int(o), int(l)) for d, o, l in zip(*r) if d >= 0] for r in zip(got.doc_ids, got.overlap, got.doc_len)]
         assert rows == want
-    if score != "braun_blanquet":
-        with pytest.raises(ValueError, match="baselines rank by braun_blanquet only"):
-            shard.baseline_build("scipy")
+    for name, baseline in BASELINES.items():
+        if score not in baseline.scores:
+            with pytest.raises(ValueError, match=f"baseline {name} ranks by {', '.join(baseline.scores)}, this shard by"):
+                shard.baseline_build(name)
 
 
 def test_a_bench_run_with_another_score(ray_cluster, tmp_path):

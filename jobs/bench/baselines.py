@@ -2,8 +2,9 @@
 
 Each baseline has the shard-index contract: the constructor is its build (host
 CSR docs to its layout), ``search(queries, k)`` returns a :class:`kernels.TopK`
-identical to :meth:`kernels.NumpyShardIndex.search`. All of them rank with the
-exact 64-bit sort value ``(key << 32) | ~position`` (key from
+identical to :meth:`kernels.NumpyShardIndex.search` (for ``sparse_dot_topn``:
+identical up to which docs tied at the k-th score are kept). The GPU ones and
+scipy rank with the exact 64-bit sort value ``(key << 32) | ~position`` (key from
 :func:`kernels.score_key`), so ties go to the lower doc id as everywhere else.
 
 * :class:`SpmmBaseline` (GPU): the corpus as a CSR matrix (CuPy, cuSPARSE)
@@ -14,23 +15,35 @@ exact 64-bit sort value ``(key << 32) | ~position`` (key from
   one ``uint4`` shared load per doc token, ``__popc`` per query, every score
   materialised, then ``torch.topk``.
 * :class:`ScipyBaseline` (CPU): a ``scipy.sparse`` CSR product with a dense 0/1
-  query matrix, then ``numpy.argpartition`` per query.
+  query matrix, then ``numpy.argpartition`` per query; any score.
+* :class:`SparseDotTopnBaseline` (CPU): ``sparse_dot_topn.sp_matmul_topn``, a
+  multi-threaded C++ sparse product keeping the top n per row; scores ``overlap``
+  and ``cosine`` only, and its ties at the k-th score are its own (see the class).
+* :class:`NumpyIndexBaseline` (CPU): settopk's NumPy index, what the compiled
+  ``cpu`` backend replaced.
 
-CuPy, PyTorch and SciPy are imported inside the classes (the GPU ones need
-both CuPy and PyTorch; SciPy comes with the ``bench`` extra). ``popc4.cu`` ships
+:data:`BASELINES` says, for each name, its device, the scores it ranks by and
+whether its ids must equal the reference's.
+
+CuPy, PyTorch, SciPy and sparse_dot_topn are imported inside the classes (the GPU
+ones need both CuPy and PyTorch; SciPy and sparse_dot_topn come with the ``bench`` extra). ``popc4.cu`` ships
 with this module, not with :mod:`kernels`: it is no part of the product.
 """
 
 from __future__ import annotations
 
 import pathlib
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from kernels import SetBatch, TopK, empty_topk, key_scale
+from kernels import (DEFAULT_SCORE, SCORES, NumpyShardIndex, SetBatch, TopK, check_score, empty_topk, key_scale,
+                     order_candidates, score_key)
 from kernels.cuda.modules import load_kernels
 
-__all__ = ["BASELINES", "Popc4Baseline", "ScipyBaseline", "SpmmBaseline", "decode_values"]
+__all__ = ["BASELINES", "Baseline", "NumpyIndexBaseline", "Popc4Baseline", "ScipyBaseline", "SparseDotTopnBaseline",
+           "SpmmBaseline", "decode_values"]
 
 _POPC4_SOURCE = pathlib.Path(__file__).with_name("popc4.cu")
 _POPC4_KERNELS = ("popc4::build_doc_groups", "popc4::build_query_bitsets", "popc4::scores")
@@ -256,19 +269,24 @@ class ScipyBaseline:
     ----------
     docs, doc_ids, max_len, vocab_size
         As :class:`SpmmBaseline`.
+    score : str, default braun_blanquet
+        Any of :data:`kernels.SCORES`: the product gives the overlaps, :func:`kernels.score_key`
+        the keys.
     query_chunk : int, default 64
-        Queries per product; host memory per chunk is ``12 * n_docs *
-        query_chunk`` bytes.
+        Queries per product; host memory per chunk is about ``20 * n_docs *
+        query_chunk`` bytes (float32 overlaps, int64 overlaps and sort values).
     """
 
     name = "scipy"
 
-    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *, query_chunk: int = 64):
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *,
+                 score: str = DEFAULT_SCORE, query_chunk: int = 64):
         import scipy.sparse
 
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.max_len = max_len
         self.vocab_size = vocab_size
+        self.score = check_score(score)
         self.query_chunk = query_chunk
         self.n_docs = docs.n_sets
         self._doc_len = docs.lengths
@@ -278,25 +296,211 @@ class ScipyBaseline:
         self._low = ~np.arange(self.n_docs, dtype=np.int64) & _LOW32
 
     def search(self, queries: SetBatch, k: int) -> TopK:
-        """Exact top-k per query: TopK of shape (n_queries, k) (see :func:`decode_values`)."""
+        """Exact top-k per query: TopK of shape (n_queries, k), ties to the lower doc id."""
         n_q, n = queries.n_sets, self.n_docs
         width = min(k, n)
-        values = np.zeros((n_q, width), dtype=np.int64)
-        scale = key_scale(self.max_len)
+        out = empty_topk(n_q, k)
+        rows = np.arange(self.query_chunk)[:, None]
         for lo in range(0, n_q if n else 0, self.query_chunk):
             hi = min(lo + self.query_chunk, n_q)
             part = queries.take(np.arange(lo, hi))
             dense = np.zeros((self.vocab_size, hi - lo), dtype=np.float32)
             dense[part.tokens.astype(np.int64), _owners(part)] = 1.0
             overlap = (self._matrix @ dense).T.astype(np.int64)  # (chunk, n_docs)
-            m = np.maximum(part.lengths[:, None], self._doc_len[None, :])
-            keys = ((scale * overlap) // np.maximum(m, 1)) << 32 | self._low[None, :]
-            for r in range(hi - lo):
-                row = keys[r]
-                best = np.argpartition(row, n - width)[n - width:] if width < n else np.arange(n)
-                values[lo + r] = np.sort(row[best])[::-1]
-        return decode_values(values, queries.lengths, self._doc_len, self.doc_ids, self.max_len, k)
+            keys = score_key(overlap, part.lengths[:, None], self._doc_len[None, :], self.max_len, self.score)
+            values = keys.astype(np.int64) << 32 | self._low[None, :]
+            if width < n:
+                best = np.argpartition(values, n - width, axis=1)[:, n - width:]
+            else:
+                best = np.broadcast_to(np.arange(n), (hi - lo, n))
+            order = np.argsort(-values[rows[: hi - lo], best], axis=1, kind="stable")
+            position = best[rows[: hi - lo], order]  # best first
+            out.doc_ids[lo:hi, :width] = self.doc_ids[position]
+            out.overlap[lo:hi, :width] = overlap[rows[: hi - lo], position]
+            out.doc_len[lo:hi, :width] = self._doc_len[position]
+        return out
+
+
+class SparseDotTopnBaseline:
+    """``sparse_dot_topn.sp_matmul_topn`` (C++ sparse product keeping the top n per row), multi-threaded.
+
+    The queries (CSR) times the transposed corpus (CSR), keeping the ``k`` largest products per
+    query: with 0/1 rows the product is the overlap (score ``overlap``); with L2-normalised rows
+    it is the cosine. The library breaks ties its own way, so among docs of exactly the k-th best
+    score its choice may differ from settopk's lower doc id: the benchmark checks the multiset
+    of scores per query for this baseline, not the ids.
+
+    Parameters
+    ----------
+    docs, doc_ids, max_len, vocab_size
+        As :class:`SpmmBaseline`.
+    score : {"overlap", "cosine"}
+        The two scores a sparse product ranks by directly.
+    threads : int, default 1
+        ``n_threads`` of ``sp_matmul_topn`` (1: its sequential path).
+
+    Notes
+    -----
+    Cosine products are float64: distinct cosines of sets of up to 255 ids differ by at least
+    ``1 / (2 L**4)`` (about 2e-9 at L = 128), far above float64 rounding, so the library's order is
+    the exact order up to ties; float32 (6e-8 relative) would merge distinct scores. Overlaps are
+    float32 (exact small integers). The overlap of every returned doc is recovered exactly by
+    rounding (``round(cos * sqrt(|q| |d|))``); the rows are then put in settopk's order
+    (:func:`kernels.order_candidates`), padded with the lowest doc ids of score 0 where the
+    product has fewer than ``k`` nonzero entries.
+    """
+
+    name = "sparse_dot_topn"
+    SCORES = ("overlap", "cosine")
+
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *,
+                 score: str = "overlap", threads: int = 1):
+        import scipy.sparse
+
+        if score not in self.SCORES:
+            raise ValueError(f"sparse_dot_topn ranks by {' or '.join(self.SCORES)}, found score {score!r}")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, found {threads}")
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.max_len = max_len
+        self.vocab_size = vocab_size
+        self.score = score
+        self.threads = int(threads)
+        self.n_docs = docs.n_sets
+        self._doc_len = docs.lengths
+        self._dtype = np.float64 if score == "cosine" else np.float32
+        data = self._row_values(docs.lengths)
+        corpus = scipy.sparse.csr_matrix((data, docs.tokens.astype(np.int32), docs.offsets),
+                                         shape=(self.n_docs, vocab_size))
+        self._corpus_t = corpus.T.tocsr()  # (vocab_size, n_docs): the right-hand side, built once
+
+    def _row_values(self, lengths: np.ndarray) -> np.ndarray:
+        """The nonzero value of every id of every set: 1, or ``1 / sqrt(len)`` for cosine."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self.score == "cosine":
+            per_set = 1.0 / np.sqrt(np.maximum(lengths, 1).astype(np.float64))
+            return np.repeat(per_set, lengths).astype(self._dtype)
+        return np.ones(int(lengths.sum()), dtype=self._dtype)
+
+    def search(self, queries: SetBatch, k: int) -> TopK:
+        """Top-k per query: TopK of shape (n_queries, k), the exact scores; ids may differ from
+        settopk's only among docs tied at the k-th best score."""
+        import scipy.sparse
+        from sparse_dot_topn import sp_matmul_topn
+
+        n_q, n = queries.n_sets, self.n_docs
+        width = min(k, n)
+        if width == 0 or n_q == 0:
+            return empty_topk(n_q, k)
+        matrix = scipy.sparse.csr_matrix((self._row_values(queries.lengths), queries.tokens.astype(np.int32),
+                                          queries.offsets), shape=(n_q, self.vocab_size))
+        product = sp_matmul_topn(matrix, self._corpus_t, top_n=width, sort=True,
+                                 n_threads=self.threads if self.threads > 1 else None)
+        counts = np.diff(product.indptr)
+        # Candidates: the product's docs, then, for a row with fewer than ``width`` of them, the
+        # first ``width`` positions not among them as score-0 filler (every doc the product leaves
+        # out has overlap 0, and settopk ranks those by the lower doc id).
+        cand = np.full((n_q, 2 * width), -1, dtype=np.int64)
+        slot = np.arange(width)[None, :]
+        has = slot < counts[:, None]
+        starts = product.indptr[:-1, None]
+        picked = np.where(has, starts + slot, 0)
+        cand[:, :width] = np.where(has, product.indices[picked] if product.nnz else -1, -1)
+        filler = np.broadcast_to(np.arange(width, dtype=np.int64), (n_q, width)).copy()
+        short = np.flatnonzero(counts < width)
+        for r in short.tolist():  # rows with fewer than ``width`` nonzero products
+            filler[r, np.isin(filler[r], cand[r, : counts[r]])] = -1
+        full = counts >= width
+        filler[full] = -1
+        cand[:, width:] = filler
+        valid = cand >= 0
+        position = np.where(valid, cand, 0)
+        doc_len = self._doc_len[position].astype(np.int64)
+        qlen = queries.lengths.astype(np.int64)[:, None]
+        overlap = np.zeros(cand.shape, dtype=np.int64)
+        value = np.where(has, product.data[picked] if product.nnz else 0.0, 0.0).astype(np.float64)
+        if self.score == "cosine":
+            value = value * np.sqrt((qlen * doc_len[:, :width]).astype(np.float64))
+        overlap[:, :width] = np.rint(value)
+        ids = np.where(valid, self.doc_ids[position], -1)
+        return order_candidates(ids, overlap, doc_len, queries.lengths, k, self.max_len, self.score)
+
+
+class NumpyIndexBaseline:
+    """settopk's own NumPy index (:class:`kernels.NumpyShardIndex`) as a baseline: vectorised NumPy,
+    the backend the compiled ``cpu`` index replaced.
+
+    Parameters
+    ----------
+    docs, doc_ids, max_len, vocab_size
+        As :class:`SpmmBaseline` (``vocab_size`` unused).
+    score : str, default braun_blanquet
+        Any of :data:`kernels.SCORES`.
+    routing : str, default scan
+        The index's routing (:data:`kernels.postings.ROUTINGS`); the benchmark passes its config's.
+    """
+
+    name = "numpy"
+
+    def __init__(self, docs: SetBatch, doc_ids: np.ndarray, max_len: int, vocab_size: int, *,
+                 score: str = DEFAULT_SCORE, routing: str = "scan"):
+        self._index = NumpyShardIndex(docs, doc_ids, max_len, score, routing=routing)
+
+    def search(self, queries: SetBatch, k: int) -> TopK:
+        """Exact top-k per query, as :meth:`kernels.NumpyShardIndex.search`."""
+        return self._index.search(queries, k)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline the benchmark can run.
+
+    Attributes
+    ----------
+    factory : callable
+        ``factory(docs, doc_ids, max_len, vocab_size, score=, threads=, routing=)``: the build.
+    device : str
+        ``"gpu"`` or ``"cpu"``.
+    scores : tuple of str
+        The scores it ranks by.
+    exact_ids : bool
+        Whether its ties go to the lower doc id as settopk's (then its lists must equal the
+        reference's); otherwise the multiset of scores per query must.
+    """
+
+    factory: Callable
+    device: str
+    scores: tuple
+    exact_ids: bool = True
+
+
+def _gpu(cls):
+    return lambda docs, doc_ids, max_len, vocab_size, *, score, threads, routing: cls(docs, doc_ids, max_len, vocab_size)
+
+
+def _scipy(docs, doc_ids, max_len, vocab_size, *, score, threads, routing):
+    return ScipyBaseline(docs, doc_ids, max_len, vocab_size, score=score)
+
+
+def _numpy(docs, doc_ids, max_len, vocab_size, *, score, threads, routing):
+    return NumpyIndexBaseline(docs, doc_ids, max_len, vocab_size, score=score, routing=routing)
+
+
+def _sparse_dot_topn(fixed_threads: int | None):
+    def build(docs, doc_ids, max_len, vocab_size, *, score, threads, routing):
+        return SparseDotTopnBaseline(docs, doc_ids, max_len, vocab_size, score=score,
+                                     threads=fixed_threads or threads)
+    return build
 
 
 #: Baseline classes by name, and where each runs.
-BASELINES = {"spmm": (SpmmBaseline, "gpu"), "popc4": (Popc4Baseline, "gpu"), "scipy": (ScipyBaseline, "cpu")}
+#: ``sparse_dot_topn`` runs on the threads the shard's actor reserves (``cpus_per_shard``),
+#: ``sparse_dot_topn_1t`` on one.
+BASELINES = {
+    "spmm": Baseline(_gpu(SpmmBaseline), "gpu", (DEFAULT_SCORE,)),
+    "popc4": Baseline(_gpu(Popc4Baseline), "gpu", (DEFAULT_SCORE,)),
+    "scipy": Baseline(_scipy, "cpu", SCORES),
+    "numpy": Baseline(_numpy, "cpu", SCORES),
+    "sparse_dot_topn": Baseline(_sparse_dot_topn(None), "cpu", SparseDotTopnBaseline.SCORES, exact_ids=False),
+    "sparse_dot_topn_1t": Baseline(_sparse_dot_topn(1), "cpu", SparseDotTopnBaseline.SCORES, exact_ids=False),
+}

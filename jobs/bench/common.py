@@ -12,7 +12,7 @@ import numpy as np
 from jobs.reading import pieces_for_cluster, read_corpus_pieces
 from jobs.score import shard_doc_cost
 from jobs.synthetic import SyntheticSpec
-from kernels import SetBatch, TopK
+from kernels import SetBatch, TopK, score_key
 from shards import ShardSpec, merge_topk, plan_shards_from_counts
 from shards.inputs import SetLimits
 
@@ -20,6 +20,7 @@ from .config import BenchConfig
 
 __all__ = [
     "ExactnessError",
+    "compare_scores",
     "compare_topk",
     "load_shards",
     "merge_batches",
@@ -123,8 +124,53 @@ def compare_topk(name: str, got: TopK, want: TopK, sample: np.ndarray) -> list[d
     return out
 
 
+def compare_scores(name: str, got: TopK, want: TopK, sample: np.ndarray, query_len: np.ndarray,
+                   cfg: BenchConfig) -> tuple[list[dict], int]:
+    """Mismatches of the multiset of scores per query: for an implementation whose ties at the k-th
+    score may keep other docs than settopk's (lower doc id first), such as ``sparse_dot_topn``.
+
+    Parameters
+    ----------
+    name : str
+        The implementation, for the report.
+    got : TopK
+        Shape (n_queries, k).
+    want : TopK
+        Shape (len(sample), k): the reference for the sampled queries.
+    sample : numpy.ndarray of int, shape (n_sample,)
+        Query indices into ``got``.
+    query_len : numpy.ndarray of int, shape (n_queries,)
+    cfg : BenchConfig
+        ``max_len`` and ``score``.
+
+    Returns
+    -------
+    (list of dict, int)
+        One entry per sampled query whose sorted score keys (padding as -1) differ from the
+        reference's, or whose returned docs' lengths are wrong (see :class:`ExactnessError`: ``rank``
+        is the first differing rank of the sorted keys, ``got`` and ``expected`` the keys there);
+        and the number of sampled queries whose doc ids differ although their scores agree (ties
+        kept differently).
+    """
+    out, ids_differ = [], 0
+    qlen = np.asarray(query_len)[sample][:, None]
+    keys = []
+    for t, rows in ((got, sample), (want, np.arange(len(sample)))):
+        key = score_key(t.overlap[rows], qlen, t.doc_len[rows], cfg.max_len, cfg.score).astype(np.int64)
+        keys.append(-np.sort(-np.where(t.doc_ids[rows] >= 0, key, -1), axis=1))
+    for j, qi in enumerate(sample.tolist()):
+        g, w = keys[0][j], keys[1][j]
+        if not np.array_equal(g, w):
+            rank = int(np.flatnonzero(g != w)[0])
+            out.append({"implementation": name, "query_index": qi, "rank": rank + 1, "got": [int(g[rank])],
+                        "expected": [int(w[rank])]})
+        elif not np.array_equal(got.doc_ids[qi], want.doc_ids[j]):
+            ids_differ += 1
+    return out, ids_differ
+
+
 def merge_batches(shard_lists: Sequence[Sequence[TopK]], query_len: np.ndarray, starts: Sequence[int], batch: int,
-                  cfg: BenchConfig) -> TopK:
+                  cfg: BenchConfig, score: str | None = None) -> TopK:
     """The exact merge of every batch's shard lists, batches concatenated in query order.
 
     Parameters
@@ -137,20 +183,24 @@ def merge_batches(shard_lists: Sequence[Sequence[TopK]], query_len: np.ndarray, 
     batch : int
     cfg : BenchConfig
         ``k``, ``max_len`` and ``score``.
+    score : str, optional
+        What the lists rank by, if not ``cfg.score``.
 
     Returns
     -------
     TopK
         Shape (n_queries, k).
     """
-    merged = [merge_topk(lists, query_len[lo : lo + batch], cfg.k, cfg.max_len, cfg.score)
+    merged = [merge_topk(lists, query_len[lo : lo + batch], cfg.k, cfg.max_len, score or cfg.score)
               for lists, lo in zip(shard_lists, starts)]
     return TopK(*(np.concatenate([getattr(m, f) for m in merged]) for f in TopK._fields))
 
 
-def reference_topk(actors: list, queries: SetBatch, sample: np.ndarray, cfg: BenchConfig) -> TopK:
+def reference_topk(actors: list, queries: SetBatch, sample: np.ndarray, cfg: BenchConfig,
+                   score: str | None = None) -> TopK:
     """The NumPy reference for the ``sample`` queries: each actor's shard (one replica of each)
-    searched with :class:`kernels.NumpyShardIndex`, merged like the backend's lists.
+    searched with :class:`kernels.NumpyShardIndex`, merged like the backend's lists; ranked by
+    ``score`` (default ``cfg.score``).
 
     Returns
     -------
@@ -159,9 +209,10 @@ def reference_topk(actors: list, queries: SetBatch, sample: np.ndarray, cfg: Ben
     """
     import ray
 
+    score = score or cfg.score
     sample_ref = ray.put(queries.take(sample))
-    return merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k) for a in actors]), queries.lengths[sample],
-                      cfg.k, cfg.max_len, cfg.score)
+    return merge_topk(ray.get([a.reference.remote(sample_ref, cfg.k, score) for a in actors]), queries.lengths[sample],
+                      cfg.k, cfg.max_len, score)
 
 
 def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg: BenchConfig,
@@ -191,7 +242,8 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg: 
     plan = plan_shards_from_counts(first.length_counts, n_shards, doc_cost=shard_doc_cost(backend, limits.max_len))
     del first
     options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
-    actors = [BenchShardActor.options(**options).remote(sp, limits, backend, cfg.score, cfg.routing)
+    threads = max(1, int(cfg.cpus_per_shard))  # the CPUs the actor reserves, as the job's shards
+    actors = [BenchShardActor.options(**options).remote(sp, limits, backend, cfg.score, cfg.routing, threads)
               for _ in range(replicas) for sp in plan]
     # Readers run while the actors hold their CPUs: reserve one each only where CPUs are left.
     free_cpus = ray.cluster_resources().get("CPU", 0) - len(actors) * cfg.cpus_per_shard

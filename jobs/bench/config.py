@@ -16,12 +16,16 @@ from typing import List, Optional
 import dacite
 
 from configs import CONFIG_DIR, ConfigError, SearchConfig, SyntheticConfig, read_yaml_mapping, search_problems, synthetic_problems
+from kernels import SCORES
+from kernels.postings import ROUTINGS
+
+from .baselines import BASELINES
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
-BASELINE_NAMES = ("auto", "spmm", "popc4", "scipy")
+BASELINE_NAMES = ("auto", *BASELINES)
 
 
 @dataclass(frozen=True)
@@ -142,10 +146,25 @@ class BenchConfig(SearchConfig):
         every baseline, are checked against the NumPy reference; at least 1:
         the check cannot be turned off.
     baselines : list of str
-        Baselines to time against, from ``spmm``, ``popc4`` (GPU) and
-        ``scipy`` (CPU), or ``auto`` (``spmm`` and ``popc4`` with the cupy
-        backend, ``scipy`` with numpy); an empty list runs none. The baselines
-        rank by Braun-Blanquet only, so any other ``score`` needs ``baselines: []``.
+        Baselines to time against (:data:`jobs.bench.baselines.BASELINES`): ``spmm``,
+        ``popc4`` (GPU, braun_blanquet only), ``scipy``, ``numpy`` (the NumPy index, any
+        score), ``sparse_dot_topn`` (on ``cpus_per_shard`` threads) and ``sparse_dot_topn_1t``
+        (one thread), both for ``overlap`` and ``cosine`` only; or ``auto`` (``spmm`` and
+        ``popc4`` with the cupy backend, ``scipy`` otherwise). An empty list runs none.
+    compare_scores : list of str
+        Scores (:data:`kernels.SCORES`) to time the backend's search with on the same data,
+        after the phases, one after another (the config's own too where listed), each checked
+        against the NumPy reference; the result gives each score's search time and its ratio
+        to ``overlap``'s. Default: none.
+    compare_routings : list of str
+        Routings (:data:`kernels.postings.ROUTINGS`) to time the backend's search with for the
+        config's score, beside the config's own routing (timed again with them), each checked;
+        the result gives the ratio to ``scan``'s time. Default: none.
+    peak_checks_per_s : float, optional
+        An estimate of the query-token checks per second the hardware can do; the result gives
+        the measured throughput's ratio to it.
+    peak_basis : str
+        How ``peak_checks_per_s`` was estimated (printed and kept in the result beside it).
     seed : int
         Seed of the verified sample.
     scaling : ScalingConfig, optional
@@ -167,6 +186,10 @@ class BenchConfig(SearchConfig):
     verify_queries: int = 32
     baselines: List[str] = field(default_factory=lambda: ["auto"])
     seed: int = 0
+    compare_scores: List[str] = field(default_factory=list)
+    compare_routings: List[str] = field(default_factory=list)
+    peak_checks_per_s: Optional[float] = None
+    peak_basis: str = ""
     scaling: Optional[ScalingConfig] = None
     throughput: Optional[ThroughputConfig] = None
     host: Optional[HostPathConfig] = None
@@ -219,11 +242,17 @@ class BenchConfig(SearchConfig):
         unknown = [b for b in self.baselines if b not in BASELINE_NAMES]
         if unknown:
             problems.append(f"baselines must be among {BASELINE_NAMES}, found {unknown}")
-        if self.score != "braun_blanquet" and self.baselines and self.scaling is None:
-            problems.append(
-                f"the baselines {self.baselines} rank by braun_blanquet only, found score {self.score!r}; "
-                "set baselines: [] to benchmark another score, or score: braun_blanquet to compare with them"
-            )
+        elif self.scaling is None:
+            problems += _baseline_score_problems(self.baselines, self.score, self.backend)
+        bad_scores = [s for s in self.compare_scores if s not in SCORES]
+        if bad_scores:
+            problems.append(f"compare_scores must be among {SCORES}, found {bad_scores}")
+        bad_routings = [r for r in self.compare_routings if r not in ROUTINGS]
+        if bad_routings:
+            problems.append(f"compare_routings must be among {ROUTINGS}, found {bad_routings}")
+        if self.peak_checks_per_s is not None and (self.peak_checks_per_s <= 0 or not self.peak_basis.strip()):
+            problems.append(f"peak_checks_per_s must be > 0 and come with peak_basis (how it was estimated), found "
+                            f"{self.peak_checks_per_s} and {self.peak_basis!r}")
         problems += synthetic_problems(self.synthetic, self.vocab_size)
         if problems:
             raise ConfigError("; ".join(problems))
@@ -231,6 +260,27 @@ class BenchConfig(SearchConfig):
     def to_dict(self) -> dict:
         """Plain-data copy, for the result JSON."""
         return dataclasses.asdict(self)
+
+
+def _baseline_problems_for(name: str, score: str) -> list[str]:
+    scores = BASELINES[name].scores
+    if score in scores:
+        return []
+    return [f"baseline {name} ranks by {', '.join(scores)} only, found score {score!r}; "
+            f"drop it from baselines (baselines: [] runs none), or set score to one of {', '.join(scores)}"]
+
+
+def _baseline_score_problems(names: list[str], score: str, backend: str) -> list[str]:
+    """Baselines that cannot rank by ``score`` (``auto``: spmm and popc4 where the backend may be cupy)."""
+    problems = []
+    for name in names:
+        if name != "auto":
+            problems += _baseline_problems_for(name, score)
+        elif backend in ("cupy", "auto") and score not in BASELINES["spmm"].scores:
+            problems.append(f"baselines [auto] may pick spmm and popc4 (backend {backend!r}), which rank by "
+                            f"braun_blanquet only, found score {score!r}; name the baselines (scipy, numpy and "
+                            "sparse_dot_topn rank by other scores) or set baselines: []")
+    return problems
 
 
 def bench_config_names() -> list[str]:

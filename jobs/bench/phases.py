@@ -24,8 +24,21 @@ Baselines (:mod:`jobs.bench.baselines`) are built and searched in the same actor
 the same docs and queries, with the same warm-up and ``baseline_repetitions``
 timed repetitions (default: ``repetitions``). Then the results of the backend and
 of every baseline are compared with the NumPy reference on a seeded sample of
-queries; any difference raises :class:`jobs.bench.common.ExactnessError` (with the
-result to write: the mismatches, no timings).
+queries (for ``sparse_dot_topn``, which keeps its own docs among ties at the k-th
+score, the multiset of scores per query); any difference raises
+:class:`jobs.bench.common.ExactnessError` (with the result to write: the
+mismatches, no timings).
+
+Last, the backend's search is timed again (same warm-up and repetitions) with each
+score of ``compare_scores`` and, where ``compare_routings`` is set, with the config's
+routing and each of those, an index built for each in the same actors, one after
+another (the config's own score and routing afresh too, so that the ratios compare
+runs taken back to back), each checked against the NumPy reference for its score:
+the result's ``scores`` (with each score's ratio to ``overlap``'s search time) and
+``routings`` (with the ratio to ``scan``'s), each with its checks per second. With
+``peak_checks_per_s``, ``peak`` gives the ratio of the scan's checks per second
+(routing ``scan`` where ``compare_routings`` times it, else the config's routing) to
+that estimate, and the estimate's basis.
 """
 
 from __future__ import annotations
@@ -44,8 +57,10 @@ from jobs.score import resolve_backend
 from kernels import TopK, score_definition
 from shards.inputs import SetLimits, read_queries
 
+from .baselines import BASELINES
 from .common import (
     ExactnessError,
+    compare_scores,
     compare_topk,
     load_shards,
     merge_batches,
@@ -174,6 +189,7 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
         log.info("NumPy reference for %d sampled queries in %.1f s", len(sample), time.perf_counter() - t)
         mismatches = compare_topk("settopk", topk, reference, sample)
         checked = ["settopk"]
+        scores_checked: list[str] = []  # baselines whose ids may differ among ties: score multisets checked
 
         baseline_results: dict[str, dict] = {}
         for bname in baselines:
@@ -193,12 +209,48 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
                 return shard_s
 
             base_runs = repeat(baseline_once, warmup, base_reps)
-            mismatches += compare_topk(bname, merge_batches(last["baseline_lists"], qset.lengths, starts, batch, cfg),
-                                       reference, sample)
-            checked.append(bname)
-            ray.get([a.baseline_free.remote() for a in actors])
+            merged = merge_batches(last["baseline_lists"], qset.lengths, starts, batch, cfg)
             baseline_results[bname] = {"build": timing_stats(build_runs), "search": timing_stats(base_runs)}
+            if BASELINES[bname].exact_ids:
+                mismatches += compare_topk(bname, merged, reference, sample)
+                checked.append(bname)
+            else:
+                differ, ids_differ = compare_scores(bname, merged, reference, sample, qset.lengths, cfg)
+                mismatches += differ
+                scores_checked.append(bname)
+                baseline_results[bname]["ids_differ_on_ties"] = ids_differ
+            ray.get([a.baseline_free.remote() for a in actors])
             log.info("baseline %s: search median %.4f s", bname, statistics.median(base_runs))
+
+        def variant(score: str, routing: str) -> dict:
+            """Time the backend's search ranking by ``score`` with ``routing``, checked against the reference."""
+            ray.get([a.variant_build.remote(score, routing) for a in actors])
+
+            def variant_once() -> float:
+                shard_s, _, last["variant_lists"] = search("variant_search")
+                return shard_s
+
+            runs_s = repeat(variant_once, warmup, reps)
+            mix = ray.get([a.variant_routing.remote() for a in actors])
+            ray.get([a.variant_free.remote() for a in actors])
+            want = reference if score == cfg.score else reference_topk(actors, qset, sample, cfg, score)
+            got = merge_batches(last["variant_lists"], qset.lengths, starts, batch, cfg, score)
+            name = f"settopk[{score}, {routing}]"
+            mismatches.extend(compare_topk(name, got, want, sample))
+            checked.append(name)
+            log.info("backend %s, score %s, routing %s: search median %.4f s", backend, score, routing,
+                     statistics.median(runs_s))
+            return {"search": timing_stats(runs_s), "routing_last": mix}
+
+        # Every variant is timed afresh, the config's own score and routing too, so that the ratios
+        # compare runs taken back to back rather than with the search phase minutes earlier.
+        timed: dict[tuple[str, str], dict] = {}
+        for pair in [(s, cfg.routing) for s in cfg.compare_scores] + [
+                (cfg.score, r) for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])]:
+            if pair not in timed:
+                timed[pair] = variant(*pair)
+        score_runs = {s: timed[(s, cfg.routing)] for s in cfg.compare_scores}
+        routing_runs = {r: timed[(cfg.score, r)] for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])}
     finally:
         for a in actors:
             ray.kill(a)
@@ -215,7 +267,7 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
         "backend": backend,
         "shards": [sp.to_dict() for sp in plan],
         "exactness": {"reference": "kernels.NumpyShardIndex", "sample": sample.tolist(), "checked": checked,
-                      "identical": not mismatches, "mismatches": mismatches},
+                      "scores_checked": scores_checked, "identical": not mismatches, "mismatches": mismatches},
     }
     if mismatches:
         raise ExactnessError(mismatches, result)
@@ -224,14 +276,36 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
     for entry in baseline_results.values():
         if "search" in entry:
             entry["speedup"] = entry["search"]["median_s"] / search_s if search_s > 0 else float("inf")
+    throughput = qset.n_sets * n_tokens / search_s if search_s > 0 else float("inf")
     result.update({
         "phases": phases,
         "total_s": sum(phases[p]["median_s"] for p in TOTAL_PHASES),
         "checks": qset.n_sets * n_tokens,
-        "throughput_checks_per_s": qset.n_sets * n_tokens / search_s if search_s > 0 else float("inf"),
+        "throughput_checks_per_s": throughput,
         "baselines": baseline_results,
         "routing": routing,
     })
+    checks = qset.n_sets * n_tokens
+    for entry in list(score_runs.values()) + list(routing_runs.values()):
+        median = entry["search"]["median_s"]
+        entry["checks_per_s"] = checks / median if median > 0 else float("inf")
+    if cfg.peak_checks_per_s:
+        # The estimate is of the scan's counting: compare the scan's rate where it was timed (postings
+        # routes count far fewer pairs than queries x doc ids, so their rate is no measure of it).
+        peak_routing = "scan" if "scan" in routing_runs else cfg.routing
+        measured = routing_runs["scan"]["checks_per_s"] if "scan" in routing_runs else throughput
+        result["peak"] = {"checks_per_s": cfg.peak_checks_per_s, "basis": cfg.peak_basis, "routing": peak_routing,
+                          "measured_checks_per_s": measured, "ratio": measured / cfg.peak_checks_per_s}
+    if score_runs:
+        base = score_runs.get("overlap", {}).get("search", {}).get("median_s")
+        for entry in score_runs.values():
+            entry["ratio_to_overlap"] = entry["search"]["median_s"] / base if base else None
+        result["scores"] = score_runs
+    if routing_runs:
+        scan = routing_runs.get("scan", {}).get("search", {}).get("median_s")
+        for entry in routing_runs.values():
+            entry["ratio_to_scan"] = entry["search"]["median_s"] / scan if scan else None
+        result["routings"] = routing_runs
     return result
 
 
@@ -257,15 +331,31 @@ def format_phases_table(result: dict) -> str:
         lines.append(f"routing {r['routing']} (shard {i}): {mix}" + (f" | GPU time per path {times}" if times else "")
                      + f" | postings {r['postings_bytes'] / 2**20:.1f} MiB = {r['postings_bytes'] / max(1, r['docs_bytes']):.2f}x"
                      f" the docs' {r['docs_bytes'] / 2**20:.1f} MiB")
+    if "peak" in result:
+        peak = result["peak"]
+        lines.append(f"throughput with routing {peak['routing']}: {peak['measured_checks_per_s']:.3e} checks/s = "
+                     f"{peak['ratio']:.2f} x the estimate {peak['checks_per_s']:.2e} checks/s ({peak['basis']})")
+    for key, label, ratio in (("scores", "score", "ratio_to_overlap"), ("routings", "routing", "ratio_to_scan")):
+        if key in result:
+            lines.append(f"{label:<16}{'search_s':>12}{'min_s':>12}{ratio:>18}{'checks/s':>12}")
+            for name, entry in result[key].items():
+                r = entry.get(ratio)
+                lines.append(f"{name:<16}{entry['search']['median_s']:>12.4f}{entry['search']['min_s']:>12.4f}"
+                             + (f"{r:>17.2f}x" if r is not None else f"{'-':>18}") + f"{entry['checks_per_s']:>12.2e}")
     if result["baselines"]:
-        lines.append(f"{'baseline':<14}{'build_s':>12}{'search_s':>12}{'search_min_s':>14}{'settopk_x':>11}")
+        lines.append(f"{'baseline':<20}{'build_s':>12}{'search_s':>12}{'search_min_s':>14}{'settopk_x':>11}")
         for name, b in result["baselines"].items():
             if "skipped" in b:
-                lines.append(f"{name:<14}  {b['skipped']}")
+                lines.append(f"{name:<20}  {b['skipped']}")
                 continue
-            lines.append(f"{name:<14}{b['build']['median_s']:>12.4f}{b['search']['median_s']:>12.4f}"
+            lines.append(f"{name:<20}{b['build']['median_s']:>12.4f}{b['search']['median_s']:>12.4f}"
                          f"{b['search']['min_s']:>14.4f}{b['speedup']:>10.1f}x")
     ex = result["exactness"]
     lines.append(f"exact: {len(ex['sample'])} sampled queries identical to the NumPy reference for "
                  f"{', '.join(ex['checked'])}")
+    for name in ex.get("scores_checked", []):
+        differ = result["baselines"][name]["ids_differ_on_ties"]
+        lines.append(f"equal scores: {name}: the multiset of scores of every sampled query identical to the "
+                     f"reference's; doc ids differ in {differ} of {len(ex['sample'])} queries, only among docs tied "
+                     "at the k-th score (the library keeps its own)")
     return "\n".join(lines)

@@ -57,12 +57,15 @@ class BenchShard:
     limits : SetLimits
         ``vocab_size`` and ``max_len`` of the run.
     backend : str
-        ``"numpy"`` or ``"cupy"``.
+        ``"numpy"``, ``"cpu"`` or ``"cupy"``.
     score : str
-        What the index and the reference rank by (one of :data:`kernels.SCORES`); the
-        baselines rank by Braun-Blanquet only.
+        What the index, the reference and the baselines rank by (one of :data:`kernels.SCORES`;
+        each baseline ranks by the scores :data:`jobs.bench.baselines.BASELINES` lists).
     routing : str
         The index's routing (:data:`kernels.postings.ROUTINGS`); the reference always scans.
+    threads : int, optional
+        CPU threads of the ``"cpu"`` index and of the multi-threaded baselines: the CPUs the
+        actor reserves (``cpus_per_shard``). None: every CPU of the machine.
 
     Raises
     ------
@@ -71,26 +74,34 @@ class BenchShard:
     """
 
     def __init__(self, spec: ShardSpec, limits: SetLimits, backend: str, score: str = DEFAULT_SCORE,
-                 routing: str = "scan"):
-        if backend not in ("numpy", "cupy"):
-            raise ValueError(f"backend must be 'numpy' or 'cupy', found {backend!r}")
+                 routing: str = "scan", threads: int | None = None):
+        if backend not in ("numpy", "cpu", "cupy"):
+            raise ValueError(f"backend must be 'numpy', 'cpu' or 'cupy', found {backend!r}")
         self.spec = spec
         self.limits = limits
         self.backend = backend
         self.score = score
         self.routing = routing
+        self.threads = threads
         self.corpus = None
         self.index = None
+        self.variant = None
         self.baseline = None
 
     def environment(self) -> dict:
         """Where this shard runs: host, CPU count, GPU name (cupy), library versions."""
         info = {
             "node": socket.gethostname(),
-            "cpus_visible": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cpus_visible": _cpus(),
             "python": platform.python_version(),
             "numpy": np.__version__,
+            "cpu_model": _cpu_model(),
         }
+        if self.backend == "cpu":
+            import numba
+
+            info["numba"] = numba.__version__
+            info["threads"] = self.threads or info["cpus_visible"]
         if self.backend == "cupy":
             import cupy
 
@@ -122,10 +133,38 @@ class BenchShard:
         self.index = None
         _free_gpu(self.backend)
         start = time.perf_counter()
-        self.index = build_index(self.backend, *self.corpus, max_len=self.limits.max_len,
-                                 vocab_size=self.limits.vocab_size, score=self.score, routing=self.routing)
+        self.index = self._build(self.score, self.routing)
         _sync(self.backend)
         return time.perf_counter() - start
+
+    def _build(self, score: str, routing: str):
+        return build_index(self.backend, *self.corpus, max_len=self.limits.max_len, vocab_size=self.limits.vocab_size,
+                           score=score, routing=routing, threads=self.threads)
+
+    def variant_build(self, score: str, routing: str) -> float:
+        """Build a second index of the backend ranking by ``score`` with ``routing`` (the per-score
+        and per-routing timings); seconds. The main index is kept."""
+        self.variant = None
+        _free_gpu(self.backend)
+        start = time.perf_counter()
+        self.variant = self._build(score, routing)
+        _sync(self.backend)
+        return time.perf_counter() - start
+
+    def variant_search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
+        """Shard-local top-k with the index of :meth:`variant_build`: (seconds, TopK)."""
+        start = time.perf_counter()
+        result = self.variant.search(queries, k)
+        return time.perf_counter() - start, result
+
+    def variant_routing(self) -> dict:
+        """The variant index's routing of its last search (as ``routing_stats()["last"]``)."""
+        return dict(self.variant.last_routing)
+
+    def variant_free(self) -> None:
+        """Drop the variant index."""
+        self.variant = None
+        _free_gpu(self.backend)
 
     def search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
         """Shard-local top-k of ``queries`` with the index: (seconds, TopK of shape (n_queries, k))."""
@@ -154,38 +193,41 @@ class BenchShard:
             seconds += time.perf_counter() - start
         return seconds
 
-    def reference(self, queries: SetBatch, k: int) -> TopK:
-        """The NumPy reference (:class:`kernels.NumpyShardIndex`) for ``queries`` on this shard."""
+    def reference(self, queries: SetBatch, k: int, score: str | None = None) -> TopK:
+        """The NumPy reference (:class:`kernels.NumpyShardIndex`) for ``queries`` on this shard, ranked by
+        ``score`` (default: the shard's)."""
         doc_ids, docs = self.corpus
-        return NumpyShardIndex(docs, doc_ids, self.limits.max_len, self.score, routing="scan").search(queries, k)
+        return NumpyShardIndex(docs, doc_ids, self.limits.max_len, score or self.score, routing="scan").search(queries, k)
 
     def baseline_build(self, name: str) -> float | str:
         """Build baseline ``name`` (see :data:`jobs.bench.baselines.BASELINES`); seconds, or why it cannot run.
 
-        A missing optional library (CuPy, PyTorch, SciPy) is reported as a
+        A missing optional library (CuPy, PyTorch, SciPy, sparse_dot_topn) is reported as a
         string instead of raising; any other error raises.
 
         Raises
         ------
         ValueError
-            If the shard's score is not braun_blanquet, the only score the baselines rank by.
+            If the baseline does not rank by the shard's score.
         """
-        if self.score != DEFAULT_SCORE:
-            raise ValueError(f"the baselines rank by {DEFAULT_SCORE} only, this shard by {self.score!r}; run no baselines")
+        spec = BASELINES[name]
+        if self.score not in spec.scores:
+            raise ValueError(f"baseline {name} ranks by {', '.join(spec.scores)}, this shard by {self.score!r}; "
+                             "drop it from the baselines or change the score")
         self.baseline = None
         _free_gpu(self.backend)
-        cls, device = BASELINES[name]
         try:
-            if device == "gpu":
+            if spec.device == "gpu":
                 import cupy  # noqa: F401
                 import torch  # noqa: F401  (the GPU baselines select with torch.topk)
             start = time.perf_counter()
             doc_ids, docs = self.corpus
-            self.baseline = cls(docs, doc_ids, self.limits.max_len, self.limits.vocab_size)
+            self.baseline = spec.factory(docs, doc_ids, self.limits.max_len, self.limits.vocab_size, score=self.score,
+                                         threads=self.threads or _cpus(), routing=self.routing)
         except ImportError as exc:
             self.baseline = None
             return f"not run: {exc}"
-        _sync("cupy" if device == "gpu" else "numpy")
+        _sync("cupy" if spec.device == "gpu" else "numpy")
         return time.perf_counter() - start
 
     def baseline_search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
@@ -198,6 +240,22 @@ class BenchShard:
         """Drop the baseline and its GPU memory."""
         self.baseline = None
         _free_gpu(self.backend)
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def _make_actor():
