@@ -464,7 +464,8 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
     doc_ids = [0, 2, 3, 5]  # doc ids stay line numbers
     expected = _expected_rows(docs, [[2], [1, 2]], ["0", "1"], 3)
     expected = [(q, r, doc_ids[d], s, o, ql, dl) for q, r, d, s, o, ql, dl in expected]
-    assert _as_rows(_read_rows(out)) == expected  # the dataset scan skips _rejected/
+    assert _as_rows(_read_rows(out)) == expected
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]  # the rejected lines live in the run record
     rejected = pq.read_table(rejected_path(out)).to_pydict()
     assert list(zip(rejected["input"], rejected["line"])) == [("docs", 2), ("docs", 5), ("queries", 3)]
     counts = read_manifest(out)["counts"]
