@@ -39,27 +39,30 @@ def _real(path) -> pathlib.Path:
     return pathlib.Path(os.path.realpath(os.path.abspath(os.fspath(path))))
 
 
-def _where(path) -> tuple[str, str]:
-    """``(store, path)`` to compare: a local path resolved (symlinks and ``..`` followed), a URI
-    normalised (:func:`shards.storage.location`)."""
-    return storage.location(path) if storage.is_uri(path) else ("file", str(_real(path)))
+def _inside(path: pathlib.PurePath, other: pathlib.PurePath) -> bool:
+    """``path`` is ``other`` or lies under it."""
+    return path == other or other in path.parents
 
 
-def _inside(path: tuple[str, str], other: tuple[str, str]) -> bool:
-    """``path`` is ``other`` or lies under it (on the same store)."""
-    return path[0] == other[0] and (path[1] == other[1] or path[1].startswith(other[1].rstrip("/") + "/"))
+def _where(path) -> tuple[str, pathlib.PurePath]:
+    """``(store, path)`` to compare locations: a local path (or ``file://`` URI) resolved, a
+    URI normalised to ``/bucket/key`` under its scheme (:func:`shards.storage.location`)."""
+    store, normal = storage.location(path)
+    return (store, _real(normal)) if store == "file" else (store, pathlib.PurePosixPath(normal))
 
 
 def check_outputs_apart(outputs: dict, inputs: dict) -> None:
     """Refuse an output that is an input, lies inside an input directory, or holds an input.
 
-    Paths are compared resolved (symlinks and ``..`` followed), so two spellings of one file meet;
-    URIs are compared normalised, and never meet a local path.
+    Local paths are compared resolved (symlinks and ``..`` followed), so two spellings of one file
+    meet; URIs normalised (scheme, bucket, then key prefixes by whole components), so
+    ``s3://b/out`` holds ``s3://b//out/x`` but not ``s3://b/output``. A URI and a local path never
+    overlap (a ``file://`` URI is a local path).
 
     Parameters
     ----------
     outputs, inputs : dict
-        ``{"--out": path, "--tsv": path, ...}``; None values are skipped.
+        ``{"--out": path, "--tsv": path, ...}``, local paths or URIs; None values are skipped.
 
     Raises
     ------
@@ -69,11 +72,13 @@ def check_outputs_apart(outputs: dict, inputs: dict) -> None:
     for out_name, out_path in outputs.items():
         if out_path is None:
             continue
-        out = _where(out_path)
+        out_store, out = _where(out_path)
         for in_name, in_path in inputs.items():
             if in_path is None:
                 continue
-            given = _where(in_path)
+            in_store, given = _where(in_path)
+            if in_store != out_store:
+                continue
             if _inside(out, given):
                 what = "is" if out == given else "lies inside"
                 raise PathError(

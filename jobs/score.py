@@ -50,7 +50,8 @@ import pyarrow as pa
 import configs
 from kernels import SCORES, search_cost_per_doc
 from kernels.postings import ROUTINGS
-from shards import plan_shards_from_counts, storage
+from shards import plan_shards_from_counts
+from shards import storage
 from shards.inputs import InputError, fingerprint
 from shards.searcher import ShardSearcher
 
@@ -87,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Options that name a config key override the config's value.",
     )
     add_version(p)
-    p.add_argument("--docs", help="corpus: STI2 docs.txt, or a Parquet file/directory (doc_id, tokens)")
-    p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens)")
+    p.add_argument("--docs", help="corpus: STI2 docs.txt, or a Parquet file/directory (doc_id, tokens); a local path or a URI (s3://, gs://, abfs://, hdfs://, file://)")
+    p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens); a local path or a URI")
     p.add_argument(
         "--out", default="out/settopk-results",
         help="result dataset directory; with a partitioned config (nightly) the dataset root (default: %(default)s)",
@@ -525,12 +526,13 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
 def _check_outputs_absolute_under_ray_job(args) -> None:
     """Under ``ray job submit`` the driver's working directory is Ray's temporary copy of
     ``--working-dir``, gone with the head: refuse a relative ``--out`` (its default included)
-    or ``--tsv`` there rather than write the result where nobody finds it."""
+    or ``--tsv`` there rather than write the result where nobody finds it. A URI
+    (``s3://...``) is not relative to anything and passes."""
     submission_id = ray_submission_id()
     if submission_id is None:
         return
     for flag, value in (("--out", args.out), ("--tsv", args.tsv)):
-        if value is not None and not storage.is_uri(value) and not os.path.isabs(value):
+        if value is not None and not os.path.isabs(value) and not storage.is_uri(value):
             default = " (the default)" if flag == "--out" and value == build_parser().get_default("out") else ""
             raise UsageError(
                 f"{flag} {value}{default} is a relative path, and this driver runs under the Ray job {submission_id}, "

@@ -239,8 +239,13 @@ def validate(job: Job) -> Validated:
 
 def check_unchanged_since(start_ns: int, files) -> None:
     """Refuse inputs modified after ``start_ns`` (while the driver read them): the validated
-    data and what the actors will read could differ."""
+    data and what the actors will read could differ.
+
+    A URI's object is skipped: its time comes from the store's clock, not the driver's; the
+    fingerprints and each piece's size and time, checked again when read, cover it."""
     for path in files:
+        if storage.is_uri(path):
+            continue
         if os.stat(path).st_mtime_ns > start_ns:
             raise InputError(
                 path, "input files that stay unchanged while the job runs", "a file modified while the job was reading it",

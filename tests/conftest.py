@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 
@@ -56,3 +57,93 @@ def golden_dir():
     if not path.is_dir():
         pytest.skip("../shared/golden is not present")
     return path
+
+
+class S3Store:
+    """A running S3-protocol server (moto's standalone server on localhost) that tests make buckets on.
+
+    Attributes
+    ----------
+    endpoint : str
+        The server's URL, also in ``AWS_ENDPOINT_URL`` while the session runs.
+    """
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self._count = 0
+
+    def filesystem(self):
+        """A :class:`pyarrow.fs.S3FileSystem` on the server (credentials from the environment)."""
+        from pyarrow import fs
+
+        host = self.endpoint.split("://", 1)[1]
+        return fs.S3FileSystem(endpoint_override=host, scheme="http", allow_bucket_creation=True, allow_bucket_deletion=True)
+
+    def bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh ``test-bucket-N`` by default; names need >= 3 characters) and
+        return its URI, ``s3://NAME``."""
+        if name is None:
+            self._count += 1
+            name = f"test-bucket-{self._count}"
+        self.filesystem().create_dir(name)
+        return f"s3://{name}"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def moto_server(**env):
+    """moto's S3 server as a subprocess on a free localhost port (``env``: extra settings for it,
+    e.g. ``INITIAL_NO_AUTH_ACTION_COUNT="0"`` to check credentials); yields its URL once it
+    answers, and stops it on exit. Every wait is bounded."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"moto's server exited with {proc.returncode} before answering on port {port}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"moto's server did not answer on port {port} within 60 s")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """moto's S3 server (:func:`moto_server`), with the standard AWS settings (``AWS_ENDPOINT_URL``,
+    test credentials, region) pointing at it for the session (restored after); yields an
+    :class:`S3Store`. Start Ray after this fixture: Ray workers keep the environment their
+    cluster started with."""
+    with moto_server() as endpoint, pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata probe for credentials
+        yield S3Store(endpoint)

@@ -104,7 +104,7 @@ def test_queries_changed_between_the_passes_stop_the_run(tmp_path):
     with open(path, "a") as f:
         f.write("4\n")
     os.utime(path, ns=(time.time_ns(), time.time_ns()))
-    with pytest.raises(RuntimeError, match="the queries changed while the job ran"):
+    with pytest.raises(InputError, match=r"q.txt: expected input files that stay unchanged .* modified after the job validated it"):
         list(stream.chunks(2))
 
 

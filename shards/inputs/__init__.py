@@ -57,6 +57,11 @@ Policies (the same for every format)
   ``files``. Any other entry that is not a ``*.parquet`` file is an error.
 * Every input path must be a regular file or a directory: a FIFO, socket or device is an error
   (reading one could block forever).
+* An input may be a local path or a URI of any filesystem PyArrow supports (``s3://``, ``gs://``,
+  ``abfs://``, ``hdfs://``, ``file://``; :mod:`shards.storage`): a key prefix is a directory, files
+  under a URI are named by their URIs (in messages, ``files`` and pieces), and a reader task opens
+  the store itself. A missing bucket or key, refused credentials or an unreachable store is an
+  :class:`InputError` naming the URI.
 * A text line longer than 256 MiB is an error (a valid line is a few kB).
 * Nothing is skipped silently: every problem raises :class:`InputError`, which names the file, the
   line (1-based, as editors count) or the Parquet row (0-based, within that file), what was expected,

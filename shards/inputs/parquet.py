@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import storage
 from .canonical import canonical, concat_sets, in_length_range, select_sets
 from .errors import REMAP_FIX, InputError, Rejects, SetLimits
-from .files import parquet_files
+from .files import file_stat, parquet_files, parquet_source
 
 __all__ = ["duplicate_error", "open_parquet", "read_parquet_sets", "validated_batches"]
 
@@ -33,10 +34,13 @@ def open_parquet(file: str) -> pq.ParquetFile:
     Raises
     ------
     InputError
-        If the file cannot be read as Parquet (truncated, corrupt or another format).
+        If the file cannot be read as Parquet (truncated, corrupt or another format), or a
+        store refuses access to it (a URI).
     """
+    if storage.is_uri(file):
+        file_stat(file)  # a missing object or refused access, named as such rather than as bad data
     try:
-        return pq.ParquetFile(file)
+        return pq.ParquetFile(**parquet_source(file))
     except (pa.ArrowException, OSError) as e:
         raise InputError(file, "a readable Parquet file", f"unreadable data ({e})", "re-write the file (it may be truncated, corrupt or not Parquet at all)") from e
 
@@ -210,7 +214,9 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
     def one_group(g: int):
         local = Rejects("quarantine" if rejects.quarantine else "error")
         out, row_base = [], int(group_base[g])
-        batches = pq.ParquetFile(file).iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[g], columns=[id_column, "tokens"])
+        # Each thread opens the file itself; the footer read once above is reused (for an object
+        # store, one request fewer per row group).
+        batches = pq.ParquetFile(**parquet_source(file), metadata=parquet.metadata).iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[g], columns=[id_column, "tokens"])
         while True:
             try:
                 batch = next(batches, None)

@@ -23,7 +23,7 @@ from kernels.sets import SetBatch
 
 from .canonical import csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
-from .files import corpus_format, parquet_files
+from .files import corpus_format, file_stat, parquet_files
 from .parquet import open_parquet
 from .readers import Corpus, read_corpus
 
@@ -118,17 +118,17 @@ def plan_pieces(path, target_rows: int) -> tuple[list[CorpusPiece], str, tuple[s
     fmt = corpus_format(path)
     path = os.fspath(path)
     if fmt == "text":
-        st = os.stat(path)
-        return [CorpusPiece(0, path, "text", None, -1, st.st_size, st.st_mtime_ns)], fmt, (path,)
+        size, mtime_ns = file_stat(path)
+        return [CorpusPiece(0, path, "text", None, -1, size, mtime_ns)], fmt, (path,)
     files = parquet_files(path)
     row_groups: list[CorpusPiece] = []  # one piece per row group first, grouped below
     for file in files:
-        st = os.stat(file)
+        size, mtime_ns = file_stat(file)
         meta = open_parquet(file).metadata
         for g in range(meta.num_row_groups):
-            row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (g,), meta.row_group(g).num_rows, st.st_size, st.st_mtime_ns))
+            row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (g,), meta.row_group(g).num_rows, size, mtime_ns))
         if meta.num_row_groups == 0:  # keep the file: its schema is still checked by a reader
-            row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (), 0, st.st_size, st.st_mtime_ns))
+            row_groups.append(CorpusPiece(len(row_groups), file, "parquet", (), 0, size, mtime_ns))
     return group_pieces(row_groups, target_rows), fmt, tuple(files)
 
 
@@ -180,8 +180,7 @@ def read_piece(piece: CorpusPiece, limits: SetLimits, on_invalid: str = "error")
         At the piece's first bad row or line (``on_invalid="error"``), for an unreadable file,
         or when the file changed (size or modification time) since the piece was planned.
     """
-    st = os.stat(piece.path)
-    if (st.st_size, st.st_mtime_ns) != (piece.size_bytes, piece.mtime_ns):
+    if file_stat(piece.path) != (piece.size_bytes, piece.mtime_ns):
         raise InputError(
             piece.path, "input files that stay unchanged while the job runs", "a file modified after the job listed it",
             "run the job once the input is completely written (write it elsewhere, then move it into place)",

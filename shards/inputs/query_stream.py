@@ -24,8 +24,8 @@ import numpy as np
 from kernels.sets import SetBatch
 
 from .canonical import concat_sets
-from .errors import Rejects, SetLimits
-from .files import corpus_format, parquet_files, queries_format
+from .errors import InputError, Rejects, SetLimits
+from .files import corpus_format, file_stat, parquet_files, queries_format
 from .parquet import duplicate_error, validated_batches
 from .readers import read_queries
 from .text import text_sets
@@ -93,6 +93,9 @@ class QueryStream:
         """The validating pass: counts, rejects, and for Parquet the rows of repeated ids to drop."""
         rejects = Rejects(self.on_invalid)
         self.files = (self.path,) if self.fmt == "text" else tuple(parquet_files(self.path))
+        # Each file's size and time before the pass: chunks() refuses files changed since (an
+        # object store's clock is not the driver's, so the times are compared with each other only).
+        self._stats = [file_stat(f) for f in self.files]
         keys, rows = [], []
         n_kept = n_repeats = 0
         for ids, rows_kept, lengths, _, repeated in self._blocks(rejects):
@@ -168,6 +171,8 @@ class QueryStream:
 
         Raises
         ------
+        InputError
+            If a file's size or modification time changed since the validating pass.
         RuntimeError
             If the input no longer holds the queries the validating pass counted (it changed
             while the job ran).
@@ -178,6 +183,10 @@ class QueryStream:
                 hi = min(lo + chunk_size, q.queries.n_sets)
                 yield q.query_ids[lo:hi], q.queries.take(np.arange(lo, hi))
             return
+        changed = [f for f, before in zip(self.files, self._stats) if file_stat(f) != before]
+        if changed:
+            raise InputError(changed[0], "input files that stay unchanged while the job runs", "a file modified after the job validated it",
+                             "run the job once the input is completely written (write it elsewhere, then move it into place)")
         drop = set(self._drop.tolist())
         ids_buf, len_buf, tok_buf, held, seen, total = [], [], [], 0, 0, 0
         for ids, rows, lengths, tokens, _ in self._blocks(Rejects(self.on_invalid)):

@@ -17,9 +17,10 @@ import numpy as np
 
 from kernels.sets import SetBatch
 
+from .. import storage
 from .canonical import NO_SETS, concat_sets, csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
-from .files import corpus_format, is_hidden, queries_format
+from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error
 from .parquet import duplicate_error, read_parquet_sets
 from .text import check_line, first_bad_line, parse_block, read_text_sets
 
@@ -140,7 +141,7 @@ def read_corpus(
             raise ValueError(f"row_groups needs a Parquet file, found the text corpus {path}")
         lines, docs, n_with_repeats = read_text_sets(path, limits, length_range, rejects)
         return Corpus(lines, docs, n_with_repeats, "text", (path,), tuple(rejects.records), source_rows=lines)
-    if row_groups is not None and os.path.isdir(path):
+    if row_groups is not None and is_dir(path):
         raise ValueError(f"row_groups needs one Parquet file, found the directory {path}")
     files, ids, where, kept, docs, n_with_repeats = read_parquet_sets(path, "doc_id", limits, length_range, rejects, row_groups)
     all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
@@ -171,18 +172,20 @@ def read_corpus(
 
 def _read_query_dir(path: str, limits: SetLimits, rejects: Rejects) -> Queries:
     """A directory of one-query files, parsed as one text block (one line per file)."""
-    names = sorted(name for name in os.listdir(path) if not is_hidden(name))  # .DS_Store, _SUCCESS, editor files
+    entries = [(name, directory) for name, directory in list_dir(path) if not is_hidden(name)]  # .DS_Store, _SUCCESS, editor files
     files, bodies = [], []
-    for name in names:
-        full = os.path.join(path, name)
-        if os.path.isdir(full):
+    for name, directory in entries:
+        full = storage.join(path, name)
+        if directory:
             raise InputError(full, "only query files in a query directory (one query per file)", "a subdirectory", "move the subdirectory out of the query directory")
-        if os.path.exists(full) and not os.path.isfile(full):  # a FIFO or device: opening it could block
+        if not storage.is_uri(full) and os.path.exists(full) and not os.path.isfile(full):  # a FIFO or device: opening it could block
             raise InputError(full, "a regular file holding one query", "a special file", "remove it from the query directory")
         try:
-            with open(full, "rb") as f:
+            with open_stream(full) as f:
                 data = f.read()
         except OSError as e:
+            if storage.is_uri(full):
+                raise store_error(full, e) from e
             raise InputError(full, "a readable query file", f"an error reading it ({e.strerror or e})", "check the file's permissions") from e
         body = data[:-1] if data.endswith(b"\n") else data
         if b"\n" in body:
@@ -208,7 +211,7 @@ def _read_query_dir(path: str, limits: SetLimits, rejects: Rejects) -> Queries:
         parsed = parse_block(b"".join(bodies[i] + b"\n" for i in good), limits) if len(good) else NO_SETS
     lengths, tokens, repeated = parsed
     kept_files = [files[i] for i in good]
-    query_ids = [os.path.basename(f) for f in kept_files]
+    query_ids = [storage.basename(f) for f in kept_files]
     in_file_order = tuple(sorted(rejects.records, key=lambda r: r.path))
     return Queries(query_ids, SetBatch(csr_offsets(lengths), tokens), int(repeated.sum()), "dir", tuple(kept_files), in_file_order)
 

@@ -17,8 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import storage
 from .canonical import NO_SETS, canonical, concat_sets, in_length_range, select_sets
 from .errors import REMAP_FIX, InputError, Rejects, SetLimits
+from .files import open_stream, store_error
 
 __all__ = ["check_line", "first_bad_line", "parse_block", "read_text_sets", "text_sets"]
 
@@ -184,8 +186,10 @@ def _text_blocks(path: str):
     """Yield ``(block, first_line)``: memoryviews of whole lines (last byte ``\\n``) and the 0-based
     number of their first line. A block is valid only until the next one is requested."""
     try:
-        f = open(path, "rb")
+        f = open_stream(path)
     except OSError as e:
+        if storage.is_uri(path):
+            raise store_error(path, e) from e
         raise InputError(path, "a readable file", f"an error opening it ({e.strerror or e})", "check the path and its permissions") from e
     with f:
         buf = bytearray(_BLOCK_BYTES)
@@ -201,6 +205,8 @@ def _text_blocks(path: str):
             try:
                 n = f.readinto(memoryview(buf)[carry:])
             except OSError as e:
+                if storage.is_uri(path):
+                    raise store_error(path, e) from e
                 raise InputError(path, "a readable file", f"a read error ({e.strerror or e})", "check the file and the storage it is on") from e
             if n == 0:
                 break
