@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens); a local path or a URI")
     p.add_argument(
         "--out", default="out/settopk-results",
-        help="result dataset directory; with a partitioned config (nightly) the dataset root (default: %(default)s)",
+        help="result dataset directory, a local path or a URI (s3://bucket/prefix, ...); with a partitioned config "
+             "(nightly) the dataset root (default: %(default)s)",
     )
     p.add_argument("--k", type=_k_value, metavar="K", help="results per query (default: the config's k, 100)")
     p.add_argument(
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries per call to a shard actor; auto: the backend's default (config key query_batch_size)",
     )
     p.add_argument("--config", default="local", help=f"config name {configs.config_names()} or YAML path (default: %(default)s)")
-    p.add_argument("--tsv", help="also write the competition's TSV result file here")
+    p.add_argument("--tsv", help="also write the competition's TSV result file here (a local path or a URI)")
     p.add_argument(
         "--dry-run", action="store_true",
         help="validate inputs, print the shard plan and whether the real run would do anything, and exit",
