@@ -203,7 +203,7 @@ class OutputLock:
             self._fd = None
 
 
-def lock_output(out_dir, dataset_root, run_id: str) -> OutputLock:
+def lock_output(out_dir, dataset_root, run_id: str) -> "OutputLock | ObjectLock":
     """Take the output's lock, or refuse naming the run that holds it.
 
     Parameters

@@ -48,7 +48,8 @@ class Place:
             fs, path = storage.resolve(location)
             if isinstance(fs, pafs.LocalFileSystem):  # file:// is a local path
                 return cls(fs, os.path.realpath(path))
-            return cls(fs, path.rstrip("/"), location.rstrip("/") if "?" not in location else location)
+            uri = location if "?" in location else location.rstrip("/")  # a query (?endpoint_override=...) stays as given
+            return cls(fs, path.rstrip("/"), uri)
         return cls(pafs.LocalFileSystem(), os.path.realpath(os.fspath(location)))
 
     @property
