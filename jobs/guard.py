@@ -204,11 +204,12 @@ class OutputLock:
 
 
 def lock_output(out_dir, dataset_root, run_id: str) -> "OutputLock | ObjectLock":
-    """Take the output's lock, or refuse naming the run that holds it.
+    """Take the output's lock, or refuse naming the run that holds it: a ``flock`` for a local
+    path (:class:`OutputLock`), an object for a URI (:class:`ObjectLock`, best effort).
 
     Parameters
     ----------
-    out_dir, dataset_root : path
+    out_dir, dataset_root : path or str
         The result directory and its dataset root (:class:`jobs.validate.Target`).
     run_id : str
         Written into the lock file with the host and pid, for the message another run gives.
