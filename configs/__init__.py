@@ -244,8 +244,8 @@ class JobConfig(SearchConfig):
         Partitioning and row-group size of the result dataset.
     on_invalid : str
         ``"error"`` (stop before any actor starts at the first bad line or row) or
-        ``"quarantine"`` (set bad lines and rows aside into ``_rejected/`` next to the
-        results, with the reason, and count them in the manifest).
+        ``"quarantine"`` (set bad lines and rows aside, listed with the reason in the run
+        record's ``rejected.parquet`` beside the results, and count them in the manifest).
     query_chunk_size : int
         Queries per committed part file. Each chunk is merged and written by a Ray task as
         soon as it is searched (the driver holds no results), and a run that is killed resumes

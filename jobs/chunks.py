@@ -8,24 +8,24 @@ sits beside the dataset root and is named after the output (see
 a hash of everything the results depend on (input fingerprints, config, k). A
 rerun with the same key skips the chunks already there; a different key means
 the inputs or settings changed, and the old parts are discarded. When every part
-is present and checked, the directory is renamed into place as the result.
+is present and checked, the directory is committed as the result (:func:`jobs.output.commit_results`).
+The work directory may be a local path or a URI (a prefix on an object store).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import pathlib
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .location import Place
 from .output import part_name
 
-__all__ = ["Chunk", "plan_chunks", "resume_key", "open_work_dir", "check_parts"]
+__all__ = ["Chunk", "plan_chunks", "resume_key", "open_work_dir", "drop_resume_key", "check_parts"]
 
 _KEY_FILE = "_resume.json"
 
@@ -49,13 +49,13 @@ def resume_key(**components) -> str:
     return hashlib.sha256(json.dumps(components, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def open_work_dir(path: pathlib.Path, key: str, chunks: list[Chunk], run_id: str) -> tuple[set[int], str]:
+def open_work_dir(path, key: str, chunks: list[Chunk], run_id: str) -> tuple[set[int], str]:
     """Create or reopen a run's work directory.
 
     Parameters
     ----------
-    path : pathlib.Path
-        The work directory.
+    path : path or str
+        The work directory: a local path, or a URI (a prefix on a store).
     key : str
         The run's :func:`resume_key`.
     chunks : list of Chunk
@@ -70,27 +70,36 @@ def open_work_dir(path: pathlib.Path, key: str, chunks: list[Chunk], run_id: str
         the run id: the interrupted run's when resuming, so every part and the manifest
         name one run. Leftover temporary files of a killed writer are removed.
     """
-    if path.exists():
+    work = Place.of(path)
+    if work.exists():
         try:
-            recorded = json.loads((path / _KEY_FILE).read_text())
+            recorded = json.loads((work / _KEY_FILE).read_bytes())
         except (OSError, ValueError):
             recorded = {}
         if recorded.get("key") != key:
-            shutil.rmtree(path)  # an earlier run of other inputs or settings: its parts do not apply
+            work.delete_tree()  # an earlier run of other inputs or settings: its parts do not apply
         else:
             run_id = recorded.get("run_id", run_id)
-    path.mkdir(parents=True, exist_ok=True)
-    for leftover in path.glob(".tmp-*"):  # a killed writer's file, or an older version's directory
-        shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-    key_file = path / _KEY_FILE
-    if not key_file.exists():
-        tmp = path / ".tmp-key"
-        tmp.write_text(json.dumps({"key": key, "run_id": run_id}) + "\n")
-        os.replace(tmp, key_file)
-    return {c.index for c in chunks if (path / part_name(c.index)).exists()}, run_id
+    work.make_dirs()
+    names = set()
+    for entry in work.children():
+        if entry.base_name.startswith(".tmp-"):  # a killed writer's file, or an older version's directory
+            leftover = work / entry.base_name
+            leftover.delete_tree() if entry.type == pafs.FileType.Directory else leftover.delete(missing_ok=True)
+        else:
+            names.add(entry.base_name)
+    if _KEY_FILE not in names:
+        (work / _KEY_FILE).write_bytes((json.dumps({"key": key, "run_id": run_id}) + "\n").encode())
+    return {c.index for c in chunks if part_name(c.index) in names}, run_id
 
 
-def check_parts(path: pathlib.Path, chunks: list[Chunk], rows_per_query: int) -> int:
+def drop_resume_key(path) -> None:
+    """Remove the work directory's resume key before its commit: the directory becomes the
+    result (a local rename), which holds only parts."""
+    (Place.of(path) / _KEY_FILE).delete(missing_ok=True)
+
+
+def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
     """Check every part before the commit: present, and exactly ``rows_per_query`` rows per
     query with ranks ``1..rows_per_query`` in order.
 
@@ -104,12 +113,13 @@ def check_parts(path: pathlib.Path, chunks: list[Chunk], rows_per_query: int) ->
     RuntimeError
         Naming the first part that is missing or whose rows do not match the plan.
     """
+    work = Place.of(path)
     total = 0
     for c in chunks:
-        file = path / part_name(c.index)
-        if not file.exists():
+        file = work / part_name(c.index)
+        if not file.is_file():
             raise RuntimeError(f"{file}: part of queries {c.lo}..{c.hi - 1} is missing; rerun the job to compute it")
-        ranks = pq.read_table(file, columns=["rank"])["rank"].to_numpy()
+        ranks = pq.read_table(file.path, filesystem=file.fs, columns=["rank"])["rank"].to_numpy()
         expected = (c.hi - c.lo) * rows_per_query
         if len(ranks) != expected:
             raise RuntimeError(f"{file}: {len(ranks)} rows, expected {expected} for queries {c.lo}..{c.hi - 1}; rerun with --force")

@@ -16,12 +16,16 @@ import os
 import pathlib
 import socket
 import tempfile
+import uuid
+
+import pyarrow.fs as pafs
 
 from shards import storage
 
-from .output import MANIFEST
+from .location import Place
+from .output import read_manifest
 
-__all__ = ["OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
+__all__ = ["ObjectLock", "OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
 
 RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "vocab_size", "max_len", "on_invalid")
 """The config keys a result depends on; a rerun that changes one of them is not the same run."""
@@ -129,8 +133,12 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
     Raises
     ------
     PathError
-        With the path and the reason.
+        With the path and the reason. A URI is checked by writing and deleting a probe object
+        beside it: a missing bucket, refused credentials or an unreachable store fail here.
     """
+    if storage.is_uri(path):
+        _check_writable_uri(option, path, file)
+        return
     p = pathlib.Path(os.path.abspath(os.fspath(path)))
     if file and p.is_dir():
         raise PathError(f"{option} {path}: expected a file path, found a directory; fix: name a file, e.g. {p / 'results.tsv'}")
@@ -146,9 +154,28 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
     _probe(parent, option, path)
 
 
-def output_lock_path(out_dir, dataset_root) -> pathlib.Path:
-    """The lock file of the result directory ``out_dir``: beside the dataset root (never inside
-    it, so scans of the root never see it), named after ``out_dir``."""
+def _check_writable_uri(option: str, uri: str, file: bool) -> None:
+    try:
+        place = Place.of(uri)
+        if file and place.kind() == pafs.FileType.Directory:
+            raise PathError(f"{option} {uri}: expected an object name, found a prefix holding objects; fix: name an object, e.g. {storage.join(uri, 'results.tsv')}")
+        probe = place.parent / f".settopk-probe-{uuid.uuid4().hex}"
+        with probe.fs.open_output_stream(probe.path) as f:
+            f.write(b"")
+        probe.delete(missing_ok=True)
+    except storage.StorageError as e:
+        raise PathError(f"{option} {e}") from e
+    except OSError as e:
+        raise PathError(f"{option} {storage.describe_os_error(uri, e)}") from e
+
+
+def output_lock_path(out_dir, dataset_root):
+    """The lock of the result directory ``out_dir``: beside the dataset root (never inside it,
+    so scans of the root never see it), named after ``out_dir``; a path, or a URI on a store."""
+    if storage.is_uri(dataset_root):
+        root = Place.of(dataset_root)
+        tag = hashlib.sha256(":".join(storage.location(out_dir)).encode()).hexdigest()[:12]
+        return root.sibling(f".{root.name}.lock-{tag}").shown
     out = _real(out_dir)
     root = _real(dataset_root)
     tag = hashlib.sha256(str(out).encode()).hexdigest()[:12]
@@ -176,12 +203,13 @@ class OutputLock:
             self._fd = None
 
 
-def lock_output(out_dir, dataset_root, run_id: str) -> OutputLock:
-    """Take the output's lock, or refuse naming the run that holds it.
+def lock_output(out_dir, dataset_root, run_id: str) -> "OutputLock | ObjectLock":
+    """Take the output's lock, or refuse naming the run that holds it: a ``flock`` for a local
+    path (:class:`OutputLock`), an object for a URI (:class:`ObjectLock`, best effort).
 
     Parameters
     ----------
-    out_dir, dataset_root : path
+    out_dir, dataset_root : path or str
         The result directory and its dataset root (:class:`jobs.validate.Target`).
     run_id : str
         Written into the lock file with the host and pid, for the message another run gives.
@@ -191,6 +219,8 @@ def lock_output(out_dir, dataset_root, run_id: str) -> OutputLock:
     PathError
         If another live process holds the lock (its run, host and pid named).
     """
+    if storage.is_uri(dataset_root):
+        return _lock_object(out_dir, output_lock_path(out_dir, dataset_root), run_id)
     path = output_lock_path(out_dir, dataset_root)
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(100):
@@ -219,6 +249,68 @@ def lock_output(out_dir, dataset_root, run_id: str) -> OutputLock:
     raise PathError(f"--out {out_dir}: could not take the lock {path} (it kept being replaced); fix: rerun")
 
 
+class ObjectLock:
+    """The lock of an output on an object store: an object holding the run id, host, pid and a
+    token. A store offers no lock the job can rely on (no ``flock``, no conditional write in
+    PyArrow), so this is best effort: a second run sees the object and refuses, but two runs
+    starting within the same moment may both go ahead. A run killed on this host leaves the
+    object behind; the next run on this host sees that its pid is gone and takes it over.
+    :meth:`release` deletes it if it still holds this run's token.
+    """
+
+    def __init__(self, place: Place, token: str):
+        self.path, self._place, self._token = place.shown, place, token
+
+    def release(self) -> None:
+        """Delete the lock object if it is still this run's (idempotent)."""
+        if self._place is None:
+            return
+        try:
+            if json.loads(self._place.read_bytes()).get("token") == self._token:
+                self._place.delete(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+        self._place = None
+
+
+def _alive_here(holder: dict) -> bool:
+    """Whether the holder could still be running: on another host (unknown: assume so), or a live
+    pid on this one."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return True
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _lock_object(out_dir, uri: str, run_id: str) -> ObjectLock:
+    place = Place.of(uri)
+    try:
+        holder = json.loads(place.read_bytes()) if place.is_file() else None
+    except ValueError:
+        holder = {}
+    if holder is not None and _alive_here(holder):
+        raise PathError(
+            f"--out {out_dir}: expected no other run on this output, found run {holder.get('run_id', '?')} "
+            f"(host {holder.get('host', '?')}, pid {holder.get('pid', '?')}) holding its lock object {uri}; "
+            "fix: wait for that run to finish, or use another --out; if that run is dead (killed on another host), delete the lock object"
+        )
+    token = uuid.uuid4().hex
+    info = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(), "token": token}
+    place.write_bytes(json.dumps(info).encode())
+    try:
+        won = json.loads(place.read_bytes()).get("token") == token  # the last writer of a near-simultaneous start wins
+    except (OSError, ValueError):
+        won = False
+    if not won:
+        raise PathError(f"--out {out_dir}: another run took the lock object {uri} at the same moment; fix: wait for it to finish, or use another --out")
+    return ObjectLock(place, token)
+
+
 def _holder(fd: int) -> dict:
     try:
         return json.loads(os.pread(fd, 4096, 0) or b"{}")
@@ -226,13 +318,13 @@ def _holder(fd: int) -> dict:
         return {}
 
 
-def differences(out_dir, fingerprints: dict, settings: dict) -> list[str]:
+def differences(out_dir, dataset_root, fingerprints: dict, settings: dict) -> list[str]:
     """What differs between the finished result at ``out_dir`` and a run asked for now.
 
     Parameters
     ----------
-    out_dir : path
-        A finished result (its ``_manifest.json``).
+    out_dir, dataset_root : path
+        A finished result and its dataset root (its manifest: :func:`jobs.output.read_manifest`).
     fingerprints : dict
         ``{"docs": ..., "queries": ...}`` of the inputs now (:func:`shards.inputs.fingerprint`).
     settings : dict
@@ -244,9 +336,9 @@ def differences(out_dir, fingerprints: dict, settings: dict) -> list[str]:
         One phrase per difference (empty: the same run).
     """
     try:
-        manifest = json.loads((pathlib.Path(out_dir) / MANIFEST).read_text())
+        manifest = read_manifest(out_dir, dataset_root)
     except (OSError, ValueError) as e:
-        return [f"its {MANIFEST} could not be read ({e})"]
+        return [f"its manifest could not be read ({e})"]
     diffs = []
     recorded = manifest.get("fingerprint", {})
     for name in ("docs", "queries"):

@@ -1,4 +1,5 @@
-"""The run's manifest (``_manifest.json`` of the result dataset), built from plain values.
+"""The run's manifest (``manifest.json`` in the result's run record, :func:`jobs.output.manifest_path`),
+built from plain values.
 
 The manifest says what produced the dataset: the run id, the command's arguments, the
 inputs and their fingerprints, the counts, the shards (where each ran, how long it
@@ -14,6 +15,8 @@ import os
 import platform
 import socket
 import uuid
+
+from .location import absolute
 
 __all__ = ["build_manifest", "inputs_section", "output_section", "shard_entries", "ray_submission_id", "new_run_id", "versions"]
 
@@ -57,8 +60,8 @@ def output_section(out_dir: str, dataset_root: str, day: datetime.date | None, n
     """Where the result went: its directory, the dataset root, the ``dt`` partition (or None)
     and the number of part files."""
     return {
-        "path": os.path.abspath(out_dir),
-        "dataset_root": os.path.abspath(dataset_root),
+        "path": absolute(out_dir),
+        "dataset_root": absolute(dataset_root),
         "partition": {"dt": day.isoformat()} if day else None,
         "parts": n_parts,
     }

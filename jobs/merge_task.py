@@ -48,7 +48,8 @@ def merge_and_write_chunk(work: str, index: int, query_ids, query_len: np.ndarra
     Parameters
     ----------
     work : str
-        The run's work directory (on a filesystem every node sees).
+        The run's work directory: a path on a filesystem every node mounts, or a URI (a store
+        prefix the task opens itself, with the credentials and endpoint of its node).
     index : int
         The chunk's part number.
     query_ids : sequence of str, length n_queries

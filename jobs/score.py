@@ -56,11 +56,12 @@ from shards.inputs import InputError, fingerprint
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
-from .chunks import check_parts, open_work_dir, plan_chunks, resume_key
+from .chunks import check_parts, drop_resume_key, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
+from .location import absolute
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
-from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, work_dir, write_rejected, write_tsv
+from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import search_chunks
@@ -91,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", help="queries: a directory of one-query files, a text file, or Parquet (query_id, tokens); a local path or a URI")
     p.add_argument(
         "--out", default="out/settopk-results",
-        help="result dataset directory; with a partitioned config (nightly) the dataset root (default: %(default)s)",
+        help="result dataset directory, a local path or a URI (s3://bucket/prefix, ...); with a partitioned config "
+             "(nightly) the dataset root (default: %(default)s)",
     )
     p.add_argument("--k", type=_k_value, metavar="K", help="results per query (default: the config's k, 100)")
     p.add_argument(
@@ -125,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries per call to a shard actor; auto: the backend's default (config key query_batch_size)",
     )
     p.add_argument("--config", default="local", help=f"config name {configs.config_names()} or YAML path (default: %(default)s)")
-    p.add_argument("--tsv", help="also write the competition's TSV result file here")
+    p.add_argument("--tsv", help="also write the competition's TSV result file here (a local path or a URI)")
     p.add_argument(
         "--dry-run", action="store_true",
         help="validate inputs, print the shard plan and whether the real run would do anything, and exit",
@@ -246,7 +248,7 @@ def shard_doc_cost(backend: str, max_len: int):
 
 
 def _rejected_table(corpus_rejected, query_rejected) -> pa.Table:
-    """The lines and rows quarantine set aside, as the ``_rejected/`` table."""
+    """The lines and rows quarantine set aside, as the run record's ``rejected.parquet`` table."""
     rows = [("docs", r) for r in corpus_rejected] + [("queries", r) for r in query_rejected]
     return pa.table(
         {
@@ -285,7 +287,7 @@ class _CorpusFacts:
 class _Work:
     """The run's work directory: its chunks, those already committed, and the rows each query gets."""
 
-    path: pathlib.Path
+    path: object  # a pathlib.Path, or a URI (str) on a store
     chunks: list
     done: set
     rows_per_query: int
@@ -349,7 +351,8 @@ def _set_aside(job: Job, valid: Validated, corpus, facts: _CorpusFacts):
     if rejected.num_rows:
         log.warning(
             "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
-            "they are listed with the reason in %s/_rejected/", facts.n_rejected, len(query_rejected), job.target.out_dir,
+            "they are listed with the reason in %s", facts.n_rejected, len(query_rejected),
+            rejected_path(job.target.out_dir, job.target.dataset_root),
         )
     return rejected
 
@@ -363,7 +366,7 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
     path = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
-    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=os.path.abspath(target.out_dir))
+    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=absolute(target.out_dir))
     done, run_id = open_work_dir(path, key, chunks, job.run_id)
     if done:
         log.info("resuming run %s: %d of %d query chunk(s) already committed in %s", run_id, len(done), len(chunks), path)
@@ -405,14 +408,12 @@ def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actor
 
 def _commit(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _CorpusFacts, rejected, work: _Work,
             infos: list[dict], clock: PhaseClock) -> int:
-    """Check every part, write the manifest (and the TSV), and rename the work directory into
-    place as the result; returns the rows written."""
+    """Check every part, write the TSV and the run record (manifest, quarantined lines), and
+    rename the work directory into place as the result; returns the rows written."""
     import ray
 
     cfg, args, target, queries = job.cfg, job.args, job.target, valid.queries
     total_rows = check_parts(work.path, work.chunks, work.rows_per_query)
-    if cfg.on_invalid == "quarantine":
-        write_rejected(work.path, rejected)
     clock.stamp_total()  # the commit itself is not counted in the manifest's total
     self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
     manifest = build_manifest(
@@ -443,8 +444,9 @@ def _commit(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: _C
         # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
         # after a failed TSV write recomputes instead of skipping.
         write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
-    (work.path / "_resume.json").unlink()
-    commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root)
+    drop_resume_key(work.path)
+    commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root,
+                   rejected=rejected if cfg.on_invalid == "quarantine" else None)
     return total_rows
 
 
@@ -547,7 +549,7 @@ def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: 
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, os.path.abspath(job.target.out_dir),
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, absolute(job.target.out_dir),
         cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )

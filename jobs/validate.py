@@ -23,7 +23,7 @@ from shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fi
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
-from .output import check_dataset_root, check_output_dir, partition_dir, rejected_paths
+from .output import check_dataset_root, check_output_dir, partition_dir, record_dir, rejected_paths
 
 __all__ = ["UsageError", "Inputs", "Target", "Job", "Validated", "settle", "validate", "check_unchanged_since", "self_join_note"]
 
@@ -82,7 +82,7 @@ class Target:
 def _target(args, cfg: configs.JobConfig, now: datetime.datetime) -> Target:
     if cfg.output.partition == "dt":
         day = args.date or now.date()  # `now` is UTC: the partition of a run is its UTC day
-        return Target(str(partition_dir(args.out, day)), args.out, day)
+        return Target(str(partition_dir(args.out, day)), args.out, day)  # a path, or a URI
     if args.date is not None:
         raise UsageError(
             f"--date {args.date.isoformat()} needs a config whose output.partition is 'dt' "
@@ -152,6 +152,8 @@ def settle(args, started: datetime.datetime) -> Job | None:
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
     target = _target(args, cfg, started)
+    if storage.is_uri(target.dataset_root):  # first: a store that cannot be reached fails here, with the reason
+        check_writable("--out", target.dataset_root, file=False, creates_parents=True)
     if target.day is not None:
         check_dataset_root(target.dataset_root)
     inputs = _resolve_inputs(args, cfg)
@@ -161,7 +163,7 @@ def settle(args, started: datetime.datetime) -> Job | None:
     lock = None if args.dry_run else lock_output(target.out_dir, target.dataset_root, run_id)
     try:
         if not args.dry_run and check_output_dir(target.out_dir, args.force):
-            _check_same_run(target.out_dir, inputs, cfg)
+            _check_same_run(target, inputs, cfg)
             log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
                      "(use --force to recompute)", target.out_dir)
             lock.release()
@@ -177,16 +179,20 @@ def settle(args, started: datetime.datetime) -> Job | None:
 def _check_output_paths(args, target: Target, inputs: Inputs) -> None:
     """Outputs apart from the inputs, and every output writable, before anything is read."""
     given = {"--docs": inputs.docs_path, "--queries": inputs.queries_path}
-    check_outputs_apart({"--out": target.dataset_root, "--tsv": args.tsv}, given)
+    # The run record (manifest, quarantined lines) is written beside the dataset root.
+    record = str(record_dir(target.dataset_root))
+    outputs = {"--out": target.dataset_root, "--out (its run record)": record}
+    check_outputs_apart({**outputs, "--tsv": args.tsv}, given)
     if args.tsv is not None:
-        check_outputs_apart({"--tsv": args.tsv}, {"--out": target.dataset_root})
+        check_outputs_apart({"--tsv": args.tsv}, outputs)
         check_writable("--tsv", args.tsv, file=True, creates_parents=False)
     check_writable("--out", target.dataset_root, file=False, creates_parents=True)
 
 
-def _check_same_run(out_dir: str, inputs: Inputs, cfg: configs.JobConfig) -> None:
+def _check_same_run(target: Target, inputs: Inputs, cfg: configs.JobConfig) -> None:
     """Refuse to skip a finished result made from other inputs or settings."""
-    rejected = rejected_paths(out_dir, "queries")
+    out_dir = target.out_dir
+    rejected = rejected_paths(out_dir, "queries", target.dataset_root)
     docs_files = plan_pieces(inputs.docs_path, 1)[2]
     docs = fingerprint(docs_files, inputs.docs_path)
     if cfg.self_join:
@@ -194,7 +200,7 @@ def _check_same_run(out_dir: str, inputs: Inputs, cfg: configs.JobConfig) -> Non
     else:
         queries = fingerprint([f for f in query_files(inputs.queries_path) if f not in rejected], inputs.queries_path)
     settings = {key: getattr(cfg, key) for key in RESULT_SETTINGS}
-    diffs = differences(out_dir, {"docs": docs, "queries": queries}, settings)
+    diffs = differences(out_dir, target.dataset_root, {"docs": docs, "queries": queries}, settings)
     if diffs:
         raise PathError(
             f"--out {out_dir}: expected a finished result of the same inputs and settings (a rerun is then a no-op), "

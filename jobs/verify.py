@@ -10,18 +10,16 @@ lengths row by row. Exit code 0 when every sampled query matches, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import sys
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
 
 import configs
 from kernels import NumpyShardIndex
 
 from . import add_version, prog_name
+from .output import open_results, read_manifest
 
 __all__ = ["build_parser", "main"]
 
@@ -32,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(p)
     p.add_argument("--docs", required=True, help="the corpus the run searched (as given to settopk-score --docs)")
     p.add_argument("--queries", required=True, help="the queries the run searched (as given to settopk-score --queries)")
-    p.add_argument("--results", required=True, help="result dataset directory written by jobs.score")
+    p.add_argument("--results", required=True, help="result directory (path or URI) written by jobs.score (a nightly run's: ROOT/dt=YYYY-MM-DD)")
     p.add_argument("--sample", type=int, default=200, help="queries to recheck (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the query sample (default: %(default)s)")
     p.add_argument("--config", default="local", help="config whose vocab_size and max_len the run used (default: %(default)s)")
@@ -47,7 +45,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     cfg = configs.load_config(args.config)
-    manifest = json.loads((pathlib.Path(args.results) / "_manifest.json").read_text())
+    manifest = read_manifest(args.results)
     k = manifest["counts"]["k"]
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     t = time.perf_counter()
@@ -61,7 +59,7 @@ def main(argv=None) -> int:
     expected = index.search(queries.queries.take(sample), k)
     reference_s = time.perf_counter() - t
 
-    table = pq.read_table(args.results, columns=["query_id", "rank", "doc_id", "overlap", "doc_len"]).to_pydict()
+    table = open_results(args.results).to_table(columns=["query_id", "rank", "doc_id", "overlap", "doc_len"]).to_pydict()
     rows: dict[str, list] = {}
     for qid, rank, doc_id, ov, dl in zip(*table.values()):
         rows.setdefault(qid, []).append((rank, doc_id, ov, dl))

@@ -1,15 +1,16 @@
 """The results as analytics tools read them: DuckDB, Polars, pandas and pyarrow (Spark where
-installed), with no help, on both layouts; every reader line of the README is run as written.
+installed), pointed at the directory, on both layouts; every reader line of the README is run as
+written.
 
 Two nights are written with the shipped ``nightly`` config into one dataset root; each reader
 must see the same rows, the documented column types, a ``dt`` date column from the Hive
-partition directories, and the run facts in the Parquet metadata.
+partition directories, and the run facts in the Parquet metadata. The result directories hold
+only Parquet parts and an empty ``_SUCCESS``: the run record lies beside the root.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import pathlib
 import re
 
@@ -21,7 +22,7 @@ import pytest
 
 from configs import load_config
 from jobs import score
-from jobs.output import DT_PARTITIONING, RESULT_SCHEMA, open_results
+from jobs.output import DT_PARTITIONING, RESULT_SCHEMA, manifest_path, open_results, read_manifest, rejected_path
 
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(180)]
 
@@ -52,7 +53,7 @@ def nightly_root(tmp_path_factory):
 
 
 def _manifest(root, night):
-    return json.loads((root / f"dt={night}" / "_manifest.json").read_text())
+    return read_manifest(root / f"dt={night}")
 
 
 def test_nightly_config_partitions_by_date():
@@ -63,9 +64,13 @@ def test_nightly_config_partitions_by_date():
 
 def test_root_holds_only_partitions(nightly_root):
     assert sorted(p.name for p in nightly_root.iterdir()) == [f"dt={n}" for n in NIGHTS]
+    record = nightly_root.with_name("results.run")
     for night in NIGHTS:
         names = sorted(p.name for p in (nightly_root / f"dt={night}").iterdir())
-        assert names == ["_SUCCESS", "_manifest.json", "part-00000.parquet"]
+        assert names == ["_SUCCESS", "part-00000.parquet"]
+        assert (nightly_root / f"dt={night}" / "_SUCCESS").stat().st_size == 0
+        assert sorted(p.name for p in (record / f"dt={night}").iterdir()) == ["manifest.json"]
+        assert manifest_path(nightly_root / f"dt={night}") == record / f"dt={night}" / "manifest.json"
     assert not [p for p in nightly_root.parent.iterdir() if p.name.startswith(".")]  # no staging left beside it
 
 
@@ -83,9 +88,7 @@ def test_pyarrow_dataset_with_pinned_partition_type(nightly_root):
 def test_duckdb_reads_types_rows_and_metadata(nightly_root):
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
-    rel = con.sql(
-        f"SELECT * FROM read_parquet('{nightly_root}/*/*.parquet', hive_partitioning = true, hive_types = {{'dt': DATE}})"
-    )
+    rel = con.sql(f"SELECT * FROM read_parquet('{nightly_root}')")  # no glob, no Hive options
     assert dict(zip(rel.columns, map(str, rel.types))) == {
         "query_id": "VARCHAR",
         "rank": "SMALLINT",
@@ -97,8 +100,7 @@ def test_duckdb_reads_types_rows_and_metadata(nightly_root):
         "dt": "DATE",
     }
     counts = con.sql(
-        f"SELECT dt, count(*), count(DISTINCT query_id), max(rank) FROM read_parquet('{nightly_root}/*/*.parquet', "
-        "hive_partitioning = true, hive_types = {'dt': DATE}) GROUP BY dt ORDER BY dt"
+        f"SELECT dt, count(*), count(DISTINCT query_id), max(rank) FROM read_parquet('{nightly_root}') GROUP BY dt ORDER BY dt"
     ).fetchall()
     assert counts == [(datetime.date.fromisoformat(n), N_QUERIES * K, N_QUERIES, K) for n in NIGHTS]
     kv = con.sql(
@@ -112,7 +114,7 @@ def test_duckdb_reads_types_rows_and_metadata(nightly_root):
 @pytest.fixture(scope="module")
 def results_dir(nightly_root):
     """One result directory (the default, unpartitioned layout), with a quarantined line, so that
-    it also holds ``_rejected/``."""
+    its run record also holds ``rejected.parquet``."""
     manifest = _manifest(nightly_root, NIGHTS[0])
     tmp = nightly_root.parent
     docs = tmp / "docs-with-a-bad-line.txt"
@@ -122,7 +124,8 @@ def results_dir(nightly_root):
     out = tmp / "one-result"
     assert score.main(["--config", str(cfg), "--docs", str(docs), "--queries", manifest["inputs"]["queries"]["path"],
                        "--out", str(out), "--k", str(K), "--quiet"]) == 0
-    assert (out / "_rejected").is_dir() and (out / "_manifest.json").is_file()
+    assert rejected_path(out).is_file() and manifest_path(out).is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
     return out
 
 
@@ -150,13 +153,28 @@ def _as_arrow(result) -> pa.Table:
     return result.arrow().read_all() if hasattr(result.arrow(), "read_all") else result.arrow()  # a DuckDB relation
 
 
+def _sorted_rows(table: pa.Table) -> pa.Table:
+    """The result columns with the documented types, in (dt,) query and rank order."""
+    keys = [("dt", "ascending")] if "dt" in table.column_names else []
+    table = table.sort_by(keys + [("query_id", "ascending"), ("rank", "ascending")])
+    return table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA.remove_metadata())
+
+
+def _check_types(table: pa.Table, line: str) -> None:
+    """The documented column types; strings may come back as large strings (Polars, pandas)."""
+    for field in RESULT_SCHEMA:
+        got = table.schema.field(field.name).type
+        assert got == field.type or (field.type == pa.string() and got == pa.large_string()), (line, field.name, got)
+
+
 def test_readme_reader_one_liners_run_as_written(nightly_root, results_dir, tmp_path, monkeypatch):
     lines = _readme_reader_lines()
     assert lines[0].startswith("import ")
     readers = lines[1:]
     for name in ("duckdb.sql(", "pl.read_parquet(", "pl.scan_parquet(", "pd.read_parquet(", "pq.read_table(", "spark.read.parquet("):
         for layout in ("results", "nightly"):
-            assert any(r.startswith(name) and (f'"{layout}' in r or f"'{layout}/" in r) for r in readers), (name, layout)
+            assert any(r.startswith(name) and re.search(f"[\"']{layout}[\"']", r) for r in readers), (name, layout)
+    assert not [r for r in readers if "*" in r.replace("SELECT *", "")], "no reader needs a glob"
     (tmp_path / "results").symlink_to(results_dir)
     (tmp_path / "nightly").symlink_to(nightly_root)
     monkeypatch.chdir(tmp_path)
@@ -168,7 +186,10 @@ def test_readme_reader_one_liners_run_as_written(nightly_root, results_dir, tmp_
         namespace["spark"] = SparkSession.builder.master("local[1]").getOrCreate()
     except ImportError:
         readers = [r for r in readers if not r.startswith("spark.")]  # PySpark is not a test dependency
-    run_id = json.loads((results_dir / "_manifest.json").read_text())["run_id"]
+    run_id = read_manifest(results_dir)["run_id"]
+    expected = {"results": _sorted_rows(pq.read_table(results_dir)),
+                "nightly": _sorted_rows(open_results(nightly_root).to_table())}
+    nightly_dt = sorted(open_results(nightly_root).to_table()["dt"].to_pylist())
     for line in readers:
         result = eval(line, namespace)  # noqa: S307 (the README's own line)
         if isinstance(result, dict):  # Polars' footer metadata
@@ -178,25 +199,32 @@ def test_readme_reader_one_liners_run_as_written(nightly_root, results_dir, tmp_
         if "parquet_kv_metadata" in line:
             kv = dict(zip(table["key"].to_pylist(), table["value"].to_pylist()))
             assert kv["settopk.run_id"] == run_id and isinstance(kv["settopk.run_id"], str), line
+            assert set(kv) == {"settopk.run_id", "settopk.k", "settopk.score", "settopk.schema_version"}, line
             continue
+        _check_types(table, line)
         if "nightly" in line:
-            assert table.num_rows == len(NIGHTS) * N_QUERIES * K, line
-            assert table.schema.field("dt").type == pa.date32(), (line, table.schema.field("dt").type)
-            assert {d.isoformat() for d in table["dt"].to_pylist()} == set(NIGHTS), line
+            dt = table.schema.field("dt").type
+            assert pa.types.is_date(dt) or pa.types.is_timestamp(dt), (line, dt)  # a date, not strings
+            days = table["dt"].cast(pa.date32()).to_pylist()
+            assert sorted(days) == nightly_dt and {d.isoformat() for d in days} == set(NIGHTS), line
+            assert _sorted_rows(table.set_column(table.schema.get_field_index("dt"), "dt", table["dt"].cast(pa.date32()))).equals(
+                expected["nightly"]), line
         else:
-            assert table.num_rows == N_QUERIES * K and "dt" not in table.column_names, line
-        assert set(RESULT_SCHEMA.names) <= set(table.column_names), line
+            assert "dt" not in table.column_names, line
+            assert _sorted_rows(table).equals(expected["results"]), line
 
 
-def test_without_a_partitioning_schema_pandas_reads_dt_as_strings(nightly_root):
-    """Why the README gives pandas and pyarrow the schema: Hive discovery cannot infer a date."""
+def test_without_a_partitioning_schema_pandas_and_pyarrow_read_dt_as_strings(nightly_root):
+    """Why the README helps pandas and pyarrow: their Hive discovery infers integers and strings
+    only, and a physical ``dt`` column in the files would clash with the inferred one."""
     pd = pytest.importorskip("pandas")
     assert isinstance(pd.read_parquet(nightly_root).dtypes["dt"], pd.CategoricalDtype)
+    assert pq.read_table(nightly_root).schema.field("dt").type == pa.dictionary(pa.int32(), pa.string())
 
 
 def test_polars_reads_types_and_rows(nightly_root):
     pl = pytest.importorskip("polars")
-    lf = pl.scan_parquet(f"{nightly_root}/**/*.parquet", hive_partitioning=True, hive_schema={"dt": pl.Date})
+    lf = pl.scan_parquet(nightly_root)  # the directory, no glob, no Hive options
     assert dict(lf.collect_schema()) == {
         "query_id": pl.String,
         "rank": pl.Int16,
@@ -230,3 +258,11 @@ def test_row_groups_and_compression(nightly_root, tmp_path):
     assert sizes == [40] * 9 + [10]  # 45 rounded down to 4 whole queries of 10 rows
     first_ids = pq.read_table(out / f"dt={NIGHTS[0]}").column("query_id").to_pylist()
     assert first_ids == [str(i) for i in range(N_QUERIES) for _ in range(K)]  # query order, not string order
+
+
+def test_verify_reads_the_manifest_of_a_partition(nightly_root):
+    from jobs import verify
+
+    manifest = _manifest(nightly_root, NIGHTS[0])
+    assert verify.main(["--docs", manifest["inputs"]["docs"]["path"], "--queries", manifest["inputs"]["queries"]["path"],
+                        "--results", str(nightly_root / f"dt={NIGHTS[0]}"), "--config", "nightly", "--sample", "10"]) == 0

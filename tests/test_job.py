@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import score
-from jobs.output import RESULT_SCHEMA
+from jobs.output import RESULT_SCHEMA, manifest_path, read_manifest, rejected_path
 from kernels import brute_force_topk
 from tests.fault_helpers import crashing_searcher
 from tests.job_helpers import job_config as _config
@@ -70,7 +69,7 @@ def test_text_inputs_match_oracle_with_any_shard_count(tmp_path, tie_corpus, n_s
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
     table = _read_rows(out)
     assert _as_rows(table) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["counts"]["rows"] == table.num_rows and manifest["counts"]["queries_with_repeated_ids"] == 1
     assert len(manifest["shards"]) == n_shards and manifest["backend"] == "numpy"
     assert {"validate_s", "load_s", "search_s", "merge_s"} <= set(manifest["timings_s"])
@@ -98,7 +97,7 @@ def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpu
     cfg = _config(tmp_path, n_shards=n_shards, replicas=replicas, cpus_per_shard=0.25, query_batch_size=1000)
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
-    shards = json.loads((out / "_manifest.json").read_text())["shards"]
+    shards = read_manifest(out)["shards"]
     assert [(s["shard_id"], s["replica"]) for s in shards] == [(i % n_shards, i // n_shards) for i in range(n_shards * replicas)]
     # A chunk is cut into one batch per replica at least, so every actor searched queries.
     assert all(s["queries_searched"] > 0 for s in shards)
@@ -113,7 +112,7 @@ def test_routing_to_the_postings_gives_the_oracle_rows(tmp_path, tie_corpus, rou
     cfg = _config(tmp_path, n_shards=2, query_batch_size=9, routing=routing)
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
-    shards = json.loads((out / "_manifest.json").read_text())["shards"]
+    shards = read_manifest(out)["shards"]
     assert all(s["routing"] == routing for s in shards)
     plan_out = tmp_path / "plan"
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(plan_out), "--config", cfg, "--dry-run"]) == 0
@@ -266,11 +265,11 @@ def test_rerun_is_a_no_op_unless_forced(tmp_path, tie_corpus):
     out = tmp_path / "out"
     args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--quiet"]
     assert score.main(args) == 0
-    stamp = (out / "_manifest.json").stat().st_mtime_ns
+    stamp = manifest_path(out).stat().st_mtime_ns
     assert score.main(args) == 0
-    assert (out / "_manifest.json").stat().st_mtime_ns == stamp
+    assert manifest_path(out).stat().st_mtime_ns == stamp
     assert score.main(args + ["--force"]) == 0
-    assert (out / "_manifest.json").stat().st_mtime_ns != stamp
+    assert manifest_path(out).stat().st_mtime_ns != stamp
 
 
 def test_synthetic_default_corpus(tmp_path):
@@ -279,7 +278,7 @@ def test_synthetic_default_corpus(tmp_path):
     assert score.main(["--out", str(out), "--config", cfg, "--k", "10", "--quiet"]) == 0
     table = pq.read_table(out)
     assert table.num_rows == 250
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["inputs"]["docs"]["synthetic"] is True and manifest["counts"]["n_docs"] == 3000
 
 
@@ -290,7 +289,7 @@ def _run_both_backends(tmp_path, docs_path, queries_path, k, **extra):
         cfg = _config(tmp_path, name=backend, backend=backend, n_shards=2, gpus_per_shard=0.5, **extra)
         args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]
         assert score.main(args) == 0
-        assert json.loads((out / "_manifest.json").read_text())["backend"] == backend
+        assert read_manifest(out)["backend"] == backend
         tables[backend] = pq.read_table(out)
     return tables
 
@@ -335,11 +334,11 @@ def test_nightly_partition_date_rerun_and_default_today(tmp_path, tie_corpus):
     args = ["--docs", docs_path, "--queries", queries_path, "--out", str(root), "--config", cfg, "--k", "5", "--quiet"]
     assert score.main(args + ["--date", "2026-11-20"]) == 0
     part = root / "dt=2026-11-20"
-    manifest = json.loads((part / "_manifest.json").read_text())
+    manifest = read_manifest(part)
     assert manifest["output"]["partition"] == {"dt": "2026-11-20"} and manifest["output"]["dataset_root"] == str(root)
-    stamp = (part / "_manifest.json").stat().st_mtime_ns
+    stamp = manifest_path(part).stat().st_mtime_ns
     assert score.main(args + ["--date", "2026-11-20"]) == 0  # finished partition: a no-op
-    assert (part / "_manifest.json").stat().st_mtime_ns == stamp
+    assert manifest_path(part).stat().st_mtime_ns == stamp
     today = datetime.datetime.now(datetime.timezone.utc).date()
     assert score.main(args) == 0
     assert sorted(p.name for p in root.iterdir()) == sorted({"dt=2026-11-20", f"dt={today.isoformat()}"})
@@ -373,7 +372,7 @@ def test_manifest_run_id_fingerprint_and_file_metadata(tmp_path, tie_corpus):
     out = tmp_path / "out"
     args = ["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--k", "4", "--quiet"]
     assert score.main(args + ["--run-id", "nightly-2026-11-20"]) == 0
-    first = json.loads((out / "_manifest.json").read_text())
+    first = read_manifest(out)
     assert first["run_id"] == "nightly-2026-11-20"
     meta = pq.read_schema(out / "part-00000.parquet").metadata
     assert meta[b"settopk.run_id"] == b"nightly-2026-11-20" and meta[b"settopk.k"] == b"4"
@@ -382,13 +381,13 @@ def test_manifest_run_id_fingerprint_and_file_metadata(tmp_path, tie_corpus):
     assert first["fingerprint"]["docs"]["files"] == 1 and len(first["fingerprint"]["corpus"]) == 64
 
     assert score.main(args + ["--force"]) == 0  # same inputs: same fingerprint, a new run id
-    second = json.loads((out / "_manifest.json").read_text())
+    second = read_manifest(out)
     assert second["fingerprint"] == first["fingerprint"] and second["run_id"] != first["run_id"]
 
     copy = tmp_path / "docs-copy.txt"
     copy.write_text(open(docs_path).read() + "1,2\n")  # the corpus changed
     assert score.main(["--docs", str(copy), "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--k", "4", "--quiet", "--force"]) == 0
-    third = json.loads((out / "_manifest.json").read_text())
+    third = read_manifest(out)
     assert third["fingerprint"]["corpus"] != first["fingerprint"]["corpus"]
     assert third["fingerprint"]["queries"] == first["fingerprint"]["queries"]
 
@@ -437,7 +436,7 @@ def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tm
     assert score.main(base + ["--config", chaos, "--out", str(tmp_path / "crashed-run")], searcher_cls=crashing) == 0
     assert marker.exists()  # the fault happened, and the run still finished
     assert pq.read_table(tmp_path / "crashed-run").equals(pq.read_table(tmp_path / "clean"))
-    shards = json.loads((tmp_path / "crashed-run" / "_manifest.json").read_text())["shards"]
+    shards = read_manifest(tmp_path / "crashed-run")["shards"]
     assert [s["restarted"] for s in shards] == [True, False]
 
 
@@ -465,10 +464,11 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
     doc_ids = [0, 2, 3, 5]  # doc ids stay line numbers
     expected = _expected_rows(docs, [[2], [1, 2]], ["0", "1"], 3)
     expected = [(q, r, doc_ids[d], s, o, ql, dl) for q, r, d, s, o, ql, dl in expected]
-    assert _as_rows(_read_rows(out)) == expected  # the dataset scan skips _rejected/
-    rejected = pq.read_table(out / "_rejected" / "rejected.parquet").to_pydict()
+    assert _as_rows(_read_rows(out)) == expected
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]  # the rejected lines live in the run record
+    rejected = pq.read_table(rejected_path(out)).to_pydict()
     assert list(zip(rejected["input"], rejected["line"])) == [("docs", 2), ("docs", 5), ("queries", 3)]
-    counts = json.loads((out / "_manifest.json").read_text())["counts"]
+    counts = read_manifest(out)["counts"]
     assert counts["rejected_docs"] == 2 and counts["rejected_queries"] == 1
 
 
@@ -538,7 +538,7 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
         cfg = _config(tmp_path, name=f"x{exchange}", n_shards=3, query_batch_size=8, threshold_exchange=exchange)
         assert score.main(["--docs", str(root), "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
         tables[exchange] = _read_rows(out)
-        shards = json.loads((out / "_manifest.json").read_text())["shards"]
+        shards = read_manifest(out)["shards"]
         assert len(shards) == 3
         skipped[exchange] = sum(s["queries_skipped"] for s in shards)
     assert [len(r.pieces) for r in reads] == [6, 6] and not any(r.ordered for r in reads)
@@ -572,4 +572,4 @@ def test_compiled_cpu_backend_gives_the_oracle_rows(tmp_path, tie_corpus, routin
     cfg = _config(tmp_path, backend="cpu", n_shards=2, query_batch_size=9, routing=routing)
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", str(k), "--config", cfg, "--quiet"]) == 0
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], k)
-    assert {s["backend"] for s in json.loads((out / "_manifest.json").read_text())["shards"]} == {"cpu"}
+    assert {s["backend"] for s in read_manifest(out)["shards"]} == {"cpu"}

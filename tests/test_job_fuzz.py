@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs import score
-from jobs.output import MANIFEST, SUCCESS, work_dir
+from jobs.output import SUCCESS, manifest_path, work_dir
 from tests.job_helpers import job_config
 from tests.parquet_fuzz import MAX_LEN, VOCAB_SIZE, cases
 
@@ -38,7 +38,7 @@ def _run_job(tmp_path, docs: str, queries: str, on_invalid: str) -> None:
     assert not thread.is_alive(), f"the job did not end within {_TIME_LIMIT_S} s"
     assert result["code"] in (0, 2)
     if result["code"] == 0:
-        assert (out / SUCCESS).exists() and (out / MANIFEST).exists()
+        assert (out / SUCCESS).exists() and manifest_path(out).exists()
     else:
         assert not out.exists()
     assert not work_dir(out).exists() or result["code"] == 0  # exit 2 leaves no work directory

@@ -18,6 +18,7 @@ import pytest
 
 from jobs import score
 from jobs.guard import lock_output, output_lock_path
+from jobs.output import manifest_path, read_manifest, rejected_path
 from tests.job_helpers import ROOT, job_config, result_rows, write_sets
 
 DOCS = [[1, 2, 3], [2, 3], [3, 4, 5], [1, 5], [7]]
@@ -79,6 +80,21 @@ def test_out_holding_an_input_and_tsv_inside_out_are_refused(tmp_path, caplog):
     caplog.clear()
     _refused(tmp_path, caplog, ["--docs", docs, "--queries", queries, "--out", str(tmp_path / "o"), "--config", cfg,
                                 "--tsv", str(tmp_path / "o" / "r.tsv")], "--tsv", "--out")
+
+
+def test_an_input_inside_the_run_record_or_a_tsv_there_is_refused(tmp_path, caplog):
+    """The run record ``OUT.run`` beside the result is an output too: it must not hold an input."""
+    docs, queries = _inputs(tmp_path)
+    cfg = job_config(tmp_path)
+    record = tmp_path / "out.run"
+    record.mkdir()
+    moved = record / "docs.txt"
+    pathlib.Path(docs).rename(moved)
+    _refused(tmp_path, caplog, ["--docs", str(moved), "--queries", queries, "--out", str(tmp_path / "out"), "--config", cfg],
+             "--out (its run record)", "--docs")
+    caplog.clear()
+    _refused(tmp_path, caplog, ["--docs", str(moved), "--queries", queries, "--out", str(tmp_path / "o"), "--config", cfg,
+                                "--tsv", str(tmp_path / "o.run" / "r.tsv")], "--tsv", "--out (its run record)")
 
 
 def test_tsv_through_a_symlink_to_an_input_is_refused(tmp_path, caplog):
@@ -200,9 +216,9 @@ def test_rerun_with_other_inputs_or_settings_is_refused_naming_what_differs(tmp_
     out = tmp_path / "out"
     base = ["--docs", docs, "--queries", queries, "--out", str(out), "--config", cfg, "--quiet"]
     assert score.main([*base, "--k", "2"]) == 0
-    made = (out / "_manifest.json").read_text()
+    made = manifest_path(out).read_text()
     assert score.main([*base, "--k", "2"]) == 0  # same: a no-op
-    assert (out / "_manifest.json").read_text() == made
+    assert manifest_path(out).read_text() == made
     other_docs = write_sets(tmp_path / "docs2.txt", DOCS[:3])
     for extra, needle in ((["--k", "3"], "k (2 there, 3 now)"), (["--k", "2", "--score", "jaccard"], "score"),
                           (["--k", "2", "--docs", other_docs], "the docs")):
@@ -211,9 +227,9 @@ def test_rerun_with_other_inputs_or_settings_is_refused_naming_what_differs(tmp_
         with caplog.at_level(logging.ERROR, logger="settopk"):
             assert score.main(args) == 2, extra
         assert needle in caplog.text and "--force" in caplog.text, caplog.text
-        assert (out / "_manifest.json").read_text() == made
+        assert manifest_path(out).read_text() == made
     assert score.main([*base, "--k", "3", "--force"]) == 0
-    assert json.loads((out / "_manifest.json").read_text())["config"]["k"] == 3
+    assert read_manifest(out)["config"]["k"] == 3
 
 
 def test_rerun_under_quarantine_with_a_rejected_query_file_is_a_no_op(tmp_path, ray_cluster):
@@ -223,9 +239,9 @@ def test_rerun_under_quarantine_with_a_rejected_query_file_is_a_no_op(tmp_path, 
     out = tmp_path / "out"
     base = ["--docs", docs, "--queries", queries, "--out", str(out), "--config", cfg, "--k", "2", "--quiet"]
     assert score.main(base) == 0
-    made = (out / "_manifest.json").read_text()
+    made = manifest_path(out).read_text()
     assert score.main(base) == 0
-    assert (out / "_manifest.json").read_text() == made
+    assert manifest_path(out).read_text() == made
 
 
 # (7) one run at a time on an output
@@ -333,6 +349,6 @@ def test_quarantine_on_uint16_parquet_sets_the_bad_rows_aside(tmp_path, ray_clus
     out = tmp_path / "out"
     assert score.main(["--docs", docs, "--queries", queries, "--out", str(out), "--config", job_config(tmp_path, on_invalid="quarantine"),
                        "--k", "2", "--quiet"]) == 0
-    rejected = pq.read_table(out / "_rejected" / "rejected.parquet").to_pydict()
+    rejected = pq.read_table(rejected_path(out)).to_pydict()
     assert sorted(zip(rejected["input"], rejected["row"])) == [("docs", 1), ("queries", 2)]
     assert sorted({r[0] for r in result_rows(out)}) == ["a", "b"]

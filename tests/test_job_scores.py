@@ -3,7 +3,6 @@ the output's score column and metadata, the manifest, bad names, and resume acro
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -11,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import score as job
-from jobs.output import work_dir
+from jobs.output import read_manifest, work_dir
 from kernels import SCORES, brute_force_topk, score_definition
 from tests.job_helpers import job_config, result_rows as _rows, score_apart as _value, write_sets as _write
 
@@ -53,7 +52,7 @@ def test_every_score_from_the_cli_matches_the_oracle(tmp_path, corpus, score):
     assert _rows(out) == _expected_rows(docs, queries, 30, score)
     meta = pq.read_schema(next(out.glob("*.parquet"))).metadata
     assert meta[b"settopk.score"].decode() == score_definition(score)
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["score"] == score and manifest["config"]["score"] == score
     assert sum(s["queries_skipped"] for s in manifest["shards"]) > 0  # the floors pruned in this score's keys
 
@@ -64,7 +63,7 @@ def test_score_from_the_config_and_cli_overrides_it(tmp_path, corpus):
     base = ["--docs", docs_path, "--queries", queries_path, "--k", "12", "--config", cfg, "--quiet"]
     assert job.main(base + ["--out", str(tmp_path / "a")]) == 0
     assert _rows(tmp_path / "a") == _expected_rows(docs, queries, 12, "dice")
-    assert json.loads((tmp_path / "a" / "_manifest.json").read_text())["score"] == "dice"
+    assert read_manifest(tmp_path / "a")["score"] == "dice"
     assert job.main(base + ["--out", str(tmp_path / "b"), "--score", "containment"]) == 0
     assert _rows(tmp_path / "b") == _expected_rows(docs, queries, 12, "containment")
 
@@ -75,7 +74,7 @@ def test_default_score_is_braun_blanquet(tmp_path, corpus):
     assert job.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "5",
                      "--config", _config(tmp_path), "--quiet"]) == 0
     assert _rows(out) == _expected_rows(docs, queries, 5, "braun_blanquet")
-    assert json.loads((out / "_manifest.json").read_text())["score"] == "braun_blanquet"
+    assert read_manifest(out)["score"] == "braun_blanquet"
     meta = pq.read_schema(next(out.glob("*.parquet"))).metadata
     assert meta[b"settopk.score"] == b"Braun-Blanquet |q & d| / max(|q|, |d|); 0/0 = 0; ties by lower doc_id"
 
@@ -116,14 +115,14 @@ def test_a_run_interrupted_under_one_score_is_not_resumed_under_another(tmp_path
         assert job.main(base + ["--score", "braun_blanquet"]) == 1
     assert len(list(work_dir(out).glob("part-*.parquet"))) == 3
     assert job.main(base + ["--score", "jaccard"]) == 0
-    assert json.loads((out / "_manifest.json").read_text())["counts"]["chunks_resumed"] == 0
+    assert read_manifest(out)["counts"]["chunks_resumed"] == 0
     assert _rows(out) == _expected_rows(docs, queries, 8, "jaccard")
 
     with monkeypatch.context() as m:
         m.setattr(job, "check_parts", interrupt)
         assert job.main(base + ["--score", "braun_blanquet", "--force"]) == 1
     assert job.main(base + ["--score", "braun_blanquet", "--force"]) == 0
-    assert json.loads((out / "_manifest.json").read_text())["counts"]["chunks_resumed"] == 3
+    assert read_manifest(out)["counts"]["chunks_resumed"] == 3
     assert _rows(out) == _expected_rows(docs, queries, 8, "braun_blanquet")
 
 
@@ -137,5 +136,5 @@ def test_cupy_job_matches_the_oracle_for_every_score(tmp_path, corpus, score):
     cfg = _config(tmp_path, backend="cupy", gpus_per_shard=0.5, threshold_exchange="true")
     assert job.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "30",
                      "--score", score, "--config", cfg, "--quiet"]) == 0
-    assert json.loads((out / "_manifest.json").read_text())["backend"] == "cupy"
+    assert read_manifest(out)["backend"] == "cupy"
     assert _rows(out) == _expected_rows(docs, queries, 30, score)

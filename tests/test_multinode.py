@@ -23,6 +23,7 @@ import pytest
 from jobs import score
 from jobs.synthetic import SyntheticSpec, generate_docs, generate_queries, write_parquet
 from tests.test_job import _as_rows, _expected_rows, _read_rows
+from jobs.output import read_manifest
 
 pytestmark = pytest.mark.slow  # a two-node cluster started in a subprocess
 
@@ -105,7 +106,7 @@ def test_two_node_run_matches_one_node_run_and_oracle(corpus, runs):
 def test_two_node_run_puts_one_shard_on_each_node(runs):
     _, two, report = runs
     assert len(report["node_ids"]) == 2
-    shards = json.loads((two / "_manifest.json").read_text())["shards"]
+    shards = read_manifest(two)["shards"]
     assert len(shards) == 2 and all(s["n_docs"] > 0 for s in shards)
     node_ids = [s.get("node_id") for s in shards]
     assert None not in node_ids, f"the manifest's shards carry no node_id: {shards}"

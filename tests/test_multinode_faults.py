@@ -17,6 +17,7 @@ import pytest
 from jobs import score
 from tests.test_job import _read_rows
 from tests.test_multinode import K, _job_args, corpus, run_cluster_script  # noqa: F401  (corpus: the module fixture)
+from jobs.output import read_manifest
 
 pytestmark = pytest.mark.slow  # a four-node cluster started in a subprocess, a node lost, a resume
 
@@ -60,7 +61,7 @@ def test_losing_a_worker_node_mid_run_gives_the_one_node_rows(runs):
     assert start < report["removed"]["at"] < end  # while the first run was going
     assert report["exit_codes"][-1] == 0 and len(report["exit_codes"]) <= 2
     assert _read_rows(four).equals(_read_rows(one))
-    manifest = json.loads((four / "_manifest.json").read_text())
+    manifest = read_manifest(four)
     assert manifest["counts"]["rows"] == 48 * K
     if len(report["exit_codes"]) == 2:  # the job failed with the node and was resumed
         assert manifest["counts"]["chunks_resumed"] >= report["removed"]["parts_committed"] >= 1

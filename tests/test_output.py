@@ -1,5 +1,4 @@
 import datetime
-import json
 import os
 
 import numpy as np
@@ -13,9 +12,16 @@ from jobs.output import (
     OutputExistsError,
     check_dataset_root,
     check_output_dir,
+    commit_results,
+    manifest_path,
     open_results,
     partition_dir,
+    read_manifest,
+    record_dir,
+    rejected_path,
+    rejected_paths,
     results_table,
+    write_part,
     write_results,
     write_tsv,
 )
@@ -62,12 +68,14 @@ def test_write_is_atomic_and_complete(tmp_path):
     out = tmp_path / "res"
     table = results_table(["a", "b"], np.array([2, 0]), _topk())
     write_results(out, table, {"counts": {"rows": 3}})
-    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_manifest.json", "part-00000.parquet"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]  # no staging left behind
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]  # all a reader sees
+    assert (out / "_SUCCESS").stat().st_size == 0  # Polars skips empty files only
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "res.run"]  # the run record beside; no staging left
+    assert manifest_path(out) == tmp_path / "res.run" / "manifest.json"
     back = pq.read_table(out / "part-00000.parquet")
     assert back.schema.equals(RESULT_SCHEMA) and back.num_rows == 3
     assert pq.read_metadata(out / "part-00000.parquet").row_group(0).column(0).compression == "ZSTD"
-    assert json.loads((out / "_manifest.json").read_text()) == {"counts": {"rows": 3}}
+    assert read_manifest(out) == {"counts": {"rows": 3}}
 
 
 def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
@@ -109,8 +117,8 @@ def test_rewrite_with_force_replaces_whole_result(tmp_path):
     out = tmp_path / "res"
     write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {"run": 1})
     write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {"run": 2})
-    assert json.loads((out / "_manifest.json").read_text()) == {"run": 2}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]
+    assert read_manifest(out) == {"run": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "res.run"]
 
 
 def test_tsv(tmp_path):
@@ -169,7 +177,10 @@ def test_partition_is_staged_outside_the_dataset_root(tmp_path, monkeypatch):
     moved = [path for pair in renames for path in pair]
     assert len(renames) == 4 and all(p in finals or os.path.dirname(p) == str(tmp_path) for p in moved)  # staging, trash beside the root
     assert sorted(p.name for p in root.iterdir()) == ["dt=2026-11-19", "dt=2026-11-20"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "results.run"]
+    assert read_manifest(partition_dir(root, day)) == {"again": True}
+    assert read_manifest(partition_dir(root, day), root) == {"again": True}
+    assert manifest_path(partition_dir(root, day)) == tmp_path / "results.run" / "dt=2026-11-20" / "manifest.json"
     dataset = open_results(root)
     assert dataset.schema.field("dt").type == pa.date32()
     assert dataset.count_rows() == 12
@@ -215,3 +226,79 @@ def test_part_writer_abort_leaves_nothing(tmp_path):
     writer.write(results_table(["a", "b"], np.array([2, 0]), _topk()))
     writer.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+def _rejected(paths):
+    from jobs.output import REJECTED_SCHEMA
+
+    return pa.table({"input": ["queries"] * len(paths), "path": paths, "line": pa.array([None] * len(paths), pa.int64()),
+                     "row": pa.array([None] * len(paths), pa.int64()), "reason": ["bad"] * len(paths)}, schema=REJECTED_SCHEMA)
+
+
+def _stage(tmp_path, name="stage"):
+    stage = tmp_path / name
+    stage.mkdir()
+    write_part(stage, 0, _big_table(2, 3))
+    return stage
+
+
+def test_manifest_is_written_after_the_old_result_goes_and_before_the_new_one_appears(tmp_path, monkeypatch):
+    from jobs.location import Place
+
+    root = tmp_path / "results"
+    out = partition_dir(root, datetime.date(2026, 11, 20))
+    commit_results(_stage(tmp_path, "s1"), out, {"run": 1}, dataset_root=root)
+    seen = []
+    real = Place.write_bytes
+
+    def spy(place, data):
+        if place.name == "manifest.json":
+            seen.append(((out / "_SUCCESS").exists(), place.path))
+        real(place, data)
+
+    monkeypatch.setattr(Place, "write_bytes", spy)
+    commit_results(_stage(tmp_path, "s2"), out, {"run": 2}, dataset_root=root)  # replace, as --force
+    assert seen == [(False, str(manifest_path(out)))]  # old result gone, new one not yet there
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+    assert read_manifest(out) == {"run": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "results.run"]  # no staging or trash left
+
+
+def test_a_commit_that_fails_after_the_manifest_leaves_no_result(tmp_path, monkeypatch):
+    out = tmp_path / "res"
+    commit_results(_stage(tmp_path, "s1"), out, {"run": 1})
+    real_rename = os.rename
+
+    def fail_on_publish(src, dst):
+        if os.fspath(dst) == str(out):
+            raise OSError("power cut")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", fail_on_publish)
+    with pytest.raises(OSError, match="power cut"):
+        commit_results(_stage(tmp_path, "s2"), out, {"run": 2})
+    assert not out.exists()  # the old result went first: no _SUCCESS beside a newer manifest
+    with pytest.raises(FileNotFoundError, match="no _SUCCESS"):
+        read_manifest(out)
+    assert check_output_dir(out, force=False) is False  # a rerun recomputes
+
+
+def test_quarantined_lines_live_in_the_run_record(tmp_path):
+    out = tmp_path / "res"
+    commit_results(_stage(tmp_path, "s1"), out, {"run": 1}, rejected=_rejected(["q/a.txt"]))
+    assert rejected_path(out) == tmp_path / "res.run" / "rejected.parquet"
+    assert rejected_paths(out, "queries") == {"q/a.txt"} and rejected_paths(out, "docs") == set()
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+    commit_results(_stage(tmp_path, "s2"), out, {"run": 2})  # a replacing run without quarantine
+    assert not rejected_path(out).exists() and rejected_paths(out, "queries") == set()
+
+
+def test_a_run_record_is_not_an_output(tmp_path):
+    write_results(tmp_path / "res", _big_table(1, 1), {})
+    with pytest.raises(OutputExistsError, match="run record"):
+        check_output_dir(tmp_path / "res.run", force=False)
+    with pytest.raises(OutputExistsError, match="run record"):
+        check_dataset_root(tmp_path / "res.run")
+    assert record_dir(tmp_path / "res") == tmp_path / "res.run"
+    root = tmp_path / "root"
+    assert record_dir(partition_dir(root, datetime.date(2026, 1, 2)), root) == tmp_path / "root.run" / "dt=2026-01-02"

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import score
-from jobs.output import work_dir
+from jobs.output import read_manifest, work_dir
 from tests.job_helpers import kill_driver_mid_run, write_sets as _write
 
 
@@ -31,7 +31,7 @@ def test_killed_driver_resumes_to_an_identical_result(tmp_path, ray_cluster):
     assert 3 <= committed < 60
 
     assert score.main(args + ["--out", str(out)]) == 0  # same arguments: resume
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["counts"]["chunks_resumed"] >= committed - 1 and manifest["run_id"] == "nightly-1"
     assert not work.exists()
 
@@ -56,4 +56,4 @@ def test_changed_inputs_discard_an_interrupted_run(tmp_path, ray_cluster):
     (work / "part-00000.parquet").write_text("stale")
     assert score.main(["--docs", docs, "--queries", queries, "--out", str(out), "--config", str(cfg), "--quiet"]) == 0
     assert pq.read_table(out).num_rows == 9
-    assert json.loads((out / "_manifest.json").read_text())["counts"]["chunks_resumed"] == 0
+    assert read_manifest(out)["counts"]["chunks_resumed"] == 0

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import score as job
-from jobs.output import work_dir
+from jobs.output import read_manifest, rejected_path, work_dir
 from kernels import TopK, brute_force_topk
 from shards import drop_own_docs
 from shards.inputs import DocQueryStream, InputError, SetLimits, read_corpus
@@ -175,7 +174,7 @@ def test_self_join_excluding_self_matches_the_oracle(tmp_path, ray_cluster, tie_
     rows = _rows(out)
     assert rows == _expected_self_join(docs, list(range(len(docs))), 12, score)
     assert all(query_id != str(doc_id) for query_id, _, doc_id, *_ in rows)
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["inputs"]["queries"]["self_join"] is True and manifest["inputs"]["queries"]["include_self"] is False
     assert manifest["config"]["self_join"] is True and manifest["output"]["parts"] == 4
     counts = manifest["counts"]
@@ -189,7 +188,7 @@ def test_include_self_keeps_each_doc_in_its_own_results(tmp_path, ray_cluster, t
     out = tmp_path / "out"
     assert job.main(["--self-join", "--include-self", "--docs", docs_path, "--out", str(out), "--k", "6", "--config", cfg, "--quiet"]) == 0
     assert _rows(out) == _expected_self_join(docs, list(range(len(docs))), 6, include_self=True)
-    assert json.loads((out / "_manifest.json").read_text())["inputs"]["queries"]["include_self"] is True
+    assert read_manifest(out)["inputs"]["queries"]["include_self"] is True
 
 
 @pytest.mark.timeout(120)
@@ -203,7 +202,7 @@ def test_k_at_least_n_docs_gives_every_other_doc(tmp_path, ray_cluster):
         assert job.main(args) == 0
         rows = _rows(out)
         assert rows == _expected_self_join(docs, list(range(5)), 5, include_self=include) and len(rows) == 5 * per_query
-        assert json.loads((out / "_manifest.json").read_text())["counts"]["rows_per_query"] == per_query
+        assert read_manifest(out)["counts"]["rows_per_query"] == per_query
         lines = tsv.read_text().splitlines()
         assert len(lines) == 5 and all(len(line.split("\t")) == per_query for line in lines)
     assert (tmp_path / "rFalse.tsv").read_text().splitlines()[0] == "3\t1\t2\t4"  # doc 0: its duplicate 3 first
@@ -235,9 +234,9 @@ def test_parquet_self_join_with_quarantined_and_repeated_docs(tmp_path, ray_clus
         by_query.setdefault(row[0], []).append(row)
     assert list(by_query) == [str(ids[i]) for i in kept]  # read order
     assert sorted(rows) == sorted(expected)
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["counts"]["rejected_docs"] == 2 and manifest["counts"]["rejected_queries"] == 0
-    rejected = pq.read_table(out / "_rejected" / "rejected.parquet").to_pydict()
+    rejected = pq.read_table(rejected_path(out)).to_pydict()
     assert rejected["input"] == ["docs", "docs"] and sorted(rejected["row"]) == [15, 20]
 
 
@@ -311,7 +310,7 @@ def test_killed_self_join_resumes_to_an_identical_result(tmp_path, ray_cluster):
     shutil.copytree(work, interrupted)
 
     assert job.main(args + ["--out", str(out)]) == 0  # same arguments: resume
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["counts"]["chunks_resumed"] >= committed - 1 and manifest["run_id"] == "sj-1"
     clean = tmp_path / "clean"
     assert job.main(args + ["--out", str(clean)]) == 0
@@ -325,13 +324,13 @@ def test_killed_self_join_resumes_to_an_identical_result(tmp_path, ray_cluster):
     # The interrupted work again, now with --include-self: other results, so nothing is reused.
     shutil.copytree(interrupted, work)
     assert job.main(args + ["--out", str(out), "--include-self", "--force"]) == 0
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     assert manifest["counts"]["chunks_resumed"] == 0 and manifest["config"]["include_self"] is True
     assert _rows(out) == _expected_self_join(docs, list(range(1200)), 10, include_self=True)
     # --force with the arguments of the interrupted run resumes its parts and rewrites the result.
     shutil.copytree(interrupted, work)
     assert job.main(args + ["--out", str(out), "--force"]) == 0
-    assert json.loads((out / "_manifest.json").read_text())["counts"]["chunks_resumed"] == committed
+    assert read_manifest(out)["counts"]["chunks_resumed"] == committed
     assert pq.read_table(out).equals(pq.read_table(clean))
 
 
@@ -344,5 +343,5 @@ def test_cupy_self_join_matches_the_oracle(tmp_path, ray_cluster, tie_corpus):
         cfg = _config(tmp_path, f"g{include}", backend="cupy", n_shards=1, gpus_per_shard=1.0, cpus_per_shard=0.5, query_chunk_size=40)
         args = ["--self-join", "--docs", docs_path, "--out", str(out), "--k", "12", "--config", cfg, "--quiet"]
         assert job.main(args + (["--include-self"] if include else [])) == 0
-        assert json.loads((out / "_manifest.json").read_text())["backend"] == "cupy"
+        assert read_manifest(out)["backend"] == "cupy"
         assert _rows(out) == _expected_self_join(docs, list(range(len(docs))), 12, include_self=include)

@@ -20,7 +20,6 @@ The head is started by this module, from this interpreter's environment (the job
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
@@ -41,7 +40,7 @@ import pytest
 import yaml
 
 from jobs import score
-from jobs.output import RESULT_SCHEMA
+from jobs.output import RESULT_SCHEMA, read_manifest
 from kernels import brute_force_topk
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -261,7 +260,7 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
         for doc_id, overlap, _ in result
     ]
     assert got == expected
-    manifest = json.loads((part / "_manifest.json").read_text())
+    manifest = read_manifest(part)
     assert manifest["run_id"] == submission_id and manifest["ray"]["submission_id"] == submission_id
     assert pq.read_schema(part / "part-00000.parquet").metadata[b"settopk.run_id"] == submission_id.encode()
 
@@ -461,7 +460,7 @@ def test_operations_recipe_runs_as_printed_with_the_default_ports_taken(tmp_path
         head_dir = re.search(r"^HEAD_DIR=(\S+)$", done.stdout, flags=re.M).group(1)
         assert output.count("Job 'settopk-demo' succeeded") == 2, output[-5000:]  # `ray job submit`, then `ray job status`
         assert "the head did not come up" not in output
-        manifest = json.loads((tmp_path / "demo" / "_manifest.json").read_text())
+        manifest = read_manifest(tmp_path / "demo")
         assert manifest["run_id"] == "settopk-demo" and manifest["counts"]["n_queries"] == 50
         left = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"]) if head_dir in " ".join(p.info["cmdline"] or [])]
         assert not left, f"processes of the recipe's head still running: {left}"

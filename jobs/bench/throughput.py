@@ -27,7 +27,6 @@ lengths). Any difference stops the run before a number is printed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -42,7 +41,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from configs import SearchConfig
-from jobs.output import part_name
+from jobs.output import part_name, read_manifest
 from jobs.score import resolve_backend
 from kernels import SetBatch, TopK
 from shards.inputs import QueryStream, SetLimits
@@ -92,7 +91,7 @@ def run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries:
     if code != 0:
         tail = log_path.read_text()[-4000:]
         raise RuntimeError(f"jobs.score on {n_shards} shard(s) x {replicas} replica(s) exited {code}; its log ends:\n{tail}")
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     t = manifest["timings_s"]
     busy = [s["busy_s"] for s in manifest["shards"]]
     search_s = t["search_s"]
