@@ -55,7 +55,7 @@ import configs
 from kernels import SCORES, search_cost_per_doc
 from kernels.postings import ROUTINGS
 from shards import plan_shards_from_counts
-from shards.inputs import InputError, fingerprint
+from shards.inputs import InputError, fingerprint, plan_pieces
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
@@ -287,7 +287,7 @@ class _CorpusFacts:
     n_with_repeats: int
     n_rejected: int
     n_pieces: int
-    fingerprint: str  # of the corpus's files as the readers listed them
+    fingerprint: str  # of the corpus's files, as the run listed them at its start and the readers read them
 
 
 @dataclass
@@ -316,15 +316,23 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
     return dataclasses.replace(job, cfg=cfg), _Cluster(backend, n_shards, float(resources.get("CPU", 1)))
 
 
-def _read(job: Job, cluster: _Cluster, start_ns: int, pool: ShardPool):
+def _docs_fingerprint(job: Job) -> str:
+    """The corpus's fingerprint as the run first lists it (files and footers)."""
+    return fingerprint(plan_pieces(job.inputs.docs_path, 1)[2], job.inputs.docs_path)
+
+
+def _read(job: Job, cluster: _Cluster, start_ns: int, listed: str, pool: ShardPool):
     """Reserve the shards' bundles, then read the corpus with reader tasks into the object store.
 
+    ``listed`` is the corpus's fingerprint from the run's start (:func:`_docs_fingerprint`).
     Returns the :class:`jobs.reading.CorpusRead` and the :class:`_CorpusFacts`.
     """
     cfg, docs_path = job.cfg, job.inputs.docs_path
     if not job.args.dry_run:
         pool.group = reserve_shards(cluster.n_shards * cfg.replicas, cluster.backend, cfg)
     pieces, doc_fmt, doc_files = pieces_for_cluster(docs_path, cluster.n_cpus)
+    if fingerprint(doc_files, docs_path) != listed:
+        _corpus_changed(docs_path)
     bar = progress_bar("read", len(pieces), "pieces", job.args.quiet)
     try:
         corpus = read_corpus_pieces(pieces, job.limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=pool.group)
@@ -333,9 +341,13 @@ def _read(job: Job, cluster: _Cluster, start_ns: int, pool: ShardPool):
     check_unchanged_since(start_ns, doc_files)
     if corpus.n_docs == 0:
         raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")
-    facts = _CorpusFacts(doc_fmt, doc_files, corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected), len(pieces),
-                         fingerprint(doc_files, docs_path))
+    facts = _CorpusFacts(doc_fmt, doc_files, corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected), len(pieces), listed)
     return corpus, facts
+
+
+def _corpus_changed(docs_path: str):
+    raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
+                     "run the job once the input is completely written (write it elsewhere, then move it into place)")
 
 
 def _check_read_against_validated(job: Job, valid: Validated, facts: _CorpusFacts) -> None:
@@ -343,8 +355,7 @@ def _check_read_against_validated(job: Job, valid: Validated, facts: _CorpusFact
     self-join, counted as queries)."""
     docs_path = job.inputs.docs_path
     if facts.fingerprint != valid.fingerprints["docs"]:
-        raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
-                         "run the job once the input is completely written (write it elsewhere, then move it into place)")
+        _corpus_changed(docs_path)
     if job.cfg.self_join and facts.n_docs != valid.queries.n_queries:
         # Both apply the same rules to the same unchanged files; a difference is a bug, not bad input.
         raise RuntimeError(f"{docs_path}: the self-join's query pass kept {valid.queries.n_queries} docs, "
@@ -517,7 +528,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     start_ns = time.time_ns()
     checking = ValidationThread(job, start_ns)
     try:
-        job, cluster, corpus, facts, plan, load_started = _prepare(job, clock, pool, searcher_cls, start_ns)
+        job, cluster, corpus, facts, plan, load_started = _prepare(job, clock, pool, searcher_cls, start_ns, _docs_fingerprint(job))
     except BaseException as exc:
         _raise_validation_error_first(checking, exc)
     with clock.phase("validate", timing="validate_wait_s"):  # what the driver still waits for the pass
@@ -551,7 +562,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     return EXIT_OK
 
 
-def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, start_ns: int):
+def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, start_ns: int, listed: str):
     """Connect, read the corpus, plan the shards and start the actors' loading (not for ``--dry-run``).
 
     Returns ``(job, cluster, corpus, facts, plan, load_started)``; ``load_started`` is the
@@ -560,7 +571,7 @@ def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, s
     with clock.phase("connect"):
         job, cluster = _connect(job)
     with clock.phase("read"):
-        corpus, facts = _read(job, cluster, start_ns, pool)
+        corpus, facts = _read(job, cluster, start_ns, listed, pool)
         plan = _plan(job, cluster, corpus)
     load_started = None
     if not job.args.dry_run:
