@@ -55,7 +55,7 @@ import configs
 from kernels import SCORES, search_cost_per_doc
 from kernels.postings import ROUTINGS
 from shards import plan_shards_from_counts
-from shards.inputs import InputError, fingerprint, plan_pieces
+from shards.inputs import InputError, fingerprint, plan_pieces, query_files
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
@@ -80,6 +80,9 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 """Bad input, config, arguments or output path; nothing was written, a rerun fails the same way."""
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_OVERLAP_FROM_BYTES = 16 << 20
+"""Query inputs from this size are validated while the corpus is read and loaded; smaller ones,
+which take less than Ray's start to check, before any cluster work (bad input then starts nothing)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -520,22 +523,21 @@ def _run(args, pool: ShardPool, searcher_cls: type) -> int:
 def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type) -> int:
     """The stages after :func:`jobs.validate.settle`, while the run holds the output's lock.
 
-    The queries' validating pass runs in a driver thread from the start, while Ray starts,
-    the readers read the corpus and the shard actors load it; the driver waits for it
-    before it writes anything (:func:`_prepare`).
+    The queries' validating pass runs in a driver thread from the start. For a query input of
+    at least :data:`_OVERLAP_FROM_BYTES` it goes on while Ray starts, the readers read the
+    corpus and the shard actors load it, and the driver waits for it before it writes
+    anything; a smaller one is checked before any cluster work (it takes less than Ray's start).
     """
     args = job.args
     start_ns = time.time_ns()
     checking = ValidationThread(job, start_ns)
+    valid = _wait_for_queries(job, checking, clock) if not _overlaps(job) else None
     try:
         job, cluster, corpus, facts, plan, load_started = _prepare(job, clock, pool, searcher_cls, start_ns, _docs_fingerprint(job))
     except BaseException as exc:
         _raise_validation_error_first(checking, exc)
-    with clock.phase("validate", timing="validate_wait_s"):  # what the driver still waits for the pass
-        valid = checking.result()
-    clock.timings["validate_s"] = checking.seconds  # the pass's own time, overlapped with connect, read and load
-    log.info("queries valid: %d (%d with repeated ids) from %s%s", valid.queries.n_queries, valid.queries.n_with_repeats,
-             job.inputs.queries_path or job.inputs.docs_path, self_join_note(job.cfg) if job.cfg.self_join else "")
+    if valid is None:
+        valid = _wait_for_queries(job, checking, clock)
     _check_read_against_validated(job, valid, facts)
     rejected = _set_aside(job, valid, corpus, facts)
     lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
@@ -560,6 +562,28 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     clock.stamp_total()
     _log_done(job, cluster, plan, valid, facts, total_rows, clock.timings)
     return EXIT_OK
+
+
+def _overlaps(job: Job) -> bool:
+    """Whether the queries' pass should run beside the cluster work: a query input (a
+    self-join's: the corpus) of at least :data:`_OVERLAP_FROM_BYTES`. One that cannot even be
+    listed is checked first: the pass reports what is wrong with it before Ray starts."""
+    try:
+        files = plan_pieces(job.inputs.docs_path, 1)[2] if job.cfg.self_join else query_files(job.inputs.queries_path)
+        size = sum(os.stat(f).st_size for f in files)
+    except (InputError, OSError):
+        return False
+    return size >= _OVERLAP_FROM_BYTES
+
+
+def _wait_for_queries(job: Job, checking: ValidationThread, clock: PhaseClock) -> Validated:
+    """Wait for the queries' pass (phase ``validate``: the wait; ``validate_s``: the pass's own time)."""
+    with clock.phase("validate", timing="validate_wait_s"):
+        valid = checking.result()
+    clock.timings["validate_s"] = checking.seconds
+    log.info("queries valid: %d (%d with repeated ids) from %s%s", valid.queries.n_queries, valid.queries.n_with_repeats,
+             job.inputs.queries_path or job.inputs.docs_path, self_join_note(job.cfg) if job.cfg.self_join else "")
+    return valid
 
 
 def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, start_ns: int, listed: str):

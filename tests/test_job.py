@@ -406,8 +406,7 @@ def test_phase_logs_and_final_summary_line(tmp_path, tie_corpus, caplog):
         assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--config", _config(tmp_path), "--run-id", "r-1"]) == 0
     messages = [r.getMessage() for r in caplog.records if r.name == "settopk"]
     phases = [m.split(":")[0] for m in messages if m.startswith("phase ")]
-    # The queries' pass runs from the start in a thread; "validate" is the driver's wait for it after the read.
-    assert phases == ["phase connect", "phase read", "phase validate", "phase load", "phase search", "phase commit"]
+    assert phases == ["phase validate", "phase connect", "phase read", "phase load", "phase search", "phase commit"]
     assert messages[-1].startswith("done: run r-1: 43 queries x 703 docs, k=100,") and "total_s=" in messages[-1]
 
 

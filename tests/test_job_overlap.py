@@ -23,7 +23,13 @@ from tests.job_helpers import ROOT, job_config, write_sets
 DOCS = [[1, 2, 3], [2, 3], [3, 4, 5], [1, 5], [7], [2, 7, 9]]
 
 
-def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_nothing(tmp_path, monkeypatch, caplog, ray_cluster):
+@pytest.fixture
+def overlapped(monkeypatch):
+    """Every query input validated beside the cluster work, as large ones are."""
+    monkeypatch.setattr(score, "_OVERLAP_FROM_BYTES", 0)
+
+
+def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_nothing(tmp_path, monkeypatch, caplog, ray_cluster, overlapped):
     import ray
 
     docs = write_sets(tmp_path / "docs.txt", DOCS)
@@ -60,7 +66,7 @@ def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_noth
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
 
 
-def test_bad_queries_are_reported_before_a_bad_corpus(tmp_path, caplog, ray_cluster):
+def test_bad_queries_are_reported_before_a_bad_corpus(tmp_path, caplog, ray_cluster, overlapped):
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     (tmp_path / "docs.txt").write_text(open(docs).read() + "4,y\n")
     queries = tmp_path / "q.txt"
@@ -73,11 +79,14 @@ def test_bad_queries_are_reported_before_a_bad_corpus(tmp_path, caplog, ray_clus
     assert not (tmp_path / "out").exists()
 
 
-def test_the_manifest_times_the_overlapped_pass_and_each_phase_memory(tmp_path, ray_cluster):
+def test_the_manifest_times_the_overlapped_pass_and_each_phase_memory(tmp_path, caplog, ray_cluster, overlapped):
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     queries = write_sets(tmp_path / "q.txt", [[1, 2], [3, 7], [9]])
     out = tmp_path / "out"
-    assert score.main(["--docs", docs, "--queries", queries, "--out", str(out), "--config", job_config(tmp_path), "--quiet"]) == 0
+    with caplog.at_level(logging.INFO, logger="settopk"):
+        assert score.main(["--docs", docs, "--queries", queries, "--out", str(out), "--config", job_config(tmp_path)]) == 0
+    phases = [r.getMessage().split(":")[0] for r in caplog.records if r.name == "settopk" and r.getMessage().startswith("phase ")]
+    assert phases == ["phase connect", "phase read", "phase validate", "phase load", "phase search", "phase commit"]
     manifest = json.loads((out / "_manifest.json").read_text())
     timings = manifest["timings_s"]
     assert {"validate_s", "validate_wait_s", "connect_s", "read_s", "load_s", "search_s"} <= set(timings)
@@ -101,6 +110,7 @@ def test_gpus_that_do_not_fit_the_layout_are_refused_before_any_work(tmp_path, c
     cfg = job_config(tmp_path, backend="auto")
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", docs, "--out", str(tmp_path / "out"), "--config", cfg, "--quiet", *flags])
+    # settle refuses these, before the queries are read or Ray starts
     assert code == 2 and needle in caplog.text, caplog.text
     assert not (tmp_path / "out").exists()
 
