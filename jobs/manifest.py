@@ -128,8 +128,8 @@ def build_manifest(*, run_id: str, started: datetime.datetime, args: dict, submi
         Seconds per phase; rounded to 0.1 ms.
     max_rss_bytes : int
         The driver's peak RSS.
-    max_rss_by_phase : dict of str to int
-        The driver's peak RSS so far after each phase.
+    max_rss_by_phase : dict of str to dict
+        The driver's RSS per phase: ``start``, ``end`` and ``peak`` (bytes, :class:`jobs.progress.PhaseClock`).
 
     Returns
     -------

@@ -3,19 +3,22 @@
 ``python -m jobs.score --docs PATH --queries PATH --out DIR [--k 100] [--score NAME] [--config NAME|FILE] [--tsv FILE]``
 ``python -m jobs.score --config nightly --docs PATH --queries PATH --out ROOT [--date YYYY-MM-DD]``
 ``python -m jobs.score --self-join --docs PATH --out DIR [--include-self]``
-``... [--backend B] [--routing R] [--shards N|auto] [--replicas N] [--query-batch-size N|auto]`` (override the config)
+``... [--backend B] [--routing R] [--shards N|auto] [--replicas N] [--gpus N] [--query-batch-size N|auto]`` (override the config)
 
 :func:`run` calls one stage after another:
 
-- validate (:mod:`jobs.validate`): the config, where the result goes, the one pass over the
-  queries and the inputs' fingerprints; bad input fails here, before any Ray work.
+- validate (:mod:`jobs.validate`): the config, where the result goes and the output's lock
+  first; then the one pass over the queries and the inputs' fingerprints, in a driver thread
+  that runs while the cluster works (connect, read, load). The driver waits for it before
+  anything is written: bad queries stop the actors and write nothing.
 - connect: the Ray cluster, and the backend and shard count that fit it.
 - read (:mod:`jobs.reading`): the shard actors' placement group is reserved first
   (:mod:`jobs.shard_pool`; its CPUs run the reader tasks until the actors start), then
   reader tasks validate and decode the corpus's pieces into the object store.
 - plan: length-bucket shards from the readers' length histograms.
 - load (:mod:`jobs.shard_pool`): one Ray actor per shard and replica, in its bundle; each
-  takes its docs from the pieces.
+  takes its docs from the pieces. The actors start right after the plan and load while the
+  driver waits for the queries' pass.
 - search (:mod:`jobs.search`): query batches to every shard in two rounds, chunk by chunk.
 - merge and write (:mod:`jobs.merge_task`): a Ray task per chunk, running beside the search,
   merges the chunk's shard lists exactly and writes its part.
@@ -43,6 +46,7 @@ import os
 import pathlib
 import re
 import sys
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -52,7 +56,8 @@ from kernels import SCORES, search_cost_per_doc
 from kernels.postings import ROUTINGS
 from shards import plan_shards_from_counts
 from shards import storage
-from shards.inputs import InputError, fingerprint
+from shards.inputs import InputError, fingerprint, plan_pieces, query_files
+from shards.inputs.files import file_stat
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
@@ -66,7 +71,7 @@ from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards
-from .validate import Job, UsageError, Validated, check_unchanged_since, self_join_note, settle, validate
+from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, self_join_note, settle
 
 __all__ = ["main", "build_parser", "run", "resolve_backend", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
 
@@ -78,6 +83,9 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 """Bad input, config, arguments or output path; nothing was written, a rerun fails the same way."""
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_OVERLAP_FROM_BYTES = 16 << 20
+"""Query inputs from this size are validated while the corpus is read and loaded; smaller ones,
+which take less than Ray's start to check, before any cluster work (bad input then starts nothing)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="length-bucket shards; auto: one per GPU (cupy) or per CPU slot (cpu, numpy) divided by --replicas (config key n_shards)",
     )
     p.add_argument("--replicas", type=_positive_int, metavar="N", help="actors per shard (config key replicas)")
+    p.add_argument(
+        "--gpus", type=_positive_int, metavar="N",
+        help="GPUs the job uses: backend cupy, N / (replicas x gpus_per_shard) shards, replicas 1 unless --replicas; "
+        "a cluster with fewer GPUs fails at the start (overrides backend, n_shards, replicas)",
+    )
     p.add_argument(
         "--query-batch-size", dest="query_batch_size", type=_auto_or_positive_int, metavar="N|auto",
         help="queries per call to a shard actor; auto: the backend's default (config key query_batch_size)",
@@ -281,6 +294,7 @@ class _CorpusFacts:
     n_with_repeats: int
     n_rejected: int
     n_pieces: int
+    fingerprint: str  # of the corpus's files, as the run listed them at its start and the readers read them
 
 
 @dataclass
@@ -303,37 +317,56 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
         # not the job's warnings; its errors still show.
         ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
     resources = ray.cluster_resources()
+    check_gpus(job.args, resources)
     backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas)
     cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend))
     return dataclasses.replace(job, cfg=cfg), _Cluster(backend, n_shards, float(resources.get("CPU", 1)))
 
 
-def _read(job: Job, cluster: _Cluster, valid: Validated, pool: ShardPool):
+def _docs_fingerprint(job: Job) -> str:
+    """The corpus's fingerprint as the run first lists it (files and footers)."""
+    return fingerprint(plan_pieces(job.inputs.docs_path, 1)[2], job.inputs.docs_path)
+
+
+def _read(job: Job, cluster: _Cluster, start_ns: int, listed: str, pool: ShardPool):
     """Reserve the shards' bundles, then read the corpus with reader tasks into the object store.
 
+    ``listed`` is the corpus's fingerprint from the run's start (:func:`_docs_fingerprint`).
     Returns the :class:`jobs.reading.CorpusRead` and the :class:`_CorpusFacts`.
     """
     cfg, docs_path = job.cfg, job.inputs.docs_path
     if not job.args.dry_run:
         pool.group = reserve_shards(cluster.n_shards * cfg.replicas, cluster.backend, cfg)
     pieces, doc_fmt, doc_files = pieces_for_cluster(docs_path, cluster.n_cpus)
-    if fingerprint(doc_files, docs_path) != valid.fingerprints["docs"]:
-        raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
-                         "run the job once the input is completely written (write it elsewhere, then move it into place)")
+    if fingerprint(doc_files, docs_path) != listed:
+        _corpus_changed(docs_path)
     bar = progress_bar("read", len(pieces), "pieces", job.args.quiet)
     try:
         corpus = read_corpus_pieces(pieces, job.limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=pool.group)
     finally:
         bar.close()
-    check_unchanged_since(valid.start_ns, doc_files)
+    check_unchanged_since(start_ns, doc_files)
     if corpus.n_docs == 0:
         raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")
-    if cfg.self_join and corpus.n_docs != valid.queries.n_queries:
+    facts = _CorpusFacts(doc_fmt, doc_files, corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected), len(pieces), listed)
+    return corpus, facts
+
+
+def _corpus_changed(docs_path: str):
+    raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
+                     "run the job once the input is completely written (write it elsewhere, then move it into place)")
+
+
+def _check_read_against_validated(job: Job, valid: Validated, facts: _CorpusFacts) -> None:
+    """The corpus the readers read is the one the validating pass fingerprinted (and, for a
+    self-join, counted as queries)."""
+    docs_path = job.inputs.docs_path
+    if facts.fingerprint != valid.fingerprints["docs"]:
+        _corpus_changed(docs_path)
+    if job.cfg.self_join and facts.n_docs != valid.queries.n_queries:
         # Both apply the same rules to the same unchanged files; a difference is a bug, not bad input.
         raise RuntimeError(f"{docs_path}: the self-join's query pass kept {valid.queries.n_queries} docs, "
-                           f"the corpus readers {corpus.n_docs}; they must agree (report this)")
-    facts = _CorpusFacts(doc_fmt, doc_files, corpus.n_docs, corpus.n_with_repeats, len(corpus.rejected), len(pieces))
-    return corpus, facts
+                           f"the corpus readers {facts.n_docs}; they must agree (report this)")
 
 
 def _plan(job: Job, cluster: _Cluster, corpus) -> list:
@@ -376,10 +409,14 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     return dataclasses.replace(job, run_id=run_id), _Work(path, chunks, done, rows_per_query)
 
 
-def _load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, searcher_cls: type) -> list[dict]:
-    """Start the shard actors in their bundles and wait until each has loaded its shard; returns their ``info()``."""
+def _start_load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, searcher_cls: type) -> None:
+    """Start the shard actors in their bundles; each loads its shard from the pieces while the driver goes on."""
+    pool.actors, pool.holder = start_shards(plan, corpus, job.limits, cluster.backend, job.cfg, pool.group, searcher_cls)
+
+
+def _wait_loaded(job: Job, plan: list, pool: ShardPool) -> list[dict]:
+    """Wait until each shard actor has loaded its shard; returns their ``info()``."""
     cfg = job.cfg
-    pool.actors, pool.holder = start_shards(plan, corpus, job.limits, cluster.backend, cfg, pool.group, searcher_cls)
     placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
     bar = progress_bar("load", len(pool.actors), "shards", job.args.quiet)
     infos = gather(pool.actors, placeholders, lambda a: a.info.remote(), "loading", cfg.faults.load_timeout_s, 1, 0.0,
@@ -488,17 +525,24 @@ def _run(args, pool: ShardPool, searcher_cls: type) -> int:
 
 
 def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type) -> int:
-    """The stages after :func:`jobs.validate.settle`, while the run holds the output's lock."""
+    """The stages after :func:`jobs.validate.settle`, while the run holds the output's lock.
+
+    The queries' validating pass runs in a driver thread from the start. For a query input of
+    at least :data:`_OVERLAP_FROM_BYTES` it goes on while Ray starts, the readers read the
+    corpus and the shard actors load it, and the driver waits for it before it writes
+    anything; a smaller one is checked before any cluster work (it takes less than Ray's start).
+    """
     args = job.args
-    with clock.phase("validate"):
-        valid = validate(job)
-    log.info("queries valid: %d (%d with repeated ids) from %s%s", valid.queries.n_queries, valid.queries.n_with_repeats,
-             job.inputs.queries_path or job.inputs.docs_path, self_join_note(job.cfg) if job.cfg.self_join else "")
-    with clock.phase("connect"):
-        job, cluster = _connect(job)
-    with clock.phase("read"):
-        corpus, facts = _read(job, cluster, valid, pool)
-        plan = _plan(job, cluster, corpus)
+    start_ns = time.time_ns()
+    checking = ValidationThread(job, start_ns)
+    valid = _wait_for_queries(job, checking, clock) if not _overlaps(job) else None
+    try:
+        job, cluster, corpus, facts, plan, load_started = _prepare(job, clock, pool, searcher_cls, start_ns, _docs_fingerprint(job))
+    except BaseException as exc:
+        _raise_validation_error_first(checking, exc)
+    if valid is None:
+        valid = _wait_for_queries(job, checking, clock)
+    _check_read_against_validated(job, valid, facts)
     rejected = _set_aside(job, valid, corpus, facts)
     lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
     if args.dry_run:
@@ -509,8 +553,8 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
         return EXIT_OK
     job, work = _open_work(job, valid, facts, lines)
     try:
-        with clock.phase("load"):
-            infos = _load(job, cluster, plan, corpus, pool, searcher_cls)
+        with clock.phase("load", since=load_started):  # load_s: from the actors' start, across the validation's wait
+            infos = _wait_loaded(job, plan, pool)
         with clock.phase("search"):
             clock.timings.update(_search(job, cluster, plan, valid.queries, work, pool.actors, infos))
         infos = gather(pool.actors, infos, lambda a: a.info.remote(), "final info", job.cfg.faults.search_timeout_s, 1, 0.0)
@@ -522,6 +566,56 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     clock.stamp_total()
     _log_done(job, cluster, plan, valid, facts, total_rows, clock.timings)
     return EXIT_OK
+
+
+def _overlaps(job: Job) -> bool:
+    """Whether the queries' pass should run beside the cluster work: a query input (a
+    self-join's: the corpus) of at least :data:`_OVERLAP_FROM_BYTES`. One that cannot even be
+    listed is checked first: the pass reports what is wrong with it before Ray starts."""
+    try:
+        files = plan_pieces(job.inputs.docs_path, 1)[2] if job.cfg.self_join else query_files(job.inputs.queries_path)
+        size = sum(file_stat(f)[0] for f in files)
+    except (InputError, OSError):
+        return False
+    return size >= _OVERLAP_FROM_BYTES
+
+
+def _wait_for_queries(job: Job, checking: ValidationThread, clock: PhaseClock) -> Validated:
+    """Wait for the queries' pass (phase ``validate``: the wait; ``validate_s``: the pass's own time)."""
+    with clock.phase("validate", timing="validate_wait_s"):
+        valid = checking.result()
+    clock.timings["validate_s"] = checking.seconds
+    log.info("queries valid: %d (%d with repeated ids) from %s%s", valid.queries.n_queries, valid.queries.n_with_repeats,
+             job.inputs.queries_path or job.inputs.docs_path, self_join_note(job.cfg) if job.cfg.self_join else "")
+    return valid
+
+
+def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, start_ns: int, listed: str):
+    """Connect, read the corpus, plan the shards and start the actors' loading (not for ``--dry-run``).
+
+    Returns ``(job, cluster, corpus, facts, plan, load_started)``; ``load_started`` is the
+    ``time.perf_counter()`` at which the actors started (None for ``--dry-run``).
+    """
+    with clock.phase("connect"):
+        job, cluster = _connect(job)
+    with clock.phase("read"):
+        corpus, facts = _read(job, cluster, start_ns, listed, pool)
+        plan = _plan(job, cluster, corpus)
+    load_started = None
+    if not job.args.dry_run:
+        load_started = time.perf_counter()
+        _start_load(job, cluster, plan, corpus, pool, searcher_cls)
+    return job, cluster, corpus, facts, plan, load_started
+
+
+def _raise_validation_error_first(checking: ValidationThread, exc: BaseException):
+    """Re-raise ``exc`` from the corpus's side, unless the queries' pass failed too: bad queries
+    are reported first, as when the pass ran before anything else. Waits for the pass either way,
+    so no thread of the run outlives it."""
+    error = checking.error()
+    if error is not None:
+        raise error from None
+    raise exc
 
 
 def _check_outputs_absolute_under_ray_job(args) -> None:

@@ -84,8 +84,10 @@ class _ChunkSearch:
                 key = (round_index, b, s)
                 extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
                 homes = [] if round_index == 0 else home_keys
-                calls.append(((self.first_batch + b) % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes: _search(
-                    a, self.results, key, batch, cfg.k, rows, extra, [self.results[h] for h in homes])))
+                # The call binds the results dict, not self: no reference cycle keeps a finished
+                # chunk (and the result references it pins) alive until the cyclic GC runs.
+                calls.append(((self.first_batch + b) % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes, results=self.results: _search(
+                    a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
                 self.entries.append((b, s, rows, key))
         return calls
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("jobs.location", reason="needs the output side on object storage (branch layout)")
 
 from jobs.location import Place  # noqa: E402
 from jobs.output import open_results, read_manifest, rejected_path  # noqa: E402

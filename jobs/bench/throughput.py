@@ -102,7 +102,7 @@ def run_job(cfg: BenchConfig, n_shards: int, replicas: int, docs: Path, queries:
         "n_actors": n_shards * replicas,
         "wall_s": wall_s,
         "job_s": t["total_s"],
-        "phases_s": {key: t[key] for key in ("validate_s", "connect_s", "read_s", "load_s", "search_s", "commit_s") if key in t},
+        "phases_s": {key: t[key] for key in ("validate_s", "validate_wait_s", "connect_s", "read_s", "load_s", "search_s", "commit_s") if key in t},
         "search_s": search_s,
         "queries_per_s": n_queries / search_s if search_s > 0 else float("inf"),
         "actor_search_s": busy,

@@ -99,11 +99,17 @@ def _parquet_batch_sets(file: str, tokens: pa.Array, row_base: int, limits: SetL
     return lengths, set_tokens, repeated
 
 
-def _parquet_ids(file: str, ids: pa.Array, id_column: str, row_base: int):
-    """Validate one record batch's id column: int64 NumPy array for ``doc_id``, list of str for ``query_id``."""
+def _query_ids_arrow(ids: pa.Array) -> pa.Array:
+    """``query_id`` values as an Arrow string array: integers as their decimal text, as ``str`` writes them."""
+    return ids if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type) else pc.cast(ids, pa.string())
+
+
+def _parquet_ids(file: str, ids: pa.Array, id_column: str, row_base: int, arrow_ids: bool = False):
+    """Validate one record batch's id column: int64 NumPy array for ``doc_id``, list of str for ``query_id``
+    (an Arrow string array where ``arrow_ids``)."""
     _null_row(file, ids, id_column, row_base, "value")
     if id_column == "query_id":
-        return [str(x) for x in ids.to_pylist()]
+        return _query_ids_arrow(ids) if arrow_ids else [str(x) for x in ids.to_pylist()]
     values = ids.to_numpy(zero_copy_only=False)
     if values.dtype == np.uint64 and (values > np.iinfo(np.int64).max).any():
         row = _first(values > np.iinfo(np.int64).max)
@@ -135,14 +141,17 @@ def _bad_rows(batch: pa.RecordBatch, id_column: str, limits: SetLimits) -> np.nd
     return bad
 
 
-def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: Rejects):
+def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: Rejects,
+                    arrow_ids: bool = False):
     """Validate one Parquet record batch: ``(ids, (lengths, tokens, repeated), good)``.
 
     ``ids`` covers every row (``-1`` or None where a row was set aside); the sets and ``good`` (row
     indices within the record batch) cover the valid rows only. Without quarantine the first bad row raises.
+    With ``arrow_ids``, ``query_id`` values come as one Arrow string array over every row (a row
+    set aside keeps its value, or null).
     """
     if not rejects.quarantine:
-        ids = _parquet_ids(file, batch.column(id_column), id_column, row_base)
+        ids = _parquet_ids(file, batch.column(id_column), id_column, row_base, arrow_ids)
         sets = _parquet_batch_sets(file, batch.column("tokens"), row_base, limits)
         return ids, sets, np.arange(batch.num_rows, dtype=np.int64)
     bad = _bad_rows(batch, id_column, limits)
@@ -162,6 +171,8 @@ def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: 
     if id_column == "doc_id":
         ids = np.full(batch.num_rows, -1, dtype=np.int64)
         ids[good] = good_ids
+    elif arrow_ids:
+        ids = _query_ids_arrow(batch.column(id_column))
     else:
         ids = [None] * batch.num_rows
         for i, query_id in zip(good.tolist(), good_ids):
@@ -169,7 +180,8 @@ def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: 
     return ids, sets, good
 
 
-def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rejects, row_groups=None, max_threads: int = _MAX_READ_THREADS):
+def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rejects, row_groups=None, max_threads: int = _MAX_READ_THREADS,
+                      arrow_ids: bool = False, batch_rows: int = _PARQUET_BATCH_ROWS):
     """Decode and validate one Parquet file (or its ``row_groups`` only) record batch by record batch.
 
     Row groups are decoded and validated in up to ``max_threads`` parallel threads, at most that
@@ -186,12 +198,18 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
     row_groups : sequence of int, optional
         Read only these row groups; row numbers stay those of the whole file.
     max_threads : int
+    arrow_ids : bool
+        ``query_id`` values as an Arrow string array instead of a list of str (no Python object
+        per row: :class:`shards.inputs.QueryStream` reads millions of queries a second so).
+    batch_rows : int
+        Rows per record batch: Arrow's peak memory while decoding grows with it.
 
     Yields
     ------
     (ids, (lengths, tokens, repeated), good, row_base, n_rows)
         Per record batch: ids of every row (int64 array for ``doc_id``, ``-1`` where a row was set
-        aside; list of str for ``query_id``, None where set aside), the valid rows' sets as
+        aside; list of str for ``query_id``, None where set aside, or with ``arrow_ids`` an Arrow
+        string array), the valid rows' sets as
         :func:`shards.inputs.canonical.canonical` returns them, the valid rows' indices within the
         record batch (int64), the record batch's first row within the file, and its number of rows.
 
@@ -216,7 +234,8 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
         out, row_base = [], int(group_base[g])
         # Each thread opens the file itself; the footer read once above is reused (for an object
         # store, one request fewer per row group).
-        batches = pq.ParquetFile(**parquet_source(file), metadata=parquet.metadata).iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[g], columns=[id_column, "tokens"])
+        batches = pq.ParquetFile(**parquet_source(file), metadata=parquet.metadata).iter_batches(
+            batch_size=batch_rows, row_groups=[g], columns=[id_column, "tokens"])
         while True:
             try:
                 batch = next(batches, None)
@@ -224,7 +243,7 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
                 raise InputError(file, "a readable Parquet file", f"unreadable data after row {row_base} ({e})", "re-write the file (it may be truncated or corrupt)") from e
             if batch is None:
                 return out, local.records
-            out.append((*_validate_batch(file, batch, id_column, row_base, limits, local), row_base, batch.num_rows))
+            out.append((*_validate_batch(file, batch, id_column, row_base, limits, local, arrow_ids), row_base, batch.num_rows))
             row_base += batch.num_rows
 
     # pa.cpu_count() follows OMP_NUM_THREADS, which Ray sets from the actor's num_cpus.

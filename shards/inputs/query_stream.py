@@ -16,32 +16,89 @@ by its doc id.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from kernels.sets import SetBatch
 
 from .canonical import concat_sets
 from .errors import InputError, Rejects, SetLimits
 from .files import corpus_format, file_stat, parquet_files, queries_format
-from .parquet import duplicate_error, validated_batches
+from .parquet import duplicate_error, open_parquet, validated_batches
 from .readers import read_queries
 from .text import text_sets
 
 __all__ = ["DocQueryStream", "QueryStream"]
 
 _QUERY_THREADS = 2  # row groups decoded at once on the driver: each holds a few hundred thousand queries
+# Rows per record batch on the driver: Arrow's decoding memory grows with it (about 200 MB at
+# 131,072 queries of ~65 ids, 85 MB at 32,768) while the time hardly changes.
+_QUERY_BATCH_ROWS = 1 << 15
 
 
 def _ids(blocks) -> list[str]:
-    """One chunk's query ids from the slices of blocks it holds: lists of str, or arrays of line numbers."""
-    return [str(q) for block in blocks for q in (block.tolist() if isinstance(block, np.ndarray) else block)]
+    """One chunk's query ids from the slices of blocks it holds: Arrow string arrays, lists of str,
+    or arrays of line numbers (or doc ids)."""
+    return [str(q) for block in blocks for q in (block if isinstance(block, list) else block.tolist())]
 
 
-def _hash(query_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(query_id.encode(), digest_size=8).digest(), "little")
+def _select(ids, keep: np.ndarray):
+    """The ids of a block where ``keep`` (bool) is true: an Arrow array or a NumPy array."""
+    return ids.filter(pa.array(keep)) if isinstance(ids, pa.Array) else ids[keep]
+
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))  # splitmix64's finaliser
+_LENGTH_FACTOR = np.uint64(0x9E3779B97F4A7C15)
+_MAX_COLUMN_WIDTH = 64  # ids up to this many bytes, all of one width, are hashed column by column
+_multipliers = np.zeros(0, dtype=np.uint64)
+
+
+def _byte_multipliers(n: int) -> np.ndarray:
+    """Odd 64-bit multipliers for byte positions ``0..n-1``: fixed (seeded), grown on demand."""
+    global _multipliers
+    if len(_multipliers) < n:
+        size = max(n, 2 * len(_multipliers), 64)
+        _multipliers = np.random.default_rng(0x5E7_709).integers(0, 2**64, size, dtype=np.uint64, endpoint=False) | np.uint64(1)
+    return _multipliers
+
+
+def _string_hashes(ids: pa.Array) -> np.ndarray:
+    """An 8-byte hash of each string of ``ids`` (no nulls), without a Python object per string.
+
+    A multilinear hash of each string's bytes (byte ``j`` times the ``j``-th fixed odd multiplier,
+    summed modulo 2**64 through one running sum over the whole data buffer), mixed with its length
+    and finalised as splitmix64. Equal strings get equal hashes, so repeats are found among equal
+    hashes and then confirmed on the strings themselves.
+    """
+    _, offsets_buffer, data_buffer = ids.buffers()
+    offset_type = np.int64 if pa.types.is_large_string(ids.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[ids.offset : ids.offset + len(ids) + 1].astype(np.int64)
+    data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]] if data_buffer is not None else np.zeros(0, np.uint8)
+    offsets -= offsets[0]
+    lengths = np.diff(offsets)
+    width = int(lengths[0]) if len(lengths) else 0
+    if 0 < width <= _MAX_COLUMN_WIDTH and (lengths == width).all():
+        # Ids of one width (zero-padded, the usual case): the same sum, one column of bytes at a time.
+        columns = data.reshape(len(lengths), width)
+        multipliers = _byte_multipliers(width)
+        h = np.zeros(len(lengths), dtype=np.uint64)
+        for j in range(width):
+            h += (columns[:, j].astype(np.uint64) + np.uint64(1)) * multipliers[j]
+    else:
+        position = np.arange(len(data), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+        terms = (data.astype(np.uint64) + np.uint64(1)) * _byte_multipliers(int(lengths.max(initial=0)))[position]
+        running = np.zeros(len(data) + 1, dtype=np.uint64)
+        np.cumsum(terms, dtype=np.uint64, out=running[1:])
+        h = running[offsets[1:]] - running[offsets[:-1]]  # modulo 2**64, as the sums wrap
+    h ^= lengths.astype(np.uint64) * _LENGTH_FACTOR
+    h ^= h >> np.uint64(30)
+    h *= _MIX[0]
+    h ^= h >> np.uint64(27)
+    h *= _MIX[1]
+    h ^= h >> np.uint64(31)
+    return h
 
 
 class QueryStream:
@@ -76,6 +133,7 @@ class QueryStream:
     """
 
     _ID_COLUMN = "query_id"  # the Parquet id column
+    _KEEP_ROWS = False  # the validating pass keeps 8 bytes per query (a hash of its id), not its row
 
     def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
         self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
@@ -96,29 +154,34 @@ class QueryStream:
         # Each file's size and time before the pass: chunks() refuses files changed since (an
         # object store's clock is not the driver's, so the times are compared with each other only).
         self._stats = [file_stat(f) for f in self.files]
-        keys, rows = [], []
+        # One array of keys, sized from the footers: no second copy to join per-block arrays.
+        keys = np.empty(sum(open_parquet(f).metadata.num_rows for f in self.files) if self.fmt == "parquet" else 0, dtype=np.int64)
+        rows = []
         n_kept = n_repeats = 0
         for ids, rows_kept, lengths, _, repeated in self._blocks(rejects):
+            if self.fmt == "parquet":
+                keys[n_kept : n_kept + len(lengths)] = self._id_keys(ids).view(np.int64)
+                if self._KEEP_ROWS:
+                    rows.append(rows_kept)
             n_kept += len(lengths)
             n_repeats += int(repeated.sum())
-            if self.fmt == "parquet":
-                keys.append(self._id_keys(ids))
-                rows.append(rows_kept)
         self.n_with_repeats = n_repeats
         if self.fmt == "parquet" and n_kept:
-            self._drop = self._repeated_ids(np.concatenate(keys), np.concatenate(rows), rejects)
+            if n_kept > len(keys):
+                raise RuntimeError(f"{self.path}: more rows than the Parquet footers count; rerun the job once the input is written")
+            self._drop = self._repeated_ids(keys[:n_kept], np.concatenate(rows) if rows else None, rejects)
         self.n_queries = n_kept - len(self._drop)
         self.rejected = tuple(rejects.records)
 
     @staticmethod
     def _id_keys(ids) -> np.ndarray:
-        """What the pass keeps per Parquet id to find repeats: an 8-byte hash of each query id."""
-        return np.array([_hash(q) for q in ids], dtype=np.uint64)
+        """What the pass keeps per Parquet id to find repeats: an 8-byte hash of each query id (int64 bits)."""
+        return _string_hashes(ids).view(np.int64)
 
     @staticmethod
     def _kept_ids(ids, good: np.ndarray):
-        """The ids of a record batch's valid rows ``good``."""
-        return [ids[i] for i in good.tolist()] if len(good) != len(ids) else list(ids)
+        """The ids of a record batch's valid rows ``good`` (an Arrow string array)."""
+        return ids.take(pa.array(good)) if len(good) != len(ids) else ids
 
     def _blocks(self, rejects: Rejects):
         """Yield ``(ids, rows, lengths, tokens, repeated)`` per block of valid queries in input
@@ -130,26 +193,27 @@ class QueryStream:
             return
         self._where, base = [], 0
         for file in self.files:
-            batches = validated_batches(file, self._ID_COLUMN, self.limits, rejects, max_threads=_QUERY_THREADS)
+            batches = validated_batches(file, self._ID_COLUMN, self.limits, rejects, max_threads=_QUERY_THREADS, arrow_ids=True,
+                                        batch_rows=_QUERY_BATCH_ROWS)
             for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
                 yield self._kept_ids(ids, good), base + good, lengths, tokens, repeated
                 self._where.append((file, row_base, n_rows))
                 base += n_rows
 
-    def _repeated_ids(self, hashes: np.ndarray, rows: np.ndarray, rejects: Rejects) -> np.ndarray:
-        """Rows repeating an earlier ``query_id``: equal hashes are candidates, confirmed on the ids
-        themselves (read again, for the candidates only). Raises at the first repeat in input order
-        unless quarantining; returns the rows to leave out."""
-        order = np.argsort(hashes, kind="stable")  # stable: equal hashes stay in input order
-        same = hashes[order][1:] == hashes[order][:-1]
-        if not same.any():
+    def _repeated_ids(self, hashes: np.ndarray, rows, rejects: Rejects) -> np.ndarray:
+        """Rows repeating an earlier ``query_id``: ids with a hash seen twice are candidates, confirmed
+        on the ids themselves (read again, for the candidates only). Raises at the first repeat in
+        input order unless quarantining; returns the rows to leave out. ``hashes`` is sorted in place."""
+        hashes.sort()
+        twice = hashes[1:][hashes[1:] == hashes[:-1]]
+        if not len(twice):
             return np.zeros(0, dtype=np.int64)
-        candidates = set(rows[order[1:][same]].tolist()) | set(rows[order[:-1][same]].tolist())
+        twice = np.unique(twice)
         found: dict[int, str] = {}
         for ids, block_rows, *_ in self._blocks(Rejects("quarantine")):
-            for query_id, row in zip(ids, block_rows.tolist()):
-                if row in candidates:
-                    found[row] = query_id
+            candidate = np.isin(self._id_keys(ids), twice)
+            if candidate.any():
+                found.update(zip(block_rows[candidate].tolist(), _ids([_select(ids, candidate)])))
         first: dict[str, int] = {}
         drop = []
         for row in sorted(found):
@@ -187,12 +251,11 @@ class QueryStream:
         if changed:
             raise InputError(changed[0], "input files that stay unchanged while the job runs", "a file modified after the job validated it",
                              "run the job once the input is completely written (write it elsewhere, then move it into place)")
-        drop = set(self._drop.tolist())
         ids_buf, len_buf, tok_buf, held, seen, total = [], [], [], 0, 0, 0
         for ids, rows, lengths, tokens, _ in self._blocks(Rejects(self.on_invalid)):
-            if drop:
-                keep = np.array([r not in drop for r in rows.tolist()], dtype=bool)
-                ids = [q for q, k in zip(ids, keep) if k]  # only Parquet ids repeat
+            if len(self._drop):
+                keep = ~np.isin(rows, self._drop)
+                ids = _select(ids, keep)  # only Parquet ids repeat
                 tokens, lengths = tokens[np.repeat(keep, lengths)], lengths[keep]
             offsets = np.concatenate([[0], np.cumsum(lengths)])
             total += len(lengths)
@@ -264,6 +327,7 @@ class DocQueryStream(QueryStream):
     """
 
     _ID_COLUMN = "doc_id"  # the Parquet id column
+    _KEEP_ROWS = True  # doc ids are kept whole with their rows: repeats are found exactly
 
     def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
         self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
