@@ -18,6 +18,7 @@ import pytest
 
 from jobs import score
 from jobs import validate as validate_module
+from jobs.output import read_manifest
 from tests.job_helpers import ROOT, job_config, write_sets
 
 DOCS = [[1, 2, 3], [2, 3], [3, 4, 5], [1, 5], [7], [2, 7, 9]]
@@ -87,7 +88,7 @@ def test_the_manifest_times_the_overlapped_pass_and_each_phase_memory(tmp_path, 
         assert score.main(["--docs", docs, "--queries", queries, "--out", str(out), "--config", job_config(tmp_path)]) == 0
     phases = [r.getMessage().split(":")[0] for r in caplog.records if r.name == "settopk" and r.getMessage().startswith("phase ")]
     assert phases == ["phase connect", "phase read", "phase validate", "phase load", "phase search", "phase commit"]
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = read_manifest(out)
     timings = manifest["timings_s"]
     assert {"validate_s", "validate_wait_s", "connect_s", "read_s", "load_s", "search_s"} <= set(timings)
     by_phase = manifest["driver_max_rss_bytes_by_phase"]
