@@ -95,8 +95,13 @@ class SearchConfig:
     n_shards : int or "auto"
         Number of length-bucket shards (a job runs ``replicas`` actors of each). ``"auto"``:
         one per GPU slot (``cupy``) or CPU slot (``numpy``) of the cluster.
-    gpus_per_shard, cpus_per_shard : float
-        Ray resources of each shard actor (``gpus_per_shard`` only with ``cupy``).
+    gpus_per_shard : float
+        GPUs each shard actor reserves (``cupy`` only), in (0, 1].
+    cpus_per_shard : float or "auto"
+        CPUs each shard actor reserves (Ray's ``num_cpus``), ``>= 0``; the ``cpu`` backend's index
+        runs that many threads. ``"auto"``: for ``cpu``, the CPUs of the cluster's smallest node
+        divided by ``replicas`` (whole nodes per shard: a shard's threads cost no second threshold
+        round and no merge, which more shards on one node do); 1 for ``numpy`` and ``cupy``.
     k : int
         Results per query.
     score : str
@@ -122,7 +127,7 @@ class SearchConfig:
     backend: str = "auto"
     n_shards: Union[int, str] = "auto"
     gpus_per_shard: float = 1.0
-    cpus_per_shard: float = 1.0
+    cpus_per_shard: Union[float, str] = 1.0
     k: int = 100
     score: str = "braun_blanquet"
     routing: str = "scan"
@@ -144,8 +149,11 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"backend must be one of {BACKENDS}, found {cfg.backend!r}")
     if cfg.n_shards != "auto" and (isinstance(cfg.n_shards, str) or cfg.n_shards < 1):
         problems.append(f"n_shards must be 'auto' or an integer >= 1, found {cfg.n_shards!r}")
-    if not 0 < cfg.gpus_per_shard <= 1 or cfg.cpus_per_shard < 0:
-        problems.append("gpus_per_shard must be in (0, 1] and cpus_per_shard >= 0")
+    if not 0 < cfg.gpus_per_shard <= 1:
+        problems.append(f"gpus_per_shard must be in (0, 1], found {cfg.gpus_per_shard!r}")
+    cpus = cfg.cpus_per_shard
+    if cpus != "auto" and (isinstance(cpus, (str, bool)) or cpus < 0):
+        problems.append(f"cpus_per_shard must be 'auto' or a number >= 0, found {cpus!r}")
     if not 1 <= cfg.k <= MAX_K:
         problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
     if not 1 <= cfg.max_len <= 255:

@@ -73,7 +73,7 @@ from .search import search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards
 from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, self_join_note, settle
 
-__all__ = ["main", "build_parser", "run", "resolve_backend", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
+__all__ = ["main", "build_parser", "run", "resolve_backend", "resolve_cpus_per_shard", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
 
 log = logging.getLogger("settopk")
 EXIT_OK = 0
@@ -203,7 +203,7 @@ def _run_id_arg(text: str) -> str:
     return text
 
 
-def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
+def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | None = None) -> tuple[str, int]:
     """Backend and shard count for a cluster, checked before any actor starts.
 
     Parameters
@@ -214,6 +214,8 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
         ``ray.cluster_resources()``.
     replicas : int
         Actors per shard (``configs.JobConfig.replicas``).
+    node_cpus : list of float, optional
+        CPUs of each alive node, for ``cpus_per_shard: auto`` (:func:`resolve_cpus_per_shard`).
 
     Returns
     -------
@@ -237,21 +239,52 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1) -> tuple[str, int]:
             f"config asks for backend 'cupy' but the Ray cluster has no GPU (resources: {resources}); "
             "run on a GPU cluster or use backend 'cpu', 'numpy' or 'auto'"
         )
+    cpus = resolve_cpus_per_shard(cfg, backend, node_cpus if node_cpus is not None else [n_cpus], replicas)
     if cfg.n_shards == "auto":
         if backend == "cupy":
             n_shards = max(1, int(n_gpus / (cfg.gpus_per_shard * replicas)))
         else:
-            n_shards = max(1, int(n_cpus / (cfg.cpus_per_shard * replicas)) if cfg.cpus_per_shard else int(n_cpus / replicas))
+            n_shards = max(1, int(n_cpus / (cpus * replicas)) if cpus else int(n_cpus / replicas))
     else:
         n_shards = int(cfg.n_shards)
     n_actors = n_shards * replicas
     need_gpus = n_actors * cfg.gpus_per_shard if backend == "cupy" else 0
-    if need_gpus > n_gpus + 1e-9 or n_actors * cfg.cpus_per_shard > n_cpus + 1e-9:
+    if need_gpus > n_gpus + 1e-9 or n_actors * cpus > n_cpus + 1e-9:
         raise InputError(
-            f"{n_shards} shard(s) x {replicas} replica(s) need {need_gpus:g} GPU(s) and {n_actors * cfg.cpus_per_shard:g} CPU(s), "
+            f"{n_shards} shard(s) x {replicas} replica(s) need {need_gpus:g} GPU(s) and {n_actors * cpus:g} CPU(s), "
             f"the Ray cluster has {n_gpus:g} and {n_cpus:g}; lower n_shards, replicas or the per-shard resources"
         )
     return backend, n_shards
+
+
+def resolve_cpus_per_shard(cfg, backend: str, node_cpus: list, replicas: int = 1) -> float:
+    """The CPUs each shard actor reserves: ``cfg.cpus_per_shard``, or what ``"auto"`` means for ``backend``.
+
+    For ``"cpu"``, ``"auto"`` is the CPUs of the smallest node that has any, divided by
+    ``replicas`` (at least 1): a shard's index runs one thread per CPU, and threads of one
+    shard split its docs at no extra cost, where more shards on one node would each search
+    every query again above the first round's floors, and be merged. For ``"numpy"`` (one
+    thread) and ``"cupy"`` (the GPU searches), 1.
+
+    Parameters
+    ----------
+    cfg : configs.JobConfig or jobs.bench.config.BenchConfig
+    backend : str
+        The resolved backend: ``"cpu"``, ``"numpy"`` or ``"cupy"``.
+    node_cpus : list of float
+        CPUs of each alive node of the cluster.
+    replicas : int
+
+    Returns
+    -------
+    float
+    """
+    if cfg.cpus_per_shard != "auto":
+        return float(cfg.cpus_per_shard)
+    if backend != "cpu":
+        return 1.0
+    smallest = min((c for c in node_cpus if c >= 1), default=1.0)
+    return float(max(1, int(smallest // max(1, replicas))))
 
 
 def shard_doc_cost(backend: str, max_len: int):
@@ -318,8 +351,12 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
         ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
     resources = ray.cluster_resources()
     check_gpus(job.args, resources)
-    backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas)
-    cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend))
+    node_cpus = [float(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node.get("Alive")]
+    backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas, node_cpus)
+    cpus = resolve_cpus_per_shard(job.cfg, backend, node_cpus, job.cfg.replicas)
+    if job.cfg.cpus_per_shard == "auto":
+        log.info("cpus_per_shard auto: %g per shard actor (backend %s)", cpus, backend)
+    cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend), cpus_per_shard=cpus)
     return dataclasses.replace(job, cfg=cfg), _Cluster(backend, n_shards, float(resources.get("CPU", 1)))
 
 

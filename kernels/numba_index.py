@@ -36,7 +36,7 @@ from .postings import build_postings, check_routing, postings_cost
 from .sets import SetBatch
 from .topk import TopK, empty_topk
 
-__all__ = ["NumbaShardIndex"]
+__all__ = ["NumbaShardIndex", "warm_up"]
 
 _log = logging.getLogger("settopk.kernels")
 _GROUP = 512  # queries per scan group: one bit each in 8 uint64 words (kernels.numba_simd.WORDS)
@@ -334,6 +334,30 @@ class NumbaShardIndex:
         out.doc_ids[rows] = np.where(real, self.doc_ids[safe] if self.n_docs else -1, -1)
         out.overlap[rows] = np.where(real, ov, 0)
         out.doc_len[rows] = np.where(real, self.doc_len[safe], 0)
+
+
+def warm_up(max_len: int, routing: str = "scan") -> None:
+    """Load the compiled kernels a build and a search with ``max_len`` and ``routing`` use.
+
+    Numba loads each compiled function from its disk cache (or compiles it) on its first call,
+    about half a second in all; a shard actor calls this in a thread while its docs arrive, so
+    that the first search of the job does not pay it. Tiny indexes are built and searched,
+    with and without floors, on each path ``routing`` can take (the counters' width, and so
+    the functions' types, depend on ``max_len``).
+
+    Raises
+    ------
+    ValueError
+        If ``max_len`` or ``routing`` is invalid.
+    """
+    docs = SetBatch(np.array([0, 3, 5, 5], dtype=np.int64), np.array([1, 2, 3, 2, 7], dtype=np.uint16))
+    queries = SetBatch(np.array([0, 2, 3], dtype=np.int64), np.array([2, 3, 7], dtype=np.uint16))
+    floor = np.array([1, -1], dtype=np.int64)
+    for path in ("scan",) if routing == "scan" else ("scan", "postings"):
+        for score in ("overlap", DEFAULT_SCORE):  # position-ranked and length-ranked postings
+            index = NumbaShardIndex(docs, np.arange(3), max_len, score, routing=path, threads=1)
+            index.search(queries, 2)
+            index.search(queries, 2, floor_key=floor)
 
 
 def _no_routing() -> dict:

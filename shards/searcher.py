@@ -127,7 +127,7 @@ class ShardSearcher:
         self.backend = backend
         self.max_len = limits.max_len
         self.score = score
-        warm = _warm_gpu_in_background() if backend == "cupy" else None
+        warm = _warm_up_in_background(backend, limits.max_len, routing) if backend in ("cupy", "cpu") else None
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
         if warm is not None:
@@ -255,27 +255,34 @@ class ShardSearcher:
 
 
 class _WarmUp(threading.Thread):
-    """Creates the CUDA context and loads the kernels while the docs are fetched, so that the two
-    overlap; an error here surfaces again, with its message, in the index build.
-    ``seconds`` is how long it took."""
+    """Loads the backend's compiled kernels while the docs are fetched, so that the two overlap:
+    for ``cupy`` the CUDA context and kernels, for ``cpu`` Numba's compiled functions (else the
+    first search would load them). An error here surfaces again, with its message, in the index
+    build or the first search. ``seconds`` is how long it took."""
 
-    def __init__(self) -> None:
-        super().__init__(name="settopk-warm-gpu", daemon=True)
+    def __init__(self, backend: str, max_len: int, routing: str) -> None:
+        super().__init__(name=f"settopk-warm-{backend}", daemon=True)
+        self.backend, self.max_len, self.routing = backend, max_len, routing
         self.seconds = 0.0
 
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            from kernels.cuda import warm_up
+            if self.backend == "cupy":
+                from kernels.cuda import warm_up
 
-            warm_up()
-        except Exception:  # the build reports it
+                warm_up()
+            else:
+                from kernels.numba_index import warm_up
+
+                warm_up(self.max_len, self.routing)
+        except Exception:  # the build or the search reports it
             pass
         self.seconds = time.perf_counter() - start
 
 
-def _warm_gpu_in_background() -> _WarmUp:
-    thread = _WarmUp()
+def _warm_up_in_background(backend: str, max_len: int, routing: str) -> _WarmUp:
+    thread = _WarmUp(backend, max_len, routing)
     thread.start()
     return thread
 

@@ -562,6 +562,24 @@ def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
         JobConfig(replicas=0)
 
 
+def test_cpus_per_shard_auto_gives_the_cpu_backend_whole_nodes():
+    from configs import ConfigError, JobConfig
+
+    auto = JobConfig(backend="cpu", cpus_per_shard="auto")
+    cluster = {"CPU": 40.0}
+    nodes = [0.0, 16.0, 24.0]  # a head without CPUs, two workers
+    assert score.resolve_cpus_per_shard(auto, "cpu", nodes) == 16.0  # the smallest node with CPUs
+    assert score.resolve_cpus_per_shard(auto, "cpu", nodes, replicas=2) == 8.0
+    assert score.resolve_backend(auto, cluster, 1, nodes) == ("cpu", 2)  # one shard per 16 CPUs
+    assert score.resolve_backend(auto, cluster, 2, nodes) == ("cpu", 2)  # 2 x 2 actors of 8 CPUs
+    assert score.resolve_cpus_per_shard(auto, "cpu", [2.0]) == 2.0  # a laptop: one shard, two threads
+    assert score.resolve_cpus_per_shard(JobConfig(backend="numpy", cpus_per_shard="auto"), "numpy", nodes) == 1.0
+    assert score.resolve_cpus_per_shard(JobConfig(backend="auto", cpus_per_shard="auto"), "cupy", nodes) == 1.0
+    assert score.resolve_cpus_per_shard(JobConfig(cpus_per_shard=3.0), "cpu", nodes) == 3.0
+    with pytest.raises(ConfigError, match="cpus_per_shard must be 'auto' or a number >= 0, found 'all'"):
+        JobConfig(cpus_per_shard="all")
+
+
 
 @pytest.mark.parametrize("routing", ["scan", "auto"])
 def test_compiled_cpu_backend_gives_the_oracle_rows(tmp_path, tie_corpus, routing):

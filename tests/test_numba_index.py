@@ -297,3 +297,32 @@ def test_property_matches_numpy_and_oracle(docs, queries, k, score, routing, thr
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(numba_index, "_POSTINGS_BLOCK", block)
         _check(docs, queries, k, score, floor=floor, routings=(routing,), threads=(threads,))
+
+
+def test_warm_up_loads_every_kernel_a_first_search_calls():
+    # A fresh process: every compiled function is still unloaded there. After warm_up, a search
+    # of realistic shape (both paths, floors, 512-query groups) adds no signature: nothing is
+    # left for the job's first search to load.
+    code = (
+        "import numpy as np\n"
+        "from kernels import SetBatch, numba_kernels as nk\n"
+        "from kernels.numba_index import NumbaShardIndex, warm_up\n"
+        "fns = [getattr(nk, n) for n in dir(nk) if hasattr(getattr(nk, n), 'signatures')]\n"
+        "assert fns and all(not f.signatures for f in fns)\n"
+        "warm_up(128, 'auto')\n"
+        "before = {f.__name__: len(f.signatures) for f in fns}\n"
+        "rng = np.random.default_rng(0)\n"
+        "def sets(n, vocab):\n"
+        "    return SetBatch.from_lists([np.unique(rng.integers(0, vocab, rng.integers(1, 128))).tolist() for _ in range(n)])\n"
+        "docs, queries = sets(3000, 400), sets(600, 400)\n"
+        "for routing in ('scan', 'postings'):\n"
+        "    for score in ('braun_blanquet', 'containment'):\n"
+        "        index = NumbaShardIndex(docs, np.arange(3000), 128, score, routing=routing, threads=2)\n"
+        "        index.search(queries, 100)\n"
+        "        index.search(queries, 100, floor_key=np.full(600, 3, np.int64))\n"
+        "after = {f.__name__: len(f.signatures) for f in fns}\n"
+        "print(sum(before.values()), before == after)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, unchanged = out.stdout.split()
+    assert int(loaded) >= 4 and unchanged == "True", out.stdout

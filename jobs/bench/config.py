@@ -231,6 +231,8 @@ class BenchConfig(SearchConfig):
             if replicas is not None and (len(replicas) != len(self.scaling.shards) or any(r < 1 for r in replicas)):
                 problems.append(f"scaling.replicas must list one count >= 1 per scaling.shards entry, found {replicas}")
         problems += search_problems(self)
+        if self.cpus_per_shard == "auto":
+            problems.append("cpus_per_shard must be a number in a benchmark (the CPUs its numbers were measured on), found 'auto'")
         if self.query_batch_size < 0:
             problems.append(f"query_batch_size must be >= 0 (0: all queries at once), found {self.query_batch_size}")
         if self.warmup < 0 or self.repetitions < 1:
