@@ -10,6 +10,7 @@ written after the search.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,10 @@ def merge_and_write_chunk(work: str, index: int, query_ids, query_len: np.ndarra
     metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it
     writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
     own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if exclude_self else None
+    # Arrow encodes and compresses a batch's rows without the GIL, in this thread, while the
+    # task fetches and merges the next batch: writing is most of a merge task's time.
+    encoder = ThreadPoolExecutor(1, thread_name_prefix="settopk-write")
+    pending = None
     try:
         for layout in layouts:
             fetched = _fetched(results[position : position + len(layout.shard_lists)])
@@ -110,17 +115,31 @@ def merge_and_write_chunk(work: str, index: int, query_ids, query_len: np.ndarra
                 topk = drop_own_docs(topk, own_ids[layout.lo : layout.hi])
             middle = time.perf_counter()
             table = results_table(query_ids[layout.lo : layout.hi], query_len[layout.lo : layout.hi], topk, score)
-            writer.write(table)
             rows += table.num_rows
             merge_s += middle - start
             write_s += time.perf_counter() - middle
-        start = time.perf_counter()
-        writer.close()
-        write_s += time.perf_counter() - start
+            if pending is not None:
+                write_s += pending.result()  # in order: one batch is encoded at a time
+            pending = encoder.submit(_timed, writer.write, table)
+        if pending is not None:
+            write_s += pending.result()
+            pending = None
+        write_s += _timed(writer.close)
     except BaseException:
+        if pending is not None:
+            pending.cancel() or wait([pending])  # the writer is not closed under a running write
         writer.abort()
         raise
+    finally:
+        encoder.shutdown(wait=False)
     return {"rows": rows, "merge_s": merge_s, "write_s": write_s}
+
+
+def _timed(fn, *args) -> float:
+    """Seconds ``fn(*args)`` took."""
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
 
 
 def _fetched(results: list) -> list:

@@ -69,7 +69,7 @@ from .manifest import build_manifest, inputs_section, output_section, ray_submis
 from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
-from .search import search_chunks
+from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards
 from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, self_join_note, settle
 
@@ -589,6 +589,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
                   "(add --force to recompute)")
         return EXIT_OK
     job, work = _open_work(job, valid, facts, lines)
+    prestart_merge_workers(len(pool.actors), len(work.chunks) - len(work.done))
     try:
         with clock.phase("load", since=load_started):  # load_s: from the actors' start, across the validation's wait
             infos = _wait_loaded(job, plan, pool)

@@ -12,7 +12,7 @@ import pytest
 from configs import ConfigError
 from jobs import bench
 from jobs.bench.config import load_bench_config
-from jobs.bench.standin import BACKEND, PACE_ENV, StandInIndex, register_standin
+from jobs.bench.standin import BACKEND, PACE_ENV, TEMPLATE_K, StandInIndex, register_standin
 from kernels import SetBatch, brute_force_topk, build_index, registered_backends, score_key, unregister_backend
 
 
@@ -39,12 +39,15 @@ def test_standin_answers_each_query_with_the_real_result_of_its_length():
     doc_ids = np.arange(docs.n_sets, dtype=np.int64)
     index = StandInIndex(doc_ids, docs, max_len=32, score="braun_blanquet", routing="scan", queries_per_s=0)
     queries = SetBatch.from_lists([[1, 2, 3], [4, 5, 6], [7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
+    assert index.templates_searched == 33  # at build: one query of each length 0..32, ids 0..length - 1
     got = index.search(queries, 10)
     assert got.doc_ids.shape == (4, 10) and got.doc_ids.dtype == np.int64 and got.overlap.dtype == np.int16
-    assert index.templates_searched == 3  # lengths 3, 2 and 10
-    want = brute_force_topk(docs.to_lists(), [[1, 2, 3], [7, 8], list(range(1, 11))], 10)
+    assert index.templates_searched == 33  # k = 10 <= TEMPLATE_K: the templates are cut, not searched again
+    want = brute_force_topk(docs.to_lists(), [list(range(3)), list(range(2)), list(range(10))], 10)
     for row, template in ((0, 0), (1, 0), (2, 1), (3, 2)):
         assert [tuple(t) for t in zip(*(a[row].tolist() for a in got))] == want[template]
+    wide = index.search(queries, TEMPLATE_K + 1)  # a larger k learns the lengths it meets again
+    assert wide.doc_ids.shape == (4, TEMPLATE_K + 1) and index.templates_searched == 33 + 3
     # A floor drops the entries below it, as the real index does.
     keys = score_key(got.overlap, queries.lengths[:, None], got.doc_len, 32).astype(np.int64)
     floor = keys[:, 4]

@@ -1,15 +1,17 @@
 """Stand-in shards for the host-path benchmark: actors that answer like GPUs without one.
 
 A stand-in index (backend ``"standin"``, added through :func:`kernels.register_backend`, the
-index seam) holds its shard's docs in a real :class:`kernels.NumpyShardIndex`. The first time a
-batch holds a query of a length it has not seen, it searches that query for real; every query
-of that length is then answered with that result (the *template* of its length), so each block
-has the real shape and dtypes (``(n_rows, k)``: doc ids of the shard, their overlaps and lengths,
+index seam) holds its shard's docs in a real :class:`kernels.NumpyShardIndex`. When it is built
+(in the actor's load, as a GPU index's build), it searches for real one query of each length
+``0..max_len`` (ids ``0..length - 1``) with ``k`` = :data:`TEMPLATE_K`; every query of that
+length is then answered with that result cut to its ``k`` (the *template* of its length: the
+first ``k`` of a top-``K`` list are the top-``k``), so each block has the real shape and dtypes (``(n_rows, k)``: doc ids of the shard, their overlaps and lengths,
 ordered by the key the query's length gives) and the merge tasks do their real work on it. The
 results are not the queries' own: the benchmark measures the host path, not the answers.
 
-Each search then waits until ``n_rows / pace`` seconds have passed since it started, so that the
-actor answers at a set pace, a GPU's kernel rate. The pace comes from the environment variable
+Each search then waits until ``n_rows / pace`` seconds have passed since its templates were
+ready, so that the actor answers at a set pace, a GPU's kernel rate (the real searches of new
+templates, a cost no GPU has, are not counted in the pace). The pace comes from the environment variable
 :data:`PACE_ENV` (queries per second on this actor's shard; ``0``: no pacing, the ceiling), set
 by :mod:`jobs.bench.host` for the job's process, whose local Ray cluster hands it to the actors.
 
@@ -31,11 +33,13 @@ from kernels import NumpyShardIndex, SetBatch, TopK, register_backend, registere
 from kernels.cost import numpy_search_cost_per_doc
 from shards.searcher import ShardSearcher
 
-__all__ = ["BACKEND", "PACE_ENV", "StandInIndex", "StandInSearcher", "register_standin"]
+__all__ = ["BACKEND", "PACE_ENV", "TEMPLATE_K", "StandInIndex", "StandInSearcher", "register_standin"]
 
 BACKEND = "standin"
 PACE_ENV = "SETTOPK_STANDIN_QUERIES_PER_S"
 """Queries per second one stand-in answers on its shard; ``0`` (or unset) answers at once."""
+TEMPLATE_K = 128
+"""Docs per template row learnt at build; a search with a larger ``k`` learns its templates again."""
 
 _register_lock = threading.Lock()
 
@@ -63,17 +67,19 @@ class StandInIndex:
         self.last_routing = {"scan": 0, "postings": 0}
         self.queries_per_s = float(queries_per_s)
         self.templates_searched = 0
-        self._k = None
+        self._k = 0
         self._templates: TopK | None = None  # rows indexed by query length
         self._have = np.zeros(max_len + 1, dtype=bool)
+        every_length = [list(range(n)) for n in range(max_len + 1)]
+        self._learn(SetBatch.from_lists(every_length), TEMPLATE_K)
 
     @property
     def n_docs(self) -> int:
         return self._real.n_docs
 
     def _learn(self, queries: SetBatch, k: int) -> None:
-        """Search for real one query of each length not seen yet (the templates)."""
-        if self._k != k:
+        """Search for real one query of each length not learnt yet (the templates), with at least ``k`` docs."""
+        if k > self._k:
             self._k = k
             shape = (self.max_len + 1, k)
             self._templates = TopK(np.full(shape, -1, np.int64), np.zeros(shape, np.int16), np.zeros(shape, np.int16))
@@ -96,10 +102,10 @@ class StandInIndex:
         With ``floor_key``, entries below a query's floor are dropped (``-1`` padded), as the
         real index drops them.
         """
-        start = time.perf_counter()
         self._learn(queries, k)
+        start = time.perf_counter()  # the pace counts from here: learning templates is the stand-in's own cost
         lengths = np.asarray(queries.lengths)
-        out = TopK(*(getattr(self._templates, f)[lengths] for f in TopK._fields))
+        out = TopK(*(getattr(self._templates, f)[lengths, :k] for f in TopK._fields))
         skipped = 0
         if floor_key is not None:
             floor = np.asarray(floor_key, dtype=np.int64)
