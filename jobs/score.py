@@ -61,7 +61,7 @@ from shards.inputs.files import file_stat
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
-from .chunks import check_parts, drop_resume_key, open_work_dir, plan_chunks, resume_key
+from .chunks import check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
 from .location import absolute
@@ -436,7 +436,8 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
     path = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
-    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=absolute(target.out_dir))
+    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=absolute(target.out_dir),
+                     chunks=[(c.lo, c.hi) for c in chunks])
     done, run_id = open_work_dir(path, key, chunks, job.run_id)
     if done:
         log.info("resuming run %s: %d of %d query chunk(s) already committed in %s", run_id, len(done), len(chunks), path)
@@ -468,7 +469,7 @@ def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actor
     cfg = job.cfg
     todo = [c for c in work.chunks if c.index not in work.done]
     bar = progress_bar("search", sum(c.hi - c.lo for c in todo), "queries", job.args.quiet)
-    stream = ((c, ids, sets) for c, (ids, sets) in zip(work.chunks, queries.chunks(cfg.query_chunk_size)) if c.index not in work.done)
+    stream = chunk_stream(work.chunks, queries.chunks(cfg.query_chunk_size), cfg.query_chunk_size, work.done)
     # Excluding self, the shards search k + 1 per query and the merge tasks drop each
     # query's own doc (exact: see shards.drop_own_docs).
     # Sized by the rows a query can get (min(k, n_docs)), not by k: a large k on a small corpus

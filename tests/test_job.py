@@ -87,6 +87,23 @@ def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
     assert tables[0].equals(tables[1])
 
 
+def test_the_last_window_cut_into_smaller_parts_gives_the_oracle_rows(tmp_path, tie_corpus, monkeypatch):
+    """The run's last window of query_chunk_size queries is cut into several parts (written at
+    once at the end of the search); the parts hold the oracle's rows, in query order."""
+    from jobs import chunks
+
+    monkeypatch.setattr(chunks, "TAIL_MIN_QUERIES", 5)  # 43 queries in windows of 30: the last, of 13, cut in two
+    docs, queries, docs_path, queries_path = tie_corpus
+    out = tmp_path / "out"
+    cfg = _config(tmp_path, query_chunk_size=30, query_batch_size=4)
+    assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "10", "--config", cfg, "--quiet"]) == 0
+    parts = sorted(p.name for p in out.glob("part-*.parquet"))
+    assert len(parts) == 3 and read_manifest(out)["output"]["parts"] == 3  # [0, 30), then [30, 43) cut in two
+    sizes = [pq.read_metadata(out / p).num_rows for p in parts]
+    assert sizes == [30 * 10, 6 * 10, 7 * 10]
+    assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], 10)
+
+
 @pytest.mark.parametrize("n_shards, replicas", [(1, 3), (2, 2)])
 def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpus, n_shards, replicas):
     """Every shard held by several actors; batches take turns among the replicas (with the

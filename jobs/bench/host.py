@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.chunks import chunk_stream, plan_chunks
 from jobs.output import part_name
 from shards.inputs import QueryStream, SetLimits
 
@@ -58,8 +59,9 @@ def check_complete(out: Path, queries: Path, limits: SetLimits, chunk_size: int,
     """
     rows = 0
     ranks = np.arange(1, k + 1, dtype=np.int16)
-    for index, (ids, _sets) in enumerate(QueryStream(str(queries), limits).chunks(chunk_size)):
-        path = out / part_name(index)
+    stream = QueryStream(str(queries), limits)
+    for chunk, ids, _sets in chunk_stream(plan_chunks(stream.n_queries, chunk_size), stream.chunks(chunk_size), chunk_size):
+        path = out / part_name(chunk.index)
         if not path.exists():
             raise IncompleteOutputError(f"{path}: missing")
         table = pq.read_table(path, columns=["query_id", "rank", "doc_id"])

@@ -1,0 +1,47 @@
+"""Query chunks: the plan (the last window cut into smaller parts) and the stream that pairs chunks with their queries."""
+
+import numpy as np
+import pytest
+
+from jobs.chunks import TAIL_MIN_QUERIES, TAIL_PARTS, chunk_stream, plan_chunks
+from kernels import SetBatch
+
+
+def _bounds(chunks):
+    return [(c.lo, c.hi) for c in chunks]
+
+
+def test_plan_cuts_only_a_large_last_window():
+    assert _bounds(plan_chunks(0, 100)) == []
+    assert _bounds(plan_chunks(2000, 100_000)) == [(0, 2000)]  # the quick start: one part
+    assert _bounds(plan_chunks(10, 3)) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    chunks = plan_chunks(1_000_000, 100_000)
+    assert _bounds(chunks[:9]) == [(lo, lo + 100_000) for lo in range(0, 900_000, 100_000)]
+    tail = _bounds(chunks[9:])
+    assert len(tail) == TAIL_PARTS and tail[0][0] == 900_000 and tail[-1][1] == 1_000_000
+    assert all(hi - lo >= TAIL_MIN_QUERIES for lo, hi in tail)
+    # Consecutive, no gap, indices in order, whatever the sizes.
+    for n, size in [(1_000_000, 100_000), (123_457, 50_000), (25_000, 30_000), (19_999, 100_000), (20_000, 100_000)]:
+        chunks = plan_chunks(n, size)
+        assert [c.index for c in chunks] == list(range(len(chunks)))
+        assert [c.lo for c in chunks][1:] == [c.hi for c in chunks][:-1] and chunks[0].lo == 0 and chunks[-1].hi == n
+        assert all(0 < c.hi - c.lo <= size for c in chunks)
+    assert len(plan_chunks(19_999, 100_000)) == 1 and len(plan_chunks(20_000, 100_000)) == 2
+
+
+@pytest.mark.parametrize("done", [set(), {0, 3}, {4, 5, 6}])
+def test_stream_slices_the_cut_window_and_skips_done_chunks(monkeypatch, done):
+    from jobs import chunks as module
+
+    monkeypatch.setattr(module, "TAIL_MIN_QUERIES", 2)
+    n, size = 23, 8
+    ids = [f"q{i}" for i in range(n)]
+    sets = SetBatch.from_lists([[i, i + 1] for i in range(n)])
+    windows = ((ids[lo : lo + size], sets.take(np.arange(lo, min(lo + size, n)))) for lo in range(0, n, size))
+    plan = plan_chunks(n, size)
+    assert _bounds(plan) == [(0, 8), (8, 16), (16, 18), (18, 20), (20, 23)]
+    got = list(chunk_stream(plan, windows, size, done))
+    assert [c.index for c, _, _ in got] == [c.index for c in plan if c.index not in done]
+    for chunk, chunk_ids, chunk_sets in got:
+        assert chunk_ids == ids[chunk.lo : chunk.hi]
+        assert chunk_sets.to_lists() == [[i, i + 1] for i in range(chunk.lo, chunk.hi)]
