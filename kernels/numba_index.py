@@ -33,7 +33,7 @@ import numpy as np
 
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
-from .sets import SetBatch
+from .sets import SetBatch, check_shard_docs
 from .topk import TopK, empty_topk
 
 __all__ = ["NumbaShardIndex", "warm_up"]
@@ -121,16 +121,7 @@ class NumbaShardIndex:
                  routing: str = "scan", threads: int | None = None):
         check_routing(routing)
         self._scale = key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
-        doc_ids = np.asarray(doc_ids, dtype=np.int64)
-        if len(doc_ids) != docs.n_sets:
-            raise ValueError(f"{len(doc_ids)} doc ids for {docs.n_sets} docs")
-        if len(doc_ids) >= 2**31:
-            raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {len(doc_ids)}; use more shards")
-        if np.any(np.diff(doc_ids) <= 0):
-            raise ValueError("doc_ids must be strictly increasing")
-        lengths = docs.lengths
-        if len(lengths) and lengths.max() > max_len:
-            raise ValueError(f"a doc has {lengths.max()} ids, more than max_len={max_len}")
+        doc_ids, lengths = check_shard_docs(docs, doc_ids, max_len)
         threads = _usable_cpus() if threads is None else int(threads)
         if threads < 1:
             raise ValueError(f"threads must be >= 1, found {threads}")

@@ -17,7 +17,7 @@ import numpy as np
 from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
-from .sets import SetBatch
+from .sets import SetBatch, check_shard_docs
 from .topk import TopK, empty_topk
 
 __all__ = ["NumpyShardIndex"]
@@ -82,16 +82,7 @@ class NumpyShardIndex:
                  routing: str = "scan"):
         check_routing(routing)
         key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
-        doc_ids = np.asarray(doc_ids, dtype=np.int64)
-        if len(doc_ids) != docs.n_sets:
-            raise ValueError(f"{len(doc_ids)} doc ids for {docs.n_sets} docs")
-        if len(doc_ids) >= 2**31:
-            raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {len(doc_ids)}; use more shards")
-        if np.any(np.diff(doc_ids) <= 0):
-            raise ValueError("doc_ids must be strictly increasing")
-        lengths = docs.lengths
-        if len(lengths) and lengths.max() > max_len:
-            raise ValueError(f"a doc has {lengths.max()} ids, more than max_len={max_len}")
+        doc_ids, lengths = check_shard_docs(docs, doc_ids, max_len)
         self.doc_ids = doc_ids
         self.doc_len = lengths.astype(np.int16)
         self.max_len = max_len

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["SetBatch"]
+__all__ = ["SetBatch", "check_shard_docs"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,41 @@ class SetBatch:
     def to_lists(self) -> list[list[int]]:
         """The sets as Python lists of int."""
         return [self[i].tolist() for i in range(self.n_sets)]
+
+
+def check_shard_docs(docs: SetBatch, doc_ids, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a shard's docs and ids for a host index (the NumPy and Numba indexes' shared check).
+
+    Parameters
+    ----------
+    docs : SetBatch
+        The shard's docs, in ``doc_ids`` order.
+    doc_ids : array_like of int, shape (n_docs,)
+        Global doc ids.
+    max_len : int
+        Bound on set sizes.
+
+    Returns
+    -------
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+    lengths : numpy.ndarray of int64, shape (n_docs,)
+        ``docs.lengths``.
+
+    Raises
+    ------
+    ValueError
+        If ``doc_ids`` and ``docs`` differ in length, the shard has ``2**31``
+        docs or more, ``doc_ids`` is not strictly increasing, or a doc is
+        longer than ``max_len``.
+    """
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    if len(doc_ids) != docs.n_sets:
+        raise ValueError(f"{len(doc_ids)} doc ids for {docs.n_sets} docs")
+    if len(doc_ids) >= 2**31:
+        raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {len(doc_ids)}; use more shards")
+    if np.any(np.diff(doc_ids) <= 0):
+        raise ValueError("doc_ids must be strictly increasing")
+    lengths = docs.lengths
+    if len(lengths) and lengths.max() > max_len:
+        raise ValueError(f"a doc has {lengths.max()} ids, more than max_len={max_len}")
+    return doc_ids, lengths

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from multinode_run import local_cluster  # beside this script: on sys.path when it runs
 from shards.searcher import ShardSearcher
 
 PAUSE_S = 0.4  # per search call: the job lasts several seconds, long enough to lose a node in it
@@ -84,22 +85,14 @@ def _free_port() -> int:
 def main(argv: list[str]) -> int:
     report, job_args = argv[0], argv[1:]
     import ray
-    from ray.cluster_utils import Cluster
 
     from jobs import score
     from jobs.output import work_dir
 
     out = job_args[job_args.index("--out") + 1]
     marks = os.environ["SETTOPK_MN_MARKS"]
-    cluster = None
-    try:
-        # The dashboard serves Ray's state API (the tasks' nodes); a free port, as others may run Ray here.
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True,
-                                                                "dashboard_port": _free_port()})
-        for _ in range(3):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address)
+    # The dashboard serves Ray's state API (the tasks' nodes); a free port, as others may run Ray here.
+    with local_cluster(3, include_dashboard=True, dashboard_port=_free_port()) as cluster:
         head_id = ray.get_runtime_context().get_node_id()
         workers = sorted(node.node_id for node in cluster.worker_nodes)
         removed: dict = {}
@@ -119,10 +112,6 @@ def main(argv: list[str]) -> int:
             json.dump({"exit_codes": codes, "head": head_id, "workers": workers, "removed": removed, "tasks": tasks,
                        "first_run_s": [started, first_ended]}, f)
         return codes[-1]
-    finally:
-        ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -13,32 +13,45 @@ with the job's exit code. Set ``RAY_TMPDIR`` to keep the cluster's session files
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int, **head_args):
+    """A head and ``n_workers`` worker nodes of one CPU each (``ray.cluster_utils.Cluster``), with
+    this process connected to it; yields the cluster and shuts it down on exit. ``head_args``: more
+    settings of the head node."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **head_args})
+        for _ in range(n_workers):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+        yield cluster
+    finally:
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
 
 
 def main(argv: list[str]) -> int:
     report, job_args = argv[0], argv[1:]
     import ray
-    from ray.cluster_utils import Cluster
 
     from jobs import score
 
-    cluster = None
-    try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address)
+    with local_cluster(1, include_dashboard=False):
         nodes = [n for n in ray.nodes() if n["Alive"]]
         code = score.main(job_args)
         with open(report, "w") as f:
             json.dump({"exit_code": code, "node_ids": sorted(n["NodeID"] for n in nodes)}, f)
         return code
-    finally:
-        ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -449,7 +449,9 @@ def test_crashed_or_hung_shard_actor_is_restarted_and_the_output_is_unchanged(tm
     assert score.main(base + ["--config", clean, "--out", str(tmp_path / "clean")]) == 0
     marker = tmp_path / "crashed"
     crashing = crashing_searcher(shard=0, after=2, marker=str(marker), mode=mode)
-    chaos = _config(tmp_path, name="chaos", n_shards=2, query_batch_size=8, faults={"search_timeout_s": 5, "retry_backoff_s": 0.1})
+    # A hang is seen after search_timeout_s times the calls an actor has in flight (6 batches here);
+    # the restarted actor gets as long for the calls it takes over (the 5 left).
+    chaos = _config(tmp_path, name="chaos", n_shards=2, query_batch_size=8, faults={"search_timeout_s": 3, "retry_backoff_s": 0.1})
     assert score.main(base + ["--config", chaos, "--out", str(tmp_path / "crashed-run")], searcher_cls=crashing) == 0
     assert marker.exists()  # the fault happened, and the run still finished
     assert pq.read_table(tmp_path / "crashed-run").equals(pq.read_table(tmp_path / "clean"))

@@ -20,7 +20,8 @@ _ids = st.one_of(st.integers(0, 9), st.just(65535))
 _set = st.lists(_ids, max_size=8)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Each example is a whole job (about 1 s): 10 random corpora and layouts a run, new ones on each CI run.
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     docs=st.lists(_set, min_size=1, max_size=60),
     queries=st.lists(_set, min_size=1, max_size=6),

@@ -37,6 +37,8 @@ ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memo
 print("RESULTS " + json.dumps([score.main(argv) for argv in json.loads(sys.argv[1])]), flush=True)
 """
 NIGHTS = ("2026-11-19", "2026-11-20")
+N_QUERIES = 500
+N_PARTS = N_QUERIES // 25  # query_chunk_size 25
 
 
 def _env() -> dict:
@@ -70,12 +72,12 @@ def job(s3, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("store-job")
     rng = np.random.default_rng(5)
     docs = write_sets(tmp / "docs.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(3000)])
-    queries = write_sets(tmp / "q.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(1500)])
+    queries = write_sets(tmp / "q.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(N_QUERIES)])
     cfg = tmp / "c.yaml"
     # One query per batch and 25 per chunk: many small parts, so a kill lands mid-run.
     cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 1\nquery_chunk_size: 25\n")
     nightly = tmp / "nightly.yaml"
-    nightly.write_text("backend: numpy\nn_shards: 1\ncpus_per_shard: 0.5\nquery_chunk_size: 500\noutput:\n  partition: dt\n")
+    nightly.write_text("backend: numpy\nn_shards: 1\ncpus_per_shard: 0.5\nquery_chunk_size: 200\noutput:\n  partition: dt\n")
     bucket = s3.bucket("store-job")
     args = ["--docs", docs, "--queries", queries, "--k", "20", "--config", str(cfg), "--run-id", "run-1", "--quiet"]
     night = ["--docs", docs, "--queries", queries, "--k", "5", "--config", str(nightly), "--quiet", "--out", f"{bucket}/nightly"]
@@ -93,13 +95,13 @@ def test_result_in_the_bucket_equals_the_local_result(s3, job):
     tmp, bucket = job["tmp"], job["bucket"]
     out = f"{bucket}/results"
     names = _objects(s3, out)
-    assert names == ["_SUCCESS"] + [f"part-{i:05d}.parquet" for i in range(60)]  # only parts and _SUCCESS
+    assert names == ["_SUCCESS"] + [f"part-{i:05d}.parquet" for i in range(N_PARTS)]  # only parts and _SUCCESS
     for name in names[1:]:  # same run id, same rows: byte-identical parts
         assert Place.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
     assert Place.of(f"{bucket}/results.tsv").read_bytes() == (tmp / "local.tsv").read_bytes()
     manifest = read_manifest(out)
     assert manifest_path(out) == f"{bucket}/results.run/manifest.json"
-    assert manifest["output"]["path"] == out and manifest["counts"]["rows"] == 1500 * 20
+    assert manifest["output"]["path"] == out and manifest["counts"]["rows"] == N_QUERIES * 20
     assert manifest["counts"] == read_manifest(tmp / "local")["counts"]
     # Nothing else in the bucket: no work prefix, lock or staging left behind.
     top = {name.split("/", 1)[0] for name in _objects(s3, bucket)}
@@ -122,7 +124,7 @@ def test_nightly_partitions_in_the_bucket(s3, job):
         manifest = read_manifest(f"{root}/dt={d}")
         assert manifest["output"]["partition"] == {"dt": d} and manifest["output"]["dataset_root"] == root
     table = open_results(root).to_table()
-    assert table.num_rows == len(NIGHTS) * 1500 * 5
+    assert table.num_rows == len(NIGHTS) * N_QUERIES * 5
     assert sorted(set(table["dt"].to_pylist())) == [datetime.date.fromisoformat(d) for d in NIGHTS]
 
 
@@ -135,15 +137,15 @@ def test_duckdb_and_polars_read_the_result_from_the_bucket(s3, job):
     bucket = job["bucket"]
     local = pq.read_table(job["tmp"] / "local").sort_by([("query_id", "ascending"), ("rank", "ascending")])
     frame = pl.read_parquet(f"{bucket}/results/").sort(["query_id", "rank"])
-    assert frame["doc_id"].to_list() == local["doc_id"].to_pylist() and frame.height == 1500 * 20
+    assert frame["doc_id"].to_list() == local["doc_id"].to_pylist() and frame.height == N_QUERIES * 20
     nightly = pl.scan_parquet(f"{bucket}/nightly/")  # dt: Date, from the Hive directories
     assert nightly.collect_schema()["dt"] == pl.Date
-    assert nightly.group_by("dt").len().sort("dt").collect().rows() == [(datetime.date.fromisoformat(d), 1500 * 5) for d in NIGHTS]
+    assert nightly.group_by("dt").len().sort("dt").collect().rows() == [(datetime.date.fromisoformat(d), N_QUERIES * 5) for d in NIGHTS]
     import pyarrow.dataset as ds
 
     results = ds.dataset(f"{bucket.split('://')[1]}/nightly", filesystem=s3.filesystem(), partitioning=DT_PARTITIONING)
     rows = duckdb.sql("SELECT dt, count(*) FROM results GROUP BY dt ORDER BY dt").fetchall()
-    assert rows == [(datetime.date.fromisoformat(d), 1500 * 5) for d in NIGHTS]
+    assert rows == [(datetime.date.fromisoformat(d), N_QUERIES * 5) for d in NIGHTS]
 
 
 def test_killed_driver_resumes_from_the_parts_in_the_store(s3, job):
@@ -157,7 +159,7 @@ def test_killed_driver_resumes_from_the_parts_in_the_store(s3, job):
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     committed = len([n for n in _objects(s3, work) if n.startswith("part-")])
-    assert proc.returncode == -signal.SIGKILL and 3 <= committed < 60, "the driver must be killed mid-run"
+    assert proc.returncode == -signal.SIGKILL and 3 <= committed < N_PARTS, "the driver must be killed mid-run"
     assert _objects(s3, out) == []  # no result yet
     lock = [n for n in _objects(s3, bucket) if n.startswith(".killed.lock-")]
     assert len(lock) == 1  # the killed run's lock object: its pid is gone, so the rerun takes it over
@@ -167,7 +169,7 @@ def test_killed_driver_resumes_from_the_parts_in_the_store(s3, job):
     assert manifest["counts"]["chunks_resumed"] >= committed - 1 and manifest["run_id"] == "run-1"
     assert _objects(s3, work) == [] and not [n for n in _objects(s3, bucket) if n.startswith(".killed.")]
     names = _objects(s3, out)
-    assert len(names) == 61
+    assert len(names) == N_PARTS + 1
     for name in names[1:]:
         assert Place.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
 

@@ -200,10 +200,7 @@ class BenchConfig(SearchConfig):
             h = self.host
             if self.scaling is not None or self.throughput is not None:
                 problems.append("a config has one of the scaling, throughput and host sections, not several")
-            if not h.shards or any(n < 1 for n in h.shards):
-                problems.append(f"host.shards must list shard counts >= 1, found {h.shards}")
-            if h.replicas is not None and (len(h.replicas) != len(h.shards) or any(r < 1 for r in h.replicas)):
-                problems.append(f"host.replicas must list one count >= 1 per host.shards entry, found {h.replicas}")
+            problems += _layout_problems("host", h.shards, h.replicas)
             if h.query_chunk_size < 1:
                 problems.append(f"host.query_chunk_size must be >= 1, found {h.query_chunk_size}")
             if h.queries_per_s_per_actor <= 0:
@@ -214,10 +211,7 @@ class BenchConfig(SearchConfig):
             t = self.throughput
             if self.scaling is not None:
                 problems.append("a config has a scaling or a throughput section, not both")
-            if not t.shards or any(n < 1 for n in t.shards):
-                problems.append(f"throughput.shards must list shard counts >= 1, found {t.shards}")
-            if t.replicas is not None and (len(t.replicas) != len(t.shards) or any(r < 1 for r in t.replicas)):
-                problems.append(f"throughput.replicas must list one count >= 1 per throughput.shards entry, found {t.replicas}")
+            problems += _layout_problems("throughput", t.shards, t.replicas)
             if t.query_chunk_size < 1:
                 problems.append(f"throughput.query_chunk_size must be >= 1, found {t.query_chunk_size}")
             if self.query_batch_size < 1:
@@ -225,11 +219,7 @@ class BenchConfig(SearchConfig):
         if self.scaling is not None:
             if self.scaling.mode not in ("strong", "weak"):
                 problems.append(f"scaling.mode must be 'strong' or 'weak', found {self.scaling.mode!r}")
-            if not self.scaling.shards or any(n < 1 for n in self.scaling.shards):
-                problems.append(f"scaling.shards must list shard counts >= 1, found {self.scaling.shards}")
-            replicas = self.scaling.replicas
-            if replicas is not None and (len(replicas) != len(self.scaling.shards) or any(r < 1 for r in replicas)):
-                problems.append(f"scaling.replicas must list one count >= 1 per scaling.shards entry, found {replicas}")
+            problems += _layout_problems("scaling", self.scaling.shards, self.scaling.replicas)
         problems += search_problems(self)
         if self.cpus_per_shard == "auto":
             problems.append("cpus_per_shard must be a number in a benchmark (the CPUs its numbers were measured on), found 'auto'")
@@ -262,6 +252,16 @@ class BenchConfig(SearchConfig):
     def to_dict(self) -> dict:
         """Plain-data copy, for the result JSON."""
         return dataclasses.asdict(self)
+
+
+def _layout_problems(section: str, shards: list[int], replicas: list[int] | None) -> list[str]:
+    """Problems of a section's ``shards`` and ``replicas`` lists (``section``: its name, for the messages)."""
+    problems = []
+    if not shards or any(n < 1 for n in shards):
+        problems.append(f"{section}.shards must list shard counts >= 1, found {shards}")
+    if replicas is not None and (len(replicas) != len(shards) or any(r < 1 for r in replicas)):
+        problems.append(f"{section}.replicas must list one count >= 1 per {section}.shards entry, found {replicas}")
+    return problems
 
 
 def _baseline_problems_for(name: str, score: str) -> list[str]:
