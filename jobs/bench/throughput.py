@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from configs import SearchConfig
+from jobs.chunks import plan_chunks
 from jobs.output import part_name, read_manifest
 from jobs.score import resolve_backend
 from kernels import SetBatch, TopK
@@ -152,11 +153,14 @@ def _kernel_only(cfg: BenchConfig, docs: Path, stream: QueryStream, limits: SetL
     return seconds, reference
 
 
-def _check_sample(out: Path, sample: np.ndarray, reference: TopK, chunk_size: int, rows_per_query: int) -> list[dict]:
-    """Mismatches between the written rows of the ``sample`` queries and the reference."""
+def _check_sample(out: Path, sample: np.ndarray, reference: TopK, chunks: list, rows_per_query: int) -> list[dict]:
+    """Mismatches between the written rows of the ``sample`` queries and the reference
+    (``chunks``: the run's :func:`jobs.chunks.plan_chunks`, which say each query's part)."""
     mismatches, tables = [], {}
+    starts = np.array([c.lo for c in chunks])
     for j, q in enumerate(sample.tolist()):
-        part, row = divmod(q, chunk_size)
+        part = int(np.searchsorted(starts, q, side="right")) - 1
+        row = q - chunks[part].lo
         if part not in tables:
             tables = {part: pq.read_table(out / part_name(part), columns=["doc_id", "overlap", "doc_len"])}  # one part held
         got = tables[part].slice(row * rows_per_query, rows_per_query)
@@ -214,7 +218,8 @@ def run_throughput(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> di
         sample = verify_sample(cfg, n_queries)
         log.info("throughput: kernel-only pass and the NumPy reference for %d sampled queries", len(sample))
         kernel_s, reference = _kernel_only(cfg, docs, stream, limits, backend, sample)
-        mismatches = _check_sample(first_out, sample, reference, cfg.throughput.query_chunk_size, runs[0]["rows"] // n_queries)
+        chunks = plan_chunks(n_queries, cfg.throughput.query_chunk_size)
+        mismatches = _check_sample(first_out, sample, reference, chunks, runs[0]["rows"] // n_queries)
         if mismatches:
             raise ExactnessError(mismatches)
     finally:
