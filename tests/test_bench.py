@@ -25,7 +25,7 @@ def test_shipped_bench_configs_load():
         assert cfg.synthetic.n_docs == 7_853_052 and cfg.synthetic.n_queries == 2000 and cfg.k == 100
         assert cfg.backend == "cupy" and cfg.repetitions == 5 and cfg.warmup == 1
     assert (zipf.synthetic.id_dist, uniform.synthetic.id_dist) == ("zipf", "uniform")
-    assert load_bench_config("smoke").backend == "numpy"
+    assert load_bench_config("smoke").backend == "cpu"
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_smoke_config_end_to_end(ray_cluster, tmp_path, capsys):
     assert bench.main(["--config", "smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
     result = json.loads(out.read_text())
     cfg = load_bench_config("smoke")
-    assert result["backend"] == "numpy" and len(result["shards"]) == 2
+    assert result["backend"] == "cpu" and len(result["shards"]) == 2
     assert set(result["phases"]) == {"read", "build", "search", "search_rpc", "merge", "write"}
     for stats in result["phases"].values():
         assert len(stats["runs_s"]) == cfg.repetitions
@@ -62,6 +62,7 @@ def test_smoke_config_end_to_end(ray_cluster, tmp_path, capsys):
     exact = result["exactness"]
     assert exact["identical"] and exact["mismatches"] == []
     assert len(exact["sample"]) == cfg.verify_queries and exact["checked"][0] == "settopk"
+    assert "numpy" in exact["checked"] and result["baselines"]["numpy"]["speedup"] > 0  # the NumPy index, beside
     scipy = result["baselines"]["scipy"]
     try:
         import scipy as _  # noqa: F401  (the bench extra)
