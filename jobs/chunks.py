@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,7 @@ __all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_PARTS", "chunk_stream", "plan_chun
            "drop_resume_key", "check_parts"]
 
 _KEY_FILE = "_resume.json"
+_CHECK_THREADS = min(16, os.cpu_count() or 1)  # parts checked at once before the commit
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,9 @@ def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
     """Check every part before the commit: present, and exactly ``rows_per_query`` rows per
     query with ranks ``1..rows_per_query`` in order.
 
+    The parts are read on several threads (Arrow decodes without the GIL): at 10 M queries the
+    check reads a billion ranks.
+
     Returns
     -------
     int
@@ -163,19 +169,26 @@ def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
     Raises
     ------
     RuntimeError
-        Naming the first part that is missing or whose rows do not match the plan.
+        Naming the first part (in query order) that is missing or whose rows do not match the plan.
     """
     work = Place.of(path)
-    total = 0
-    for c in chunks:
-        file = work / part_name(c.index)
-        if not file.is_file():
-            raise RuntimeError(f"{file}: part of queries {c.lo}..{c.hi - 1} is missing; rerun the job to compute it")
-        ranks = pq.read_table(file.path, filesystem=file.fs, columns=["rank"])["rank"].to_numpy()
-        expected = (c.hi - c.lo) * rows_per_query
-        if len(ranks) != expected:
-            raise RuntimeError(f"{file}: {len(ranks)} rows, expected {expected} for queries {c.lo}..{c.hi - 1}; rerun with --force")
-        if not np.array_equal(ranks, np.tile(np.arange(1, rows_per_query + 1), c.hi - c.lo)):
-            raise RuntimeError(f"{file}: ranks are not 1..{rows_per_query} for every query; rerun with --force")
-        total += len(ranks)
-    return total
+    with ThreadPoolExecutor(min(_CHECK_THREADS, max(1, len(chunks)))) as pool:
+        outcomes = list(pool.map(lambda c: _check_part(work, c, rows_per_query), chunks))
+    for outcome in outcomes:
+        if isinstance(outcome, str):
+            raise RuntimeError(outcome)
+    return sum(outcomes)
+
+
+def _check_part(work: Place, c: Chunk, rows_per_query: int) -> int | str:
+    """Rows of chunk ``c``'s part, or what is wrong with it."""
+    file = work / part_name(c.index)
+    if not file.is_file():
+        return f"{file}: part of queries {c.lo}..{c.hi - 1} is missing; rerun the job to compute it"
+    ranks = pq.read_table(file.path, filesystem=file.fs, columns=["rank"], use_threads=False)["rank"].to_numpy()
+    expected = (c.hi - c.lo) * rows_per_query
+    if len(ranks) != expected:
+        return f"{file}: {len(ranks)} rows, expected {expected} for queries {c.lo}..{c.hi - 1}; rerun with --force"
+    if not np.array_equal(ranks, np.tile(np.arange(1, rows_per_query + 1, dtype=ranks.dtype), c.hi - c.lo)):
+        return f"{file}: ranks are not 1..{rows_per_query} for every query; rerun with --force"
+    return len(ranks)

@@ -45,3 +45,31 @@ def test_stream_slices_the_cut_window_and_skips_done_chunks(monkeypatch, done):
     for chunk, chunk_ids, chunk_sets in got:
         assert chunk_ids == ids[chunk.lo : chunk.hi]
         assert chunk_sets.to_lists() == [[i, i + 1] for i in range(chunk.lo, chunk.hi)]
+
+
+def _write_part(directory, index, ranks):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.output import part_name
+
+    pq.write_table(pa.table({"rank": pa.array(ranks, pa.int16())}), directory / part_name(index))
+
+
+def test_check_parts_counts_the_rows_and_names_the_first_bad_part_in_query_order(tmp_path):
+    from jobs.chunks import check_parts
+
+    plan = plan_chunks(7, 2)  # [0, 2), [2, 4), [4, 6), [6, 7)
+    for c in plan:
+        _write_part(tmp_path, c.index, np.tile(np.arange(1, 4), c.hi - c.lo))
+    assert check_parts(tmp_path, plan, 3) == 21
+    _write_part(tmp_path, 3, [1, 2])  # one rank short
+    (tmp_path / "part-00002.parquet").unlink()
+    with pytest.raises(RuntimeError, match=r"part-00002\.parquet: part of queries 4\.\.5 is missing"):
+        check_parts(tmp_path, plan, 3)  # part 2 comes first, though part 3 is bad too
+    _write_part(tmp_path, 2, [1, 2, 3, 1, 3, 2])
+    with pytest.raises(RuntimeError, match=r"part-00002\.parquet: ranks are not 1\.\.3 for every query"):
+        check_parts(tmp_path, plan, 3)
+    _write_part(tmp_path, 2, np.tile(np.arange(1, 4), 2))
+    with pytest.raises(RuntimeError, match=r"part-00003\.parquet: 2 rows, expected 3 for queries 6\.\.6"):
+        check_parts(tmp_path, plan, 3)
