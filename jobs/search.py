@@ -27,7 +27,10 @@ __all__ = ["prestart_merge_workers", "search_chunks"]
 
 log = logging.getLogger("settopk")
 _MERGE_WINDOW = 4  # least merge tasks in flight; each pins one chunk's shard lists in the object store
-_CHUNKS_AHEAD = 1  # chunks sent to the actors beyond the one the driver waits for
+# Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
+# counted in queries, so that the small chunks of the run's last window (jobs.chunks.plan_chunks)
+# are sent together and the actors' queue does not run dry between them.
+_CHUNKS_AHEAD = 1
 # Light next to the search; the window bounds how many run. SPREAD: on several nodes the
 # merging and writing use every node's CPUs, not only those of the driver's node.
 _MERGE_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
@@ -233,7 +236,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches))
         batches += len(searching[-1].layouts)
         totals["send_s"] += time.perf_counter() - start
-        if len(searching) > _CHUNKS_AHEAD:
+        if sum(c.chunk.hi - c.chunk.lo for c in list(searching)[1:]) >= _CHUNKS_AHEAD * cfg.query_chunk_size:
             wait_oldest()
     while searching:
         wait_oldest()
