@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from .location import Place
 from .output import part_name
 
-__all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_PARTS", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
+__all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_PARTS", "TAIL_WINDOWS", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
            "drop_resume_key", "check_parts"]
 
 _KEY_FILE = "_resume.json"
@@ -43,29 +43,32 @@ class Chunk:
     hi: int
 
 
+TAIL_WINDOWS = 2
+"""The run's last windows of ``query_chunk_size`` queries that are cut into smaller chunks."""
 TAIL_PARTS = 8
-"""Chunks the run's last ``query_chunk_size`` window is cut into (when it is large enough)."""
+"""Chunks each of those windows is cut into (when it is large enough)."""
 TAIL_MIN_QUERIES = 10_000
-"""Fewest queries in a chunk of the cut last window: smaller parts are not worth a task."""
+"""Fewest queries in a chunk of a cut window: smaller parts are not worth a task."""
 
 
 def plan_chunks(n_queries: int, chunk_size: int) -> list[Chunk]:
     """Cut ``n_queries`` queries into consecutive chunks of at most ``chunk_size``.
 
-    The last window of ``chunk_size`` (or fewer) queries is cut into up to :data:`TAIL_PARTS`
-    chunks of at least :data:`TAIL_MIN_QUERIES`, where it holds that many. A chunk's part is
-    written by one merge task, at about 90,000 queries/s of one core (k = 100), while the GPUs'
-    results can arrive several times as fast; the last part's write is what the end of the
-    search waits for (about 1 s for 100,000 queries). Cut in eight, it is written by eight
-    tasks at once. Every other chunk keeps ``chunk_size``, so parts stay large.
+    Each of the last :data:`TAIL_WINDOWS` windows of ``chunk_size`` (or fewer) queries is cut into
+    up to :data:`TAIL_PARTS` chunks of at least :data:`TAIL_MIN_QUERIES`, where it holds that
+    many. A chunk's part is written by one merge task, at about 90,000 queries/s of one core
+    (k = 100), while the GPUs' results can arrive several times as fast, so the last parts'
+    writes are what the end of the search waits for (about 1 s for a part of 100,000 queries,
+    measured in the host-path benchmark). Cut in eight, each is written by eight tasks at once.
+    Every other chunk keeps ``chunk_size``, so parts stay large.
     """
     windows = [(lo, min(lo + chunk_size, n_queries)) for lo in range(0, n_queries, chunk_size)]
-    if windows:
-        lo, hi = windows.pop()
+    head, tail = windows[: max(0, len(windows) - TAIL_WINDOWS)], windows[max(0, len(windows) - TAIL_WINDOWS) :]
+    for lo, hi in tail:
         pieces = max(1, min(TAIL_PARTS, (hi - lo) // TAIL_MIN_QUERIES))
         cuts = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
-        windows += list(zip(cuts[:-1], cuts[1:]))
-    return [Chunk(i, lo, hi) for i, (lo, hi) in enumerate(windows)]
+        head += list(zip(cuts[:-1], cuts[1:]))
+    return [Chunk(i, lo, hi) for i, (lo, hi) in enumerate(head)]
 
 
 def chunk_stream(chunks: list[Chunk], windows, chunk_size: int, done=frozenset()):

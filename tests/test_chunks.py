@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jobs.chunks import TAIL_MIN_QUERIES, TAIL_PARTS, chunk_stream, plan_chunks
+from jobs.chunks import TAIL_MIN_QUERIES, TAIL_PARTS, TAIL_WINDOWS, chunk_stream, plan_chunks
 from kernels import SetBatch
 
 
@@ -11,14 +11,15 @@ def _bounds(chunks):
     return [(c.lo, c.hi) for c in chunks]
 
 
-def test_plan_cuts_only_a_large_last_window():
+def test_plan_cuts_only_the_large_last_windows():
     assert _bounds(plan_chunks(0, 100)) == []
     assert _bounds(plan_chunks(2000, 100_000)) == [(0, 2000)]  # the quick start: one part
     assert _bounds(plan_chunks(10, 3)) == [(0, 3), (3, 6), (6, 9), (9, 10)]
     chunks = plan_chunks(1_000_000, 100_000)
-    assert _bounds(chunks[:9]) == [(lo, lo + 100_000) for lo in range(0, 900_000, 100_000)]
-    tail = _bounds(chunks[9:])
-    assert len(tail) == TAIL_PARTS and tail[0][0] == 900_000 and tail[-1][1] == 1_000_000
+    full = 10 - TAIL_WINDOWS
+    assert _bounds(chunks[:full]) == [(lo, lo + 100_000) for lo in range(0, full * 100_000, 100_000)]
+    tail = _bounds(chunks[full:])
+    assert len(tail) == TAIL_WINDOWS * TAIL_PARTS and tail[0][0] == full * 100_000 and tail[-1][1] == 1_000_000
     assert all(hi - lo >= TAIL_MIN_QUERIES for lo, hi in tail)
     # Consecutive, no gap, indices in order, whatever the sizes.
     for n, size in [(1_000_000, 100_000), (123_457, 50_000), (25_000, 30_000), (19_999, 100_000), (20_000, 100_000)]:
@@ -27,6 +28,8 @@ def test_plan_cuts_only_a_large_last_window():
         assert [c.lo for c in chunks][1:] == [c.hi for c in chunks][:-1] and chunks[0].lo == 0 and chunks[-1].hi == n
         assert all(0 < c.hi - c.lo <= size for c in chunks)
     assert len(plan_chunks(19_999, 100_000)) == 1 and len(plan_chunks(20_000, 100_000)) == 2
+    assert _bounds(plan_chunks(130_000, 100_000)) == [(12_500 * i, 12_500 * (i + 1)) for i in range(8)] + [
+        (100_000, 110_000), (110_000, 120_000), (120_000, 130_000)]  # both windows are the last two
 
 
 @pytest.mark.parametrize("done", [set(), {0, 3}, {4, 5, 6}])
@@ -39,8 +42,8 @@ def test_stream_slices_the_cut_window_and_skips_done_chunks(monkeypatch, done):
     sets = SetBatch.from_lists([[i, i + 1] for i in range(n)])
     windows = ((ids[lo : lo + size], sets.take(np.arange(lo, min(lo + size, n)))) for lo in range(0, n, size))
     plan = plan_chunks(n, size)
-    assert _bounds(plan) == [(0, 8), (8, 16), (16, 18), (18, 20), (20, 23)]
-    got = list(chunk_stream(plan, windows, size, done))
+    assert _bounds(plan) == [(0, 8), (8, 10), (10, 12), (12, 14), (14, 16), (16, 18), (18, 20), (20, 23)]
+    got = list(chunk_stream(plan, windows, size, done))  # done {4, 5, 6}: the last window's first two, and one before
     assert [c.index for c, _, _ in got] == [c.index for c in plan if c.index not in done]
     for chunk, chunk_ids, chunk_sets in got:
         assert chunk_ids == ids[chunk.lo : chunk.hi]

@@ -92,15 +92,15 @@ def test_the_last_window_cut_into_smaller_parts_gives_the_oracle_rows(tmp_path, 
     once at the end of the search); the parts hold the oracle's rows, in query order."""
     from jobs import chunks
 
-    monkeypatch.setattr(chunks, "TAIL_MIN_QUERIES", 5)  # 43 queries in windows of 30: the last, of 13, cut in two
+    monkeypatch.setattr(chunks, "TAIL_MIN_QUERIES", 5)  # 43 queries in windows of 20: the last two cut
     docs, queries, docs_path, queries_path = tie_corpus
     out = tmp_path / "out"
-    cfg = _config(tmp_path, query_chunk_size=30, query_batch_size=4)
+    cfg = _config(tmp_path, query_chunk_size=20, query_batch_size=4)
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "10", "--config", cfg, "--quiet"]) == 0
     parts = sorted(p.name for p in out.glob("part-*.parquet"))
-    assert len(parts) == 3 and read_manifest(out)["output"]["parts"] == 3  # [0, 30), then [30, 43) cut in two
+    assert len(parts) == 6 and read_manifest(out)["output"]["parts"] == 6  # [0, 20), [20, 40) in 4, [40, 43)
     sizes = [pq.read_metadata(out / p).num_rows for p in parts]
-    assert sizes == [30 * 10, 6 * 10, 7 * 10]
+    assert sizes == [20 * 10, 5 * 10, 5 * 10, 5 * 10, 5 * 10, 3 * 10]
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], 10)
 
 
