@@ -31,7 +31,8 @@ __all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_PARTS", "TAIL_WINDOWS", "chunk_str
            "drop_resume_key", "check_parts"]
 
 _KEY_FILE = "_resume.json"
-_CHECK_THREADS = min(16, os.cpu_count() or 1)  # parts checked at once before the commit
+_CHECK_THREADS = min(8, os.cpu_count() or 1)  # parts checked at once before the commit
+_CHECK_BATCH_ROWS = 1 << 20  # ranks read at a time per part (a few MB)
 
 
 @dataclass(frozen=True)
@@ -184,14 +185,20 @@ def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
 
 
 def _check_part(work: Place, c: Chunk, rows_per_query: int) -> int | str:
-    """Rows of chunk ``c``'s part, or what is wrong with it."""
+    """Rows of chunk ``c``'s part, or what is wrong with it. Reads the ranks a batch at a time, so
+    that several parts are checked at once in little memory."""
     file = work / part_name(c.index)
     if not file.is_file():
         return f"{file}: part of queries {c.lo}..{c.hi - 1} is missing; rerun the job to compute it"
-    ranks = pq.read_table(file.path, filesystem=file.fs, columns=["rank"], use_threads=False)["rank"].to_numpy()
     expected = (c.hi - c.lo) * rows_per_query
-    if len(ranks) != expected:
-        return f"{file}: {len(ranks)} rows, expected {expected} for queries {c.lo}..{c.hi - 1}; rerun with --force"
-    if not np.array_equal(ranks, np.tile(np.arange(1, rows_per_query + 1, dtype=ranks.dtype), c.hi - c.lo)):
-        return f"{file}: ranks are not 1..{rows_per_query} for every query; rerun with --force"
-    return len(ranks)
+    with file.fs.open_input_file(file.path) as handle:
+        parquet = pq.ParquetFile(handle)
+        if parquet.metadata.num_rows != expected:
+            return f"{file}: {parquet.metadata.num_rows} rows, expected {expected} for queries {c.lo}..{c.hi - 1}; rerun with --force"
+        seen = 0
+        for batch in parquet.iter_batches(batch_size=_CHECK_BATCH_ROWS, columns=["rank"], use_threads=False):
+            ranks = batch.column(0).to_numpy()
+            if not np.array_equal(ranks, np.arange(seen, seen + len(ranks)) % rows_per_query + 1):
+                return f"{file}: ranks are not 1..{rows_per_query} for every query; rerun with --force"
+            seen += len(ranks)
+    return expected
