@@ -64,12 +64,13 @@ def plan_chunks(n_queries: int, chunk_size: int) -> list[Chunk]:
     Every other chunk keeps ``chunk_size``, so parts stay large.
     """
     windows = [(lo, min(lo + chunk_size, n_queries)) for lo in range(0, n_queries, chunk_size)]
-    head, tail = windows[: max(0, len(windows) - TAIL_WINDOWS)], windows[max(0, len(windows) - TAIL_WINDOWS) :]
-    for lo, hi in tail:
+    first_cut = max(0, len(windows) - TAIL_WINDOWS)
+    bounds = windows[:first_cut]
+    for lo, hi in windows[first_cut:]:
         pieces = max(1, min(TAIL_PARTS, (hi - lo) // TAIL_MIN_QUERIES))
         cuts = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
-        head += list(zip(cuts[:-1], cuts[1:]))
-    return [Chunk(i, lo, hi) for i, (lo, hi) in enumerate(head)]
+        bounds += zip(cuts[:-1], cuts[1:])
+    return [Chunk(i, lo, hi) for i, (lo, hi) in enumerate(bounds)]
 
 
 def chunk_stream(chunks: list[Chunk], windows, chunk_size: int, done=frozenset()):
@@ -86,8 +87,6 @@ def chunk_stream(chunks: list[Chunk], windows, chunk_size: int, done=frozenset()
     done : set of int
         Indices of chunks already committed: read past, not yielded.
     """
-    import numpy as np
-
     pending = iter(chunks)
     chunk = next(pending, None)
     for w, (ids, sets) in enumerate(windows):
