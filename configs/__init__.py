@@ -251,7 +251,7 @@ class JobConfig(SearchConfig):
     output : OutputConfig
         Partitioning and row-group size of the result dataset.
     on_invalid : str
-        ``"error"`` (stop before any actor starts at the first bad line or row) or
+        ``"error"`` (stop at the first bad line or row, writing nothing) or
         ``"quarantine"`` (set bad lines and rows aside, listed with the reason in the run
         record's ``rejected.parquet`` beside the results, and count them in the manifest).
     query_chunk_size : int

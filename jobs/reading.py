@@ -106,6 +106,18 @@ def _reader_placements(n_pieces: int, group, reader_cpus: float, cluster_cpus: f
     return [slots[i % len(slots)] for i in range(n_pieces)] if slots else [(None, reader_cpus)] * n_pieces
 
 
+def _drop_error(refs) -> None:
+    """Take a failed reader's other results, so that Ray does not log its error again as
+    unhandled when they are freed: the driver reports it once."""
+    import ray
+
+    for ref in refs:
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayTaskError:
+            pass
+
+
 def read_corpus_pieces(
     pieces: list[CorpusPiece], limits: SetLimits, on_invalid: str, on_done=None, reader_cpus: float = 1.0, group=None
 ) -> CorpusRead:
@@ -159,6 +171,8 @@ def read_corpus_pieces(
         if on_done is not None:
             on_done()
     if errors:
+        for index in errors:
+            _drop_error(refs[index][1:])
         raise errors[min(errors)]  # the first bad row in read order, as a single-pass reader reports it
 
     def fetch_ids(index: int):

@@ -13,12 +13,14 @@
   anything is written: bad queries stop the actors and write nothing.
 - connect: the Ray cluster, and the backend and shard count that fit it.
 - read (:mod:`jobs.reading`): the shard actors' placement group is reserved first
-  (:mod:`jobs.shard_pool`; its CPUs run the reader tasks until the actors start), then
-  reader tasks validate and decode the corpus's pieces into the object store.
+  (:mod:`jobs.shard_pool`; its CPUs run reader tasks too), then reader tasks validate and
+  decode the corpus's pieces into the object store. For a corpus of 16 MiB and more the
+  shard actors start before the read and load their kernels while it runs (bad input stops
+  them); for a smaller one, after it.
 - plan: length-bucket shards from the readers' length histograms.
-- load (:mod:`jobs.shard_pool`): one Ray actor per shard and replica, in its bundle; each
-  takes its docs from the pieces. The actors start right after the plan and load while the
-  driver waits for the queries' pass.
+- load (:mod:`jobs.shard_pool`): one Ray actor per shard and replica, in its bundle; given its
+  shard after the plan, each takes its docs from the pieces, while the driver waits for the
+  queries' pass.
 - search (:mod:`jobs.search`): query batches to every shard in two rounds, chunk by chunk.
 - merge and write (:mod:`jobs.merge_task`): a Ray task per chunk, running beside the search,
   merges the chunk's shard lists exactly and writes its part.
@@ -70,7 +72,7 @@ from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
-from .shard_pool import ShardPool, reserve_shards, start_shards
+from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
 from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, self_join_note, settle
 
 __all__ = ["main", "build_parser", "run", "resolve_backend", "resolve_cpus_per_shard", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
@@ -84,8 +86,10 @@ EXIT_BAD_INPUT = 2
 """Bad input, config, arguments or output path; nothing was written, a rerun fails the same way."""
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _OVERLAP_FROM_BYTES = 16 << 20
-"""Query inputs from this size are validated while the corpus is read and loaded; smaller ones,
-which take less than Ray's start to check, before any cluster work (bad input then starts nothing)."""
+"""Inputs from this size are checked while the cluster works: queries validated while the corpus is
+read and loaded, a corpus read while the shard actors start (they load their kernels meanwhile).
+Smaller ones, which take less than Ray's start (queries) or an actor's start (corpus) to check,
+are checked first, so that bad input starts nothing."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -365,18 +369,22 @@ def _docs_fingerprint(job: Job) -> str:
     return fingerprint(plan_pieces(job.inputs.docs_path, 1)[2], job.inputs.docs_path)
 
 
-def _read(job: Job, cluster: _Cluster, start_ns: int, listed: str, pool: ShardPool):
+def _read(job: Job, cluster: _Cluster, start_ns: int, listed: str, pool: ShardPool, searcher_cls: type):
     """Reserve the shards' bundles, then read the corpus with reader tasks into the object store.
 
-    ``listed`` is the corpus's fingerprint from the run's start (:func:`_docs_fingerprint`).
-    Returns the :class:`jobs.reading.CorpusRead` and the :class:`_CorpusFacts`.
+    For a corpus of at least :data:`_OVERLAP_FROM_BYTES`, the shard actors start before the
+    read, so that they start and load their kernels while it runs. ``listed`` is the corpus's
+    fingerprint from the run's start (:func:`_docs_fingerprint`). Returns the
+    :class:`jobs.reading.CorpusRead` and the :class:`_CorpusFacts`.
     """
     cfg, docs_path = job.cfg, job.inputs.docs_path
-    if not job.args.dry_run:
-        pool.group = reserve_shards(cluster.n_shards * cfg.replicas, cluster.backend, cfg)
     pieces, doc_fmt, doc_files = pieces_for_cluster(docs_path, cluster.n_cpus)
     if fingerprint(doc_files, docs_path) != listed:
         _corpus_changed(docs_path)
+    if not job.args.dry_run:
+        pool.group = reserve_shards(cluster.n_shards * cfg.replicas, cluster.backend, cfg)
+        if _large(doc_files):
+            _start_actors(job, cluster, pool, searcher_cls)
     bar = progress_bar("read", len(pieces), "pieces", job.args.quiet)
     try:
         corpus = read_corpus_pieces(pieces, job.limits, cfg.on_invalid, on_done=lambda: bar.update(1), group=pool.group)
@@ -447,9 +455,10 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     return dataclasses.replace(job, run_id=run_id), _Work(path, chunks, done, rows_per_query)
 
 
-def _start_load(job: Job, cluster: _Cluster, plan: list, corpus, pool: ShardPool, searcher_cls: type) -> None:
-    """Start the shard actors in their bundles; each loads its shard from the pieces while the driver goes on."""
-    pool.actors, pool.holder = start_shards(plan, corpus, job.limits, cluster.backend, job.cfg, pool.group, searcher_cls)
+def _start_actors(job: Job, cluster: _Cluster, pool: ShardPool, searcher_cls: type) -> None:
+    """Start the shard actors in their bundles; each loads its kernels, then waits for its shard."""
+    n_actors = cluster.n_shards * job.cfg.replicas
+    pool.actors, pool.inputs = start_shards(n_actors, job.limits, cluster.backend, job.cfg, pool.group, searcher_cls)
 
 
 def _wait_loaded(job: Job, plan: list, pool: ShardPool) -> list[dict]:
@@ -592,7 +601,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     job, work = _open_work(job, valid, facts, lines)
     prestart_merge_workers(len(pool.actors), len(work.chunks) - len(work.done))
     try:
-        with clock.phase("load", since=load_started):  # load_s: from the actors' start, across the validation's wait
+        with clock.phase("load", since=load_started):  # load_s: from the plan, across the validation's wait
             infos = _wait_loaded(job, plan, pool)
         with clock.phase("search"):
             clock.timings.update(_search(job, cluster, plan, valid.queries, work, pool.actors, infos))
@@ -613,10 +622,18 @@ def _overlaps(job: Job) -> bool:
     listed is checked first: the pass reports what is wrong with it before Ray starts."""
     try:
         files = plan_pieces(job.inputs.docs_path, 1)[2] if job.cfg.self_join else query_files(job.inputs.queries_path)
-        size = sum(file_stat(f)[0] for f in files)
     except (InputError, OSError):
         return False
-    return size >= _OVERLAP_FROM_BYTES
+    return _large(files)
+
+
+def _large(files) -> bool:
+    """Whether ``files`` hold at least :data:`_OVERLAP_FROM_BYTES` (False where one cannot be
+    stat'ed: the pass that reads them reports why)."""
+    try:
+        return sum(file_stat(f)[0] for f in files) >= _OVERLAP_FROM_BYTES
+    except (InputError, OSError):
+        return False
 
 
 def _wait_for_queries(job: Job, checking: ValidationThread, clock: PhaseClock) -> Validated:
@@ -633,17 +650,20 @@ def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, s
     """Connect, read the corpus, plan the shards and start the actors' loading (not for ``--dry-run``).
 
     Returns ``(job, cluster, corpus, facts, plan, load_started)``; ``load_started`` is the
-    ``time.perf_counter()`` at which the actors started (None for ``--dry-run``).
+    ``time.perf_counter()`` at which the actors were given their shards, after the read (None
+    for ``--dry-run``).
     """
     with clock.phase("connect"):
         job, cluster = _connect(job)
     with clock.phase("read"):
-        corpus, facts = _read(job, cluster, start_ns, listed, pool)
+        corpus, facts = _read(job, cluster, start_ns, listed, pool, searcher_cls)
         plan = _plan(job, cluster, corpus)
     load_started = None
     if not job.args.dry_run:
         load_started = time.perf_counter()
-        _start_load(job, cluster, plan, corpus, pool, searcher_cls)
+        if not pool.actors:
+            _start_actors(job, cluster, pool, searcher_cls)
+        supply_shards(pool, plan, corpus, job.cfg.replicas)  # each actor loads its shard's docs while the driver goes on
     return job, cluster, corpus, facts, plan, load_started
 
 

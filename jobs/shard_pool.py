@@ -2,10 +2,13 @@
 
 One placement group holds one bundle per actor (its GPUs and CPUs), so the shards are
 reserved together or not at all, and a restarted actor comes back in its own bundle. The
-job reserves the group before it reads the corpus: the reader tasks run in the bundles'
-CPUs until the actors take them (:func:`jobs.reading.read_corpus_pieces`), and a cluster
-that cannot hold the shards fails before anything is read. The actors themselves are
-:class:`shards.ShardSearcher` (or a subclass) wrapped by :func:`shards.actor.actor_class`.
+job reserves the group before it reads the corpus, so a cluster that cannot hold the shards
+fails before anything is read. The actors ask for none of their bundles' CPUs themselves
+(the bundles hold them for the actors): the reader tasks run in them during the read
+(:func:`jobs.reading.read_corpus_pieces`), also when the actors have started already. An
+actor starts (:func:`start_shards`), loads its kernels and waits; once the corpus is read and
+planned, :func:`supply_shards` tells it its shard and it loads the shard's docs. The actors
+are :class:`shards.ShardSearcher` (or a subclass) wrapped by :func:`shards.actor.actor_class`.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from shards.searcher import ShardSearcher
-from shards.actor import actor_class, hold_pieces
+from shards.actor import actor_class, open_inputs, supply_inputs
 
-__all__ = ["ShardPool", "reserve_shards", "start_shards", "stop_shards"]
+__all__ = ["ShardPool", "reserve_shards", "start_shards", "stop_shards", "supply_shards"]
 
 _GPU_CALLS_AT_ONCE = 2  # searches one GPU actor runs at once (threads; see start_shards)
 _PLACEMENT_TIMEOUT_S = 120.0
@@ -69,22 +72,24 @@ def reserve_shards(n_actors: int, backend: str, cfg):
     return group
 
 
-def start_shards(plan, corpus, limits, backend: str, cfg, group, searcher_cls: type = ShardSearcher) -> list:
-    """Start the shard actors in the bundles of ``group``.
+def start_shards(n_actors: int, limits, backend: str, cfg, group, searcher_cls: type = ShardSearcher) -> tuple[list, object]:
+    """Start the shard actors in the bundles of ``group``; each waits for its inputs (:func:`supply_shards`).
 
-    Each shard gets ``cfg.replicas`` actors; actor ``r * len(plan) + s`` is replica ``r``
-    of shard ``s`` (replica 0 of every shard first) and runs in bundle ``r * len(plan) + s``.
+    Actor ``i`` runs in bundle ``i``. It loads its backend's kernels at once and its shard's
+    docs once :func:`supply_shards` has named them, so the job may start the actors before it
+    reads the corpus. The actors ask for no CPUs of their own: their bundles hold the CPUs
+    (``cpus_per_shard``), which the reader tasks use until the read ends and which no task
+    outside the bundles can take.
 
     Parameters
     ----------
-    plan : list of ShardSpec
-    corpus : jobs.reading.CorpusRead
-        The pieces' docs in the object store.
+    n_actors : int
+        Shards times replicas (at most the bundles of ``group``).
     limits : SetLimits
     backend : str
     cfg : configs.JobConfig
     group : ray.util.placement_group.PlacementGroup
-        From :func:`reserve_shards` with ``len(plan) * cfg.replicas`` bundles.
+        From :func:`reserve_shards`.
     searcher_cls : type
         The class each actor wraps: :class:`shards.ShardSearcher`, or a subclass of it (the
         chaos tests pass one whose process dies or hangs on purpose).
@@ -92,19 +97,18 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, searcher_cls: t
     Returns
     -------
     (list of ActorHandle, ActorHandle)
-        ``len(plan) * cfg.replicas`` actors, and the :class:`shards.actor.PieceHolder` they
-        (and their restarts) take the pieces' references from; keep it while they run.
+        ``n_actors`` actors, and the :class:`shards.actor.ShardInputs` they (and their
+        restarts) take their inputs from; keep it while they run.
     """
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     f = cfg.faults
     actor = actor_class(searcher_cls)
-    holder_name, holder = hold_pieces(corpus.corpus_refs)
+    inputs_name, inputs = open_inputs()
     actors = []
-    for index in range(len(plan) * cfg.replicas):
-        spec = plan[index % len(plan)]
+    for index in range(n_actors):
         options = {
-            "num_cpus": cfg.cpus_per_shard,
+            "num_cpus": 0,
             "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0,
             # Ray's own fault tolerance: a dead actor restarts (taking its docs again from the
             # object store) and the searches it was running are sent again; searches are pure.
@@ -115,10 +119,33 @@ def start_shards(plan, corpus, limits, backend: str, cfg, group, searcher_cls: t
             "max_concurrency": _GPU_CALLS_AT_ONCE if backend == "cupy" else 1,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         }
-        kwargs = {"drops": corpus.drops, "ordered": corpus.ordered, "score": cfg.score, "routing": cfg.routing,
-                  "threads": max(1, int(cfg.cpus_per_shard))}  # the CPUs the actor reserves
-        actors.append(actor.options(**options).remote(spec, holder_name, limits, backend, **kwargs))
-    return actors, holder
+        threads = max(1, int(cfg.cpus_per_shard))  # the CPUs of the actor's bundle
+        actors.append(actor.options(**options).remote(inputs_name, index, limits, backend, cfg.score, cfg.routing, threads))
+    return actors, inputs
+
+
+def supply_shards(pool: "ShardPool", plan, corpus, replicas: int) -> None:
+    """Give the started actors of ``pool`` their shards: actor ``r * len(plan) + s`` is replica
+    ``r`` of shard ``s`` (replica 0 of every shard first). Actors beyond ``len(plan) * replicas``
+    (the plan found fewer distinct lengths than shards) are stopped.
+
+    Parameters
+    ----------
+    pool : ShardPool
+        With ``actors`` and ``inputs`` from :func:`start_shards`.
+    plan : list of ShardSpec
+    corpus : jobs.reading.CorpusRead
+        The pieces' docs in the object store.
+    replicas : int
+    """
+    import ray
+
+    n_actors = len(plan) * replicas
+    for surplus in pool.actors[n_actors:]:
+        ray.kill(surplus)
+    pool.actors = pool.actors[:n_actors]
+    specs = [plan[index % len(plan)] for index in range(n_actors)]
+    supply_inputs(pool.inputs, specs, corpus.corpus_refs, corpus.drops, corpus.ordered)
 
 
 def stop_shards(actors, group) -> None:
@@ -136,16 +163,16 @@ def stop_shards(actors, group) -> None:
 class ShardPool:
     """What a run holds on the cluster: the shard bundles (reserved before the read) and the actors.
 
-    The driver fills ``group`` from :func:`reserve_shards` and ``actors`` from
-    :func:`start_shards`; :meth:`release` frees both, and may be called more than once.
+    The driver fills ``group`` from :func:`reserve_shards`, and ``actors`` and ``inputs`` from
+    :func:`start_shards`; :meth:`release` frees them all, and may be called more than once.
     """
 
     group: object = None
     actors: list = dataclasses.field(default_factory=list)
-    holder: object = None  # the shard actors' PieceHolder
+    inputs: object = None  # the shard actors' ShardInputs
 
     def release(self) -> None:
-        """Kill the actors (and their piece holder) and free the placement group (the GPUs are free afterwards)."""
+        """Kill the actors (and their inputs' actor) and free the placement group (the GPUs are free afterwards)."""
         actors, group, self.actors, self.group = self.actors, self.group, [], None
-        holder, self.holder = self.holder, None
-        stop_shards(actors + ([holder] if holder is not None else []), group)
+        inputs, self.inputs = self.inputs, None
+        stop_shards(actors + ([inputs] if inputs is not None else []), group)

@@ -1,8 +1,8 @@
 """A shard's searcher: loads its own docs once, then answers query batches.
 
 :class:`ShardSearcher` is plain Python so it can be tested without Ray; importing this
-module does not import Ray. :data:`shards.actor.ShardActor` is this class as a Ray actor (whose constructor
-also takes the name of the holder of the pieces' references).
+module does not import Ray. :func:`shards.actor.actor_class` makes it a Ray actor (whose constructor
+takes its inputs from a :class:`shards.actor.ShardInputs` actor).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class ShardSearcher:
         self.backend = backend
         self.max_len = limits.max_len
         self.score = score
-        warm = _warm_up_in_background(backend, limits.max_len, routing) if backend in ("cupy", "cpu") else None
+        warm = self.start_warm_up(limits, backend, routing)
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
         if warm is not None:
@@ -142,6 +142,23 @@ class ShardSearcher:
         self._lock = threading.Lock()  # GPU actors run two searches at once
         self._active, self._busy_since = 0, 0.0
         self.searched = self.skipped = self.posted = 0
+
+    @classmethod
+    def start_warm_up(cls, limits: SetLimits, backend: str, routing: str = "scan") -> threading.Thread | None:
+        """Start loading ``backend``'s compiled kernels in a thread, once per process.
+
+        For ``"cupy"`` the CUDA context and kernels, for ``"cpu"`` Numba's compiled functions;
+        nothing for ``"numpy"``. The constructor calls it, and the Ray actor calls it before it
+        waits for its docs, so that loading the kernels overlaps the corpus's read. A later
+        call with the same arguments returns the same thread.
+
+        Returns
+        -------
+        threading.Thread or None
+            The thread (its ``seconds``: how long the loading took), or None where the backend
+            has nothing to load.
+        """
+        return _warm_up_in_background(backend, limits.max_len, routing) if backend in ("cupy", "cpu") else None
 
     def info(self) -> dict:
         """Where the shard runs, how long it took to load and search (seconds), and how many
@@ -281,10 +298,17 @@ class _WarmUp(threading.Thread):
         self.seconds = time.perf_counter() - start
 
 
+_warming: dict = {}  # (backend, max_len, routing) -> its _WarmUp, one per process
+_warming_lock = threading.Lock()
+
+
 def _warm_up_in_background(backend: str, max_len: int, routing: str) -> _WarmUp:
-    thread = _WarmUp(backend, max_len, routing)
-    thread.start()
-    return thread
+    key = (backend, max_len, routing)
+    with _warming_lock:
+        if key not in _warming:
+            _warming[key] = _WarmUp(backend, max_len, routing)
+            _warming[key].start()
+        return _warming[key]
 
 
 def _node_id() -> str:

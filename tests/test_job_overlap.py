@@ -1,8 +1,9 @@
-"""The queries' validating pass runs while the corpus is read and loaded, and ``--gpus N``.
+"""Large inputs checked while the cluster works, and ``--gpus N``.
 
-Bad queries found while the shard actors load stop them, exit 2 and write nothing; the
-manifest records each phase's time and the driver's memory in it; ``--gpus`` sets the
-GPU layout or refuses one that does not fit, naming the flag.
+The queries' validating pass runs while the corpus is read and loaded; a large corpus is read
+while the shard actors start. Bad input found while the shard actors start or load stops them,
+exits 2 and writes nothing; the manifest records each phase's time and the driver's memory in
+it; ``--gpus`` sets the GPU layout or refuses one that does not fit, naming the flag.
 """
 
 from __future__ import annotations
@@ -64,6 +65,68 @@ def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_noth
             ray.get(actor.info.remote() if hasattr(actor, "info") else actor.__ray_ready__.remote(), timeout=60)
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
     assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
+
+
+def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows(tmp_path, monkeypatch, ray_cluster, overlapped):
+    """The actors start before the read and wait for their shards. The plan finds 3 distinct
+    lengths for 4 shards asked, so 2 of the 8 actors started are stopped unused."""
+    import pyarrow.parquet as pq
+
+    from kernels import brute_force_topk
+
+    docs = write_sets(tmp_path / "docs.txt", DOCS)
+    queries = [[1, 2], [3, 7], [9], [2, 3, 5]]
+    calls = []
+    real_start, real_read = score.start_shards, score.read_corpus_pieces
+
+    def start(*args, **kwargs):
+        calls.append("start")
+        return real_start(*args, **kwargs)
+
+    def read(*args, **kwargs):
+        calls.append("read")
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(score, "start_shards", start)
+    monkeypatch.setattr(score, "read_corpus_pieces", read)
+    out = tmp_path / "out"
+    cfg = job_config(tmp_path, n_shards=4, replicas=2, cpus_per_shard=0.25)
+    assert score.main(["--docs", docs, "--queries", write_sets(tmp_path / "q.txt", queries), "--out", str(out),
+                       "--k", "4", "--config", cfg, "--quiet"]) == 0
+    assert calls == ["start", "read"]
+    manifest = read_manifest(out)
+    assert [(s["shard_id"], s["replica"]) for s in manifest["shards"]] == [(i % 3, i // 3) for i in range(6)]
+    rows = pq.read_table(out).to_pydict()
+    got = [(int(q), d, o) for q, d, o in zip(rows["query_id"], rows["doc_id"], rows["overlap"])]
+    expected = [(i, d, o) for i, result in enumerate(brute_force_topk(DOCS, queries, 4)) for d, o, _ in result]
+    assert got == expected
+
+
+def test_a_bad_large_corpus_stops_the_started_actors_and_writes_nothing(tmp_path, monkeypatch, caplog, ray_cluster, overlapped):
+    import ray
+
+    docs = tmp_path / "docs.txt"
+    docs.write_text("1,2\n3,4\n5,x\n")
+    actors = []
+    real_start = score.start_shards
+
+    def start_and_keep(*args, **kwargs):
+        out = real_start(*args, **kwargs)
+        actors.extend(out[0] + [out[1]])
+        return out
+
+    monkeypatch.setattr(score, "start_shards", start_and_keep)
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        code = score.main(["--docs", str(docs), "--queries", write_sets(tmp_path / "q.txt", [[1]]), "--out",
+                           str(tmp_path / "out"), "--config", job_config(tmp_path), "--quiet"])
+    assert code == 2, caplog.text
+    assert "docs.txt:3" in caplog.text and "'x'" in caplog.text
+    assert actors, "the actors were not started before the read"
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.info.remote() if hasattr(actor, "info") else actor.__ray_ready__.remote(), timeout=60)
+    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from kernels import NumpyShardIndex, SetBatch
 from shards import plan_shards
-from shards.actor import actor_class
+from shards.actor import actor_class, open_inputs, supply_inputs
 from shards.inputs import SetLimits, plan_pieces, read_piece
 from shards.searcher import ShardSearcher
 from tests.fault_helpers import crashing_searcher
@@ -67,9 +67,11 @@ def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_p
     spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
     marker = tmp_path / "crashed"
     refs = [ray.put(piece) for piece in pieces]  # a restarted actor takes its docs from the object store again
+    inputs_name, inputs = open_inputs()
     actor = actor_class(crashing_searcher(shard=spec.shard_id, after=2, marker=str(marker))).options(
         num_cpus=0, max_restarts=1, max_task_retries=0
-    ).remote(spec, refs, SetLimits(max_len=8), "numpy")
+    ).remote(inputs_name, 0, SetLimits(max_len=8), "numpy", "braun_blanquet", "scan", 1)
+    supply_inputs(inputs, [spec], refs, {}, True)
     queries = SetBatch.from_lists([[2, 3]])
     first = ray.get(actor.search.remote(queries, 3))
     with pytest.raises(ray.exceptions.RayActorError):
@@ -78,6 +80,7 @@ def test_crashed_actor_restarts_and_reloads_its_shard(ray_cluster, corpus, tmp_p
     again = _once_restarted(lambda: ray.get(actor.search.remote(queries, 3), timeout=60))  # reloaded, same answer
     assert np.array_equal(first.doc_ids, again.doc_ids)
     ray.kill(actor)
+    ray.kill(inputs)
 
 
 def _once_restarted(call, timeout_s: float = 60.0):
@@ -93,3 +96,19 @@ def _once_restarted(call, timeout_s: float = 60.0):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_an_actor_started_before_its_inputs_waits_for_them(ray_cluster, corpus):
+    import ray
+
+    docs, pieces = corpus
+    spec = plan_shards(np.array([len(d) for d in docs]), 1, 8)[0]
+    inputs_name, inputs = open_inputs()
+    actor = actor_class().options(num_cpus=0).remote(inputs_name, 0, SetLimits(max_len=8), "numpy", "braun_blanquet", "scan", 1)
+    ready, _ = ray.wait([actor.__ray_ready__.remote()], timeout=1.0)
+    assert not ready, "the actor finished its constructor without its inputs"
+    supply_inputs(inputs, [spec], [ray.put(piece) for piece in pieces], {}, True)
+    info = ray.get(actor.info.remote(), timeout=60)
+    assert info["n_docs"] == spec.n_docs == len(docs)
+    ray.kill(actor)
+    ray.kill(inputs)

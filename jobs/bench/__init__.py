@@ -7,7 +7,7 @@ Named configs live in ``configs/bench/`` and pick one of four runs:
   corpus, against the baselines (:mod:`jobs.bench.baselines`);
 * the scaling run (``scale-weak``, ``scale-strong``, ``scale-smoke``;
   :mod:`jobs.bench.scale`): the same search on several shard and replica counts;
-* the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
+* the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-2gpu``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
   :mod:`jobs.bench.throughput`): ``jobs.score`` end to end on each layout, against
   the kernel alone;
 * the host-path run (``host-smoke``, ``host-1m``; :mod:`jobs.bench.host`): the same,

@@ -156,6 +156,11 @@ class StandInSearcher(ShardSearcher):
         register_standin()
         super().__init__(spec, pieces, limits, BACKEND, *args, **kwargs)
 
+    @classmethod
+    def start_warm_up(cls, limits, backend, routing="scan"):
+        """Nothing to load: a stand-in has no compiled kernels (the job's ``backend`` is ignored)."""
+        return None
+
     def info(self) -> dict:
         """:meth:`shards.ShardSearcher.info`, with the stand-in's pace and the templates it searched."""
         out = super().info()
