@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from .location import Place
 from .output import part_name
 
-__all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_PARTS", "TAIL_WINDOWS", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
+__all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_SHARE", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
            "drop_resume_key", "check_parts"]
 
 _KEY_FILE = "_resume.json"
@@ -44,33 +44,39 @@ class Chunk:
     hi: int
 
 
-TAIL_WINDOWS = 2
-"""The run's last windows of ``query_chunk_size`` queries that are cut into smaller chunks."""
-TAIL_PARTS = 8
-"""Chunks each of those windows is cut into (when it is large enough)."""
+TAIL_SHARE = 4
+"""Near the run's end a chunk holds at most ``1 / TAIL_SHARE`` of the queries after it."""
 TAIL_MIN_QUERIES = 10_000
-"""Fewest queries in a chunk of a cut window: smaller parts are not worth a task."""
+"""Fewest queries in a chunk cut smaller than ``query_chunk_size``: smaller parts are not worth a task."""
 
 
 def plan_chunks(n_queries: int, chunk_size: int) -> list[Chunk]:
-    """Cut ``n_queries`` queries into consecutive chunks of at most ``chunk_size``.
+    """Cut ``n_queries`` queries into consecutive chunks of at most ``chunk_size``, smaller near the end.
 
-    Each of the last :data:`TAIL_WINDOWS` windows of ``chunk_size`` (or fewer) queries is cut into
-    up to :data:`TAIL_PARTS` chunks of at least :data:`TAIL_MIN_QUERIES`, where it holds that
-    many. A chunk's part is written by one merge task, at about 90,000 queries/s of one core
-    (k = 100), while the GPUs' results can arrive several times as fast, so the last parts'
-    writes are what the end of the search waits for (about 1 s for a part of 100,000 queries,
-    measured in the host-path benchmark). Cut in eight, each is written by eight tasks at once.
-    Every other chunk keeps ``chunk_size``, so parts stay large.
+    A chunk's part is written by one merge task, at about 90,000 queries/s of one core
+    (k = 100, measured in the host-path benchmark), while the GPUs' results arrive several
+    times as fast: 430,000 queries/s on four H200s. For the search's end not to wait for the
+    writes, each part must be written while the queries after it are searched, so near the
+    end a chunk holds no more than a quarter (1 / :data:`TAIL_SHARE`) of the queries after it,
+    and at least :data:`TAIL_MIN_QUERIES`: the chunks shrink toward the end, and the last ones
+    are written by several tasks at once. Earlier chunks keep ``chunk_size``, so parts stay large. A chunk
+    never spans two windows of ``chunk_size`` queries (the queries are read in those windows:
+    :func:`chunk_stream`), and no window keeps a remainder smaller than ``TAIL_MIN_QUERIES``.
+
+    Returns
+    -------
+    list of Chunk
+        Indexed from 0 in query order; empty for ``n_queries == 0``.
     """
-    windows = [(lo, min(lo + chunk_size, n_queries)) for lo in range(0, n_queries, chunk_size)]
-    first_cut = max(0, len(windows) - TAIL_WINDOWS)
-    bounds = windows[:first_cut]
-    for lo, hi in windows[first_cut:]:
-        pieces = max(1, min(TAIL_PARTS, (hi - lo) // TAIL_MIN_QUERIES))
-        cuts = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
-        bounds += zip(cuts[:-1], cuts[1:])
-    return [Chunk(i, lo, hi) for i, (lo, hi) in enumerate(bounds)]
+    bounds, hi = [], n_queries
+    while hi > 0:
+        window_lo = (hi - 1) // chunk_size * chunk_size
+        lo = max(window_lo, hi - max(TAIL_MIN_QUERIES, (n_queries - hi) // TAIL_SHARE))
+        if lo - window_lo < TAIL_MIN_QUERIES:
+            lo = window_lo
+        bounds.append((lo, hi))
+        hi = lo
+    return [Chunk(i, lo, hi) for i, (lo, hi) in enumerate(reversed(bounds))]
 
 
 def chunk_stream(chunks: list[Chunk], windows, chunk_size: int, done=frozenset()):

@@ -28,7 +28,7 @@ __all__ = ["prestart_merge_workers", "search_chunks"]
 log = logging.getLogger("settopk")
 _MERGE_WINDOW = 4  # least merge tasks in flight; each pins one chunk's shard lists in the object store
 # Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
-# counted in queries, so that the small chunks of the run's last window (jobs.chunks.plan_chunks)
+# counted in queries, so that the small chunks of the run's end (jobs.chunks.plan_chunks)
 # are sent together and the actors' queue does not run dry between them.
 _CHUNKS_AHEAD = 1
 # Light next to the search; the window bounds how many run. SPREAD: on several nodes the

@@ -1,9 +1,9 @@
-"""Query chunks: the plan (the last window cut into smaller parts) and the stream that pairs chunks with their queries."""
+"""Query chunks: the plan (chunks shrinking near the end) and the stream that pairs chunks with their queries."""
 
 import numpy as np
 import pytest
 
-from jobs.chunks import TAIL_MIN_QUERIES, TAIL_PARTS, TAIL_WINDOWS, chunk_stream, plan_chunks
+from jobs.chunks import TAIL_MIN_QUERIES, TAIL_SHARE, chunk_stream, plan_chunks
 from kernels import SetBatch
 
 
@@ -11,25 +11,31 @@ def _bounds(chunks):
     return [(c.lo, c.hi) for c in chunks]
 
 
-def test_plan_cuts_only_the_large_last_windows():
+def test_plan_shrinks_the_chunks_near_the_end():
     assert _bounds(plan_chunks(0, 100)) == []
     assert _bounds(plan_chunks(2000, 100_000)) == [(0, 2000)]  # the quick start: one part
     assert _bounds(plan_chunks(10, 3)) == [(0, 3), (3, 6), (6, 9), (9, 10)]
     chunks = plan_chunks(1_000_000, 100_000)
-    full = 10 - TAIL_WINDOWS
-    assert _bounds(chunks[:full]) == [(lo, lo + 100_000) for lo in range(0, full * 100_000, 100_000)]
-    tail = _bounds(chunks[full:])
-    assert len(tail) == TAIL_WINDOWS * TAIL_PARTS and tail[0][0] == full * 100_000 and tail[-1][1] == 1_000_000
-    assert all(hi - lo >= TAIL_MIN_QUERIES for lo, hi in tail)
-    # Consecutive, no gap, indices in order, whatever the sizes.
-    for n, size in [(1_000_000, 100_000), (123_457, 50_000), (25_000, 30_000), (19_999, 100_000), (20_000, 100_000)]:
+    assert _bounds(chunks[:6]) == [(lo, lo + 100_000) for lo in range(0, 600_000, 100_000)]
+    assert len(chunks) == 21 and [c.hi - c.lo for c in chunks[-5:]] == [TAIL_MIN_QUERIES] * 5
+    for n, size in [(1_000_000, 100_000), (10_000_000, 100_000), (123_457, 50_000), (25_000, 30_000), (19_999, 100_000),
+                    (20_000, 100_000), (10, 3)]:
         chunks = plan_chunks(n, size)
+        # Consecutive, no gap, indices in order, none across a window of `size` queries.
         assert [c.index for c in chunks] == list(range(len(chunks)))
         assert [c.lo for c in chunks][1:] == [c.hi for c in chunks][:-1] and chunks[0].lo == 0 and chunks[-1].hi == n
-        assert all(0 < c.hi - c.lo <= size for c in chunks)
+        assert all(0 < c.hi - c.lo <= size and c.lo // size == (c.hi - 1) // size for c in chunks)
+        for c in chunks:
+            window_lo = c.lo // size * size
+            after = n - c.hi
+            # A full window, or at most a quarter of the queries after it (or the smallest
+            # chunk), grown only by a window's remainder too small to stand alone.
+            assert c.hi - c.lo == min(size, n - window_lo) or c.hi - c.lo <= max(TAIL_MIN_QUERIES, after // TAIL_SHARE) + (
+                TAIL_MIN_QUERIES if c.lo == window_lo else 0), (n, size, c)
+            assert c.lo == window_lo or c.lo - window_lo >= TAIL_MIN_QUERIES or size <= TAIL_MIN_QUERIES
     assert len(plan_chunks(19_999, 100_000)) == 1 and len(plan_chunks(20_000, 100_000)) == 2
-    assert _bounds(plan_chunks(130_000, 100_000)) == [(12_500 * i, 12_500 * (i + 1)) for i in range(8)] + [
-        (100_000, 110_000), (110_000, 120_000), (120_000, 130_000)]  # both windows are the last two
+    ten = plan_chunks(10_000_000, 100_000)  # the same tail, after 96 whole windows
+    assert len(ten) == 96 + 15 and [c.hi - c.lo for c in ten[96:]] == [c.hi - c.lo for c in plan_chunks(1_000_000, 100_000)[6:]]
 
 
 @pytest.mark.parametrize("done", [set(), {0, 3}, {4, 5, 6}])
@@ -42,8 +48,8 @@ def test_stream_slices_the_cut_window_and_skips_done_chunks(monkeypatch, done):
     sets = SetBatch.from_lists([[i, i + 1] for i in range(n)])
     windows = ((ids[lo : lo + size], sets.take(np.arange(lo, min(lo + size, n)))) for lo in range(0, n, size))
     plan = plan_chunks(n, size)
-    assert _bounds(plan) == [(0, 8), (8, 10), (10, 12), (12, 14), (14, 16), (16, 18), (18, 20), (20, 23)]
-    got = list(chunk_stream(plan, windows, size, done))  # done {4, 5, 6}: the last window's first two, and one before
+    assert _bounds(plan) == [(0, 5), (5, 8), (8, 10), (10, 12), (12, 14), (14, 16), (16, 19), (19, 21), (21, 23)]
+    got = list(chunk_stream(plan, windows, size, done))  # done {4, 5, 6}: the middle window's last two, the last's first
     assert [c.index for c, _, _ in got] == [c.index for c in plan if c.index not in done]
     for chunk, chunk_ids, chunk_sets in got:
         assert chunk_ids == ids[chunk.lo : chunk.hi]

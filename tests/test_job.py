@@ -87,20 +87,20 @@ def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
     assert tables[0].equals(tables[1])
 
 
-def test_the_last_window_cut_into_smaller_parts_gives_the_oracle_rows(tmp_path, tie_corpus, monkeypatch):
-    """The run's last window of query_chunk_size queries is cut into several parts (written at
-    once at the end of the search); the parts hold the oracle's rows, in query order."""
+def test_chunks_cut_smaller_near_the_end_give_the_oracle_rows(tmp_path, tie_corpus, monkeypatch):
+    """The run's chunks shrink toward its end (parts written at once at the end of the search);
+    the parts hold the oracle's rows, in query order."""
     from jobs import chunks
 
-    monkeypatch.setattr(chunks, "TAIL_MIN_QUERIES", 5)  # 43 queries in windows of 20: the last two cut
+    monkeypatch.setattr(chunks, "TAIL_MIN_QUERIES", 5)  # 43 queries in windows of 20
     docs, queries, docs_path, queries_path = tie_corpus
     out = tmp_path / "out"
     cfg = _config(tmp_path, query_chunk_size=20, query_batch_size=4)
     assert score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "10", "--config", cfg, "--quiet"]) == 0
     parts = sorted(p.name for p in out.glob("part-*.parquet"))
-    assert len(parts) == 6 and read_manifest(out)["output"]["parts"] == 6  # [0, 20), [20, 40) in 4, [40, 43)
+    assert len(parts) == 8 and read_manifest(out)["output"]["parts"] == 8  # [0, 8), [8, 15), [15, 20), then 5 each, [40, 43)
     sizes = [pq.read_metadata(out / p).num_rows for p in parts]
-    assert sizes == [20 * 10, 5 * 10, 5 * 10, 5 * 10, 5 * 10, 3 * 10]
+    assert sizes == [8 * 10, 7 * 10, 5 * 10, 5 * 10, 5 * 10, 5 * 10, 5 * 10, 3 * 10]
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], 10)
 
 
