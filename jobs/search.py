@@ -26,7 +26,7 @@ from .merge_task import BatchLayout, merge_and_write_chunk
 __all__ = ["prestart_merge_workers", "search_chunks"]
 
 log = logging.getLogger("settopk")
-_MERGE_WINDOW = 4  # least merge tasks in flight; each pins one chunk's shard lists in the object store
+_MERGE_WINDOW = 4  # least merge tasks alive at once; each pins one chunk's shard lists in the object store
 # Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
 # counted in queries, so that the small chunks of the run's end (jobs.chunks.plan_chunks)
 # are sent together and the actors' queue does not run dry between them.
@@ -38,7 +38,9 @@ _PRESTART_HOLD_S = 0.5  # how long a prestart task keeps its worker, so that eac
 
 
 def _merge_window(n_actors: int) -> int:
-    """Merge tasks in flight at most: more actors fill more parts per second."""
+    """Merge tasks alive at once at most (those of the chunks being searched included): more
+    actors fill more parts per second. As many workers are started ahead for them
+    (:func:`prestart_merge_workers`): a task beyond them would wait for a new worker process."""
     return max(_MERGE_WINDOW, 2 * n_actors)
 
 
@@ -161,7 +163,8 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
 
     The actors search chunk ``c + 1`` while the driver waits for chunk ``c`` and starts
-    its merge task, so they never wait on the driver between chunks.
+    its merge task, so they never wait on the driver between chunks. At most
+    :func:`_merge_window` merge tasks are alive at once, the workers started ahead for them.
 
     Parameters
     ----------
@@ -223,7 +226,14 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     def wait_oldest() -> None:
         search = searching.popleft()
         in_flight.append((search.wait(infos), search.chunk.hi - search.chunk.lo))
-        settle(window)
+
+    def make_room() -> None:
+        # A chunk's merge task starts with its search: keep the tasks alive within the window.
+        while len(in_flight) + len(searching) >= window:
+            if in_flight:
+                settle(len(in_flight) - 1)
+            else:
+                wait_oldest()
 
     stream, batches = iter(chunks), 0
     while True:
@@ -232,6 +242,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         totals["read_queries_s"] += time.perf_counter() - start
         if item is None:
             break
+        make_room()
         start = time.perf_counter()
         searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches))
         batches += len(searching[-1].layouts)
