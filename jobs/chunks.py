@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from .location import Place
 from .output import part_name
 
-__all__ = ["Chunk", "TAIL_MIN_QUERIES", "TAIL_SHARE", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
+__all__ = ["Chunk", "ReadAhead", "TAIL_MIN_QUERIES", "TAIL_SHARE", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
            "drop_resume_key", "check_parts"]
 
 _KEY_FILE = "_resume.json"
@@ -106,6 +106,40 @@ def chunk_stream(chunks: list[Chunk], windows, chunk_size: int, done=frozenset()
                     a, b = chunk.lo - lo, chunk.hi - lo
                     yield chunk, ids[a:b], sets.take(np.arange(a, b))
             chunk = next(pending, None)
+
+
+class ReadAhead:
+    """The items of ``items``, each read in a thread while the caller works on the one before.
+
+    The first item is read from construction on, so a caller can start the read before it
+    needs the items (the job starts it before it waits for the shards to load). Iterate it
+    once; an error raised by ``items`` is raised where the item would have come.
+
+    Parameters
+    ----------
+    items : iterable
+        Read in one thread, one item ahead of the caller (:func:`chunk_stream`).
+    """
+
+    _END = object()
+
+    def __init__(self, items) -> None:
+        self._items = iter(items)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="settopk-read-ahead")
+        self._next = self._pool.submit(next, self._items, self._END)
+
+    def __iter__(self):
+        while True:
+            item = self._next.result()
+            if item is self._END:
+                return
+            self._next = self._pool.submit(next, self._items, self._END)
+            yield item
+
+    def close(self) -> None:
+        """Stop reading ahead (waits for an item being read); may be called more than once."""
+        self._next.cancel()
+        self._pool.shutdown(wait=True)
 
 
 def resume_key(**components) -> str:

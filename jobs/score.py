@@ -63,7 +63,7 @@ from shards.inputs.files import file_stat
 from shards.searcher import ShardSearcher
 
 from . import add_version, prog_name
-from .chunks import check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, resume_key
+from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
 from .location import absolute
@@ -472,13 +472,18 @@ def _wait_loaded(job: Job, plan: list, pool: ShardPool) -> list[dict]:
     return infos
 
 
-def _search(job: Job, cluster: _Cluster, plan: list, queries, work: _Work, actors: list, infos: list[dict]) -> dict:
-    """Search the chunks not yet committed; each chunk's merge task merges its shard lists and
-    writes its part. Returns the search's timings (:func:`jobs.search.search_chunks`)."""
+def _read_ahead(job: Job, queries, work: _Work) -> ReadAhead:
+    """The chunks not yet committed with their queries, read from now on one window ahead of the search."""
+    size = job.cfg.query_chunk_size
+    return ReadAhead(chunk_stream(work.chunks, queries.chunks(size), size, work.done))
+
+
+def _search(job: Job, cluster: _Cluster, plan: list, stream: ReadAhead, work: _Work, actors: list, infos: list[dict]) -> dict:
+    """Search the chunks of ``stream`` (:func:`_read_ahead`); each chunk's merge task merges its
+    shard lists and writes its part. Returns the search's timings (:func:`jobs.search.search_chunks`)."""
     cfg = job.cfg
     todo = [c for c in work.chunks if c.index not in work.done]
     bar = progress_bar("search", sum(c.hi - c.lo for c in todo), "queries", job.args.quiet)
-    stream = chunk_stream(work.chunks, queries.chunks(cfg.query_chunk_size), cfg.query_chunk_size, work.done)
     # Excluding self, the shards search k + 1 per query and the merge tasks drop each
     # query's own doc (exact: see shards.drop_own_docs).
     # Sized by the rows a query can get (min(k, n_docs)), not by k: a large k on a small corpus
@@ -600,13 +605,15 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
         return EXIT_OK
     job, work = _open_work(job, valid, facts, lines)
     prestart_merge_workers(len(pool.actors), len(work.chunks) - len(work.done))
+    stream = _read_ahead(job, valid.queries, work)  # the first window is read while the shards load
     try:
         with clock.phase("load", since=load_started):  # load_s: from the plan, across the validation's wait
             infos = _wait_loaded(job, plan, pool)
         with clock.phase("search"):
-            clock.timings.update(_search(job, cluster, plan, valid.queries, work, pool.actors, infos))
+            clock.timings.update(_search(job, cluster, plan, stream, work, pool.actors, infos))
         infos = gather(pool.actors, infos, lambda a: a.info.remote(), "final info", job.cfg.faults.search_timeout_s, 1, 0.0)
     finally:
+        stream.close()
         pool.release()  # the GPUs are free before the commit
         del corpus  # frees the pieces' docs in the object store
     with clock.phase("commit"):

@@ -26,7 +26,12 @@ from .merge_task import BatchLayout, merge_and_write_chunk
 __all__ = ["prestart_merge_workers", "search_chunks"]
 
 log = logging.getLogger("settopk")
-_MERGE_WINDOW = 4  # least merge tasks alive at once; each pins one chunk's shard lists in the object store
+# Merge tasks alive at once: two per actor for the full-size parts being written (a part is
+# written several times slower than a GPU searches it), and room for the small chunks of the
+# run's end, whose tasks must start as their searches do. Each pins its chunk's shard lists in
+# the object store.
+_MERGE_PER_ACTOR = 2
+_MERGE_TAIL = 8
 # Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
 # counted in queries, so that the small chunks of the run's end (jobs.chunks.plan_chunks)
 # are sent together and the actors' queue does not run dry between them.
@@ -41,7 +46,7 @@ def _merge_window(n_actors: int) -> int:
     """Merge tasks alive at once at most (those of the chunks being searched included): more
     actors fill more parts per second. As many workers are started ahead for them
     (:func:`prestart_merge_workers`): a task beyond them would wait for a new worker process."""
-    return max(_MERGE_WINDOW, 2 * n_actors)
+    return _MERGE_PER_ACTOR * n_actors + _MERGE_TAIL
 
 
 def _hold_worker(seconds: float) -> None:
@@ -195,8 +200,9 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     -------
     dict
         ``merge_s`` and ``write_s`` summed over the merge tasks (seconds, overlapped with the search);
-        ``read_queries_s`` and ``send_s``: the driver's time reading the query chunks, and cutting
-        them into batches and sending them (seconds).
+        ``read_queries_s`` and ``send_s``: the driver's time waiting for the query chunks (read
+        ahead in a thread, :class:`jobs.chunks.ReadAhead`), and cutting them into batches and
+        sending them (seconds).
     """
     import ray
 

@@ -82,3 +82,42 @@ def test_check_parts_counts_the_rows_and_names_the_first_bad_part_in_query_order
     _write_part(tmp_path, 2, np.tile(np.arange(1, 4), 2))
     with pytest.raises(RuntimeError, match=r"part-00003\.parquet: 2 rows, expected 3 for queries 6\.\.6"):
         check_parts(tmp_path, plan, 3)
+
+
+def test_read_ahead_reads_the_next_item_before_it_is_asked_for():
+    import threading
+
+    from jobs.chunks import ReadAhead
+
+    asked = []
+    first_read = threading.Event()
+
+    def items():
+        for i in range(4):
+            asked.append(i)
+            if i == 0:
+                first_read.set()
+            yield i
+
+    ahead = ReadAhead(items())
+    assert first_read.wait(10), "the first item was not read on construction"
+    assert list(ahead) == [0, 1, 2, 3] and asked == [0, 1, 2, 3]
+    ahead.close()
+    ahead.close()
+
+
+def test_read_ahead_raises_the_error_where_its_item_would_come_and_closes_midway():
+    from jobs.chunks import ReadAhead
+
+    def failing():
+        yield "a"
+        raise ValueError("the input changed")
+
+    got = []
+    with pytest.raises(ValueError, match="the input changed"):
+        for item in ReadAhead(failing()):
+            got.append(item)
+    assert got == ["a"]
+    endless = ReadAhead(iter(int, 1))  # never ends: close must stop it anyway
+    assert next(iter(endless)) == 0
+    endless.close()
