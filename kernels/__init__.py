@@ -15,6 +15,7 @@ from .index import (
     registered_backends,
     search_cost_per_doc,
     unregister_backend,
+    warm_up_backend,
 )
 from .keys import (
     DEFAULT_SCORE,
@@ -61,4 +62,5 @@ __all__ = [
     "score_value",
     "search_cost_per_doc",
     "unregister_backend",
+    "warm_up_backend",
 ]

@@ -50,6 +50,7 @@ __all__ = [
     "registered_backends",
     "search_cost_per_doc",
     "unregister_backend",
+    "warm_up_backend",
 ]
 
 BACKENDS = ("numpy", "cpu", "cupy")
@@ -152,6 +153,7 @@ class IndexFactory(Protocol):
 class _Backend(NamedTuple):
     factory: IndexFactory
     cost_per_doc: Callable[[int], np.ndarray]
+    warm_up: Callable[[int, str], None] | None = None
 
 
 def _numpy_index(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
@@ -171,15 +173,28 @@ def _cupy_index(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
     return CupyShardIndex(docs, doc_ids, max_len, vocab_size, score=score, routing=routing)
 
 
+def _cpu_warm_up(max_len, routing):
+    from .numba_index import warm_up as load_compiled
+
+    load_compiled(max_len, routing)
+
+
+def _cupy_warm_up(max_len, routing):
+    from .cuda import warm_up as load_kernels  # the same kernels serve every max_len and routing
+
+    load_kernels()
+
+
 _lock = threading.Lock()
 _backends: dict[str, _Backend] = {
     "numpy": _Backend(_numpy_index, numpy_search_cost_per_doc),
-    "cpu": _Backend(_cpu_index, numpy_search_cost_per_doc),
-    "cupy": _Backend(_cupy_index, cupy_search_cost_per_doc),
+    "cpu": _Backend(_cpu_index, numpy_search_cost_per_doc, _cpu_warm_up),
+    "cupy": _Backend(_cupy_index, cupy_search_cost_per_doc, _cupy_warm_up),
 }
 
 
-def register_backend(name: str, factory: IndexFactory, cost_per_doc: Callable[[int], np.ndarray]) -> None:
+def register_backend(name: str, factory: IndexFactory, cost_per_doc: Callable[[int], np.ndarray],
+                     warm_up: Callable[[int, str], None] | None = None) -> None:
     """Add a backend that :func:`build_index` and :func:`search_cost_per_doc` accept by ``name``.
 
     The seam for a stand-in index (a benchmark's baseline, a test double) that the shard searcher
@@ -198,22 +213,25 @@ def register_backend(name: str, factory: IndexFactory, cost_per_doc: Callable[[i
         ``cost_per_doc(max_len)``: search work of one doc of each length, numpy.ndarray of int64
         of shape (max_len + 1,), what the shard planner balances (:mod:`kernels.cost` has the
         product backends').
+    warm_up : callable, optional
+        ``warm_up(max_len, routing)``: loads what the backend compiles (kernels) into the process
+        ahead of the first build, for :func:`warm_up_backend`; None: nothing to load.
 
     Raises
     ------
     ValueError
         If ``name`` is empty or already registered.
     TypeError
-        If ``factory`` or ``cost_per_doc`` is not callable.
+        If ``factory``, ``cost_per_doc`` or a given ``warm_up`` is not callable.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a backend name must be a non-empty string, found {name!r}")
-    if not callable(factory) or not callable(cost_per_doc):
-        raise TypeError("factory and cost_per_doc must be callable")
+    if not callable(factory) or not callable(cost_per_doc) or not (warm_up is None or callable(warm_up)):
+        raise TypeError("factory, cost_per_doc and warm_up (where given) must be callable")
     with _lock:
         if name in _backends:
             raise ValueError(f"backend {name!r} is already registered")
-        _backends[name] = _Backend(factory, cost_per_doc)
+        _backends[name] = _Backend(factory, cost_per_doc, warm_up)
 
 
 def unregister_backend(name: str) -> None:
@@ -290,6 +308,34 @@ def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_
     factory = _backend(backend).factory
     return factory(doc_ids, docs, max_len=max_len, vocab_size=vocab_size, score=score, routing=routing,
                    threads=threads)
+
+
+def warm_up_backend(backend: str, max_len: int, routing: str = "scan") -> bool:
+    """Load what ``backend`` compiles into this process ahead of its first build and search.
+
+    ``"cupy"``: the CUDA context on the current device and every kernel (compiled by NVRTC on a
+    machine's first run, then from CuPy's disk cache); ``"cpu"``: Numba's compiled functions
+    for ``max_len`` and ``routing`` (from Numba's disk cache after the first run); ``"numpy"``
+    and backends registered without a warm-up: nothing. All of it would happen at first use
+    anyway; a shard actor calls this in a thread while its docs arrive.
+
+    Returns
+    -------
+    bool
+        Whether the backend had anything to load.
+
+    Raises
+    ------
+    ValueError
+        If ``backend`` is not registered.
+    ImportError
+        If the backend's library (CuPy, Numba) is not installed.
+    """
+    hook = _backend(backend).warm_up
+    if hook is None:
+        return False
+    hook(max_len, routing)
+    return True
 
 
 def search_cost_per_doc(backend: str, max_len: int) -> np.ndarray:

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from kernels import DEFAULT_SCORE, SetBatch, TopK, build_index
+from kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, warm_up_backend
 
 from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
@@ -130,7 +130,7 @@ class ShardSearcher:
         warm = self.start_warm_up(limits, backend, routing)
         doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
         self.read_s = time.perf_counter() - start
-        if warm is not None:
+        if warm is not None:  # a subclass may have nothing to warm up
             warm.join()
         self.warm_s = warm.seconds if warm is not None else 0.0
         with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
@@ -145,20 +145,19 @@ class ShardSearcher:
 
     @classmethod
     def start_warm_up(cls, limits: SetLimits, backend: str, routing: str = "scan") -> threading.Thread | None:
-        """Start loading ``backend``'s compiled kernels in a thread, once per process.
+        """Start loading ``backend``'s compiled kernels in a thread (:func:`kernels.warm_up_backend`), once per process.
 
-        For ``"cupy"`` the CUDA context and kernels, for ``"cpu"`` Numba's compiled functions;
-        nothing for ``"numpy"``. The constructor calls it, and the Ray actor calls it before it
-        waits for its docs, so that loading the kernels overlaps the corpus's read. A later
-        call with the same arguments returns the same thread.
+        The constructor calls it, and the Ray actor calls it before it waits for its docs, so
+        that loading the kernels overlaps the corpus's read. A later call with the same
+        arguments returns the same thread.
 
         Returns
         -------
         threading.Thread or None
-            The thread (its ``seconds``: how long the loading took), or None where the backend
-            has nothing to load.
+            The thread (its ``seconds``: how long the loading took); None from a subclass
+            with nothing to load.
         """
-        return _warm_up_in_background(backend, limits.max_len, routing) if backend in ("cupy", "cpu") else None
+        return _warm_up_in_background(backend, limits.max_len, routing)
 
     def info(self) -> dict:
         """Where the shard runs, how long it took to load and search (seconds), and how many
@@ -272,10 +271,10 @@ class ShardSearcher:
 
 
 class _WarmUp(threading.Thread):
-    """Loads the backend's compiled kernels while the docs are fetched, so that the two overlap:
-    for ``cupy`` the CUDA context and kernels, for ``cpu`` Numba's compiled functions (else the
-    first search would load them). An error here surfaces again, with its message, in the index
-    build or the first search. ``seconds`` is how long it took."""
+    """Loads the backend's compiled kernels (:func:`kernels.warm_up_backend`) while the docs are
+    fetched, so that the two overlap (else the build or the first search would load them). An
+    error here surfaces again, with its message, in the index build or the first search.
+    ``seconds`` is how long it took."""
 
     def __init__(self, backend: str, max_len: int, routing: str) -> None:
         super().__init__(name=f"settopk-warm-{backend}", daemon=True)
@@ -285,14 +284,7 @@ class _WarmUp(threading.Thread):
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            if self.backend == "cupy":
-                from kernels.cuda import warm_up
-
-                warm_up()
-            else:
-                from kernels.numba_index import warm_up
-
-                warm_up(self.max_len, self.routing)
+            warm_up_backend(self.backend, self.max_len, self.routing)
         except Exception:  # the build or the search reports it
             pass
         self.seconds = time.perf_counter() - start

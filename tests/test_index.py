@@ -22,6 +22,7 @@ from kernels import (
     score_key,
     search_cost_per_doc,
     unregister_backend,
+    warm_up_backend,
 )
 from kernels.cost import cupy_search_cost_per_doc
 from shards import plan_shards, plan_shards_from_counts
@@ -172,6 +173,8 @@ def test_register_backend_refuses_clashes_and_non_callables(oracle_backend):
         register_backend(oracle_backend, _OracleIndex, np.arange)
     with pytest.raises(TypeError):
         register_backend("other", "not a factory", np.arange)
+    with pytest.raises(TypeError):
+        register_backend("other", _OracleIndex, np.arange, warm_up="not a warm-up")
     with pytest.raises(ValueError):
         register_backend("", _OracleIndex, np.arange)
     with pytest.raises(ValueError, match="product backend"):
@@ -179,3 +182,15 @@ def test_register_backend_refuses_clashes_and_non_callables(oracle_backend):
     with pytest.raises(ValueError, match="not registered"):
         unregister_backend("other")
     assert "other" not in registered_backends()
+
+
+def test_warm_up_backend_calls_the_registered_hook_once_per_call():
+    calls = []
+    register_backend("warmed", _OracleIndex, np.arange, warm_up=lambda max_len, routing: calls.append((max_len, routing)))
+    try:
+        assert warm_up_backend("warmed", 16, "auto") is True and calls == [(16, "auto")]
+        assert warm_up_backend("numpy", 16) is False  # nothing compiled to load
+        with pytest.raises(ValueError, match="backend must be one of"):
+            warm_up_backend("absent", 16)
+    finally:
+        unregister_backend("warmed")
