@@ -180,9 +180,9 @@ def _cpu_warm_up(max_len, routing):
 
 
 def _cupy_warm_up(max_len, routing):
-    from .cuda import warm_up as load_kernels  # the same kernels serve every max_len and routing
+    from .cuda import warm_up as load_kernels  # the same kernels serve every max_len
 
-    load_kernels()
+    load_kernels(routing)
 
 
 _lock = threading.Lock()

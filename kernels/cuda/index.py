@@ -46,21 +46,30 @@ _IDS_PER_GROUP = 8  # kIdsPerGroup
 _PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
 _BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
 
-def warm_up() -> None:
-    """Create the CUDA context on the current device and load every kernel a build and a search use.
+def warm_up(routing: str = "scan") -> None:
+    """Create the CUDA context on the current device and load every kernel a build and a search
+    with ``routing`` use.
 
-    All of it happens on first use anyway; a shard actor calls this in a thread while its
-    docs arrive, so the index build does not wait for it. Besides this module's kernels,
-    a tiny index is built and searched once, which loads CuPy's own kernels (casts,
-    reductions, sorts, scans) into the process. Compiled kernels are cached on disk by
-    CuPy, so only the first process on a machine compiles.
+    All of it happens on first use anyway; a shard actor calls this in a thread while the
+    corpus is read and its docs arrive, so the index build does not wait for it. Besides this
+    module's kernels, a tiny index is built and searched once, which loads CuPy's own kernels
+    (casts, reductions, sorts, scans) into the process; where ``routing`` is not ``"scan"``, a
+    second one holds postings and sends its queries to them, which loads theirs. Compiled
+    kernels are cached on disk by CuPy, so only the first process on a machine compiles.
+
+    Raises
+    ------
+    ValueError
+        If ``routing`` is not one of :data:`kernels.postings.ROUTINGS`.
     """
     import cupy
 
+    check_routing(routing)
     _kernels(cupy.cuda.Device().id)
     docs = SetBatch(np.array([0, 3, 5, 5], dtype=np.int64), np.array([1, 2, 3, 2, 7], dtype=np.uint16))
-    index = CupyShardIndex(docs, np.arange(3), max_len=8)
-    index.search(SetBatch(np.array([0, 2], dtype=np.int64), np.array([2, 3], dtype=np.uint16)), 2)
+    queries = SetBatch(np.array([0, 2], dtype=np.int64), np.array([2, 3], dtype=np.uint16))
+    for path in ("scan",) if routing == "scan" else ("scan", "postings"):
+        CupyShardIndex(docs, np.arange(3), max_len=8, routing=path).search(queries, 2)
 
 
 def _kernels(device_id: int) -> dict:
