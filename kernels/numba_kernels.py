@@ -346,11 +346,13 @@ def _block_need(score, scale, top, max_len, least, ql, lo_len, hi_len, omin_pass
 
 
 @njit(**_JIT)
-def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first, counts, found, omin):
+def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first, counts, found, omin, rank_pos,
+                 rank_len, ordered):
     """Count the query's postings entries of ranks ``first .. first + len(counts) - 1`` into ``counts`` and
     advance the cursors past them; the ranks (less ``first``) whose count reaches ``omin >= 1`` go to
     ``found``, each once, as they reach it. Returns their number. ``synced``: the cursors stand at
-    ``first`` already (else they are moved there by binary search)."""
+    ``first`` already (else they are moved there by binary search). Unless ``ordered``, the found ranks'
+    positions and lengths are prefetched: they are looked up at random once the block is counted."""
     block = len(counts)
     n_found = 0
     for i in range(ql):
@@ -369,6 +371,9 @@ def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first
             if c == omin:
                 found[n_found] = p
                 n_found += 1
+                if not ordered:
+                    prefetch(rank_pos, first + np.int64(p))
+                    prefetch(rank_len, first + np.int64(p))
             ue += _U64_ONE
         e = np.int64(ue)
         cursor[i] = e
@@ -402,7 +407,8 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
             synced = False  # nothing here can enter: the block's postings are passed over
             continue
         # The candidates are found while counting, so the counters need no scan, only clearing.
-        n_found = _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first, counts, found, omin)
+        n_found = _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first, counts, found, omin,
+                               rank_pos, rank_len, ordered)
         synced = True
         for f in range(n_found):
             p = found[f]
@@ -410,10 +416,12 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
             if o > omax_pass:
                 continue
             r = first + p
-            key = score_key(score, scale, o, ql, np.int64(rank_len[r]))
+            # Ordered: the key does not depend on |d| and the rank is the position, so neither is looked up.
+            key = score_key(score, scale, o, ql, 0 if ordered else np.int64(rank_len[r]))
             if key < least:
                 continue
-            size = _offer(heap, heap_ov, size, cap, (key << 31) | (_POS_MASK - np.int64(rank_pos[r])), o)
+            pos = r if ordered else np.int64(rank_pos[r])
+            size = _offer(heap, heap_ov, size, cap, (key << 31) | (_POS_MASK - pos), o)
             if size == cap:
                 least = max(least, heap[0] >> 31)
         counts[: min(block, n_docs - first)] = 0
