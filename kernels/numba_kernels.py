@@ -420,8 +420,10 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
             key = score_key(score, scale, o, ql, 0 if ordered else np.int64(rank_len[r]))
             if key < least:
                 continue
-            pos = r if ordered else np.int64(rank_pos[r])
-            size = _offer(heap, heap_ov, size, cap, (key << 31) | (_POS_MASK - pos), o)
+            v = (key << 31) | (_POS_MASK - (r if ordered else np.int64(rank_pos[r])))
+            if size == cap and v <= heap[0]:
+                continue  # most candidates tie the least key kept at a higher position: no call for them
+            size = _offer(heap, heap_ov, size, cap, v, o)
             if size == cap:
                 least = max(least, heap[0] >> 31)
         counts[: min(block, n_docs - first)] = 0
