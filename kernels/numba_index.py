@@ -303,7 +303,7 @@ class NumbaShardIndex:
         ov = np.empty((sub.n_sets, k), dtype=np.int64)
         floor = np.ascontiguousarray(floor, dtype=np.int64)
         cuts = np.linspace(0, sub.n_sets, min(self.threads, sub.n_sets) + 1).astype(np.int64)
-        block = min(_POSTINGS_BLOCK, -(-self.n_docs // 64) * 64)  # whole chunks of 8 64-bit words
+        block = min(_POSTINGS_BLOCK, self.n_docs)
         starts = np.arange(0, self.n_docs, block)
         block_lo = np.minimum.reduceat(self._rank_len, starts).astype(np.int64)
         block_hi = np.maximum.reduceat(self._rank_len, starts).astype(np.int64)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .numba_simd import WORDS, at_least, count1, count8, ctz, lanes_at_least, prefetch, ripple
+from .numba_simd import WORDS, at_least, count1, count8, ctz, prefetch, ripple
 
 __all__ = [
     "least_overlap",
@@ -47,7 +47,6 @@ _JIT = {"cache": True, "nogil": True}
 _BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 4, 5
 _POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
 _U64_ONE = np.uint64(1)
-_U64_ZERO = np.uint64(0)
 
 
 @njit(**_JIT)
@@ -139,19 +138,6 @@ def _offer(h, g, size, cap, v, o):
         h[0], g[0] = v, o
         _sift_down(h, g, size, 0)
     return size
-
-
-@njit(**_JIT)
-def _shrink(buf, bov, n, cap):
-    """Keep the ``cap`` largest of the ``n > cap`` distinct values ``buf[:n]`` (overlaps ``bov``) in front;
-    returns the least value kept."""
-    least = np.partition(buf[:n], n - cap)[n - cap]
-    j = 0
-    for i in range(n):
-        if buf[i] >= least:
-            buf[j], bov[j] = buf[i], bov[i]
-            j += 1
-    return least
 
 
 @njit(**_JIT)
@@ -346,96 +332,102 @@ def _first_at_least(positions, lo, hi, value):
 
 
 @njit(**_JIT)
-def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, q_tokens, qs, ql,
-                    omin_pass, omax_pass, strict, least, kth, buf, bov, n, cap, score, scale, top, max_len):
-    """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, admitting docs with
-    overlap in ``[omin_pass, omax_pass]``, key ``>= least`` and value above ``kth`` into ``buf`` (values) and
-    ``bov`` (overlaps), which hold ``n`` entries on entry; both have ``2 cap`` slots and are cut to the best
-    ``cap`` whenever they fill up (``kth`` then rises to the least value kept, ``least`` to its key).
-    ``strict``: ranks are positions and ``buf`` starts empty, so from the next block on a doc that only ties
-    the least key kept has a higher position than every doc kept, and loses. Returns the number of entries
-    and ``kth``."""
+def _block_need(score, scale, top, max_len, least, ql, lo_len, hi_len, omin_pass, ordered):
+    """Least overlap a doc of length ``lo_len .. hi_len`` needs to reach key ``least``, and at least
+    ``omin_pass``. ``ordered``: keys do not depend on ``|d|``, so one length tells it."""
+    omin = max(omin_pass, least_overlap(score, scale, top, max_len, least - 1, ql, lo_len))
+    if ordered:
+        return omin
+    for dl in range(lo_len + 1, hi_len + 1):
+        if omin <= omin_pass:
+            break
+        omin = max(omin_pass, min(omin, least_overlap(score, scale, top, max_len, least - 1, ql, dl)))
+    return omin
+
+
+@njit(**_JIT)
+def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first, counts, found, omin, rank_pos,
+                 rank_len, ordered):
+    """Count the query's postings entries of ranks ``first .. first + len(counts) - 1`` into ``counts`` and
+    advance the cursors past them; the ranks (less ``first``) whose count reaches ``omin >= 1`` go to
+    ``found``, each once, as they reach it. Returns their number. ``synced``: the cursors stand at
+    ``first`` already (else they are moved there by binary search). Unless ``ordered``, the found ranks'
+    positions and lengths are prefetched: they are looked up at random once the block is counted."""
+    block = len(counts)
+    n_found = 0
+    for i in range(ql):
+        e = cursor[i]
+        end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
+        if not synced:
+            e = _first_at_least(p_positions, e, end, first)
+        # Unsigned indices: Numba then leaves out the wraparound of negative ones (all are >= 0 here).
+        ue, uend, ufirst, ublock = np.uint64(e), np.uint64(end), np.uint64(first), np.uint64(block)
+        while ue < uend:
+            p = np.uint64(p_positions[ue]) - ufirst
+            if p >= ublock:
+                break
+            c = counts[p] + 1
+            counts[p] = c
+            if c == omin:
+                found[n_found] = p
+                n_found += 1
+                if not ordered:
+                    prefetch(rank_pos, first + np.int64(p))
+                    prefetch(rank_len, first + np.int64(p))
+            ue += _U64_ONE
+        e = np.int64(ue)
+        cursor[i] = e
+        prefetch(p_positions, e + 16)  # the list's next block starts on the next cache line
+    return n_found
+
+
+@njit(**_JIT)
+def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, found, q_tokens, qs, ql,
+                    omin_pass, omax_pass, ordered, least, heap, heap_ov, size, cap, score, scale, top, max_len):
+    """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, offering the docs
+    with overlap in ``[omin_pass, omax_pass]`` and key ``>= least`` to the min-heap ``heap[:size]`` of the
+    ``cap`` best values (overlaps in ``heap_ov``; :func:`_offer`). ``found`` (int32, ``len(counts)`` slots)
+    receives a block's candidates. ``ordered``: ranks are positions, keys rise with the overlap and every
+    entry of the heap with its least key was offered by this pass, so from the next block on a doc that only
+    ties that key has a higher position than each of them, and loses. Returns the heap's size and ``least``,
+    raised to the key of the heap's least value once the heap is full."""
     n_docs = len(rank_pos)
     block = len(counts)
-    words = counts.view(np.uint64)
-    lane_bits = 64 // (block // len(words))
-    lanes = 64 // lane_bits
-    lane_one = np.uint64(0x0101010101010101) if lane_bits == 8 else np.uint64(0x0001000100010001)
-    lane_high = lane_one << np.uint64(lane_bits - 1)
-    lane_top = 1 << (lane_bits - 1)
-    lane_mask = np.uint64((1 << lane_bits) - 1)
     cursor = np.empty(ql, np.int64)
     for i in range(ql):
         cursor[i] = p_offsets[np.int64(q_tokens[qs + i])]
         prefetch(p_positions, cursor[i])
     synced = True  # the cursors stand at the block's first rank
     for first in range(0, n_docs, block):
-        last = min(first + block, n_docs)
-        if strict and n >= cap:
-            if n > cap:
-                kth = _shrink(buf, bov, n, cap)
-                n = cap
-            else:
-                kth = buf[:n].min()
-            least = max(least, (kth >> 31) + 1)
-        lo_len, hi_len = block_lo[first // block], block_hi[first // block]
-        # The block's docs need at least the least need over its lengths.
-        omin = max(omin_pass, least_overlap(score, scale, top, max_len, least - 1, ql, lo_len))
-        for dl in range(lo_len + 1, hi_len + 1):
-            if omin <= omin_pass:
-                break
-            omin = max(omin_pass, min(omin, least_overlap(score, scale, top, max_len, least - 1, ql, dl)))
-        if omin > min(omax_pass, ql, hi_len):
+        if ordered and size == cap:
+            least = max(least, (heap[0] >> 31) + 1)
+        b = first // block
+        omin = _block_need(score, scale, top, max_len, least, ql, block_lo[b], block_hi[b], omin_pass, ordered)
+        if omin > min(omax_pass, ql, block_hi[b]):
             synced = False  # nothing here can enter: the block's postings are passed over
             continue
-        for i in range(ql):
-            e = cursor[i]
-            end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
-            if not synced:
-                e = _first_at_least(p_positions, e, end, first)
-            # Unsigned indices: Numba then leaves out the wraparound of negative ones (all are >= 0 here).
-            ue, uend, ufirst, ublock = np.uint64(e), np.uint64(end), np.uint64(first), np.uint64(block)
-            while ue < uend:
-                p = np.uint64(p_positions[ue]) - ufirst
-                if p >= ublock:
-                    break
-                counts[p] += 1
-                ue += _U64_ONE
-            e = np.int64(ue)
-            cursor[i] = e
-            prefetch(p_positions, e + 16)  # the list's next block starts on the next cache line
+        # The candidates are found while counting, so the counters need no scan, only clearing.
+        n_found = _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first, counts, found, omin,
+                               rank_pos, rank_len, ordered)
         synced = True
-        span = (last - first + 8 * lanes - 1) // (8 * lanes) * 8  # whole chunks of 8 words
-        m_lo = np.uint64(min(omin, lane_top)) * lane_one
-        m_hi = np.uint64(min(omax_pass + 1, lane_top)) * lane_one
-        # Lanes above omax_pass are dropped in the words when omax_pass + 1 < lane_top (else one by one).
-        cut = ~_U64_ZERO if omax_pass + 1 < lane_top else _U64_ZERO
-        for j0 in range(0, span, 8):
-            # SWAR: lanes >= m_lo (every lane >= lane_top counts as >= m_lo), and not >= omax_pass + 1
-            if lanes_at_least(words, j0, lane_high, m_lo, m_hi, cut) == 0:
+        for f in range(n_found):
+            p = found[f]
+            o = np.int64(counts[p])
+            if o > omax_pass:
                 continue
-            for j in range(j0, j0 + 8):
-                x = words[j]
-                words[j] = 0
-                hit = (((x | lane_high) - m_lo) | x) & lane_high
-                while hit != 0:
-                    lane = np.int64(ctz(hit)) // lane_bits
-                    hit &= hit - _U64_ONE
-                    o = np.int64((x >> np.uint64(lane * lane_bits)) & lane_mask)
-                    if o < omin or o > omax_pass:
-                        continue
-                    r = first + j * lanes + lane
-                    key = score_key(score, scale, o, ql, np.int64(rank_len[r]))
-                    v = (key << 31) | (_POS_MASK - np.int64(rank_pos[r]))
-                    if key < least or v <= kth:
-                        continue
-                    buf[n], bov[n] = v, o
-                    n += 1
-                    if n == 2 * cap:
-                        kth = _shrink(buf, bov, n, cap)
-                        least = max(least, kth >> 31)
-                        n = cap
-    return n, kth
+            r = first + p
+            # Ordered: the key does not depend on |d| and the rank is the position, so neither is looked up.
+            key = score_key(score, scale, o, ql, 0 if ordered else np.int64(rank_len[r]))
+            if key < least:
+                continue
+            v = (key << 31) | (_POS_MASK - (r if ordered else np.int64(rank_pos[r])))
+            if size == cap and v <= heap[0]:
+                continue  # most candidates tie the least key kept at a higher position: no call for them
+            size = _offer(heap, heap_ov, size, cap, v, o)
+            if size == cap:
+                least = max(least, heap[0] >> 31)
+        counts[: min(block, n_docs - first)] = 0
+    return size, least
 
 
 @njit(**_JIT)
@@ -457,8 +449,8 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
         Ranks are positions (for scores whose keys do not depend on ``|d|``: no length to filter by,
         and a doc that only ties the least key kept loses from the next block on).
     counts : uint8 (``max_len <= 255``) or uint16 array, shape (block,)
-        All zero (and left so), ``block`` a multiple of 64: the counters of one block of ranks, counted
-        at a time so that they stay in the L1 cache.
+        All zero (and left so): the counters of one block of ranks, counted at a time so that they stay
+        in the L1 cache.
     q_tokens, q_offsets : the queries (CSR, ``n_queries`` sets).
     q_floor : int64 array, shape (n_queries,)
         Key floors (``-1``: none).
@@ -479,17 +471,19 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
     narrow range of lengths, so its docs need an overlap of at least the least
     :func:`least_overlap` over those lengths (length filtering, as in the set
     similarity joins surveyed by Mann, Augsten, Bouros, VLDB 2016); a block
-    that needs more than it can hold is not counted, and in the others only
-    counters that reach it are looked at, 8 (or 4) at a time in 64-bit words
-    (SWAR: bit 7 of byte ``(x | 0x80) - m`` is set where ``x >= m``). Most docs
+    that needs more than it can hold is not counted, and in the others a
+    counter is noted as it reaches that need (each once), so that only those
+    docs are looked at and the counters are cleared, not scanned. Most docs
     a query reaches share a single id with it, so a first pass admits
     overlaps ``>= 2`` only; a second admits overlap 1, from the least key the
     first kept, and counts only the blocks where a single shared id can reach it.
+    The best ``k`` so far are a min-heap, whose least key is the one to beat.
     """
     n_docs = len(rank_pos)
     cap = max(1, min(k, n_docs))
-    buf = np.empty(2 * cap, np.int64)
-    bov = np.empty(2 * cap, np.int64)
+    heap = np.empty(cap, np.int64)
+    heap_ov = np.empty(cap, np.int64)
+    found = np.empty(len(counts), np.int32)
     shortest = max_len + 1  # the shortest doc that can share an id
     for b in range(len(block_lo)):
         shortest = min(shortest, max(block_lo[b], 1))
@@ -498,30 +492,24 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
         ql = qe - qs
         floor = q_floor[q]
         least = max(floor, 1)  # keys of touched docs are >= 1
-        size, kth = 0, -1
+        size = 0
         if ql >= 2:
-            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
-                                        q_tokens, qs, ql, 2, 1 << 30, ordered, least, kth, buf, bov, size, cap, score, scale, top, max_len)
-            if size > cap:
-                kth = _shrink(buf, bov, size, cap)
-                size = cap
-            elif size == cap:
-                kth = buf[:size].min()
-            least = max(least, kth >> 31)
+            size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                          found, q_tokens, qs, ql, 2, 1 << 30, ordered, least, heap, heap_ov, size,
+                                          cap, score, scale, top, max_len)
             # A single shared id scores best in the shortest doc that has one (every key falls with |d|).
             if score_key(score, scale, 1, ql, shortest) >= least:
-                size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
-                                            q_tokens, qs, ql, 1, 1, False, least, kth, buf, bov, size, cap, score, scale, top, max_len)
+                size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                              found, q_tokens, qs, ql, 1, 1, ordered, least, heap, heap_ov, size,
+                                              cap, score, scale, top, max_len)
         elif ql == 1:
-            size, kth = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
-                                        q_tokens, qs, ql, 1, 1 << 30, ordered, least, kth, buf, bov, size, cap, score, scale, top, max_len)
-        if size > cap:
-            _shrink(buf, bov, size, cap)
-            size = cap
-        order = np.argsort(buf[:size])[::-1]
+            size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
+                                          found, q_tokens, qs, ql, 1, 1 << 30, ordered, least, heap, heap_ov, size,
+                                          cap, score, scale, top, max_len)
+        order = np.argsort(heap[:size])[::-1]
         for i in range(size):
-            out_pos[q, i] = _POS_MASK - (buf[order[i]] & _POS_MASK)
-            out_ov[q, i] = bov[order[i]]
+            out_pos[q, i] = _POS_MASK - (heap[order[i]] & _POS_MASK)
+            out_ov[q, i] = heap_ov[order[i]]
         filled = size
         if filled < k and floor <= 0:
             # Every doc with overlap >= 1 is kept (fewer than k were found): fill with the lowest other positions.

@@ -1,7 +1,7 @@
 """LLVM vector intrinsics of the compiled CPU kernels (:mod:`kernels.numba_kernels`; imports numba).
 
-Counters, tables and packed counts are C-contiguous uint64 arrays whose rows are
-:data:`WORDS` words; each intrinsic loads and stores whole rows as one
+Counters and tables are C-contiguous uint64 arrays whose rows are :data:`WORDS`
+words; each intrinsic loads and stores whole rows as one
 ``<8 x i64>`` vector, which LLVM lowers to AVX-512 (or pairs of AVX2, or SSE)
 instructions of the machine that compiles them. The scan's counter array
 ``acc`` holds the carries (row 0) and the bit planes (row ``1 + b``: bit ``b``
@@ -20,7 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["WORDS", "at_least", "count1", "count8", "ctz", "lanes_at_least", "prefetch", "ripple"]
+__all__ = ["WORDS", "at_least", "count1", "count8", "ctz", "prefetch", "ripple"]
 
 WORDS = 8
 """uint64 words per vector: 512 queries per scan group."""
@@ -173,36 +173,3 @@ def at_least(typingctx, acc, planes, first, n_planes):
         return _any(builder, hit)
 
     return types.uint64(acc, planes, first, n_planes), codegen
-
-
-@intrinsic
-def lanes_at_least(typingctx, words, j0, high, m_lo, m_hi, cut):
-    """SWAR test of the words ``words[j0:j0 + 8]`` (one vector; ``j0`` a multiple of 8) of packed counters
-    whose lanes have top bits ``high``: the OR over the words of
-    ``high & (((x | high) - m_lo) | x) & ~(cut & (((x | high) - m_hi) | x))`` (lanes ``>= m_lo`` and, where
-    ``cut`` is all ones, ``< m_hi``; a lane with its top bit set counts as ``>= m_lo``). Where that OR is 0,
-    the words are zeroed (nothing in them is wanted)."""
-    def codegen(context, builder, sig, args):
-        row = builder.sdiv(context.cast(builder, args[1], sig.args[1], types.int64), ir.Constant(ir.IntType(64), WORDS))
-        ptr = _row(context, builder, sig.args[0], args[0], row)
-        x = _load(builder, ptr)
-
-        def splat(i):
-            v = context.cast(builder, args[i], sig.args[i], types.uint64)
-            vec = ir.Constant(_VEC_T, None)
-            for lane in range(WORDS):
-                vec = builder.insert_element(vec, v, ir.Constant(ir.IntType(32), lane))
-            return vec
-
-        high, m_lo, m_hi, cut = splat(2), splat(3), splat(4), splat(5)
-        xh = builder.or_(x, high)
-        ge_lo = builder.or_(builder.sub(xh, m_lo), x)
-        ge_hi = builder.and_(cut, builder.or_(builder.sub(xh, m_hi), x))
-        ones = ir.Constant(_VEC_T, [ir.Constant(ir.IntType(64), -1)] * WORDS)
-        hit = builder.and_(high, builder.and_(ge_lo, builder.xor(ge_hi, ones)))
-        found = _any(builder, hit)
-        nothing = builder.icmp_unsigned("==", found, ir.Constant(ir.IntType(64), 0))
-        builder.store(builder.select(nothing, ir.Constant(_VEC_T, None), x), ptr, align=8)
-        return found
-
-    return types.uint64(words, j0, high, m_lo, m_hi, cut), codegen

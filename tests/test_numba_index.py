@@ -152,6 +152,26 @@ def test_small_blocks_and_eager_refreshes(score, monkeypatch):
                    threads=(2,), oracle=False)
 
 
+@pytest.mark.parametrize("score", ["overlap", "containment", "braun_blanquet"])
+def test_overlap_one_pass_over_position_blocks(score, monkeypatch):
+    """Fewer than k docs share two ids with a query, many share one: the second ScanCount pass fills the
+    heap with overlap-1 docs block by block (ties to the lowest positions) and, for the scores ranked by
+    position, passes over the blocks after it is full; blocks of 37 ranks leave a partial last block."""
+    from kernels import numba_index
+
+    monkeypatch.setattr(numba_index, "_POSTINGS_BLOCK", 37)
+    rng = np.random.default_rng(5)
+    docs = [sorted(rng.choice(np.arange(10, 400), 6, replace=False).tolist()) for _ in range(900)]
+    for i in range(0, 900, 7):
+        docs[i][0] = 1  # id 1 in every 7th doc, id 2 in every 11th: few docs hold both
+    for i in range(0, 900, 11):
+        docs[i][1] = 2
+    docs = [sorted(set(d)) for d in docs]
+    queries = [[1, 2], [1, 2, 3], [2, 500], [1], docs[77]]
+    for k in (1, 40, 150):
+        _check(docs, queries, k, score, max_len=8, routings=("postings",), threads=(1, 2))
+
+
 def test_zero_docs_and_zero_queries():
     empty = SetBatch.from_lists([])
     for routing in ROUTINGS:
@@ -283,7 +303,7 @@ _QUERIES = st.lists(st.lists(st.integers(0, 14), max_size=8), min_size=1, max_si
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=_SETS, queries=_QUERIES, k=st.integers(1, 45), score=st.sampled_from(SCORES),
-       routing=st.sampled_from(ROUTINGS), threads=st.integers(1, 3), block=st.sampled_from([64, 16384]),
+       routing=st.sampled_from(ROUTINGS), threads=st.integers(1, 3), block=st.sampled_from([5, 64, 16384]),
        data=st.data())
 def test_property_matches_numpy_and_oracle(docs, queries, k, score, routing, threads, block, data):
     """Random shards on a small vocabulary (many ties), optional floors, every score, routing, thread count,
