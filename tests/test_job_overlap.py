@@ -31,28 +31,48 @@ def overlapped(monkeypatch):
     monkeypatch.setattr(score, "_OVERLAP_FROM_BYTES", 0)
 
 
-def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_nothing(tmp_path, monkeypatch, caplog, ray_cluster, overlapped):
+def _record_started(monkeypatch, started: threading.Event | None = None) -> list:
+    """Have ``score.start_shards`` record the actors it starts (and their inputs' actor) in the
+    returned list, and set ``started`` once it has."""
+    actors = []
+    real_start = score.start_shards
+
+    def start_and_record(*args, **kwargs):
+        out = real_start(*args, **kwargs)
+        actors.extend(out[0] + [out[1]])
+        if started is not None:
+            started.set()
+        return out
+
+    monkeypatch.setattr(score, "start_shards", start_and_record)
+    return actors
+
+
+def _assert_stopped_and_nothing_written(actors: list, tmp_path) -> None:
+    """Every started actor is dead, the shard bundles are freed, and ``tmp_path`` holds only the inputs."""
     import ray
 
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.info.remote() if hasattr(actor, "info") else actor.__ray_ready__.remote(), timeout=60)
+    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
+
+
+def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_nothing(tmp_path, monkeypatch, caplog, ray_cluster, overlapped):
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     queries = tmp_path / "q.txt"
     queries.write_text("1,2\n3\n1,x\n")
     started = threading.Event()
-    actors = []
-    real_start, real_validate = score.start_shards, validate_module.validate
-
-    def start_and_tell(*args, **kwargs):
-        out = real_start(*args, **kwargs)
-        actors.extend(out[0] + [out[1]])
-        started.set()
-        return out
+    actors = _record_started(monkeypatch, started)
+    real_validate = validate_module.validate
 
     def validate_once_loading(*args, **kwargs):
         # The pass ends only once the actors are loading: the failure then has actors to stop.
         assert started.wait(120), "the shard actors never started"
         return real_validate(*args, **kwargs)
 
-    monkeypatch.setattr(score, "start_shards", start_and_tell)
     monkeypatch.setattr(validate_module, "validate", validate_once_loading)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", str(queries), "--out", str(tmp_path / "out"),
@@ -60,12 +80,7 @@ def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_noth
     assert code == 2, caplog.text
     assert "q.txt:3" in caplog.text and "'x'" in caplog.text
     assert actors, "the actors were not started before the validation failed"
-    for actor in actors:
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.info.remote() if hasattr(actor, "info") else actor.__ray_ready__.remote(), timeout=60)
-    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
-    assert not (tmp_path / "out").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
+    _assert_stopped_and_nothing_written(actors, tmp_path)
 
 
 def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows(tmp_path, monkeypatch, ray_cluster, overlapped):
@@ -104,30 +119,16 @@ def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows
 
 
 def test_a_bad_large_corpus_stops_the_started_actors_and_writes_nothing(tmp_path, monkeypatch, caplog, ray_cluster, overlapped):
-    import ray
-
     docs = tmp_path / "docs.txt"
     docs.write_text("1,2\n3,4\n5,x\n")
-    actors = []
-    real_start = score.start_shards
-
-    def start_and_keep(*args, **kwargs):
-        out = real_start(*args, **kwargs)
-        actors.extend(out[0] + [out[1]])
-        return out
-
-    monkeypatch.setattr(score, "start_shards", start_and_keep)
+    actors = _record_started(monkeypatch)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", str(docs), "--queries", write_sets(tmp_path / "q.txt", [[1]]), "--out",
                            str(tmp_path / "out"), "--config", job_config(tmp_path), "--quiet"])
     assert code == 2, caplog.text
     assert "docs.txt:3" in caplog.text and "'x'" in caplog.text
     assert actors, "the actors were not started before the read"
-    for actor in actors:
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.info.remote() if hasattr(actor, "info") else actor.__ray_ready__.remote(), timeout=60)
-    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
+    _assert_stopped_and_nothing_written(actors, tmp_path)
 
 
 def test_bad_queries_are_reported_before_a_bad_corpus(tmp_path, caplog, ray_cluster, overlapped):
