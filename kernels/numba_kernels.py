@@ -46,6 +46,7 @@ _JIT = {"cache": True, "nogil": True}
 # Scores by index in kernels.SCORES (tests/test_numba_index.py checks the order).
 _BRAUN_BLANQUET, _JACCARD, _COSINE, _DICE, _OVERLAP, _CONTAINMENT = 0, 1, 2, 3, 4, 5
 _POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (_POS_MASK - position), larger is better
+_NO_CHILD = np.iinfo(np.int64).max  # fills a heap's slots past its capacity (keys stay below 2**32)
 _U64_ONE = np.uint64(1)
 
 
@@ -104,58 +105,102 @@ def least_overlap(score, scale, top, max_len, t, ql, dl):
 
 
 @njit(**_JIT)
-def _sift_down(h, g, size, i):
-    """Restore the min-heap ``h[:size]`` below slot ``i``; ``g`` (each entry's overlap) moves along."""
-    v, o = h[i], g[i]
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and h[c + 1] < h[c]:
-            c += 1
-        if h[c] >= v:
-            break
-        h[i], g[i] = h[c], g[c]
-        i = c
-    h[i], g[i] = v, o
+def _new_heaps(n_heaps, cap):
+    """``n_heaps`` empty heaps for :func:`_offer`: values (int64) and overlaps (int16), shape
+    (n_heaps, cap + 3), the slots past ``cap`` holding the largest int64 (no entry is that large)."""
+    return np.full((n_heaps, cap + 3), _NO_CHILD, np.int64), np.zeros((n_heaps, cap + 3), np.int16)
 
 
 @njit(**_JIT)
-def _offer(h, g, size, cap, v, o):
-    """Keep value ``v`` (overlap ``o``) if it is among the ``cap`` largest values seen by the min-heap
-    ``h[:size]`` (overlaps in ``g``); returns the new size."""
+def _offer(h, g, q, size, cap, v, o):
+    """Keep value ``v`` (overlap ``o``) if it is among the ``cap`` largest values seen by the min-heap of
+    row ``q`` (``h[q, :size]``, overlaps in ``g[q]``; rows from :func:`_new_heaps`); returns the new size.
+
+    The heap is 4-ary: a full heap of 100 has 4 levels below the root, not 7, and a node's children share
+    a cache line. The slots past ``cap`` hold the largest int64, so every node has 4 children to compare.
+    """
     if size < cap:
         i = size
         while i > 0:
-            p = (i - 1) // 2
-            if h[p] <= v:
+            p = (i - 1) >> 2
+            hp = h[q, p]
+            if hp <= v:
                 break
-            h[i], g[i] = h[p], g[p]
+            h[q, i] = hp
+            g[q, i] = g[q, p]
             i = p
-        h[i], g[i] = v, o
+        h[q, i] = v
+        g[q, i] = o
         return size + 1
-    if v > h[0]:
-        h[0], g[0] = v, o
-        _sift_down(h, g, size, 0)
+    if v <= h[q, 0]:
+        return size
+    i = 0
+    while True:
+        c = 4 * i + 1
+        if c >= cap:
+            break
+        m, hm = c, h[q, c]
+        for j in range(c + 1, c + 4):
+            x = h[q, j]
+            if x < hm:
+                m, hm = j, x
+        if hm >= v:
+            break
+        h[q, i] = hm
+        g[q, i] = g[q, m]
+        i = m
+    h[q, i] = v
+    g[q, i] = o
     return size
 
 
 @njit(**_JIT)
+def _reaches(score, scale, t1, o, ql, dl):
+    """Whether overlap ``o`` (``<= min(ql, dl)``) of a query and a doc of lengths ``ql, dl >= 1`` gives a
+    key ``>= t1``, i.e. ``S * num >= t1 * den``: the key's formula without its division."""
+    if score == _OVERLAP:
+        return o >= t1
+    if score == _BRAUN_BLANQUET:
+        return scale * o >= t1 * max(ql, dl)
+    if score == _JACCARD:
+        return scale * o >= t1 * (ql + dl - o)
+    if score == _COSINE:
+        return scale * o * o >= t1 * ql * dl
+    if score == _DICE:
+        return scale * 2 * o >= t1 * (ql + dl)
+    return scale * o >= t1 * ql  # containment
+
+
+@njit(**_JIT)
 def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len):
-    """Store query ``q``'s least overlaps above key ``t`` for every doc length, bit-sliced, and its reach."""
+    """Store query ``q``'s least overlaps above key ``t`` for every doc length, bit-sliced, and its reach.
+
+    A length that no overlap can reach gets ``min(ql, dl) + 1`` or more. Every key falls as ``|d|``
+    grows, so the least overlap never falls from one length to the next (``lengths`` ascend): it is
+    stepped up from the last length's, a multiplication a step (:func:`_reaches`), where
+    :func:`least_overlap` would divide (and take a square root for cosine) at every length.
+    """
     w = q >> 6
     bit = _U64_ONE << np.uint64(q & 63)
+    t1 = min(max(t, -1), top) + 1
+    m = 0
     for li in range(len(lengths)):
         dl = lengths[li]
-        m = min(least_overlap(score, scale, top, max_len, t, ql, dl), max_len + 1)
-        was = need[q, li] <= min(ql, dl)
-        now = m <= min(ql, dl)
+        fit = min(ql, dl)
+        if fit == 0:  # no id to share: the key is 0
+            here = 0 if t1 <= 0 else max_len + 1
+        else:
+            while m <= fit and not _reaches(score, scale, t1, m, ql, dl):
+                m += 1
+            here = m
+        was = need[q, li] <= fit
+        now = here <= fit
         if was and not now:
             reach[li] -= 1
         elif now and not was:
             reach[li] += 1
-        flip = need[q, li] ^ m
-        need[q, li] = m
+        flip = need[q, li] ^ here
+        need[q, li] = here
         b = 0
         while flip != 0:
             if flip & 1:
@@ -205,8 +250,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     """
     nq = len(q_len)
     nl = len(lengths)
-    heap = np.empty((nq, max(cap, 1)), np.int64)
-    heap_ov = np.empty((nq, max(cap, 1)), np.int64)
+    heap, heap_ov = _new_heaps(nq, max(cap, 1))
     size = np.zeros(nq, np.int64)
     floor_t = q_floor - 1  # key >= floor  <=>  key > floor - 1
     t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
@@ -273,7 +317,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
                     continue
                 v = (key << 31) | (_POS_MASK - d)
-                size[q] = _offer(heap[q], heap_ov[q], size[q], cap, v, o)
+                size[q] = _offer(heap, heap_ov, q, size[q], cap, v, o)
                 if size[q] == cap:
                     t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
                     if t_used[q] == floor_t[q] and t_true[q] > t_used[q]:
@@ -281,7 +325,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         t_used[q] = t_true[q]
                         rejects[q] = 0
                         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
-    return heap, heap_ov, size
+    return heap[:, : max(cap, 1)], heap_ov[:, : max(cap, 1)], size
 
 
 @njit(**_JIT)
@@ -385,7 +429,7 @@ def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first
 def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, found, q_tokens, qs, ql,
                     omin_pass, omax_pass, ordered, least, heap, heap_ov, size, cap, score, scale, top, max_len):
     """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, offering the docs
-    with overlap in ``[omin_pass, omax_pass]`` and key ``>= least`` to the min-heap ``heap[:size]`` of the
+    with overlap in ``[omin_pass, omax_pass]`` and key ``>= least`` to the min-heap ``heap[0, :size]`` of the
     ``cap`` best values (overlaps in ``heap_ov``; :func:`_offer`). ``found`` (int32, ``len(counts)`` slots)
     receives a block's candidates. ``ordered``: ranks are positions, keys rise with the overlap and every
     entry of the heap with its least key was offered by this pass, so from the next block on a doc that only
@@ -400,7 +444,7 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
     synced = True  # the cursors stand at the block's first rank
     for first in range(0, n_docs, block):
         if ordered and size == cap:
-            least = max(least, (heap[0] >> 31) + 1)
+            least = max(least, (heap[0, 0] >> 31) + 1)
         b = first // block
         omin = _block_need(score, scale, top, max_len, least, ql, block_lo[b], block_hi[b], omin_pass, ordered)
         if omin > min(omax_pass, ql, block_hi[b]):
@@ -421,11 +465,11 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
             if key < least:
                 continue
             v = (key << 31) | (_POS_MASK - (r if ordered else np.int64(rank_pos[r])))
-            if size == cap and v <= heap[0]:
+            if size == cap and v <= heap[0, 0]:
                 continue  # most candidates tie the least key kept at a higher position: no call for them
-            size = _offer(heap, heap_ov, size, cap, v, o)
+            size = _offer(heap, heap_ov, 0, size, cap, v, o)
             if size == cap:
-                least = max(least, heap[0] >> 31)
+                least = max(least, heap[0, 0] >> 31)
         counts[: min(block, n_docs - first)] = 0
     return size, least
 
@@ -481,8 +525,7 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
     """
     n_docs = len(rank_pos)
     cap = max(1, min(k, n_docs))
-    heap = np.empty(cap, np.int64)
-    heap_ov = np.empty(cap, np.int64)
+    heap, heap_ov = _new_heaps(1, cap)
     found = np.empty(len(counts), np.int32)
     shortest = max_len + 1  # the shortest doc that can share an id
     for b in range(len(block_lo)):
@@ -506,10 +549,10 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
             size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
                                           found, q_tokens, qs, ql, 1, 1 << 30, ordered, least, heap, heap_ov, size,
                                           cap, score, scale, top, max_len)
-        order = np.argsort(heap[:size])[::-1]
+        order = np.argsort(heap[0, :size])[::-1]
         for i in range(size):
-            out_pos[q, i] = _POS_MASK - (heap[order[i]] & _POS_MASK)
-            out_ov[q, i] = heap_ov[order[i]]
+            out_pos[q, i] = _POS_MASK - (heap[0, order[i]] & _POS_MASK)
+            out_ov[q, i] = heap_ov[0, order[i]]
         filled = size
         if filled < k and floor <= 0:
             # Every doc with overlap >= 1 is kept (fewer than k were found): fill with the lowest other positions.

@@ -94,6 +94,35 @@ def test_integer_keys_and_least_overlaps_match_kernels_keys():
                 assert np.array_equal(got, want), (score, max_len, t)
 
 
+
+@pytest.mark.parametrize("score", SCORES)
+def test_stepped_least_overlaps_per_length_match_least_overlap(score):
+    """_set_need steps the least overlap up from length to length without dividing: per length it stores
+    least_overlap's value where a doc of that length can reach it, more than min(ql, dl) where none can,
+    the same value in the bit planes, and the number of queries each length can reach."""
+    max_len = 9
+    code, scale, top = SCORES.index(score), key_scale(max_len, score), max_key(max_len, score)
+    n_planes = max(3, (max_len + 1).bit_length())
+    lengths = np.array([0, 1, 2, 4, 5, 8, 9], dtype=np.int64)
+    nq = 70  # two words of lanes
+    q_len = np.arange(nq, dtype=np.int64) % (max_len + 1)
+    need = np.zeros((nq, len(lengths)), np.int64)
+    planes = np.zeros((len(lengths), n_planes, 8), np.uint64)
+    reach = np.full(len(lengths), nq, np.int64)
+    for t in (-1, 0, 1, top // 5, top // 2, top - 1, top, top + 3, -1, top // 3):  # rises, then falls back
+        for q in range(nq):
+            numba_kernels._set_need(q, t, q_len[q], lengths, need, planes, reach, code, scale, top, max_len)
+        fit = np.minimum(q_len[:, None], lengths[None, :])
+        want = np.array([[numba_kernels.least_overlap(code, scale, top, max_len, t, ql, dl) for dl in lengths]
+                         for ql in q_len])
+        reachable = want <= fit
+        assert np.array_equal(need <= fit, reachable), (score, t)
+        assert np.array_equal(need[reachable], want[reachable]), (score, t)
+        assert np.array_equal(reach, reachable.sum(axis=0))
+        bits = [(planes[:, b, q >> 6] >> np.uint64(q & 63)) & np.uint64(1) for q in range(nq) for b in range(n_planes)]
+        stored = (np.array(bits, np.int64).reshape(nq, n_planes, len(lengths)) << np.arange(n_planes)[None, :, None])
+        assert np.array_equal(stored.sum(axis=1), need)
+
 @pytest.mark.parametrize("score", SCORES)
 def test_ties_break_by_lower_doc_id(score):
     docs = [[1, 2], [1, 2], [3], [1, 2], [1, 2, 3, 4], [], [1, 2], [2]]
