@@ -42,6 +42,7 @@ _log = logging.getLogger("settopk.kernels")
 _GROUP = 512  # queries per scan group: one bit each in 8 uint64 words (kernels.numba_simd.WORDS)
 _REFRESH_AFTER = 16  # docs a stale threshold may admit in vain before its tables are rebuilt
 _POSTINGS_BLOCK = 16384  # docs ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
+_PARTS_PER_THREAD = 4  # ScanCount's queries are split into this many parts per thread, taken as threads free up
 # CPU cost model (seconds of one thread), fitted on an AMD EPYC core (200,000 docs of the STI2 length
 # histogram, Zipf and uniform ids, 16 to 500 queries): a scan group of n queries costs about
 # (_SCAN_S_PER_ID + n * _SCAN_S_PER_ID_QUERY) per doc id (the table outgrows the caches and more
@@ -157,12 +158,14 @@ class NumbaShardIndex:
             self._rank_pos = order.astype(np.int32)
             self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
             self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos))
+            # ScanCount counts blocks of ranks at a time; the least and largest length of each block.
+            self._block = min(_POSTINGS_BLOCK, max(self.n_docs, 1))
+            lens, starts = self._rank_len.astype(np.int64), np.arange(0, self.n_docs, self._block)
+            self._blocks = ((np.minimum.reduceat(lens, starts), np.maximum.reduceat(lens, starts)) if self.n_docs
+                            else (lens, lens))
         self.postings_bytes = 0 if self.postings is None else (
             self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
-        # Doc ranges of the scan threads, cut at equal numbers of ids.
-        cuts = np.searchsorted(self._offsets, np.linspace(0, len(self._tokens), threads + 1)[1:-1])
-        bounds = np.unique(np.concatenate([[0], cuts, [self.n_docs]]))
-        self._ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        self._ranges = {}  # doc ranges of the scan by their number (_doc_ranges)
         self._pool = None
 
     def __getstate__(self) -> dict:
@@ -238,9 +241,9 @@ class NumbaShardIndex:
             self.last_routing["scan"] = len(active)
             # Queries of similar length share a group: their thresholds rule out the same doc lengths.
             active = active[np.argsort(queries.lengths[active], kind="stable")]
-            n_groups = -(-len(active) // _GROUP)
-            for rows in np.array_split(active, n_groups):  # groups of equal size, at most 512 queries
-                self._scan_search(queries.take(rows), floor[rows], k, rows, out)
+            groups = np.array_split(active, -(-len(active) // _GROUP))  # of equal size, at most 512 queries
+            for first in range(0, len(groups), self.threads):
+                self._scan_groups(queries, floor, k, groups[first:first + self.threads], out)
         return out
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
@@ -270,30 +273,57 @@ class NumbaShardIndex:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="settopk-numba")
         return list(self._pool.map(lambda job: fn(*job), jobs))
 
-    def _scan_search(self, group: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
-        """The bit-sliced scan of one group (at most 512 queries), written into ``out`` at ``rows``."""
+    def _doc_ranges(self, n_ranges: int) -> list:
+        """At most ``n_ranges`` consecutive doc ranges ``(lo, hi)`` holding about equal numbers of ids."""
+        if n_ranges not in self._ranges:
+            cuts = np.searchsorted(self._offsets, np.linspace(0, len(self._tokens), n_ranges + 1)[1:-1])
+            bounds = np.unique(np.concatenate([[0], cuts, [self.n_docs]]))
+            self._ranges[n_ranges] = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        return self._ranges[n_ranges]
+
+    def _scan_groups(self, queries: SetBatch, floor: np.ndarray, k: int, groups: list, out: TopK) -> None:
+        """The bit-sliced scan of up to ``threads`` groups side by side (each a row array of at most 512
+        queries of ``queries``), written into ``out``.
+
+        Each group's docs are split into ``threads // len(groups)`` ranges, a scan each. A query keeps its
+        best k in every range it is scanned in, and most of that work comes early, while its k-th best is
+        low, so a range of half the docs costs most of what all of them cost: groups side by side share
+        out the threads better, and ranges take only the threads the groups leave.
+        """
         nk = self._nk
-        slot_of, table = nk.build_group_table(group.tokens, group.offsets)
-        q_len = group.lengths.astype(np.int64)
-        floor = np.ascontiguousarray(floor, dtype=np.int64)
+        ranges = self._doc_ranges(self.threads // len(groups))
+        prepared = []
+        for rows in groups:
+            group = queries.take(rows)
+            slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+            prepared.append((slot_of, table, group.lengths.astype(np.int64),
+                             np.ascontiguousarray(floor[rows], dtype=np.int64)))
 
-        def scan(lo, hi):
+        def scan(g, lo, hi):
+            slot_of, table, q_len, q_floor = prepared[g]
             return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, lo, hi,
-                                 slot_of, table, q_len, floor, self._score_code, self._scale, self._top, self.max_len,
-                                 self._n_planes, min(k, hi - lo), _REFRESH_AFTER)
+                                 slot_of, table, q_len, q_floor, self._score_code, self._scale, self._top,
+                                 self.max_len, self._n_planes, min(k, hi - lo), _REFRESH_AFTER)
 
-        parts = self._map(scan, self._ranges)
+        parts = self._map(scan, [(g, lo, hi) for g in range(len(groups)) for lo, hi in ranges])
+        for g, rows in enumerate(groups):
+            self._merge(parts[g * len(ranges):(g + 1) * len(ranges)], k, rows, out)
+
+    def _merge(self, parts: list, k: int, rows: np.ndarray, out: TopK) -> None:
+        """Merge the heaps of one group's ranges (:func:`kernels.numba_kernels.scan_range` results) into its
+        best ``k``, written into ``out`` at ``rows``."""
+        n = len(rows)
         cap = max(v.shape[1] for v, _, _ in parts)
-        values = np.zeros((len(parts), group.n_sets, cap), dtype=np.int64)
-        overlaps = np.zeros((len(parts), group.n_sets, cap), dtype=np.int64)
-        sizes = np.zeros((len(parts), group.n_sets), dtype=np.int64)
+        values = np.zeros((len(parts), n, cap), dtype=np.int64)
+        overlaps = np.zeros((len(parts), n, cap), dtype=np.int64)
+        sizes = np.zeros((len(parts), n), dtype=np.int64)
         for i, (v, o, s) in enumerate(parts):
             values[i, :, : v.shape[1]] = v
             overlaps[i, :, : o.shape[1]] = o
             sizes[i] = s
-        pos = np.empty((group.n_sets, k), dtype=np.int64)
-        ov = np.empty((group.n_sets, k), dtype=np.int64)
-        nk.merge_heaps(values, overlaps, sizes, pos, ov)
+        pos = np.empty((n, k), dtype=np.int64)
+        ov = np.empty((n, k), dtype=np.int64)
+        self._nk.merge_heaps(values, overlaps, sizes, pos, ov)
         self._write(out, rows, pos, ov)
 
     def _postings_search(self, sub: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
@@ -302,15 +332,14 @@ class NumbaShardIndex:
         pos = np.empty((sub.n_sets, k), dtype=np.int64)
         ov = np.empty((sub.n_sets, k), dtype=np.int64)
         floor = np.ascontiguousarray(floor, dtype=np.int64)
-        cuts = np.linspace(0, sub.n_sets, min(self.threads, sub.n_sets) + 1).astype(np.int64)
-        block = min(_POSTINGS_BLOCK, self.n_docs)
-        starts = np.arange(0, self.n_docs, block)
-        block_lo = np.minimum.reduceat(self._rank_len, starts).astype(np.int64)
-        block_hi = np.maximum.reduceat(self._rank_len, starts).astype(np.int64)
+        # Queries cost unevenly (near-duplicates reach more docs): a few parts per thread keep the threads busy.
+        n_parts = 1 if self.threads == 1 else min(_PARTS_PER_THREAD * self.threads, sub.n_sets)
+        cuts = np.linspace(0, sub.n_sets, n_parts + 1).astype(np.int64)
+        block_lo, block_hi = self._blocks
 
         def count(lo, hi):
             part = sub.take(np.arange(lo, hi))
-            counts = np.zeros(block, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
+            counts = np.zeros(self._block, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
             nk.scancount_queries(self.postings.offsets, self.postings.positions, self._rank_pos, self._rank_len,
                                  block_lo, block_hi, self._ordered, counts, part.tokens, part.offsets, floor[lo:hi],
                                  k, self._score_code, self._scale, self._top, self.max_len, pos[lo:hi], ov[lo:hi])

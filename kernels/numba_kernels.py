@@ -139,11 +139,11 @@ def _offer(h, g, q, size, cap, v, o):
         c = 4 * i + 1
         if c >= cap:
             break
-        m, hm = c, h[q, c]
-        for j in range(c + 1, c + 4):
-            x = h[q, j]
-            if x < hm:
-                m, hm = j, x
+        # The least child without branches: which one it is can't be predicted.
+        a0, a1, a2, a3 = h[q, c], h[q, c + 1], h[q, c + 2], h[q, c + 3]
+        m01, m23 = min(a0, a1), min(a2, a3)
+        m = (c + 2 + np.int64(a3 < a2)) if m23 < m01 else (c + np.int64(a1 < a0))
+        hm = min(m01, m23)
         if hm >= v:
             break
         h[q, i] = hm

@@ -214,13 +214,16 @@ def test_zero_docs_and_zero_queries():
 
 def test_many_groups_words_and_a_rising_threshold():
     """600 queries (two scan groups, partial words), 3000 docs on a small vocabulary: heaps fill early and
-    thresholds rise and are refreshed many times; the results stay those of the NumPy index."""
+    thresholds rise and are refreshed many times; the results stay those of the NumPy index. Groups are
+    scanned side by side, in doc ranges where threads are left over (2 groups on 4 threads; 3 groups on
+    2 threads: two side by side, then one in two ranges)."""
     rng = np.random.default_rng(3)
     vocab = rng.zipf(1.3, 40_000) % 60
     docs = [sorted(set(rng.choice(vocab, int(rng.integers(0, 13))).tolist())) for _ in range(3000)]
     queries = [sorted(set(rng.choice(vocab, int(rng.integers(0, 13))).tolist())) for _ in range(600)]
     for score in SCORES:
-        _check(docs, queries, 7, score, max_len=12, routings=("scan", "auto"), threads=(1, 2), oracle=False)
+        _check(docs, queries, 7, score, max_len=12, routings=("scan", "auto"), threads=(1, 2, 4), oracle=False)
+    _check(docs, queries + queries[:500], 7, "cosine", max_len=12, routings=("scan",), threads=(2,), oracle=False)
     _check(docs, queries[:70], 1, "jaccard", max_len=12, routings=("postings",), threads=(4,), oracle=False)
 
 
