@@ -42,6 +42,9 @@ _log = logging.getLogger("settopk.kernels")
 _GROUP = 512  # queries per scan group: one bit each in 8 uint64 words (kernels.numba_simd.WORDS)
 _REFRESH_AFTER = 16  # docs a stale threshold may admit in vain before its tables are rebuilt
 _POSTINGS_BLOCK = 16384  # docs ScanCount counts at a time: 16 or 32 KiB of counters, in the L1 cache
+_ROUND_FIRST = 64  # docs a thread counts in the first round of a scan on several threads (_scan_rounds)
+_ROUND_SHARE = 4  # rounds double until each thread counts this fraction of its docs in one
+_HIT_SLOTS = 1 << 18  # (doc, lane) pairs a thread records in a round; a round that would need more is cut short
 _PARTS_PER_THREAD = 4  # ScanCount's queries are split into this many parts per thread, taken as threads free up
 # CPU cost model (seconds of one thread), fitted on an AMD EPYC core (200,000 docs of the STI2 length
 # histogram, Zipf and uniform ids, 16 to 500 queries): a scan group of n queries costs about
@@ -165,7 +168,6 @@ class NumbaShardIndex:
                             else (lens, lens))
         self.postings_bytes = 0 if self.postings is None else (
             self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
-        self._ranges = {}  # doc ranges of the scan by their number (_doc_ranges)
         self._pool = None
 
     def __getstate__(self) -> dict:
@@ -273,41 +275,88 @@ class NumbaShardIndex:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="settopk-numba")
         return list(self._pool.map(lambda job: fn(*job), jobs))
 
-    def _doc_ranges(self, n_ranges: int) -> list:
-        """At most ``n_ranges`` consecutive doc ranges ``(lo, hi)`` holding about equal numbers of ids."""
-        if n_ranges not in self._ranges:
-            cuts = np.searchsorted(self._offsets, np.linspace(0, len(self._tokens), n_ranges + 1)[1:-1])
-            bounds = np.unique(np.concatenate([[0], cuts, [self.n_docs]]))
-            self._ranges[n_ranges] = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        return self._ranges[n_ranges]
-
     def _scan_groups(self, queries: SetBatch, floor: np.ndarray, k: int, groups: list, out: TopK) -> None:
-        """The bit-sliced scan of up to ``threads`` groups side by side (each a row array of at most 512
-        queries of ``queries``), written into ``out``.
-
-        Each group's docs are split into ``threads // len(groups)`` ranges, a scan each. A query keeps its
-        best k in every range it is scanned in, and most of that work comes early, while its k-th best is
-        low, so a range of half the docs costs most of what all of them cost: groups side by side share
-        out the threads better, and ranges take only the threads the groups leave.
-        """
+        """The bit-sliced scan of up to ``threads`` groups (each a row array of at most 512 queries of
+        ``queries``), written into ``out``: side by side, a thread each, when there are ``threads`` of them,
+        else one after the other, each on every thread (:meth:`_scan_rounds`)."""
+        if len(groups) < self.threads:
+            for rows in groups:
+                self._scan_rounds(queries, floor, k, rows, out)
+            return
         nk = self._nk
-        ranges = self._doc_ranges(self.threads // len(groups))
-        prepared = []
-        for rows in groups:
+
+        def scan(rows):
             group = queries.take(rows)
             slot_of, table = nk.build_group_table(group.tokens, group.offsets)
-            prepared.append((slot_of, table, group.lengths.astype(np.int64),
-                             np.ascontiguousarray(floor[rows], dtype=np.int64)))
+            return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, 0,
+                                 self.n_docs, slot_of, table, group.lengths.astype(np.int64),
+                                 np.ascontiguousarray(floor[rows], dtype=np.int64), self._score_code, self._scale,
+                                 self._top, self.max_len, self._n_planes, min(k, self.n_docs), _REFRESH_AFTER)
 
-        def scan(g, lo, hi):
-            slot_of, table, q_len, q_floor = prepared[g]
-            return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, lo, hi,
-                                 slot_of, table, q_len, q_floor, self._score_code, self._scale, self._top,
-                                 self.max_len, self._n_planes, min(k, hi - lo), _REFRESH_AFTER)
+        for rows, part in zip(groups, self._map(scan, [(rows,) for rows in groups])):
+            self._merge([part], k, rows, out)
 
-        parts = self._map(scan, [(g, lo, hi) for g in range(len(groups)) for lo, hi in ranges])
-        for g, rows in enumerate(groups):
-            self._merge(parts[g * len(ranges):(g + 1) * len(ranges)], k, rows, out)
+    def _scan_rounds(self, queries: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
+        """The bit-sliced scan of one group (rows ``rows`` of ``queries``) on every thread, in rounds.
+
+        Each round, the threads count consecutive parts of the docs (:func:`kernels.numba_kernels.scan_hits`),
+        then each thread takes the pairs of the lanes it owns, whole words of them, in position order
+        (``offer_hits``), and refreshes their tables (``refresh_needs``). Every query thus keeps one heap
+        over all the docs: split by docs instead, each thread would keep a heap per query over its part,
+        and most of that work comes early, while the k-th best is low, so a half of the docs costs most
+        of what all of them cost. The rounds double in length (the tables are refreshed between rounds
+        only), from ``_ROUND_FIRST`` docs a thread to a ``_ROUND_SHARE``-th of each thread's docs.
+        """
+        nk = self._nk
+        group = queries.take(rows)
+        n_group, threads = group.n_sets, self.threads
+        slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+        q_len = group.lengths.astype(np.int64)
+        floor_t, need, planes, _, valid = nk.scan_tables(q_len, np.ascontiguousarray(floor[rows], dtype=np.int64),
+                                                         self._lengths, self._score_code, self._scale, self._top,
+                                                         self.max_len, self._n_planes)
+        t_true, t_used = floor_t.copy(), floor_t.copy()
+        cap = min(k, self.n_docs)
+        heap, heap_ov = nk.new_heaps(n_group, cap)
+        size = np.zeros(n_group, dtype=np.int64)
+        # Lanes are owned by whole words: no two threads write one word of the tables.
+        words = -(-n_group // 64)
+        cuts = np.linspace(0, words, min(threads, words) + 1).astype(np.int64) * 64
+        lanes = [(int(a), int(min(b, n_group))) for a, b in zip(cuts[:-1], cuts[1:])]
+        fits = need <= np.minimum(q_len[:, None], self._lengths[None, :])
+        reach = np.stack([fits[a:b].sum(axis=0) for a, b in lanes]).astype(np.int64)
+        pairs = [(np.empty(_HIT_SLOTS, np.int32), np.empty(_HIT_SLOTS, np.int16), np.empty(_HIT_SLOTS, np.int16))
+                 for _ in range(threads)]
+        part, longest = _ROUND_FIRST, max(_ROUND_FIRST, -(-self.n_docs // (_ROUND_SHARE * threads)))
+        start = 0
+        while start < self.n_docs:
+            bounds = np.minimum(start + part * np.arange(threads + 1), self.n_docs)
+            reach_all = reach.sum(axis=0)
+
+            def count(t):
+                return nk.scan_hits(self._tokens, self._offsets, self._len_index, int(bounds[t]), int(bounds[t + 1]),
+                                    slot_of, table, planes, reach_all, valid, self._n_planes, self.max_len, *pairs[t])
+
+            taken = []
+            start = int(bounds[-1])
+            for t, (next_doc, n_hits) in enumerate(self._map(count, [(t,) for t in range(threads)
+                                                                        if bounds[t + 1] > bounds[t]])):
+                taken.append((pairs[t], n_hits))
+                if next_doc < bounds[t + 1]:  # its pairs filled the buffers: the rest is counted next round
+                    start = next_doc
+                    break
+
+            def offer(o):
+                lo, hi = lanes[o]
+                for (hit_doc, hit_lane, hit_ov), n_hits in taken:
+                    nk.offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lo, hi, self._doc_len64, q_len, self._score_code,
+                                  self._scale, cap, floor_t, t_true, heap, heap_ov, size)
+                nk.refresh_needs(lo, hi, t_true, t_used, q_len, self._lengths, need, planes, reach[o],
+                                 self._score_code, self._scale, self._top, self.max_len)
+
+            self._map(offer, [(o,) for o in range(len(lanes))])
+            part = min(2 * part, longest)
+        self._merge([(heap[:, :cap], heap_ov[:, :cap], size)], k, rows, out)
 
     def _merge(self, parts: list, k: int, rows: np.ndarray, out: TopK) -> None:
         """Merge the heaps of one group's ranges (:func:`kernels.numba_kernels.scan_range` results) into its

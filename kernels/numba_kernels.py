@@ -37,7 +37,12 @@ from .numba_simd import WORDS, at_least, count1, count8, ctz, prefetch, ripple
 __all__ = [
     "least_overlap",
     "merge_heaps",
+    "new_heaps",
+    "offer_hits",
+    "refresh_needs",
+    "scan_hits",
     "scan_range",
+    "scan_tables",
     "scancount_queries",
     "score_key",
 ]
@@ -105,16 +110,16 @@ def least_overlap(score, scale, top, max_len, t, ql, dl):
 
 
 @njit(**_JIT)
-def _new_heaps(n_heaps, cap):
-    """``n_heaps`` empty heaps for :func:`_offer`: values (int64) and overlaps (int16), shape
-    (n_heaps, cap + 3), the slots past ``cap`` holding the largest int64 (no entry is that large)."""
+def new_heaps(n_heaps, cap):
+    """``n_heaps`` empty heaps of ``cap`` entries for :func:`_offer`: values (int64) and overlaps (int16),
+    shape (n_heaps, cap + 3), the slots past ``cap`` holding the largest int64 (no entry is that large)."""
     return np.full((n_heaps, cap + 3), _NO_CHILD, np.int64), np.zeros((n_heaps, cap + 3), np.int16)
 
 
 @njit(**_JIT)
 def _offer(h, g, q, size, cap, v, o):
     """Keep value ``v`` (overlap ``o``) if it is among the ``cap`` largest values seen by the min-heap of
-    row ``q`` (``h[q, :size]``, overlaps in ``g[q]``; rows from :func:`_new_heaps`); returns the new size.
+    row ``q`` (``h[q, :size]``, overlaps in ``g[q]``; rows from :func:`new_heaps`); returns the new size.
 
     The heap is 4-ary: a full heap of 100 has 4 levels below the root, not 7, and a node's children share
     a cache line. The slots past ``cap`` hold the largest int64, so every node has 4 children to compare.
@@ -210,6 +215,79 @@ def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len
 
 
 @njit(**_JIT)
+def scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, n_planes):
+    """The bit-sliced tables of a scan group (``n_group <= 512`` queries) for their key floors.
+
+    Returns
+    -------
+    floor_t : int64 array, shape (n_group,)
+        ``q_floor - 1``: the key a doc must exceed (``key >= floor  <=>  key > floor - 1``).
+    need : int64 array, shape (n_group, n_lengths)
+        Each query's least overlap above ``floor_t`` per doc length (:func:`_set_need`).
+    planes : uint64 array, shape (n_lengths, n_planes, 8)
+        ``need`` bit-sliced (bit ``b`` of lane ``q`` in row ``b``); lanes without a query need more than
+        any counter holds.
+    reach : int64 array, shape (n_lengths,)
+        Queries that can reach each length.
+    valid : uint64 array, shape (8,)
+        The lanes that hold a query.
+    """
+    nq = len(q_len)
+    nl = len(lengths)
+    floor_t = q_floor - 1
+    need = np.zeros((nq, nl), np.int64)  # as the planes hold it: 0 everywhere
+    planes = np.zeros((nl, n_planes, WORDS), np.uint64)
+    reach = np.full(nl, nq, np.int64)  # need 0 reaches every length
+    for q in range(nq):
+        _set_need(q, floor_t[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+    valid = np.zeros(WORDS, np.uint64)
+    for q in range(nq):
+        valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
+    for w in range(WORDS):
+        planes[:, :, w] |= ~valid[w]
+    return floor_t, need, planes, reach, valid
+
+
+@njit(**_JIT)
+def _count_doc(doc_tokens, start, end, slot_of, table, acc, slots):
+    """Count the doc ``doc_tokens[start:end]`` against every lane of ``table`` into ``acc`` (bit-sliced:
+    row ``1 + b`` holds bit ``b`` of each lane's overlap); ``slots`` (int64, ``>= end - start`` entries) is
+    scratch."""
+    n = 0
+    for i in range(np.uint64(start), np.uint64(end)):  # the ids some query holds (row 0 adds 0)
+        slot = slot_of[doc_tokens[i]]
+        slots[np.uint64(n)] = slot
+        n += slot != 0
+    acc[:] = 0
+    i = np.uint64(0)
+    un = np.uint64(n)
+    while i + np.uint64(8) <= un:
+        if count8(table, acc, slots[i], slots[i + np.uint64(1)], slots[i + np.uint64(2)], slots[i + np.uint64(3)],
+                  slots[i + np.uint64(4)], slots[i + np.uint64(5)], slots[i + np.uint64(6)],
+                  slots[i + np.uint64(7)]) != 0:
+            r = 4
+            while ripple(acc, r) != 0:
+                r += 1
+        i += np.uint64(8)
+    while i < un:
+        if count1(table, acc, slots[i]) != 0:
+            r = 4
+            while ripple(acc, r) != 0:
+                r += 1
+        i += _U64_ONE
+
+
+@njit(**_JIT)
+def _lane_count(acc, w, j, n_planes):
+    """The overlap counted in lane ``64 w + j`` of ``acc``."""
+    sh = np.uint64(j)
+    o = 0
+    for b in range(n_planes):
+        o |= np.int64((acc[1 + b, w] >> sh) & _U64_ONE) << b
+    return o
+
+
+@njit(**_JIT)
 def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slot_of, table, q_len, q_floor,
                score, scale, top, max_len, n_planes, cap, refresh_after):
     """Top-``cap`` of docs ``lo .. hi - 1`` for each query of a group, by the bit-sliced scan.
@@ -249,64 +327,28 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         Filled entries of each heap.
     """
     nq = len(q_len)
-    nl = len(lengths)
-    heap, heap_ov = _new_heaps(nq, max(cap, 1))
+    heap, heap_ov = new_heaps(nq, max(cap, 1))
     size = np.zeros(nq, np.int64)
-    floor_t = q_floor - 1  # key >= floor  <=>  key > floor - 1
+    floor_t, need, planes, reach, valid = scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, n_planes)
     t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
     t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
     rejects = np.zeros(nq, np.int64)
-    need = np.zeros((nq, nl), np.int64)  # as the planes hold it: 0 everywhere
-    planes = np.zeros((nl, n_planes, WORDS), np.uint64)
-    reach = np.full(nl, nq, np.int64)  # queries that can reach each length: need 0 reaches them all
-    for q in range(nq):
-        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
-    valid = np.zeros(WORDS, np.uint64)
-    for q in range(nq):
-        valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
-    for w in range(WORDS):  # lanes without a query need more than any counter holds
-        planes[:, :, w] |= ~valid[w]
     acc = np.zeros((n_planes + 1, WORDS), np.uint64)
     slots = np.zeros(max_len + 1, np.int64)
     for d in range(lo, hi):
         li = len_index[d]
         if reach[li] == 0:
             continue
-        s = doc_offsets[d]
-        dl = doc_len[d]
-        n = 0
-        for i in range(np.uint64(s), np.uint64(doc_offsets[d + 1])):  # the ids some query holds (row 0 adds 0)
-            slot = slot_of[doc_tokens[i]]
-            slots[np.uint64(n)] = slot
-            n += slot != 0
-        acc[:] = 0
-        i = np.uint64(0)
-        un = np.uint64(n)
-        while i + np.uint64(8) <= un:
-            if count8(table, acc, slots[i], slots[i + np.uint64(1)], slots[i + np.uint64(2)], slots[i + np.uint64(3)],
-                      slots[i + np.uint64(4)], slots[i + np.uint64(5)], slots[i + np.uint64(6)],
-                      slots[i + np.uint64(7)]) != 0:
-                r = 4
-                while ripple(acc, r) != 0:
-                    r += 1
-            i += np.uint64(8)
-        while i < un:
-            if count1(table, acc, slots[i]) != 0:
-                r = 4
-                while ripple(acc, r) != 0:
-                    r += 1
-            i += _U64_ONE
+        _count_doc(doc_tokens, doc_offsets[d], doc_offsets[d + 1], slot_of, table, acc, slots)
         if at_least(acc, planes, li * n_planes, n_planes) == 0:
             continue
+        dl = doc_len[d]
         for w in range(WORDS):
             hit = acc[0, w] & valid[w]
             while hit != 0:
                 j = ctz(hit)
                 hit &= hit - _U64_ONE
-                sh = np.uint64(j)
-                o = 0
-                for b in range(n_planes):
-                    o |= np.int64((acc[1 + b, w] >> sh) & _U64_ONE) << b
+                o = _lane_count(acc, w, j, n_planes)
                 q = w * 64 + np.int64(j)
                 key = score_key(score, scale, o, q_len[q], dl)
                 if key <= t_true[q]:
@@ -326,6 +368,88 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         rejects[q] = 0
                         _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
     return heap[:, : max(cap, 1)], heap_ov[:, : max(cap, 1)], size
+
+
+@njit(**_JIT)
+def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, table, planes, reach, valid, n_planes, max_len,
+              hit_doc, hit_lane, hit_ov):
+    """Count docs ``lo .. hi - 1`` against a group's lanes and record every (doc, lane) pair whose overlap
+    reaches the lane's least overlap in ``planes`` (one part of a round of :meth:`NumbaShardIndex` scans on
+    several threads; :func:`offer_hits` takes the pairs).
+
+    Parameters
+    ----------
+    doc_tokens, doc_offsets, len_index, slot_of, table, n_planes, max_len
+        As :func:`scan_range`.
+    lo, hi : int
+        The positions this call counts.
+    planes : uint64 array, shape (n_lengths, n_planes, 8); reach : int64 array, shape (n_lengths,);
+    valid : uint64 array, shape (8,)
+        The group's tables (:func:`scan_tables`, as refreshed by :func:`refresh_needs`); ``reach`` counts
+        the queries of every owner.
+    hit_doc : int32 array, shape (n_slots,); hit_lane, hit_ov : int16 arrays, shape (n_slots,)
+        Receive the pairs' positions, lanes and overlaps in position order; ``n_slots >= 512``.
+
+    Returns
+    -------
+    next_doc : int
+        ``hi``, or the first doc not counted because its pairs might not fit.
+    n_hits : int
+        Pairs recorded.
+    """
+    acc = np.zeros((n_planes + 1, WORDS), np.uint64)
+    slots = np.zeros(max_len + 1, np.int64)
+    n = 0
+    for d in range(lo, hi):
+        li = len_index[d]
+        if reach[li] == 0:
+            continue
+        if n + 64 * WORDS > len(hit_doc):
+            return d, n
+        _count_doc(doc_tokens, doc_offsets[d], doc_offsets[d + 1], slot_of, table, acc, slots)
+        if at_least(acc, planes, li * n_planes, n_planes) == 0:
+            continue
+        for w in range(WORDS):
+            hit = acc[0, w] & valid[w]
+            while hit != 0:
+                j = ctz(hit)
+                hit &= hit - _U64_ONE
+                hit_doc[n] = d
+                hit_lane[n] = w * 64 + np.int64(j)
+                hit_ov[n] = _lane_count(acc, w, j, n_planes)
+                n += 1
+    return hi, n
+
+
+@njit(**_JIT)
+def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_len, score, scale, cap, floor_t,
+               t_true, heap, heap_ov, size):
+    """Offer the pairs ``[:n_hits]`` of :func:`scan_hits` whose lane is in ``lane_lo .. lane_hi - 1`` to
+    those lanes' heaps (:func:`new_heaps`, sizes in ``size``), in position order, and raise each lane's
+    ``t_true`` (the key a doc must exceed; ``floor_t`` until its heap holds ``cap``). A pair that only ties
+    ``t_true`` loses: every entry with that key came from an earlier position."""
+    for i in range(n_hits):
+        q = np.int64(hit_lane[i])
+        if q < lane_lo or q >= lane_hi:
+            continue
+        d = np.int64(hit_doc[i])
+        o = np.int64(hit_ov[i])
+        key = score_key(score, scale, o, q_len[q], doc_len[d])
+        if key <= t_true[q]:
+            continue
+        size[q] = _offer(heap, heap_ov, q, size[q], cap, (key << 31) | (_POS_MASK - d), o)
+        if size[q] == cap:
+            t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
+
+
+@njit(**_JIT)
+def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes, reach, score, scale, top, max_len):
+    """Rebuild the least overlaps (:func:`_set_need`) of the lanes ``lane_lo .. lane_hi - 1`` whose ``t_true``
+    rose above ``t_used``, the key their tables were built for; ``reach`` counts these lanes' queries."""
+    for q in range(lane_lo, lane_hi):
+        if t_true[q] > t_used[q]:
+            t_used[q] = t_true[q]
+            _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
 
 
 @njit(**_JIT)
@@ -525,7 +649,7 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
     """
     n_docs = len(rank_pos)
     cap = max(1, min(k, n_docs))
-    heap, heap_ov = _new_heaps(1, cap)
+    heap, heap_ov = new_heaps(1, cap)
     found = np.empty(len(counts), np.int32)
     shortest = max_len + 1  # the shortest doc that can share an id
     for b in range(len(block_lo)):

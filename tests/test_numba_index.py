@@ -161,12 +161,16 @@ def test_wide_counters(max_len):
 
 @pytest.mark.parametrize("score", SCORES)
 def test_small_blocks_and_eager_refreshes(score, monkeypatch):
-    """ScanCount over many blocks of length-ordered ranks (blocks passed over, overlap-1 second passes) and
-    scan thresholds refreshed after every stale admission, with and without floors."""
+    """ScanCount over many blocks of length-ordered ranks (blocks passed over, overlap-1 second passes);
+    scan thresholds refreshed after every stale admission on one thread; on two, scan rounds from one doc a
+    thread, cut short where a thread's pairs fill its 600 slots (the rest counted again next round); with
+    and without floors."""
     from kernels import numba_index
 
     monkeypatch.setattr(numba_index, "_POSTINGS_BLOCK", 64)
     monkeypatch.setattr(numba_index, "_REFRESH_AFTER", 1)
+    monkeypatch.setattr(numba_index, "_ROUND_FIRST", 1)
+    monkeypatch.setattr(numba_index, "_HIT_SLOTS", 600)
     rng = np.random.default_rng(10 + SCORES.index(score))
     max_len = 12
     docs = [sorted(rng.choice(40, int(rng.integers(0, max_len + 1)), replace=False).tolist()) for _ in range(700)]
@@ -178,7 +182,7 @@ def test_small_blocks_and_eager_refreshes(score, monkeypatch):
     for k in (1, 9, 30):
         for floor in (None, keys[:, k - 1].astype(np.int64), np.zeros(len(queries), np.int64)):
             _check(docs, queries, k, score, max_len=max_len, floor=floor, routings=("scan", "postings"),
-                   threads=(2,), oracle=False)
+                   threads=(1, 2), oracle=False)
 
 
 @pytest.mark.parametrize("score", ["overlap", "containment", "braun_blanquet"])
@@ -215,8 +219,9 @@ def test_zero_docs_and_zero_queries():
 def test_many_groups_words_and_a_rising_threshold():
     """600 queries (two scan groups, partial words), 3000 docs on a small vocabulary: heaps fill early and
     thresholds rise and are refreshed many times; the results stay those of the NumPy index. Groups are
-    scanned side by side, in doc ranges where threads are left over (2 groups on 4 threads; 3 groups on
-    2 threads: two side by side, then one in two ranges)."""
+    scanned side by side where there is one for every thread, else in rounds on every thread, their lanes
+    owned by up to 4 threads (2 groups on 4 threads; 3 groups on 2 threads: two side by side, then one
+    in rounds)."""
     rng = np.random.default_rng(3)
     vocab = rng.zipf(1.3, 40_000) % 60
     docs = [sorted(set(rng.choice(vocab, int(rng.integers(0, 13))).tolist())) for _ in range(3000)]
