@@ -143,10 +143,11 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
 
         last: dict = {}
 
-        def search(method: str) -> tuple[float, float, list[list[TopK]]]:
-            """One pass of every batch over every shard: (slowest shard's seconds, driver seconds, shard lists)."""
+        def search(method: str, *args) -> tuple[float, float, list[list[TopK]]]:
+            """One pass of every batch over every shard (``method(batch, k, *args)``): (slowest shard's seconds,
+            driver seconds, shard lists)."""
             start = time.perf_counter()
-            pending = [[getattr(a, method).remote(ref, cfg.k) for a in actors] for ref in batch_refs]
+            pending = [[getattr(a, method).remote(ref, cfg.k, *args) for a in actors] for ref in batch_refs]
             answers = [ray.get(p) for p in pending]
             wall = time.perf_counter() - start
             shard_s = [sum(answers[b][i][0] for b in range(len(starts))) for i in range(len(actors))]
@@ -222,33 +223,32 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
             ray.get([a.baseline_free.remote() for a in actors])
             log.info("baseline %s: search median %.4f s", bname, statistics.median(base_runs))
 
-        def variant(score: str, routing: str) -> dict:
-            """Time the backend's search ranking by ``score`` with ``routing``, checked against the reference."""
-            ray.get([a.variant_build.remote(score, routing) for a in actors])
-
-            def variant_once() -> float:
-                shard_s, _, last["variant_lists"] = search("variant_search")
-                return shard_s
-
-            runs_s = repeat(variant_once, warmup, reps)
-            mix = ray.get([a.variant_routing.remote() for a in actors])
-            ray.get([a.variant_free.remote() for a in actors])
-            want = reference if score == cfg.score else reference_topk(actors, qset, sample, cfg, score)
-            got = merge_batches(last["variant_lists"], qset.lengths, starts, batch, cfg, score)
-            name = f"settopk[{score}, {routing}]"
-            mismatches.extend(compare_topk(name, got, want, sample))
-            checked.append(name)
-            log.info("backend %s, score %s, routing %s: search median %.4f s", backend, score, routing,
-                     statistics.median(runs_s))
-            return {"search": timing_stats(runs_s), "routing_last": mix}
-
-        # Every variant is timed afresh, the config's own score and routing too, so that the ratios
-        # compare runs taken back to back rather than with the search phase minutes earlier.
+        # Every variant is timed afresh, the config's own score and routing too, and the variants take
+        # turns, a search each, so that a slow moment of the machine falls on all of them alike: the
+        # ratios compare searches taken side by side. Their indexes are all held meanwhile.
+        pairs = list(dict.fromkeys([(s, cfg.routing) for s in cfg.compare_scores] + [
+            (cfg.score, r) for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])]))
         timed: dict[tuple[str, str], dict] = {}
-        for pair in [(s, cfg.routing) for s in cfg.compare_scores] + [
-                (cfg.score, r) for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])]:
-            if pair not in timed:
-                timed[pair] = variant(*pair)
+        if pairs:
+            ray.get([a.variant_build.remote(*pair) for pair in pairs for a in actors])
+            variant_runs: dict[tuple[str, str], list[float]] = {pair: [] for pair in pairs}
+            for rep in range(warmup + reps):
+                for pair in pairs:
+                    shard_s, _, last[pair] = search("variant_search", *pair)
+                    if rep >= warmup:
+                        variant_runs[pair].append(shard_s)
+            for pair in pairs:
+                v_score, v_routing = pair
+                mix = ray.get([a.variant_routing.remote(*pair) for a in actors])
+                want = reference if v_score == cfg.score else reference_topk(actors, qset, sample, cfg, v_score)
+                got = merge_batches(last[pair], qset.lengths, starts, batch, cfg, v_score)
+                label = f"settopk[{v_score}, {v_routing}]"
+                mismatches.extend(compare_topk(label, got, want, sample))
+                checked.append(label)
+                log.info("backend %s, score %s, routing %s: search median %.4f s", backend, v_score, v_routing,
+                         statistics.median(variant_runs[pair]))
+                timed[pair] = {"search": timing_stats(variant_runs[pair]), "routing_last": mix}
+            ray.get([a.variant_free.remote() for a in actors])
         score_runs = {s: timed[(s, cfg.routing)] for s in cfg.compare_scores}
         routing_runs = {r: timed[(cfg.score, r)] for r in ([cfg.routing] + cfg.compare_routings if cfg.compare_routings else [])}
     finally:

@@ -85,7 +85,7 @@ class BenchShard:
         self.threads = threads
         self.corpus = None
         self.index = None
-        self.variant = None
+        self.variants = {}  # (score, routing) -> index: variant_build
         self.baseline = None
 
     def environment(self) -> dict:
@@ -142,28 +142,27 @@ class BenchShard:
                            score=score, routing=routing, threads=self.threads)
 
     def variant_build(self, score: str, routing: str) -> float:
-        """Build a second index of the backend ranking by ``score`` with ``routing`` (the per-score
-        and per-routing timings); seconds. The main index is kept."""
-        self.variant = None
-        _free_gpu(self.backend)
+        """Build another index of the backend ranking by ``score`` with ``routing`` (the per-score and
+        per-routing timings), held beside the main index and the other variants until
+        :meth:`variant_free`; seconds."""
         start = time.perf_counter()
-        self.variant = self._build(score, routing)
+        self.variants[(score, routing)] = self._build(score, routing)
         _sync(self.backend)
         return time.perf_counter() - start
 
-    def variant_search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
-        """Shard-local top-k with the index of :meth:`variant_build`: (seconds, TopK)."""
+    def variant_search(self, queries: SetBatch, k: int, score: str, routing: str) -> tuple[float, TopK]:
+        """Shard-local top-k with the variant index of ``score`` and ``routing``: (seconds, TopK)."""
         start = time.perf_counter()
-        result = self.variant.search(queries, k)
+        result = self.variants[(score, routing)].search(queries, k)
         return time.perf_counter() - start, result
 
-    def variant_routing(self) -> dict:
-        """The variant index's routing of its last search (as ``routing_stats()["last"]``)."""
-        return dict(self.variant.last_routing)
+    def variant_routing(self, score: str, routing: str) -> dict:
+        """That variant index's routing of its last search (as ``routing_stats()["last"]``)."""
+        return dict(self.variants[(score, routing)].last_routing)
 
     def variant_free(self) -> None:
-        """Drop the variant index."""
-        self.variant = None
+        """Drop the variant indexes."""
+        self.variants = {}
         _free_gpu(self.backend)
 
     def search(self, queries: SetBatch, k: int) -> tuple[float, TopK]:
