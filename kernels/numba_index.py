@@ -5,7 +5,7 @@ imported on first use, so ``import kernels`` works without Numba):
 
 * **scan**: groups of up to 512 queries are counted against every doc with
   bit-sliced counters (one bit per query, 512-bit vectors, Harley-Seal
-  carry-save adders, as the GPU kernel ``kernels/bitslice_topk.cu`` does).
+  carry-save adders, as the GPU kernel ``kernels/cuda/bitslice_topk.cu`` does).
   Each query keeps a heap of its best docs so far and, per doc length, the
   least overlap a doc needs to enter it; one bit-sliced comparison per doc
   finds the few queries a doc can enter. Docs are scanned in position order,
@@ -18,9 +18,14 @@ imported on first use, so ``import kernels`` works without Numba):
   length order, so blocks whose lengths cannot reach the k-th best key so far
   are not counted (length filtering).
 
-The work is split over ``threads`` threads: the scan by contiguous doc ranges
-(each with its own heaps, merged exactly at the end), the postings by queries.
-The compiled functions release the GIL.
+The work is split over ``threads`` threads. The scan runs groups side by side,
+a thread each, while there are as many groups as threads; a group left alone
+runs in rounds on every thread: the threads count consecutive parts of the
+docs and record the (doc, query) pairs that pass the tables, then each thread
+offers the pairs of the queries it owns to their heaps, in doc order, and
+refreshes their tables. A query thus keeps one heap over all the docs, not one
+per thread. The postings split the queries into a few parts per thread, taken
+as threads free up. The compiled functions release the GIL.
 """
 
 from __future__ import annotations

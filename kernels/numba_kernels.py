@@ -12,7 +12,7 @@ Candidates are ranked by one int64 value, ``(key << 31) | (2**31 - 1 -
 position)``: larger is better, ties go to the lower position (doc id).
 
 Bit-sliced scan (:func:`scan_range`), after the GPU kernel
-(``kernels/bitslice_topk.cu``): a group of up to 512 queries gets a table
+(``kernels/cuda/bitslice_topk.cu``): a group of up to 512 queries gets a table
 with one row of 8 uint64 words per token id its queries hold (bit ``j`` of
 word ``w``: query ``64 w + j`` holds the id; :func:`build_group_table`). A
 doc's overlaps with all of them are counted bit-sliced, one 512-bit vector
@@ -22,7 +22,16 @@ population count: Klarqvist, Mula, Lemire, 2021), 8 ids per step
 (:mod:`kernels.numba_simd`). Each query keeps a heap of its best docs so far
 and, per doc length, the least overlap a doc needs to enter it
 (:func:`least_overlap`), stored bit-sliced; one bit-sliced comparison per doc
-finds the queries the doc can enter, and only those are scored exactly.
+finds the queries the doc can enter, and only those are scored exactly. On
+several threads a group is scanned in rounds (:func:`scan_hits` counts a part
+of the docs and records the pairs that pass, :func:`offer_hits` and
+:func:`refresh_needs` take the pairs of the queries a thread owns); the tables
+are then refreshed between rounds only.
+
+The heaps are 4-ary (:func:`_offer`): a heap of 100 is 4 levels deep below its
+root, not 7, and the 4 children of a node share a cache line (d-ary heaps:
+Johnson, "Priority queues with update and finding minimum spanning trees",
+1975).
 
 ScanCount (:func:`scancount_queries`): see its notes.
 """
