@@ -365,8 +365,9 @@ def write_results(
     manifest : dict
         Written as the run record's ``manifest.json``.
     dataset_root : path, optional
-        The root that readers scan, ``out_dir`` itself by default. Staging happens
-        beside it, never inside it, so a scan of the root never sees a partial write.
+        The root that readers scan: by default ``out_dir`` itself, or its parent where
+        ``out_dir`` is named ``dt=YYYY-MM-DD`` (a partition). Staging happens beside it,
+        never inside it, so a scan of the root never sees a partial write.
     metadata : mapping of str to str, optional
         Extra Parquet schema metadata; keys must start with ``settopk.``.
     row_group_rows : int
@@ -395,10 +396,9 @@ def write_results(
 
 
 def _out_and_root(out_dir, dataset_root) -> tuple[Place, Place]:
-    """The result and its dataset root; the result must lie inside the root, since staging,
-    work and replaced directories go beside the root and nothing is written elsewhere."""
-    out = Place.of(out_dir)
-    root = Place.of(dataset_root) if dataset_root is not None else out
+    """:func:`_places`, checked: the result must lie inside the root, since staging, work and
+    replaced directories go beside the root and nothing is written elsewhere."""
+    out, root = _places(out_dir, dataset_root)
     if root.fs != out.fs or not root.contains(out):
         raise ValueError(f"{out} is not inside the dataset root {root}")
     if not out.local and "/" not in root.path.strip("/"):
@@ -600,8 +600,9 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
     manifest : dict
         Written as the run record's ``manifest.json`` (:func:`manifest_path`).
     dataset_root : path or str, optional
-        The root readers scan (``out_dir`` itself by default); old results are moved
-        beside it, never inside it, while they are replaced.
+        The root readers scan: by default ``out_dir`` itself, or its parent where ``out_dir``
+        is named ``dt=YYYY-MM-DD`` (a partition); old results are moved beside it, never
+        inside it, while they are replaced.
     rejected : pyarrow.Table, optional
         The quarantined lines (:data:`REJECTED_SCHEMA`), written as the run record's
         ``rejected.parquet``; None (not under quarantine) leaves no such file.

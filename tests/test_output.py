@@ -184,6 +184,12 @@ def test_partition_is_staged_outside_the_dataset_root(tmp_path, monkeypatch):
     dataset = open_results(root)
     assert dataset.schema.field("dt").type == pa.date32()
     assert dataset.count_rows() == 12
+    renames.clear()
+    third = partition_dir(root, datetime.date(2026, 11, 21))
+    write_results(third, _big_table(3, 2), {"default": "root"})  # a partition's root is its parent by default
+    assert [os.path.dirname(src) for src, _ in renames] == [str(tmp_path)] and renames[0][1] == str(third)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "results.run"]
+    assert manifest_path(third) == tmp_path / "results.run" / "dt=2026-11-21" / "manifest.json"
     with pytest.raises(ValueError, match="not inside the dataset root"):
         write_results(tmp_path / "elsewhere", _big_table(1, 1), {}, dataset_root=root)
 
