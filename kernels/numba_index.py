@@ -415,9 +415,10 @@ def warm_up(max_len: int, routing: str = "scan") -> None:
 
     Numba loads each compiled function from its disk cache (or compiles it) on its first call,
     about half a second in all; a shard actor calls this in a thread while its docs arrive, so
-    that the first search of the job does not pay it. Tiny indexes are built and searched,
-    with and without floors, on each path ``routing`` can take (the counters' width, and so
-    the functions' types, depend on ``max_len``).
+    that the first search of the job does not pay it. Tiny indexes are built and searched on
+    one thread and on two (where a lone scan group goes in rounds), with and without floors, on
+    each path ``routing`` can take (the counters' width, and so the functions' types, depend on
+    ``max_len``).
 
     Raises
     ------
@@ -429,9 +430,10 @@ def warm_up(max_len: int, routing: str = "scan") -> None:
     floor = np.array([1, -1], dtype=np.int64)
     for path in ("scan",) if routing == "scan" else ("scan", "postings"):
         for score in ("overlap", DEFAULT_SCORE):  # position-ranked and length-ranked postings
-            index = NumbaShardIndex(docs, np.arange(3), max_len, score, routing=path, threads=1)
-            index.search(queries, 2)
-            index.search(queries, 2, floor_key=floor)
+            for threads in (1, 2):
+                index = NumbaShardIndex(docs, np.arange(3), max_len, score, routing=path, threads=threads)
+                index.search(queries, 2)
+                index.search(queries, 2, floor_key=floor)
 
 
 def _no_routing() -> dict:

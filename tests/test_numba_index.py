@@ -357,9 +357,9 @@ def test_property_matches_numpy_and_oracle(docs, queries, k, score, routing, thr
 
 
 def test_warm_up_loads_every_kernel_a_first_search_calls():
-    # A fresh process: every compiled function is still unloaded there. After warm_up, a search
-    # of realistic shape (both paths, floors, 512-query groups) adds no signature: nothing is
-    # left for the job's first search to load.
+    # A fresh process: every compiled function is still unloaded there. After warm_up, searches
+    # of realistic shape (both paths, floors, two 300-query groups side by side, one group in
+    # rounds on both threads) add no signature: nothing is left for the job's first search to load.
     code = (
         "import numpy as np\n"
         "from kernels import SetBatch, numba_kernels as nk\n"
@@ -377,6 +377,7 @@ def test_warm_up_loads_every_kernel_a_first_search_calls():
         "        index = NumbaShardIndex(docs, np.arange(3000), 128, score, routing=routing, threads=2)\n"
         "        index.search(queries, 100)\n"
         "        index.search(queries, 100, floor_key=np.full(600, 3, np.int64))\n"
+        "        index.search(queries.take(np.arange(300)), 100)\n"
         "after = {f.__name__: len(f.signatures) for f in fns}\n"
         "print(sum(before.values()), before == after)\n"
     )
