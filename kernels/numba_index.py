@@ -330,8 +330,8 @@ class NumbaShardIndex:
         lanes = [(int(a), int(min(b, n_group))) for a, b in zip(cuts[:-1], cuts[1:])]
         fits = need <= np.minimum(q_len[:, None], self._lengths[None, :])
         reach = np.stack([fits[a:b].sum(axis=0) for a, b in lanes]).astype(np.int64)
-        pairs = [(np.empty(_HIT_SLOTS, np.int32), np.empty(_HIT_SLOTS, np.int16), np.empty(_HIT_SLOTS, np.int16))
-                 for _ in range(threads)]
+        hit_doc = np.empty((threads, _HIT_SLOTS), np.int32)  # row t: the pairs of the round's part t
+        hit_lane, hit_ov = np.empty((threads, _HIT_SLOTS), np.int16), np.empty((threads, _HIT_SLOTS), np.int16)
         part, longest = _ROUND_FIRST, max(_ROUND_FIRST, -(-self.n_docs // (_ROUND_SHARE * threads)))
         start = 0
         while start < self.n_docs:
@@ -340,22 +340,22 @@ class NumbaShardIndex:
 
             def count(t):
                 return nk.scan_hits(self._tokens, self._offsets, self._len_index, int(bounds[t]), int(bounds[t + 1]),
-                                    slot_of, table, planes, reach_all, valid, self._n_planes, self.max_len, *pairs[t])
+                                    slot_of, table, planes, reach_all, valid, self._n_planes, self.max_len,
+                                    hit_doc[t], hit_lane[t], hit_ov[t])
 
-            taken = []
+            taken = np.zeros(threads, dtype=np.int64)  # pairs of each part that the owners take
             start = int(bounds[-1])
             for t, (next_doc, n_hits) in enumerate(self._map(count, [(t,) for t in range(threads)
                                                                         if bounds[t + 1] > bounds[t]])):
-                taken.append((pairs[t], n_hits))
+                taken[t] = n_hits
                 if next_doc < bounds[t + 1]:  # its pairs filled the buffers: the rest is counted next round
                     start = next_doc
                     break
 
             def offer(o):
                 lo, hi = lanes[o]
-                for (hit_doc, hit_lane, hit_ov), n_hits in taken:
-                    nk.offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lo, hi, self._doc_len64, q_len, self._score_code,
-                                  self._scale, cap, floor_t, t_true, heap, heap_ov, size)
+                nk.offer_hits(hit_doc, hit_lane, hit_ov, taken, lo, hi, self._doc_len64, q_len, self._score_code,
+                              self._scale, cap, floor_t, t_true, heap, heap_ov, size)
                 nk.refresh_needs(lo, hi, t_true, t_used, q_len, self._lengths, need, planes, reach[o],
                                  self._score_code, self._scale, self._top, self.max_len)
 

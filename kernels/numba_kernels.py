@@ -433,22 +433,28 @@ def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, table, planes
 @njit(**_JIT)
 def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_len, score, scale, cap, floor_t,
                t_true, heap, heap_ov, size):
-    """Offer the pairs ``[:n_hits]`` of :func:`scan_hits` whose lane is in ``lane_lo .. lane_hi - 1`` to
-    those lanes' heaps (:func:`new_heaps`, sizes in ``size``), in position order, and raise each lane's
-    ``t_true`` (the key a doc must exceed; ``floor_t`` until its heap holds ``cap``). A pair that only ties
-    ``t_true`` loses: every entry with that key came from an earlier position."""
-    for i in range(n_hits):
-        q = np.int64(hit_lane[i])
-        if q < lane_lo or q >= lane_hi:
-            continue
-        d = np.int64(hit_doc[i])
-        o = np.int64(hit_ov[i])
-        key = score_key(score, scale, o, q_len[q], doc_len[d])
-        if key <= t_true[q]:
-            continue
-        size[q] = _offer(heap, heap_ov, q, size[q], cap, (key << 31) | (_POS_MASK - d), o)
-        if size[q] == cap:
-            t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
+    """Offer the pairs of :func:`scan_hits` whose lane is in ``lane_lo .. lane_hi - 1`` to those lanes'
+    heaps (:func:`new_heaps`, sizes in ``size``), in position order, and raise each lane's ``t_true``
+    (the key a doc must exceed; ``floor_t`` until its heap holds ``cap``). A pair that only ties
+    ``t_true`` loses: every entry with that key came from an earlier position.
+
+    ``hit_doc``, ``hit_lane``, ``hit_ov`` (shape (n_parts, n_slots)) hold the pairs of consecutive parts
+    of the docs, row by row, ``n_hits[p]`` in row ``p`` (int64, shape (n_parts,)): one call takes a
+    round's pairs (each call of a compiled function takes the GIL for its arguments).
+    """
+    for p in range(len(n_hits)):
+        for i in range(n_hits[p]):
+            q = np.int64(hit_lane[p, i])
+            if q < lane_lo or q >= lane_hi:
+                continue
+            d = np.int64(hit_doc[p, i])
+            o = np.int64(hit_ov[p, i])
+            key = score_key(score, scale, o, q_len[q], doc_len[d])
+            if key <= t_true[q]:
+                continue
+            size[q] = _offer(heap, heap_ov, q, size[q], cap, (key << 31) | (_POS_MASK - d), o)
+            if size[q] == cap:
+                t_true[q] = max(heap[q, 0] >> 31, floor_t[q])
 
 
 @njit(**_JIT)
