@@ -298,8 +298,8 @@ class NumbaShardIndex:
                                  np.ascontiguousarray(floor[rows], dtype=np.int64), self._score_code, self._scale,
                                  self._top, self.max_len, self._n_planes, min(k, self.n_docs), _REFRESH_AFTER)
 
-        for rows, part in zip(groups, self._map(scan, [(rows,) for rows in groups])):
-            self._merge([part], k, rows, out)
+        for rows, heaps in zip(groups, self._map(scan, [(rows,) for rows in groups])):
+            self._write_heaps(*heaps, k, rows, out)
 
     def _scan_rounds(self, queries: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
         """The bit-sliced scan of one group (rows ``rows`` of ``queries``) on every thread, in rounds.
@@ -361,23 +361,15 @@ class NumbaShardIndex:
 
             self._map(offer, [(o,) for o in range(len(lanes))])
             part = min(2 * part, longest)
-        self._merge([(heap[:, :cap], heap_ov[:, :cap], size)], k, rows, out)
+        self._write_heaps(heap[:, :cap], heap_ov[:, :cap], size, k, rows, out)
 
-    def _merge(self, parts: list, k: int, rows: np.ndarray, out: TopK) -> None:
-        """Merge the heaps of one group's ranges (:func:`kernels.numba_kernels.scan_range` results) into its
-        best ``k``, written into ``out`` at ``rows``."""
-        n = len(rows)
-        cap = max(v.shape[1] for v, _, _ in parts)
-        values = np.zeros((len(parts), n, cap), dtype=np.int64)
-        overlaps = np.zeros((len(parts), n, cap), dtype=np.int64)
-        sizes = np.zeros((len(parts), n), dtype=np.int64)
-        for i, (v, o, s) in enumerate(parts):
-            values[i, :, : v.shape[1]] = v
-            overlaps[i, :, : o.shape[1]] = o
-            sizes[i] = s
-        pos = np.empty((n, k), dtype=np.int64)
-        ov = np.empty((n, k), dtype=np.int64)
-        self._nk.merge_heaps(values, overlaps, sizes, pos, ov)
+    def _write_heaps(self, heap: np.ndarray, heap_ov: np.ndarray, size: np.ndarray, k: int, rows: np.ndarray,
+                     out: TopK) -> None:
+        """Write one group's heaps (values, overlaps and sizes, as :func:`kernels.numba_kernels.scan_range`
+        returns them), best first, into ``out`` at ``rows``."""
+        pos = np.empty((len(rows), k), dtype=np.int64)
+        ov = np.empty((len(rows), k), dtype=np.int64)
+        self._nk.merge_heaps(np.ascontiguousarray(heap)[None], heap_ov.astype(np.int64)[None], size[None], pos, ov)
         self._write(out, rows, pos, ov)
 
     def _postings_search(self, sub: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:
