@@ -29,7 +29,7 @@ of the docs and records the pairs that pass, :func:`offer_hits` and
 are then refreshed between rounds only.
 
 The heaps are 4-ary (:func:`_offer`): a heap of 100 is 4 levels deep below its
-root, not 7, and the 4 children of a node share a cache line (d-ary heaps:
+root, not 7, and the 4 children of a node lie side by side, 32 bytes (d-ary heaps:
 Johnson, "Priority queues with update and finding minimum spanning trees",
 1975).
 
@@ -130,8 +130,8 @@ def _offer(h, g, q, size, cap, v, o):
     """Keep value ``v`` (overlap ``o``) if it is among the ``cap`` largest values seen by the min-heap of
     row ``q`` (``h[q, :size]``, overlaps in ``g[q]``; rows from :func:`new_heaps`); returns the new size.
 
-    The heap is 4-ary: a full heap of 100 has 4 levels below the root, not 7, and a node's children share
-    a cache line. The slots past ``cap`` hold the largest int64, so every node has 4 children to compare.
+    The heap is 4-ary: a full heap of 100 has 4 levels below the root, not 7, and a node's children lie
+    side by side. The slots past ``cap`` hold the largest int64, so every node has 4 children to compare.
     """
     if size < cap:
         i = size

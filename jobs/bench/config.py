@@ -153,9 +153,10 @@ class BenchConfig(SearchConfig):
         ``popc4`` with the cupy backend, ``scipy`` otherwise). An empty list runs none.
     compare_scores : list of str
         Scores (:data:`kernels.SCORES`) to time the backend's search with on the same data,
-        after the phases, one after another (the config's own too where listed), each checked
-        against the NumPy reference; the result gives each score's search time and its ratio
-        to ``overlap``'s. Default: none.
+        after the phases (the config's own too where listed), each checked against the NumPy
+        reference; the result gives each score's search time and its ratio to ``overlap``'s.
+        Every score's and routing's index is built first and held (on the GPU with ``cupy``)
+        while they take turns, a search each. Default: none.
     compare_routings : list of str
         Routings (:data:`kernels.postings.ROUTINGS`) to time the backend's search with for the
         config's score, beside the config's own routing (timed again with them), each checked;
