@@ -604,7 +604,8 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
                   "(add --force to recompute)")
         return EXIT_OK
     job, work = _open_work(job, valid, facts, lines)
-    prestart_merge_workers(len(pool.actors), len(work.chunks) - len(work.done))
+    # The workers are held until each actor answers, that is, until it has loaded its shard.
+    prestart_merge_workers(len(pool.actors), len(work.chunks) - len(work.done), [a.info.remote() for a in pool.actors])
     stream = _read_ahead(job, valid.queries, work)  # the first window is read while the shards load
     try:
         with clock.phase("load", since=load_started):  # load_s: from the plan, across the validation's wait

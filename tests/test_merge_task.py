@@ -75,3 +75,29 @@ def test_layouts_must_consume_every_result(tmp_path):
     layouts = _layouts(4, 4, 1)
     with pytest.raises(ValueError, match="the layouts name 1 results, 2 were passed"):
         merge_and_write_chunk(str(tmp_path), 0, ["a"] * 4, np.ones(4), 3, 128, 1, layouts, {}, 10, [None, None])
+
+
+@pytest.mark.timeout(120)
+def test_prestarted_merge_workers_are_held_until_the_shards_load(ray_cluster):
+    """The prestart tasks keep their workers busy until the refs they wait on (the shards' load) are
+    ready, failed ones included, so that Ray does not stop them for idling during a long load."""
+    import time
+
+    import ray
+
+    from jobs.search import prestart_merge_workers
+
+    @ray.remote(num_cpus=0)
+    def load(seconds, fail):
+        time.sleep(seconds)
+        if fail:
+            raise RuntimeError("a shard that failed to load")
+
+    start = time.monotonic()
+    holds = prestart_merge_workers(1, 2, [load.remote(1.5, False), load.remote(0.2, True)])
+    assert len(holds) == 2
+    ray.get(holds)  # a failed load ends the hold, it does not fail it
+    assert time.monotonic() - start >= 1.5
+    start = time.monotonic()
+    ray.get(prestart_merge_workers(1, 1))
+    assert time.monotonic() - start < 1.5  # nothing to wait on: the half-second hold alone
