@@ -210,23 +210,29 @@ def test_score_multisets_allow_other_ids_only_among_ties():
         [{"implementation": "x", "query_index": 1, "rank": 3, "got": [1], "expected": [2]}], 0)
 
 
+def _tiny_cpu_zipf_run(tmp_path, **settings) -> dict:
+    """``python -m jobs.bench`` on the cpu-zipf config with ``settings`` and 3000 docs x 24 queries; its JSON."""
+    import yaml
+
+    data = yaml.safe_load((Path(configs.__file__).parent / "bench" / "cpu-zipf.yaml").read_text())
+    data.update(settings)
+    data["synthetic"].update(n_docs=3000, n_queries=24)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "tiny.json"
+    assert bench.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    return json.loads(out.read_text())
+
+
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_a_tiny_gpu_run_holds_every_variant_and_times_them_in_turn(ray_cluster, tmp_path):
     """The per-score and per-routing variants on the GPU: all their indexes on the device at once,
     each search checked against the NumPy reference."""
-    import yaml
-
     from kernels import SCORES
 
-    data = yaml.safe_load((Path(configs.__file__).parent / "bench" / "cpu-zipf.yaml").read_text())
-    data.update(backend="cupy", cpus_per_shard=1.0, warmup=1, repetitions=2, baselines=[], verify_queries=8)
-    data["synthetic"].update(n_docs=3000, n_queries=24)
-    config = tmp_path / "tiny-gpu.yaml"
-    config.write_text(yaml.safe_dump(data))
-    out = tmp_path / "tiny.json"
-    assert bench.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
-    result = json.loads(out.read_text())
+    result = _tiny_cpu_zipf_run(tmp_path, backend="cupy", cpus_per_shard=1.0, warmup=1, repetitions=2, baselines=[],
+                                verify_queries=8)
     assert result["backend"] == "cupy" and set(result["scores"]) == set(SCORES) and set(result["routings"]) == {"auto", "scan"}
     assert all(len(v["search"]["runs_s"]) == 2 for v in list(result["scores"].values()) + list(result["routings"].values()))
     exact = result["exactness"]
@@ -234,20 +240,11 @@ def test_a_tiny_gpu_run_holds_every_variant_and_times_them_in_turn(ray_cluster, 
 
 
 def test_a_tiny_cpu_zipf_run_times_scores_routings_and_baselines(ray_cluster, tmp_path, capsys):
-    import yaml
-
     from kernels import SCORES
 
     pytest.importorskip("sparse_dot_topn")
     pytest.importorskip("scipy")
-    data = yaml.safe_load((Path(configs.__file__).parent / "bench" / "cpu-zipf.yaml").read_text())
-    data.update(warmup=0, repetitions=1, baseline_repetitions=1, verify_queries=8)
-    data["synthetic"].update(n_docs=3000, n_queries=24)
-    config = tmp_path / "tiny-cpu.yaml"
-    config.write_text(yaml.safe_dump(data))
-    out = tmp_path / "tiny.json"
-    assert bench.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
-    result = json.loads(out.read_text())
+    result = _tiny_cpu_zipf_run(tmp_path, warmup=0, repetitions=1, baseline_repetitions=1, verify_queries=8)
     assert result["backend"] == "cpu" and result["environment"]["threads"] == 2
     assert set(result["scores"]) == set(SCORES) and result["scores"]["overlap"]["ratio_to_overlap"] == 1.0
     assert set(result["routings"]) == {"auto", "scan"} and result["routings"]["scan"]["ratio_to_scan"] == 1.0
