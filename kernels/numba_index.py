@@ -369,7 +369,7 @@ class NumbaShardIndex:
         returns them), best first, into ``out`` at ``rows``."""
         pos = np.empty((len(rows), k), dtype=np.int64)
         ov = np.empty((len(rows), k), dtype=np.int64)
-        self._nk.merge_heaps(np.ascontiguousarray(heap)[None], heap_ov.astype(np.int64)[None], size[None], pos, ov)
+        self._nk.sort_heaps(heap, heap_ov, size, pos, ov)
         self._write(out, rows, pos, ov)
 
     def _postings_search(self, sub: SetBatch, floor: np.ndarray, k: int, rows: np.ndarray, out: TopK) -> None:

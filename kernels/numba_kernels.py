@@ -45,7 +45,6 @@ from .numba_simd import WORDS, at_least, count1, count8, ctz, prefetch, ripple
 
 __all__ = [
     "least_overlap",
-    "merge_heaps",
     "new_heaps",
     "offer_hits",
     "refresh_needs",
@@ -54,6 +53,7 @@ __all__ = [
     "scan_tables",
     "scancount_queries",
     "score_key",
+    "sort_heaps",
 ]
 
 _JIT = {"cache": True, "nogil": True}
@@ -468,38 +468,32 @@ def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes
 
 
 @njit(**_JIT)
-def merge_heaps(values, overlaps, sizes, out_pos, out_ov):
-    """The best entries of each query over several heaps, best first.
+def _write_row(heap, heap_ov, r, size, out_pos, out_ov, q):
+    """Write the ``size`` entries of heap row ``r`` (:func:`new_heaps`) into row ``q`` of ``out_pos`` and
+    ``out_ov`` (positions and overlaps), best first; ``size <= out_pos.shape[1]``."""
+    order = np.argsort(heap[r, :size])[::-1]
+    for i in range(size):
+        out_pos[q, i] = _POS_MASK - (heap[r, order[i]] & _POS_MASK)
+        out_ov[q, i] = heap_ov[r, order[i]]
+
+
+@njit(**_JIT)
+def sort_heaps(heap, heap_ov, size, out_pos, out_ov):
+    """Each query's heap entries, best first.
 
     Parameters
     ----------
-    values, overlaps : int64 arrays, shape (n_parts, n_queries, cap)
-        Heaps of :func:`scan_range` (values ``(key << 31) | (2**31 - 1 - position)``
-        and overlaps); ``sizes`` (int64, shape (n_parts, n_queries)) entries are filled.
-    sizes : int64 array, shape (n_parts, n_queries)
+    heap : int64 array, shape (n_queries, >= cap); heap_ov : int16 array, the same shape
+        Heaps of :func:`scan_range` (values ``(key << 31) | (2**31 - 1 - position)`` and overlaps).
+    size : int64 array, shape (n_queries,)
+        Filled entries of each heap, at most ``k``.
     out_pos, out_ov : int64 arrays, shape (n_queries, k)
-        Receive positions (``-1`` padding) and overlaps (0 padding) of the ``k``
-        largest values, largest first.
+        Receive positions (``-1`` padding) and overlaps (0 padding), best first.
     """
-    n_parts, nq, cap = values.shape
-    k = out_pos.shape[1]
-    buf = np.empty(n_parts * cap, np.int64)
-    ov = np.empty(n_parts * cap, np.int64)
-    for q in range(nq):
-        m = 0
-        for p in range(n_parts):
-            for i in range(sizes[p, q]):
-                buf[m] = values[p, q, i]
-                ov[m] = overlaps[p, q, i]
-                m += 1
-        order = np.argsort(buf[:m])[::-1]
-        take = min(k, m)
-        for i in range(take):
-            out_pos[q, i] = _POS_MASK - (buf[order[i]] & _POS_MASK)
-            out_ov[q, i] = ov[order[i]]
-        for i in range(take, k):
-            out_pos[q, i] = -1
-            out_ov[q, i] = 0
+    for q in range(heap.shape[0]):
+        _write_row(heap, heap_ov, q, size[q], out_pos, out_ov, q)
+        out_pos[q, size[q]:] = -1
+        out_ov[q, size[q]:] = 0
 
 
 @njit(**_JIT)
@@ -688,10 +682,7 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
             size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
                                           found, q_tokens, qs, ql, 1, 1 << 30, ordered, least, heap, heap_ov, size,
                                           cap, score, scale, top, max_len)
-        order = np.argsort(heap[0, :size])[::-1]
-        for i in range(size):
-            out_pos[q, i] = _POS_MASK - (heap[0, order[i]] & _POS_MASK)
-            out_ov[q, i] = heap_ov[0, order[i]]
+        _write_row(heap, heap_ov, 0, size, out_pos, out_ov, q)
         filled = size
         if filled < k and floor <= 0:
             # Every doc with overlap >= 1 is kept (fewer than k were found): fill with the lowest other positions.

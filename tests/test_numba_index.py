@@ -69,7 +69,7 @@ def test_score_codes_follow_kernels_scores():
 
 
 def test_kernels_are_cached_and_release_the_gil():
-    for fn in (numba_kernels.scan_range, numba_kernels.scancount_queries, numba_kernels.merge_heaps):
+    for fn in (numba_kernels.scan_range, numba_kernels.scancount_queries, numba_kernels.sort_heaps):
         assert fn.targetoptions["nogil"] is True
         assert type(fn._cache).__name__ == "FunctionCache"  # cache=True: machine code kept on disk
 
