@@ -4,7 +4,7 @@ Run from the repository root with matplotlib installed (it is not a dependency o
 
     python docs/plot_benchmarks.py
 
-Numbers are never computed here: edit the CSV after a new `python -m jobs.bench` run, then rerun this.
+Numbers are never computed here: edit the CSV after a new `python -m settopk bench` run, then rerun this.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fault injection for the chaos tests: a shard searcher that dies or hangs on purpose.
 
-The job takes the class its shard actors wrap (``jobs.score.main(argv, searcher_cls=...)``,
-``jobs.score.run``); the chaos tests pass a :class:`CrashingSearcher` made by
+The job takes the class its shard actors wrap (``settopk.jobs.score.main(argv, searcher_cls=...)``,
+``settopk.jobs.score.run``); the chaos tests pass a :class:`CrashingSearcher` made by
 :func:`crashing_searcher`, so the product code holds no fault hooks.
 
 Ray pickles the classes of this module by value (registered below): its workers rebuild
@@ -18,7 +18,7 @@ import time
 
 import ray.cloudpickle
 
-from shards.searcher import ShardSearcher
+from settopk.shards.searcher import ShardSearcher
 
 __all__ = ["CrashingSearcher", "crashing_searcher"]
 

@@ -5,7 +5,7 @@ Run with atheris (``pip install atheris``)::
     python tests/fuzz_text_parser.py -atheris_runs=200000 [corpus_dir]
 
 The same check runs under hypothesis in ``tests/test_inputs_text_fuzz.py`` on every CI run. The
-reference is written from the format's rules in ``shards/inputs/__init__.py``, not from the code:
+reference is written from the format's rules in ``settopk/shards/inputs/__init__.py``, not from the code:
 lines end in ``\\n`` or ``\\r\\n``; a line of only spaces and tabs is an empty set; otherwise
 comma-separated decimal ids, spaces and tabs around an id allowed; ids below ``vocab_size``; at most
 ``max_len`` distinct ids.
@@ -51,7 +51,7 @@ def reference_parse(data: bytes):
 
 def check(data: bytes) -> None:
     """Raise AssertionError when ``read_corpus`` and the reference disagree on ``data``."""
-    from shards.inputs import InputError, SetLimits, read_corpus
+    from settopk.shards.inputs import InputError, SetLimits, read_corpus
 
     expected, bad_line = reference_parse(data)
     fd, path = tempfile.mkstemp(suffix=".txt")
@@ -75,7 +75,7 @@ def main() -> None:
     import atheris
 
     with atheris.instrument_imports():
-        import shards.inputs  # noqa: F401
+        import settopk.shards.inputs  # noqa: F401
 
     atheris.Setup(sys.argv, check)
     atheris.Fuzz()

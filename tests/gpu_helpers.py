@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import DEFAULT_SCORE, SetBatch, best_key_in_range, max_key, score_key
+from settopk.kernels import DEFAULT_SCORE, SetBatch, best_key_in_range, max_key, score_key
 
 
 def cupy_index(*args, **kwargs):
-    """:class:`kernels.cuda.CupyShardIndex` with these arguments."""
-    from kernels.cuda import CupyShardIndex  # imported here: CuPy may be absent where these skip
+    """:class:`settopk.kernels.cuda.CupyShardIndex` with these arguments."""
+    from settopk.kernels.cuda import CupyShardIndex  # imported here: CuPy may be absent where these skip
 
     return CupyShardIndex(*args, **kwargs)
 

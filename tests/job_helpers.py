@@ -1,4 +1,4 @@
-"""What the job tests share: input files, configs, the score column computed apart, the rows
+"""What the job tests share: input files, settopk.configs, the score column computed apart, the rows
 of a result, and a driver killed mid-run."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pyarrow.parquet as pq
 
-from jobs.output import RESULT_SCHEMA, work_dir
+from settopk.jobs.output import RESULT_SCHEMA, work_dir
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def job_config(tmp_path, name: str = "c", **values) -> str:
 
 
 def score_apart(ov: int, ql: int, dl: int, score: str) -> float:
-    """The score column's value, computed apart from kernels.keys."""
+    """The score column's value, computed apart from settopk.kernels.keys."""
     if score == "overlap":
         return float(ov)
     if score == "cosine":
@@ -61,14 +61,14 @@ def result_rows(out) -> list[tuple]:
 
 
 def kill_driver_mid_run(args: list[str], out, min_parts: int = 3) -> int:
-    """Run ``jobs.score`` with ``args --out out`` in a process attached to the test's Ray cluster,
+    """Run ``settopk.jobs.score`` with ``args --out out`` in a process attached to the test's Ray cluster,
     SIGKILL it once ``min_parts`` parts are committed, and return how many were.
 
     Asserts that the driver was killed before it finished (no result at ``out``)."""
     import ray
 
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.score", *args, "--out", str(out)], cwd=ROOT, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "settopk", "score", *args, "--out", str(out)], cwd=ROOT, env=env)
     work = work_dir(out)
     deadline = time.monotonic() + 120
     while len(list(work.glob("part-*.parquet"))) < min_parts and proc.poll() is None and time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""Run ``jobs.score.main`` on a head and three worker nodes (``ray.cluster_utils.Cluster``) and
+"""Run ``settopk.jobs.score.main`` on a head and three worker nodes (``ray.cluster_utils.Cluster``) and
 remove a worker node that holds a shard actor while the job runs.
 
     python tests/multinode_faults_run.py REPORT.json JOB_ARGS...
@@ -21,13 +21,13 @@ import threading
 import time
 
 from multinode_run import local_cluster  # beside this script: on sys.path when it runs
-from shards.searcher import ShardSearcher
+from settopk.shards.searcher import ShardSearcher
 
 PAUSE_S = 0.4  # per search call: the job lasts several seconds, long enough to lose a node in it
 
 
 class SlowSearcher(ShardSearcher):
-    """A :class:`shards.ShardSearcher` that pauses at each search and records its node in
+    """A :class:`settopk.shards.ShardSearcher` that pauses at each search and records its node in
     ``$SETTOPK_MN_MARKS`` (one file per actor process)."""
 
     def __init__(self, *args, **kwargs):
@@ -86,8 +86,8 @@ def main(argv: list[str]) -> int:
     report, job_args = argv[0], argv[1:]
     import ray
 
-    from jobs import score
-    from jobs.output import work_dir
+    from settopk.jobs import score
+    from settopk.jobs.output import work_dir
 
     out = job_args[job_args.index("--out") + 1]
     marks = os.environ["SETTOPK_MN_MARKS"]

@@ -1,4 +1,4 @@
-"""Run ``jobs.score.main`` on a two-node Ray cluster simulated on this machine.
+"""Run ``settopk.jobs.score.main`` on a two-node Ray cluster simulated on this machine.
 
     python tests/multinode_run.py REPORT.json JOB_ARGS...
 
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     report, job_args = argv[0], argv[1:]
     import ray
 
-    from jobs import score
+    from settopk.jobs import score
 
     with local_cluster(1, include_dashboard=False):
         nodes = [n for n in ray.nodes() if n["Alive"]]

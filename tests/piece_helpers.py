@@ -1,4 +1,4 @@
-"""What the corpus-piece tests share (shards.inputs.pieces, and jobs.reading through Ray): small
+"""What the corpus-piece tests share (settopk.shards.inputs.pieces, and settopk.jobs.reading through Ray): small
 Parquet corpora in several row groups, and the check that pieces give what one read gives.
 
 ``ordered_dir`` and ``repeated_across_pieces`` are fixtures: a test module imports them by name."""
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shards.inputs import SetLimits, pieces_ordered, plan_pieces, read_piece
+from settopk.shards.inputs import SetLimits, pieces_ordered, plan_pieces, read_piece
 
 MAX_LEN = 8
 LIMITS = SetLimits(vocab_size=100, max_len=MAX_LEN)

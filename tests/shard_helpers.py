@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from kernels import DEFAULT_SCORE
-from shards import merge_topk, scatter_rounds, split_rounds
+from settopk.kernels import DEFAULT_SCORE
+from settopk.shards import merge_topk, scatter_rounds, split_rounds
 
 
 def search_two_rounds(searchers, plan, queries, k: int, max_len: int, score: str = DEFAULT_SCORE):
-    """Search ``queries`` (SetBatch) as jobs.search does: each query's home shards first, then the
+    """Search ``queries`` (SetBatch) as settopk.jobs.search does: each query's home shards first, then the
     other shards with floors from every first-round result, only shards with rows; then scatter and
     merge. Returns the merged TopK and the first round's rows and results (lists, one per searched shard)."""
     first, second = split_rounds(plan, queries.lengths)

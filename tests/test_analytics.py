@@ -20,9 +20,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from configs import load_config
-from jobs import score
-from jobs.output import DT_PARTITIONING, RESULT_SCHEMA, manifest_path, open_results, read_manifest, rejected_path
+from settopk.configs import load_config
+from settopk.jobs import score
+from settopk.jobs.output import DT_PARTITIONING, RESULT_SCHEMA, manifest_path, open_results, read_manifest, rejected_path
 
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(180)]
 
@@ -261,7 +261,7 @@ def test_row_groups_and_compression(nightly_root, tmp_path):
 
 
 def test_verify_reads_the_manifest_of_a_partition(nightly_root):
-    from jobs import verify
+    from settopk.jobs import verify
 
     manifest = _manifest(nightly_root, NIGHTS[0])
     assert verify.main(["--docs", manifest["inputs"]["docs"]["path"], "--queries", manifest["inputs"]["queries"]["path"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -10,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jobs.bench as bench
-import configs
-from configs import ConfigError
-from jobs.bench.common import compare_topk
-from jobs.bench.config import bench_config_names, load_bench_config
-from kernels import TopK
+import settopk.jobs.bench as bench
+import settopk.configs
+from settopk.configs import ConfigError
+from settopk.jobs.bench.common import compare_topk
+from settopk.jobs.bench.config import bench_config_names, load_bench_config
+from settopk.kernels import TopK
 
 
 def test_shipped_bench_configs_load():
@@ -90,12 +91,11 @@ def test_a_wrong_result_is_reported_and_no_timing_is_printed():
     assert "1 result(s) differ" in str(err) and "parts_differing" in str(err) and err.result is None
 
 
-def test_module_and_console_script_run_the_bench_cli():
-    from importlib.metadata import entry_points
+def test_module_and_subcommand_run_the_bench_cli():
+    from settopk.cli import COMMANDS
 
-    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "settopk-bench"]
-    assert script.value == "jobs.bench:main" and script.load() is bench.main
-    done = subprocess.run([sys.executable, "-m", "jobs.bench", "--config", "no-such-config"], capture_output=True, text=True)
+    assert importlib.import_module(COMMANDS["bench"][0]).main is bench.main
+    done = subprocess.run([sys.executable, "-m", "settopk", "bench", "--config", "no-such-config"], capture_output=True, text=True)
     assert done.returncode == 2 and "not a shipped config name" in done.stderr
 
 
@@ -162,7 +162,7 @@ def test_throughput_config_is_checked(tmp_path):
 
 
 def test_cpu_configs_load_with_their_shape():
-    from kernels import SCORES
+    from settopk.kernels import SCORES
 
     shapes = {"cpu-zipf": (200_000, 500, "zipf"), "cpu-uniform": (200_000, 500, "uniform"),
               "cpu-quickstart": (1_000_000, 2000, "zipf"), "cpu-quickstart-uniform": (1_000_000, 2000, "uniform")}
@@ -170,7 +170,7 @@ def test_cpu_configs_load_with_their_shape():
         cfg = load_bench_config(name)
         s = cfg.synthetic
         assert (s.n_docs, s.n_queries, s.id_dist, s.seed, s.vocab_size, s.near_duplicate_fraction) == (
-            n_docs, n_queries, id_dist, 0, 50001, 0.5)  # the data of jobs.make_corpus with its defaults
+            n_docs, n_queries, id_dist, 0, 50001, 0.5)  # the data of settopk.jobs.make_corpus with its defaults
         assert (cfg.backend, cfg.k, cfg.score, cfg.routing, cfg.n_shards, cfg.cpus_per_shard) == ("cpu", 100, "overlap", "auto", 1, 2.0)
         assert sorted(cfg.compare_scores) == sorted(SCORES) and cfg.compare_routings == ["scan"]
         assert cfg.peak_checks_per_s == 1e11 and "AVX2" in cfg.peak_basis
@@ -195,7 +195,7 @@ def test_bad_cpu_bench_keys_are_rejected(tmp_path, text, match):
 
 
 def test_score_multisets_allow_other_ids_only_among_ties():
-    from jobs.bench.common import compare_scores
+    from settopk.jobs.bench.common import compare_scores
 
     cfg = load_bench_config("cpu-zipf")  # score overlap: the key is the overlap
     want = TopK(np.array([[7, 3, 4]]), np.array([[5, 2, 2]], dtype=np.int16), np.array([[9, 9, 9]], dtype=np.int16))
@@ -211,10 +211,10 @@ def test_score_multisets_allow_other_ids_only_among_ties():
 
 
 def _tiny_cpu_zipf_run(tmp_path, **settings) -> dict:
-    """``python -m jobs.bench`` on the cpu-zipf config with ``settings`` and 3000 docs x 24 queries; its JSON."""
+    """``python -m settopk bench`` on the cpu-zipf config with ``settings`` and 3000 docs x 24 queries; its JSON."""
     import yaml
 
-    data = yaml.safe_load((Path(configs.__file__).parent / "bench" / "cpu-zipf.yaml").read_text())
+    data = yaml.safe_load((Path(settopk.configs.__file__).parent / "bench" / "cpu-zipf.yaml").read_text())
     data.update(settings)
     data["synthetic"].update(n_docs=3000, n_queries=24)
     config = tmp_path / "tiny.yaml"
@@ -229,7 +229,7 @@ def _tiny_cpu_zipf_run(tmp_path, **settings) -> dict:
 def test_a_tiny_gpu_run_holds_every_variant_and_times_them_in_turn(ray_cluster, tmp_path):
     """The per-score and per-routing variants on the GPU: all their indexes on the device at once,
     each search checked against the NumPy reference."""
-    from kernels import SCORES
+    from settopk.kernels import SCORES
 
     result = _tiny_cpu_zipf_run(tmp_path, backend="cupy", cpus_per_shard=1.0, warmup=1, repetitions=2, baselines=[],
                                 verify_queries=8)
@@ -240,7 +240,7 @@ def test_a_tiny_gpu_run_holds_every_variant_and_times_them_in_turn(ray_cluster, 
 
 
 def test_a_tiny_cpu_zipf_run_times_scores_routings_and_baselines(ray_cluster, tmp_path, capsys):
-    from kernels import SCORES
+    from settopk.kernels import SCORES
 
     pytest.importorskip("sparse_dot_topn")
     pytest.importorskip("scipy")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs.bench.baselines import NumpyIndexBaseline, Popc4Baseline, ScipyBaseline, SparseDotTopnBaseline, SpmmBaseline
-from kernels import SCORES, NumpyShardIndex, SetBatch, score_key
+from settopk.jobs.bench.baselines import NumpyIndexBaseline, Popc4Baseline, ScipyBaseline, SparseDotTopnBaseline, SpmmBaseline
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, score_key
 from tests.gpu_helpers import assert_same_topk, random_set_batch
 
 _MAX_LEN, _VOCAB = 24, 60  # a small vocabulary: many equal scores, so the tie order is tested

@@ -1,4 +1,4 @@
-"""The host-path benchmark (``jobs.bench.host``): stand-in shards through the index seam, and
+"""The host-path benchmark (``settopk.jobs.bench.host``): stand-in shards through the index seam, and
 the ``host-smoke`` run end to end (the real driver, merge/write tasks and commit)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from configs import ConfigError
-from jobs import bench
-from jobs.bench.config import load_bench_config
-from jobs.bench.standin import BACKEND, PACE_ENV, TEMPLATE_K, StandInIndex, register_standin
-from jobs.chunks import plan_chunks
-from kernels import SetBatch, brute_force_topk, build_index, registered_backends, score_key, unregister_backend
+from settopk.configs import ConfigError
+from settopk.jobs import bench
+from settopk.jobs.bench.config import load_bench_config
+from settopk.jobs.bench.standin import BACKEND, PACE_ENV, TEMPLATE_K, StandInIndex, register_standin
+from settopk.jobs.chunks import plan_chunks
+from settopk.kernels import SetBatch, brute_force_topk, build_index, registered_backends, score_key, unregister_backend
 
 
 def _docs(n=300, seed=3):

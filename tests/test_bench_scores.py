@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from configs import ConfigError
-from jobs.bench.config import load_bench_config
-from jobs import bench
-from jobs.bench.baselines import BASELINES
-from jobs.bench.shard import BenchShard
-from kernels import SCORES, SetBatch, brute_force_topk
-from shards import plan_shards
-from shards.inputs import Corpus, SetLimits
+from settopk.configs import ConfigError
+from settopk.jobs.bench.config import load_bench_config
+from settopk.jobs import bench
+from settopk.jobs.bench.baselines import BASELINES
+from settopk.jobs.bench.shard import BenchShard
+from settopk.kernels import SCORES, SetBatch, brute_force_topk
+from settopk.shards import plan_shards
+from settopk.shards.inputs import Corpus, SetLimits
 
 
 def _load(tmp_path, text):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from jobs.chunks import TAIL_MIN_QUERIES, TAIL_SHARE, chunk_stream, plan_chunks
-from kernels import SetBatch
+from settopk.jobs.chunks import TAIL_MIN_QUERIES, TAIL_SHARE, chunk_stream, plan_chunks
+from settopk.kernels import SetBatch
 
 
 def _bounds(chunks):
@@ -40,7 +40,7 @@ def test_plan_shrinks_the_chunks_near_the_end():
 
 @pytest.mark.parametrize("done", [set(), {0, 3}, {4, 5, 6}])
 def test_stream_slices_the_cut_window_and_skips_done_chunks(monkeypatch, done):
-    from jobs import chunks as module
+    from settopk.jobs import chunks as module
 
     monkeypatch.setattr(module, "TAIL_MIN_QUERIES", 2)
     n, size = 23, 8
@@ -60,13 +60,13 @@ def _write_part(directory, index, ranks):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.output import part_name
+    from settopk.jobs.output import part_name
 
     pq.write_table(pa.table({"rank": pa.array(ranks, pa.int16())}), directory / part_name(index))
 
 
 def test_check_parts_counts_the_rows_and_names_the_first_bad_part_in_query_order(tmp_path):
-    from jobs.chunks import check_parts
+    from settopk.jobs.chunks import check_parts
 
     plan = plan_chunks(7, 2)  # [0, 2), [2, 4), [4, 6), [6, 7)
     for c in plan:
@@ -87,7 +87,7 @@ def test_check_parts_counts_the_rows_and_names_the_first_bad_part_in_query_order
 def test_read_ahead_reads_the_next_item_before_it_is_asked_for():
     import threading
 
-    from jobs.chunks import ReadAhead
+    from settopk.jobs.chunks import ReadAhead
 
     asked = []
     first_read = threading.Event()
@@ -107,7 +107,7 @@ def test_read_ahead_reads_the_next_item_before_it_is_asked_for():
 
 
 def test_read_ahead_raises_the_error_where_its_item_would_come_and_closes_midway():
-    from jobs.chunks import ReadAhead
+    from settopk.jobs.chunks import ReadAhead
 
     def failing():
         yield "a"

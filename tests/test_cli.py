@@ -12,32 +12,40 @@ import sys
 
 import pytest
 
-import jobs
-from jobs import bench, make_corpus, score, verify
-from jobs.progress import progress_bar
-from jobs.validate import settle
+import settopk.jobs
+from settopk.jobs import bench, make_corpus, score, verify
+from settopk.jobs.progress import progress_bar
+from settopk.jobs.validate import settle
 from tests.job_helpers import job_config, write_sets
 
 BIN = pathlib.Path(sys.executable).parent
-SCRIPTS = ("settopk-score", "settopk-verify", "settopk-make-corpus", "settopk-bench")
+COMMANDS = ("score", "verify", "make-corpus", "bench")
 PARSERS = {"score": score.build_parser, "verify": verify.build_parser, "make_corpus": make_corpus.build_parser,
            "bench": bench.build_parser}
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_console_script_help_and_version_show_its_own_name(script):
-    if not (BIN / script).exists():
-        pytest.skip(f"{script} is not installed beside {sys.executable} (pip install -e .)")
-    shown = subprocess.run([str(BIN / script), "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
-    assert shown.startswith(f"usage: {script} ")
-    version = subprocess.run([str(BIN / script), "--version"], capture_output=True, text=True, timeout=120, check=True).stdout
-    assert version.strip() == f"{script} {jobs.package_version()}" and jobs.package_version() != "unknown"
+@pytest.mark.parametrize("command", COMMANDS)
+def test_console_script_help_and_version_show_its_own_name(command):
+    script = BIN / "settopk"
+    if not script.exists():
+        pytest.skip(f"settopk is not installed beside {sys.executable} (pip install -e .)")
+    shown = subprocess.run([str(script), command, "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert shown.startswith(f"usage: settopk {command} ")
+    version = subprocess.run([str(script), command, "--version"], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert version.strip() == f"settopk {command} {settopk.jobs.package_version()}" and settopk.jobs.package_version() != "unknown"
+
+
+def test_settopk_lists_its_subcommands_and_refuses_others():
+    shown = subprocess.run([sys.executable, "-m", "settopk", "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert shown.startswith("usage: python -m settopk ") and all(c in shown for c in COMMANDS)
+    bad = subprocess.run([sys.executable, "-m", "settopk", "search"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "invalid choice: 'search'" in bad.stderr
 
 
 def test_module_help_names_the_module(capsys):
     with pytest.raises(SystemExit) as exc:
         score.main(["--help"])
-    assert exc.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m jobs.score ")
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m settopk score ")
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))
@@ -86,7 +94,7 @@ def test_dry_run_says_the_run_would_be_a_no_op(tmp_path, capsys):
     assert score.main(base + ["--out", str(out)]) == 0
     assert "no-op" not in capsys.readouterr().out
     out.mkdir()
-    (out / "_SUCCESS").write_text("")  # what marks a finished result (jobs.output)
+    (out / "_SUCCESS").write_text("")  # what marks a finished result (settopk.jobs.output)
     assert score.main(base + ["--out", str(out)]) == 0
     assert f"no-op: {out} already holds a finished result" in capsys.readouterr().out
     assert score.main(base + ["--out", str(out), "--force"]) == 0

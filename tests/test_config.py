@@ -1,6 +1,6 @@
 import pytest
 
-from configs import ConfigError, JobConfig, config_names, load_config
+from settopk.configs import ConfigError, JobConfig, config_names, load_config
 
 
 def test_shipped_configs_load():

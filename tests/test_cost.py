@@ -1,16 +1,16 @@
-"""The cost models (kernels.cost): the per-doc search cost the planner balances, and the routing models."""
+"""The cost models (settopk.kernels.cost): the per-doc search cost the planner balances, and the routing models."""
 
 import numpy as np
 
-from kernels import SetBatch
-from kernels.cost import (
+from settopk.kernels import SetBatch
+from settopk.kernels.cost import (
     cupy_route_mask,
     cupy_search_cost_per_doc,
     numpy_postings_cheaper,
     numpy_search_cost_per_doc,
 )
-from kernels.postings import build_postings, postings_cost
-from shards import plan_shards_from_counts
+from settopk.kernels.postings import build_postings, postings_cost
+from settopk.shards import plan_shards_from_counts
 
 
 def test_gpu_search_cost_pads_ids_to_groups_of_8_plus_a_per_doc_overhead():

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from kernels import NumpyShardIndex, SetBatch, score_key
+from settopk.kernels import NumpyShardIndex, SetBatch, score_key
 from tests.gpu_helpers import assert_same_topk, check_floors, cupy_index as _index, random_set_batch as _random_sets
 
 pytestmark = pytest.mark.gpu
@@ -464,11 +464,11 @@ def test_floors_on_an_empty_shard_and_bad_floors():
 
 
 def test_warm_up_in_a_thread_then_an_index_built_in_the_main_thread_matches_numpy():
-    """The shard actor's pattern: warm_up() in a background thread (context, kernels, a tiny
+    """The shard actor's pattern: warm_up() in a background thread (context, settopk.kernels, a tiny
     index), then the real index in the main thread."""
     import threading
 
-    from kernels.cuda import warm_up
+    from settopk.kernels.cuda import warm_up
 
     thread = threading.Thread(target=warm_up)
     thread.start()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import SCORES, NumpyShardIndex, SetBatch
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch
 from tests.gpu_helpers import assert_same_topk, check_floors, cupy_index as _index, random_set_batch as _random_sets
 
 pytestmark = pytest.mark.gpu

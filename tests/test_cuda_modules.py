@@ -1,4 +1,4 @@
-"""The loader of the CUDA sources (kernels.cuda.modules): each source compiled once per device, from
+"""The loader of the CUDA sources (settopk.kernels.cuda.modules): each source compiled once per device, from
 any number of threads, with the shared header; and the sources' layout, checked without a GPU."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kernels.cuda import modules
+from settopk.kernels.cuda import modules
 
 _POSTINGS = ("settopk::postings_emit", "settopk::postings_cost")
 
@@ -31,7 +31,7 @@ def test_every_source_includes_the_shared_header_and_none_repeats_its_code():
 def test_a_source_is_compiled_once_per_device_from_many_threads():
     import cupy
 
-    from kernels.cuda.index import _kernels
+    from settopk.kernels.cuda.index import _kernels
 
     device = cupy.cuda.Device().id
     results, errors = [], []

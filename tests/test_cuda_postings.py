@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import SCORES, NumpyShardIndex, SetBatch, score_key
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, score_key
 from tests.gpu_helpers import assert_same_topk, cupy_index as _index
 
 pytestmark = pytest.mark.gpu
@@ -92,7 +92,7 @@ def test_routing_is_refused_when_unknown_and_scan_builds_no_postings():
 def test_launcher_checks_dtypes():
     import cupy
 
-    from kernels.cuda.postings import GpuPostings
+    from settopk.kernels.cuda.postings import GpuPostings
 
     offsets = cupy.asarray(np.array([0, 2, 3], np.int64))
     tokens = cupy.asarray(np.array([1, 2, 3], np.uint16))

@@ -1,4 +1,4 @@
-"""The index contract (kernels.index): build_index, the backend registry, the planner's cost model, and
+"""The index contract (settopk.kernels.index): build_index, the backend registry, the planner's cost model, and
 that none of it needs CuPy."""
 
 import importlib.util
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from kernels import (
+from settopk.kernels import (
     BACKENDS,
     NumpyShardIndex,
     SetBatch,
@@ -24,10 +24,10 @@ from kernels import (
     unregister_backend,
     warm_up_backend,
 )
-from kernels.cost import cupy_search_cost_per_doc
-from shards import plan_shards, plan_shards_from_counts
-from shards.inputs import Corpus, SetLimits
-from shards.searcher import ShardSearcher
+from settopk.kernels.cost import cupy_search_cost_per_doc
+from settopk.shards import plan_shards, plan_shards_from_counts
+from settopk.shards.inputs import Corpus, SetLimits
+from settopk.shards.searcher import ShardSearcher
 
 _DOCS = [[1, 2, 3], [2, 3], [4], [1, 4, 5, 6], [], [2, 5]]
 _QUERIES = [[2, 3], [4, 5], [9], []]
@@ -72,7 +72,7 @@ def oracle_backend():
 
 
 def test_import_kernels_and_its_index_needs_no_cupy():
-    """`import kernels` (and kernels.index, kernels.cost, the kernels.cuda package) must work where
+    """`import settopk.kernels` (and settopk.kernels.index, settopk.kernels.cost, the settopk.kernels.cuda package) must work where
     CuPy is absent: CuPy is made unimportable in a fresh interpreter, and the NumPy backend still builds."""
     code = """
 import sys
@@ -85,8 +85,8 @@ class _NoCupy:
 
 sys.meta_path.insert(0, _NoCupy())
 import numpy as np
-import kernels, kernels.index, kernels.cost, kernels.cuda, kernels.cuda.floors
-from kernels import SetBatch, build_index, search_cost_per_doc
+import settopk.kernels, settopk.kernels.index, settopk.kernels.cost, settopk.kernels.cuda, settopk.kernels.cuda.floors
+from settopk.kernels import SetBatch, build_index, search_cost_per_doc
 index = build_index("numpy", np.arange(2), SetBatch.from_lists([[1, 2], [3]]), max_len=4)
 assert index.search(SetBatch.from_lists([[2]]), 1).doc_ids.tolist() == [[0]]
 assert search_cost_per_doc("cupy", 8).tolist() == [16] + [24] * 8

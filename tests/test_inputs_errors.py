@@ -1,10 +1,10 @@
-"""InputError (shards.inputs.errors): its message, and its attributes across pickling (Ray ships it)."""
+"""InputError (settopk.shards.inputs.errors): its message, and its attributes across pickling (Ray ships it)."""
 
 from __future__ import annotations
 
 import pickle
 
-from shards.inputs import InputError
+from settopk.shards.inputs import InputError
 
 
 def test_input_error_pickles_with_its_attributes():

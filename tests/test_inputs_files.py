@@ -1,5 +1,5 @@
 """Formats chosen from the path, the files a Parquet directory holds, and a path that is not there
-(shards.inputs.files)."""
+(settopk.shards.inputs.files)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from shards.inputs import InputError, SetLimits, corpus_format, queries_format, read_corpus, read_queries
+from settopk.shards.inputs import InputError, SetLimits, corpus_format, queries_format, read_corpus, read_queries
 from tests.input_helpers import assert_error, write, write_parquet
 
 LIMITS = SetLimits()
@@ -55,7 +55,7 @@ def test_parquet_directory_problems(tmp_path):
 def test_special_files_are_refused_for_every_input_path(tmp_path):
     import os
 
-    from shards.inputs import InputError, corpus_format, queries_format, read_queries
+    from settopk.shards.inputs import InputError, corpus_format, queries_format, read_queries
 
     fifo = tmp_path / "p"
     os.mkfifo(fifo)
@@ -70,7 +70,7 @@ def test_special_files_are_refused_for_every_input_path(tmp_path):
 
 
 def test_hidden_entries_of_a_query_directory_are_skipped(tmp_path):
-    from shards.inputs import query_files, read_queries
+    from settopk.shards.inputs import query_files, read_queries
 
     (tmp_path / "q1").write_text("1,2\n")
     (tmp_path / ".DS_Store").write_bytes(b"\x00\x01\n\x02\n")

@@ -1,4 +1,4 @@
-"""The Parquet format (shards.inputs.parquet): columns of any integer type, docs sorted by doc_id,
+"""The Parquet format (settopk.shards.inputs.parquet): columns of any integer type, docs sorted by doc_id,
 every bad row located within its file."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shards.inputs import InputError, SetLimits, read_corpus, read_queries
-from shards.inputs import parquet as inputs_parquet
-from shards.inputs import readers as inputs_readers
+from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs import parquet as inputs_parquet
+from settopk.shards.inputs import readers as inputs_readers
 from tests.input_helpers import assert_error, write, write_parquet
 
 LIMITS = SetLimits()

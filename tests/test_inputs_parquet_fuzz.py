@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
 from tests.parquet_fuzz import MAX_LEN, VOCAB_SIZE, cases
 
 LIMITS = SetLimits(vocab_size=VOCAB_SIZE, max_len=MAX_LEN)

@@ -1,4 +1,4 @@
-"""Reading the corpus in pieces (shards.inputs.pieces) gives exactly what one pass of ``read_corpus``
+"""Reading the corpus in pieces (settopk.shards.inputs.pieces) gives exactly what one pass of ``read_corpus``
 gives: the same docs, the same first error, the same rows set aside."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shards.inputs import (
+from settopk.shards.inputs import (
     InputError,
     PieceSummary,
     assemble_shard,

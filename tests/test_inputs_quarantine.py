@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
 from tests.input_helpers import assert_error, write_parquet
 
 LIMITS = SetLimits(vocab_size=100, max_len=3)
@@ -97,7 +97,7 @@ def test_property_quarantine_keeps_exactly_the_valid_lines(tmp_path_factory, lin
 @pytest.mark.parametrize("value_type", [pa.uint8(), pa.uint16(), pa.int16(), pa.uint32(), pa.int64(), pa.uint64()])
 def test_quarantine_works_for_every_integer_list_type(tmp_path, value_type):
     """A null id is flagged without filling it with vocab_size, which need not fit the column's type."""
-    from shards.inputs import QueryStream
+    from settopk.shards.inputs import QueryStream
 
     tokens = pa.array([[1, 2], [3, None], [250], None, [4]], pa.list_(value_type))
     limits = SetLimits(vocab_size=200 if value_type == pa.uint8() else 65536, max_len=8)
@@ -112,7 +112,7 @@ def test_quarantine_works_for_every_integer_list_type(tmp_path, value_type):
 
 
 def test_repeated_query_id_in_uint16_parquet_names_file_and_row(tmp_path):
-    from shards.inputs import QueryStream
+    from settopk.shards.inputs import QueryStream
 
     tokens = pa.array([[1], [2], [3]], pa.list_(pa.uint16()))
     queries = write_parquet(tmp_path / "q.parquet", {"query_id": ["a", "b", "a"], "tokens": tokens})

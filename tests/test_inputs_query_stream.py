@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shards.inputs import InputError, QueryStream, SetLimits, read_queries
+from settopk.shards.inputs import InputError, QueryStream, SetLimits, read_queries
 
 LIMITS = SetLimits(vocab_size=60, max_len=10)
 
@@ -109,7 +109,7 @@ def test_queries_changed_between_the_passes_stop_the_run(tmp_path):
 
 
 def test_streaming_holds_one_chunk_not_every_query(tmp_path, monkeypatch):
-    from shards.inputs import text as inputs_text
+    from settopk.shards.inputs import text as inputs_text
 
     monkeypatch.setattr(inputs_text, "_BLOCK_BYTES", 1 << 16)  # many blocks: what a large file has
     rng = np.random.default_rng(0)

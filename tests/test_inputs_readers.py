@@ -1,4 +1,4 @@
-"""The whole-input readers (shards.inputs.readers): a directory of one-query files, and the golden inputs."""
+"""The whole-input readers (settopk.shards.inputs.readers): a directory of one-query files, and the golden inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
 from tests.input_helpers import assert_error, write
 
 LIMITS = SetLimits()

@@ -1,4 +1,4 @@
-"""The text format (shards.inputs.text): every rule of a line, every bad line located, and the
+"""The text format (settopk.shards.inputs.text): every rule of a line, every bad line located, and the
 vectorised parser agreeing with the line-by-line checker."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shards.inputs import InputError, SetLimits, read_corpus, read_queries
-from shards.inputs import text as inputs_text
+from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs import text as inputs_text
 from tests.input_helpers import assert_error, write, write_parquet
 
 LIMITS = SetLimits()

@@ -1,4 +1,4 @@
-"""End to end: ``jobs.score.main`` on a local Ray cluster, against the brute-force oracle."""
+"""End to end: ``settopk.jobs.score.main`` on a local Ray cluster, against the brute-force oracle."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import score
-from jobs.output import RESULT_SCHEMA, manifest_path, read_manifest, rejected_path
-from kernels import brute_force_topk
+from settopk.jobs import score
+from settopk.jobs.output import RESULT_SCHEMA, manifest_path, read_manifest, rejected_path
+from settopk.kernels import brute_force_topk
 from tests.fault_helpers import crashing_searcher
 from tests.job_helpers import job_config as _config
 
@@ -90,7 +90,7 @@ def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
 def test_chunks_cut_smaller_near_the_end_give_the_oracle_rows(tmp_path, tie_corpus, monkeypatch):
     """The run's chunks shrink toward its end (parts written at once at the end of the search);
     the parts hold the oracle's rows, in query order."""
-    from jobs import chunks
+    from settopk.jobs import chunks
 
     monkeypatch.setattr(chunks, "TAIL_MIN_QUERIES", 5)  # 43 queries in windows of 20
     docs, queries, docs_path, queries_path = tie_corpus
@@ -225,7 +225,7 @@ def test_a_cluster_that_cannot_hold_the_shards_fails_before_reading(tmp_path, mo
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from jobs import shard_pool
+    from settopk.jobs import shard_pool
 
     def no_read(*a, **kw):
         raise AssertionError("the corpus was read although the shards had no room")
@@ -334,7 +334,7 @@ def test_cupy_job_on_golden_corpus(tmp_path, golden_dir):
 
 @pytest.mark.gpu
 def test_cupy_job_on_synthetic_corpus(tmp_path):
-    from jobs.synthetic import SyntheticSpec, ensure_synthetic
+    from settopk.jobs.synthetic import SyntheticSpec, ensure_synthetic
 
     docs, queries = ensure_synthetic(SyntheticSpec(n_docs=60_000, n_queries=150, seed=5), tmp_path / "cache")
     tables = _run_both_backends(tmp_path, str(docs), str(queries), 100, query_batch_size=64)
@@ -527,7 +527,7 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
     """Docs in descending doc id order over 3 files of small row groups, read as 6 pieces whose id
     ranges overlap; 3 shards. Two rounds with floors and one round without give the same table, the
     oracle's rows."""
-    from jobs import reading
+    from settopk.jobs import reading
 
     rng = np.random.default_rng(21)
     docs = _random_sets(rng, 597, 14, 9) + [[], list(range(128)), [3, 1, 3]]  # lengths 0..9 and 128
@@ -569,7 +569,7 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
 
 
 def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
-    from configs import ConfigError, JobConfig
+    from settopk.configs import ConfigError, JobConfig
 
     gpus = {"GPU": 8.0, "CPU": 64.0}
     assert score.resolve_backend(JobConfig(backend="cupy"), gpus, 1) == ("cupy", 8)
@@ -582,7 +582,7 @@ def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
 
 
 def test_cpus_per_shard_auto_gives_the_cpu_backend_whole_nodes():
-    from configs import ConfigError, JobConfig
+    from settopk.configs import ConfigError, JobConfig
 
     auto = JobConfig(backend="cpu", cpus_per_shard="auto")
     cluster = {"CPU": 40.0}

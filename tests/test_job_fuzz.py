@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import score
-from jobs.output import SUCCESS, manifest_path, work_dir
+from settopk.jobs import score
+from settopk.jobs.output import SUCCESS, manifest_path, work_dir
 from tests.job_helpers import job_config
 from tests.parquet_fuzz import MAX_LEN, VOCAB_SIZE, cases
 

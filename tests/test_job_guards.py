@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from jobs import score
-from jobs.guard import lock_output, output_lock_path
-from jobs.output import manifest_path, read_manifest, rejected_path
+from settopk.jobs import score
+from settopk.jobs.guard import lock_output, output_lock_path
+from settopk.jobs.output import manifest_path, read_manifest, rejected_path
 from tests.job_helpers import ROOT, job_config, result_rows, write_sets
 
 DOCS = [[1, 2, 3], [2, 3], [3, 4, 5], [1, 5], [7]]
@@ -249,7 +249,7 @@ def test_rerun_under_quarantine_with_a_rejected_query_file_is_a_no_op(tmp_path, 
 _HOLD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from jobs.guard import lock_output
+from settopk.jobs.guard import lock_output
 lock = lock_output({out!r}, {out!r}, "holder-run")
 print("locked", flush=True)
 time.sleep(120)
@@ -316,7 +316,7 @@ def test_a_quiet_successful_run_prints_nothing(tmp_path):
     docs, queries = _inputs(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "jobs.score", "--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"),
+    proc = subprocess.run([sys.executable, "-m", "settopk", "score", "--docs", docs, "--queries", queries, "--out", str(tmp_path / "out"),
                            "--config", job_config(tmp_path), "--k", "2", "--quiet"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -17,9 +17,9 @@ import threading
 
 import pytest
 
-from jobs import score
-from jobs import validate as validate_module
-from jobs.output import read_manifest
+from settopk.jobs import score
+from settopk.jobs import validate as validate_module
+from settopk.jobs.output import read_manifest
 from tests.job_helpers import ROOT, job_config, write_sets
 
 DOCS = [[1, 2, 3], [2, 3], [3, 4, 5], [1, 5], [7], [2, 7, 9]]
@@ -88,7 +88,7 @@ def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows
     lengths for 4 shards asked, so 2 of the 8 actors started are stopped unused."""
     import pyarrow.parquet as pq
 
-    from kernels import brute_force_topk
+    from settopk.kernels import brute_force_topk
 
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     queries = [[1, 2], [3, 7], [9], [2, 3, 5]]
@@ -185,7 +185,7 @@ import contextlib, io, json, logging, sys
 import ray
 ray.init(address="local", num_cpus=2, num_gpus=2, object_store_memory=256 * 2**20, include_dashboard=False,
          log_to_driver=False, logging_level=logging.ERROR)
-from jobs import score
+from settopk.jobs import score
 results = []
 for flags in json.loads(sys.argv[1]):
     out = io.StringIO()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import score
-from kernels import brute_force_topk
+from settopk.jobs import score
+from settopk.kernels import brute_force_topk
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

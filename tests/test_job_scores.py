@@ -1,4 +1,4 @@
-"""``score`` / ``--score`` end to end: ``jobs.score.main`` on a local Ray cluster against the oracle,
+"""``score`` / ``--score`` end to end: ``settopk.jobs.score.main`` on a local Ray cluster against the oracle,
 the output's score column and metadata, the manifest, bad names, and resume across scores."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import score as job
-from jobs.output import read_manifest, work_dir
-from kernels import SCORES, brute_force_topk, score_definition
+from settopk.jobs import score as job
+from settopk.jobs.output import read_manifest, work_dir
+from settopk.kernels import SCORES, brute_force_topk, score_definition
 from tests.job_helpers import job_config, result_rows as _rows, score_apart as _value, write_sets as _write
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

@@ -3,7 +3,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from kernels import best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
+from settopk.kernels import best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
 
 
 def _all_pairs(max_len):
@@ -115,7 +115,7 @@ def _emits(overlap, thr_ge, thr_gt):
 
 def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor():
     """The CUDA backend's starting tables (computed here with NumPy) encode ``key >= F`` exactly."""
-    from kernels.cuda.floors import floor_tables  # CuPy is not needed to import the module
+    from settopk.kernels.cuda.floors import floor_tables  # CuPy is not needed to import the module
 
     max_len = 12
     scale = key_scale(max_len)
@@ -140,7 +140,7 @@ def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor():
 
 def test_floor_tables_at_the_widest_gpu_max_len():
     """max_len = 255: least overlaps clamp to 255 (kNeverLen); the test still holds for every floor <= S."""
-    from kernels.cuda.floors import floor_tables
+    from settopk.kernels.cuda.floors import floor_tables
 
     max_len = 255
     scale = key_scale(max_len)
@@ -190,11 +190,11 @@ def test_score_key_is_exact_at_the_largest_max_len():
 
 # ---------------------------------------------------------------------------- every score
 
-from kernels import SCORES, check_score, key_dtype, max_key, score_definition  # noqa: E402
+from settopk.kernels import SCORES, check_score, key_dtype, max_key, score_definition  # noqa: E402
 
 
 def _exact_fraction(o, q, d, score):
-    """(num, den) of the fraction each score ranks by, written out apart from kernels.keys."""
+    """(num, den) of the fraction each score ranks by, written out apart from settopk.kernels.keys."""
     return {
         "braun_blanquet": (o, max(q, d)),
         "jaccard": (o, q + d - o),
@@ -361,7 +361,7 @@ def test_check_floor_key_ceiling_follows_the_score(score):
 
 @pytest.mark.parametrize("score", SCORES)
 def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor_for_every_score(score):
-    from kernels.cuda.floors import floor_tables
+    from settopk.kernels.cuda.floors import floor_tables
 
     max_len = 10
     ov, ql, dl = _all_pairs(max_len)
@@ -377,11 +377,11 @@ def test_floor_tables_emit_exactly_the_docs_at_or_above_the_floor_for_every_scor
 
 
 def test_cuda_score_enum_follows_scores():
-    """The kernels take the score as its index in kernels.SCORES: the enum must list them in that order."""
+    """The kernels take the score as its index in settopk.kernels.SCORES: the enum must list them in that order."""
     import pathlib
     import re
 
-    source = (pathlib.Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "common.cuh").read_text()
+    source = (pathlib.Path(__file__).resolve().parent.parent / "settopk" / "kernels" / "cuda" / "common.cuh").read_text()
     enum = re.search(r"enum Score : int \{(.*?)\};", source, re.S).group(1)
     values = [int(v) for v in re.findall(r"= (\d+),", enum)]
     names = re.findall(r"k(\w+) = \d+", enum)

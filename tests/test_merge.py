@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import NumpyShardIndex, SetBatch, order_candidates
-from shards import merge_topk
+from settopk.kernels import NumpyShardIndex, SetBatch, order_candidates
+from settopk.shards import merge_topk
 
 
 @pytest.mark.parametrize("n_parts", [1, 2, 5])

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.merge_task import BatchLayout, merge_and_write_chunk
-from kernels import TopK, brute_force_topk, empty_topk
+from settopk.jobs.merge_task import BatchLayout, merge_and_write_chunk
+from settopk.kernels import TopK, brute_force_topk, empty_topk
 
 
 def _as_topk(lists, k: int) -> TopK:
@@ -85,7 +85,7 @@ def test_prestarted_merge_workers_are_held_until_the_shards_load(ray_cluster):
 
     import ray
 
-    from jobs.search import prestart_merge_workers
+    from settopk.jobs.search import prestart_merge_workers
 
     @ray.remote(num_cpus=0)
     def load(seconds, fail):

@@ -20,10 +20,10 @@ import tempfile
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import score
-from jobs.synthetic import SyntheticSpec, generate_docs, generate_queries, write_parquet
+from settopk.jobs import score
+from settopk.jobs.synthetic import SyntheticSpec, generate_docs, generate_queries, write_parquet
 from tests.test_job import _as_rows, _expected_rows, _read_rows
-from jobs.output import read_manifest
+from settopk.jobs.output import read_manifest
 
 pytestmark = pytest.mark.slow  # a two-node cluster started in a subprocess
 

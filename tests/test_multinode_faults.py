@@ -14,10 +14,10 @@ import pathlib
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import score
+from settopk.jobs import score
 from tests.test_job import _read_rows
 from tests.test_multinode import K, _job_args, corpus, run_cluster_script  # noqa: F401  (corpus: the module fixture)
-from jobs.output import read_manifest
+from settopk.jobs.output import read_manifest
 
 pytestmark = pytest.mark.slow  # a four-node cluster started in a subprocess, a node lost, a resume
 

@@ -1,4 +1,4 @@
-"""The compiled CPU index (kernels.numba_index) against NumpyShardIndex and the brute-force oracle, ties included."""
+"""The compiled CPU index (settopk.kernels.numba_index) against NumpyShardIndex and the brute-force oracle, ties included."""
 
 import subprocess
 import sys
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, key_scale, max_key, score_key
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, key_scale, max_key, score_key
 
 pytest.importorskip("numba")
-from kernels import numba_kernels  # noqa: E402
-from kernels.numba_index import NumbaShardIndex  # noqa: E402
+from settopk.kernels import numba_kernels  # noqa: E402
+from settopk.kernels.numba_index import NumbaShardIndex  # noqa: E402
 
 ROUTINGS = ("scan", "auto", "postings")
 
@@ -75,8 +75,8 @@ def test_kernels_are_cached_and_release_the_gil():
 
 
 def test_integer_keys_and_least_overlaps_match_kernels_keys():
-    """The compiled key and least-overlap formulas against kernels.keys, exhaustively for small sets."""
-    from kernels import min_overlap_above
+    """The compiled key and least-overlap formulas against settopk.kernels.keys, exhaustively for small sets."""
+    from settopk.kernels import min_overlap_above
 
     for score in SCORES:
         for max_len in (1, 5, 9):
@@ -165,7 +165,7 @@ def test_small_blocks_and_eager_refreshes(score, monkeypatch):
     scan thresholds refreshed after every stale admission on one thread; on two, scan rounds from one doc a
     thread, cut short where a thread's pairs fill its 600 slots (the rest counted again next round); with
     and without floors."""
-    from kernels import numba_index
+    from settopk.kernels import numba_index
 
     monkeypatch.setattr(numba_index, "_POSTINGS_BLOCK", 64)
     monkeypatch.setattr(numba_index, "_REFRESH_AFTER", 1)
@@ -190,7 +190,7 @@ def test_overlap_one_pass_over_position_blocks(score, monkeypatch):
     """Fewer than k docs share two ids with a query, many share one: the second ScanCount pass fills the
     heap with overlap-1 docs block by block (ties to the lowest positions) and, for the scores ranked by
     position, passes over the blocks after it is full; blocks of 37 ranks leave a partial last block."""
-    from kernels import numba_index
+    from settopk.kernels import numba_index
 
     monkeypatch.setattr(numba_index, "_POSTINGS_BLOCK", 37)
     rng = np.random.default_rng(5)
@@ -322,11 +322,11 @@ def test_bad_arguments_raise():
 def test_kernels_import_without_numba():
     code = (
         "import sys; sys.modules['numba'] = None\n"
-        "import kernels, kernels.numba_index\n"
-        "from kernels import SetBatch\n"
+        "import settopk.kernels, settopk.kernels.numba_index\n"
+        "from settopk.kernels import SetBatch\n"
         "import numpy as np\n"
         "try:\n"
-        "    kernels.numba_index.NumbaShardIndex(SetBatch.from_lists([[1]]), np.arange(1), 8)\n"
+        "    settopk.kernels.numba_index.NumbaShardIndex(SetBatch.from_lists([[1]]), np.arange(1), 8)\n"
         "except ImportError:\n"
         "    print('ImportError')\n"
     )
@@ -345,7 +345,7 @@ _QUERIES = st.lists(st.lists(st.integers(0, 14), max_size=8), min_size=1, max_si
 def test_property_matches_numpy_and_oracle(docs, queries, k, score, routing, threads, block, data):
     """Random shards on a small vocabulary (many ties), optional floors, every score, routing, thread count,
     and ScanCount blocks of one or several lengths."""
-    from kernels import numba_index
+    from settopk.kernels import numba_index
 
     floor = None
     if data.draw(st.booleans()):
@@ -362,8 +362,8 @@ def test_warm_up_loads_every_kernel_a_first_search_calls():
     # rounds on both threads) add no signature: nothing is left for the job's first search to load.
     code = (
         "import numpy as np\n"
-        "from kernels import SetBatch, numba_kernels as nk\n"
-        "from kernels.numba_index import NumbaShardIndex, warm_up\n"
+        "from settopk.kernels import SetBatch, numba_kernels as nk\n"
+        "from settopk.kernels.numba_index import NumbaShardIndex, warm_up\n"
         "fns = [getattr(nk, n) for n in dir(nk) if hasattr(getattr(nk, n), 'signatures')]\n"
         "assert fns and all(not f.signatures for f in fns)\n"
         "warm_up(128, 'auto')\n"

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import NumpyShardIndex, SetBatch, best_key_in_range, brute_force_topk, key_scale, score_key
+from settopk.kernels import NumpyShardIndex, SetBatch, best_key_in_range, brute_force_topk, key_scale, score_key
 
 
 def _rows(topk):

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, max_key, order_candidates, score_key
-from shards import floors_from, merge_topk, plan_shards
-from shards.inputs import Corpus, SetLimits
-from shards.searcher import ShardSearcher
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, max_key, order_candidates, score_key
+from settopk.shards import floors_from, merge_topk, plan_shards
+from settopk.shards.inputs import Corpus, SetLimits
+from settopk.shards.searcher import ShardSearcher
 from tests.shard_helpers import search_two_rounds
 
 _SETS = st.lists(st.lists(st.integers(0, 9), max_size=8), max_size=40)  # small vocab: many ties; empty sets

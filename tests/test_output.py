@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.output import (
+from settopk.jobs.output import (
     PartWriter,
     RESULT_SCHEMA,
     OutputExistsError,
@@ -25,7 +25,7 @@ from jobs.output import (
     write_results,
     write_tsv,
 )
-from kernels import TopK
+from settopk.kernels import TopK
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -235,7 +235,7 @@ def test_part_writer_abort_leaves_nothing(tmp_path):
 
 
 def _rejected(paths):
-    from jobs.output import REJECTED_SCHEMA
+    from settopk.jobs.output import REJECTED_SCHEMA
 
     return pa.table({"input": ["queries"] * len(paths), "path": paths, "line": pa.array([None] * len(paths), pa.int64()),
                      "row": pa.array([None] * len(paths), pa.int64()), "reason": ["bad"] * len(paths)}, schema=REJECTED_SCHEMA)
@@ -249,7 +249,7 @@ def _stage(tmp_path, name="stage"):
 
 
 def test_manifest_is_written_after_the_old_result_goes_and_before_the_new_one_appears(tmp_path, monkeypatch):
-    from jobs.location import Place
+    from settopk.jobs.location import Place
 
     root = tmp_path / "results"
     out = partition_dir(root, datetime.date(2026, 11, 20))

@@ -19,10 +19,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.chunks import Chunk, check_parts, drop_resume_key, open_work_dir
-from jobs.guard import PathError, check_writable, lock_output, output_lock_path
-from jobs.location import Place
-from jobs.output import (
+from settopk.jobs.chunks import Chunk, check_parts, drop_resume_key, open_work_dir
+from settopk.jobs.guard import PathError, check_writable, lock_output, output_lock_path
+from settopk.jobs.location import Place
+from settopk.jobs.output import (
     OutputExistsError,
     PartWriter,
     check_dataset_root,
@@ -40,7 +40,7 @@ from jobs.output import (
     write_results,
     write_tsv,
 )
-from kernels import TopK
+from settopk.kernels import TopK
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -130,7 +130,7 @@ def test_nightly_partitions_on_a_store(s3):
 
 def test_parts_quarantine_and_tsv_on_a_store(s3):
     bucket = s3.bucket()
-    from jobs.output import REJECTED_SCHEMA
+    from settopk.jobs.output import REJECTED_SCHEMA
 
     writer = PartWriter(f"{bucket}/w", 0, row_group_rows=4)
     writer.write(_table(3, 2))

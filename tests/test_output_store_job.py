@@ -1,4 +1,4 @@
-"""``jobs.score`` writing its result to a bucket of moto's S3 server on localhost: the same parts
+"""``settopk.jobs.score`` writing its result to a bucket of moto's S3 server on localhost: the same parts
 as a local run, the run record beside, a no-op rerun, a nightly partition, a TSV, a driver killed
 mid-run that resumes from the parts in the store, and DuckDB and Polars reading the result there.
 
@@ -22,8 +22,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.location import Place
-from jobs.output import DT_PARTITIONING, manifest_path, open_results, read_manifest, work_dir
+from settopk.jobs.location import Place
+from settopk.jobs.output import DT_PARTITIONING, manifest_path, open_results, read_manifest, work_dir
 from tests.job_helpers import ROOT, write_sets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 _DRIVER = """
 import json, sys
 import ray
-from jobs import score
+from settopk.jobs import score
 
 ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False)
 print("RESULTS " + json.dumps([score.main(argv) for argv in json.loads(sys.argv[1])]), flush=True)
@@ -175,7 +175,7 @@ def test_killed_driver_resumes_from_the_parts_in_the_store(s3, job):
 
 
 def test_verify_checks_the_result_in_the_bucket(s3, job):
-    from jobs import verify
+    from settopk.jobs import verify
 
     bucket, args = job["bucket"], job["args"]
     manifest = read_manifest(f"{bucket}/results")

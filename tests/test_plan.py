@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from shards import plan_shards, plan_shards_from_counts
+from settopk.shards import plan_shards, plan_shards_from_counts
 
 
 def _check_cover(plan, lengths, max_len):
@@ -37,7 +37,7 @@ def test_plan_is_contiguous_complete_and_optimal(seed):
 
 
 def test_competition_histogram_balances_within_five_percent():
-    hist = np.loadtxt("configs/sti2_doc_length_histogram.csv", delimiter=",", dtype=np.int64)
+    hist = np.loadtxt("settopk/configs/sti2_doc_length_histogram.csv", delimiter=",", dtype=np.int64)
     lengths = np.repeat(hist[:, 0], hist[:, 1])
     for n in (2, 4):
         plan = plan_shards(lengths, n, 128)
@@ -188,7 +188,7 @@ def test_doc_cost_shifts_boundaries_towards_costlier_lengths():
     counts[[1, 8]] = [80, 10]  # equal ids (80 each); short docs cost more per id on the GPU
     by_ids = plan_shards_from_counts(counts, 2)
     assert [(s.min_len, s.max_len) for s in by_ids] == [(0, 7), (8, 8)]
-    cost = np.arange(9) + 16  # a per-doc overhead, as kernels.cost.cupy_search_cost_per_doc adds
+    cost = np.arange(9) + 16  # a per-doc overhead, as settopk.kernels.cost.cupy_search_cost_per_doc adds
     weighted = plan_shards_from_counts(counts, 2, doc_cost=cost)
     assert [(s.n_docs, s.n_tokens) for s in weighted] == [(80, 80), (10, 80)]
     three = np.zeros(9, dtype=np.int64)

@@ -1,12 +1,12 @@
-"""The postings path (kernels.postings) and NumpyShardIndex's routing against the brute-force oracle."""
+"""The postings path (settopk.kernels.postings) and NumpyShardIndex's routing against the brute-force oracle."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, score_key
-from kernels.postings import build_postings, check_routing, postings_cost, postings_search
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_topk, score_key
+from settopk.kernels.postings import build_postings, check_routing, postings_cost, postings_search
 
 
 def _rows(topk):

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shards.inputs import InputError, QueryStream, SetLimits
-from shards.inputs.query_stream import _string_hashes
+from settopk.shards.inputs import InputError, QueryStream, SetLimits
+from settopk.shards.inputs.query_stream import _string_hashes
 
 
 def test_equal_ids_hash_equal_in_one_width_and_in_mixed_batches():

@@ -5,11 +5,11 @@ import time
 import numpy as np
 import pytest
 
-from kernels import NumpyShardIndex, SetBatch
-from shards import plan_shards
-from shards.actor import actor_class, open_inputs, supply_inputs
-from shards.inputs import SetLimits, plan_pieces, read_piece
-from shards.searcher import ShardSearcher
+from settopk.kernels import NumpyShardIndex, SetBatch
+from settopk.shards import plan_shards
+from settopk.shards.actor import actor_class, open_inputs, supply_inputs
+from settopk.shards.inputs import SetLimits, plan_pieces, read_piece
+from settopk.shards.searcher import ShardSearcher
 from tests.fault_helpers import crashing_searcher
 
 

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import score as job
-from jobs.output import read_manifest, rejected_path, work_dir
-from kernels import TopK, brute_force_topk
-from shards import drop_own_docs
-from shards.inputs import DocQueryStream, InputError, SetLimits, read_corpus
+from settopk.jobs import score as job
+from settopk.jobs.output import read_manifest, rejected_path, work_dir
+from settopk.kernels import TopK, brute_force_topk
+from settopk.shards import drop_own_docs
+from settopk.shards.inputs import DocQueryStream, InputError, SetLimits, read_corpus
 from tests.job_helpers import job_config, kill_driver_mid_run, result_rows as _rows, score_apart as _value, write_sets as _write
 
 LIMITS = SetLimits(vocab_size=60, max_len=10)

@@ -1,4 +1,4 @@
-"""shards.storage: paths and URIs to PyArrow filesystems, against moto's S3 server on localhost."""
+"""settopk.shards.storage: paths and URIs to PyArrow filesystems, against moto's S3 server on localhost."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pickle
 import pyarrow.fs as pafs
 import pytest
 
-from shards import storage
-from shards.storage import StorageError
+from settopk.shards import storage
+from settopk.shards.storage import StorageError
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -160,7 +160,7 @@ def test_s3_missing_bucket_and_key_are_told_apart(s3):
 
 
 def test_refused_credentials_are_described(s3, monkeypatch):
-    from shards.inputs import InputError, read_corpus
+    from settopk.shards.inputs import InputError, read_corpus
     from tests.conftest import moto_server
 
     with moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as endpoint:  # this server checks credentials

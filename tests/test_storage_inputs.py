@@ -1,4 +1,4 @@
-"""shards.inputs reading ``s3://`` URIs from moto's S3 server on localhost: the same docs, queries,
+"""settopk.shards.inputs reading ``s3://`` URIs from moto's S3 server on localhost: the same docs, queries,
 pieces and errors as from local copies, with files named by their URIs."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from shards import storage
-from shards.inputs import (
+from settopk.shards import storage
+from settopk.shards.inputs import (
     InputError, QueryStream, SetLimits, corpus_format, fingerprint, plan_pieces, queries_format, query_files, read_corpus,
     read_piece, read_queries,
 )
@@ -195,7 +195,7 @@ def test_an_unknown_scheme_is_an_input_error():
 
 
 def test_a_self_join_stream_from_a_bucket_equals_the_local_one(inputs):
-    from shards.inputs import DocQueryStream
+    from settopk.shards.inputs import DocQueryStream
 
     local, uri = inputs
     here, there = DocQueryStream(local / "docs", LIMITS), DocQueryStream(f"{uri}/docs", LIMITS)

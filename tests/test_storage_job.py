@@ -1,4 +1,4 @@
-"""``jobs.score`` with ``--docs`` and ``--queries`` in a bucket of moto's S3 server on localhost,
+"""``settopk.jobs.score`` with ``--docs`` and ``--queries`` in a bucket of moto's S3 server on localhost,
 and end to end with ``--out`` and ``--tsv`` in buckets too, against the same runs on local copies.
 
 The runs share one driver process with its own local Ray cluster, started after the ``s3``
@@ -20,21 +20,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.location import Place
-from jobs.output import open_results, read_manifest, rejected_path
-from shards import storage
+from settopk.jobs.location import Place
+from settopk.jobs.output import open_results, read_manifest, rejected_path
+from settopk.shards import storage
 from tests.job_helpers import ROOT, job_config, result_rows
 from tests.piece_helpers import random_sets
 from tests.test_storage_inputs import upload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-# Runs each argv through jobs.score.main in one process (one Ray start), collecting the exit
+# Runs each argv through settopk.jobs.score.main in one process (one Ray start), collecting the exit
 # code and the settopk log lines of each.
 _DRIVER = """
 import json, logging, os, sys
 import ray
-from jobs import score
+from settopk.jobs import score
 
 runs = json.loads(sys.argv[1])
 ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False)
@@ -231,7 +231,7 @@ def test_an_output_inside_an_input_prefix_is_exit_2(e2e):
 
 
 def test_verify_rechecks_a_result_with_everything_in_buckets(e2e):
-    from jobs import verify
+    from settopk.jobs import verify
 
     _, tmp, uri, out = e2e
     assert verify.main(["--docs", f"{uri}/docs", "--queries", f"{uri}/qdir", "--results", f"{out}/results",

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from jobs import score
-from jobs.guard import PathError, check_outputs_apart
-from jobs.validate import UsageError
+from settopk.jobs import score
+from settopk.jobs.guard import PathError, check_outputs_apart
+from settopk.jobs.validate import UsageError
 
 
 @pytest.mark.parametrize("out, given", [

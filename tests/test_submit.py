@@ -39,12 +39,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs import score
-from jobs.output import RESULT_SCHEMA, read_manifest
-from kernels import brute_force_topk
+from settopk.jobs import score
+from settopk.jobs.output import RESULT_SCHEMA, read_manifest
+from settopk.kernels import brute_force_topk
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "configs" / "deploy"
+DEPLOY = ROOT / "settopk" / "configs" / "deploy"
 BIN = pathlib.Path(sys.executable).parent
 HEAD_START_TIMEOUT_S = 180  # 2 cores with the dashboard's ten-odd processes: seconds usually, minutes under load
 JOB_TIMEOUT_S = 240
@@ -215,11 +215,11 @@ def _write_sets(path, sets):
 
 
 def _submit_args(submission_id: str, *job_args: str) -> list[str]:
-    """The README's command: ``ray job submit --working-dir . --runtime-env ... -- python -m jobs.score ...``."""
+    """The README's command: ``ray job submit --working-dir . --runtime-env ... -- python -m settopk score ...``."""
     return [
         "--submission-id", submission_id,
-        "--working-dir", ".", "--runtime-env", "configs/deploy/runtime-env.yaml",
-        "--", "python", "-m", "jobs.score", *job_args,
+        "--working-dir", ".", "--runtime-env", "settopk/configs/deploy/runtime-env.yaml",
+        "--", "python", "-m", "settopk", "score", *job_args,
     ]
 
 
@@ -271,10 +271,10 @@ def test_submitted_nightly_job_succeeds_and_writes_the_partition(ray_head, tmp_p
     again = ray_head.ray_job("submit", "--submission-id", submission_id, "--no-wait", "--", "true")
     assert again.returncode != 0 and "already exists" in again.stdout + again.stderr  # a date-based id runs once
 
-    unpacked = [p for p in ray_head.tmp.glob("session_*/runtime_resources/working_dir_files/*") if (p / "jobs").is_dir()]
+    unpacked = [p for p in ray_head.tmp.glob("session_*/runtime_resources/working_dir_files/*") if (p / "settopk" / "jobs").is_dir()]
     assert unpacked, "Ray's copy of the working directory was not found on the head"
     for copy in unpacked:
-        assert (copy / "jobs" / "score.py").is_file()
+        assert (copy / "settopk" / "jobs" / "score.py").is_file()
         assert not [n for n in _NOT_SOURCE if (copy / n).exists()], sorted(p.name for p in copy.iterdir())
 
 
@@ -315,21 +315,19 @@ def test_installed_ray_is_in_the_pinned_range():
 
 
 @pytest.mark.timeout(30)
-def test_console_scripts_resolve_to_module_entrypoints():
-    from importlib.metadata import entry_points
+def test_one_console_script_and_one_top_level_package():
+    from importlib.metadata import distribution
 
-    scripts = {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith("jobs.")}
-    assert {"settopk-score", "settopk-make-corpus", "settopk-verify"} <= set(scripts)
-    for name, ep in scripts.items():
-        module, _, func = ep.value.partition(":")
-        assert name == "settopk-" + module.removeprefix("jobs.").replace("_", "-") and func == "main"
-        assert callable(ep.load())
+    dist = distribution("settopk")
+    scripts = [ep for ep in dist.entry_points if ep.group == "console_scripts"]
+    assert [(ep.name, ep.value) for ep in scripts] == [("settopk", "settopk.cli:main")] and callable(scripts[0].load())
 
 
 def _score_args(command: str) -> list[str]:
-    """The arguments of ``python -m jobs.score`` in a shell command, up to any redirection."""
+    """The arguments of ``python -m settopk score`` in a shell command, up to any redirection."""
     words = shlex.split(command)
-    args = words[words.index("jobs.score") + 1:]
+    at = next(i for i in range(len(words) - 2) if words[i:i + 3] == ["-m", "settopk", "score"])
+    args = words[at + 3:]
     stops = [i for i, w in enumerate(args) if w in (">", ">>", "2>&1", "|", "&&", ";")]
     return args[: stops[0]] if stops else args
 
@@ -381,7 +379,7 @@ def _checkout_with_odd_venvs(dst: pathlib.Path) -> pathlib.Path:
         site = next((dst / venv / "lib").glob("python3*/site-packages"))
         (site / "big.bin").write_bytes(b"\0" * 2**20)  # stands for the packages
     for junk in ("build/lib/jobs/score.py", "dist/settopk-0.1.0-py3-none-any.whl", "settopk.egg-info/PKG-INFO",
-                 "kernels/cuda/_ext.cpython-311-x86_64-linux-gnu.so", "jobs/__pycache__/score.cpython-311.pyc"):
+                 "settopk/kernels/cuda/_ext.cpython-311-x86_64-linux-gnu.so", "settopk/jobs/__pycache__/score.cpython-311.pyc"):
         (dst / junk).parent.mkdir(parents=True, exist_ok=True)
         (dst / junk).write_text("x")
     return dst
@@ -392,7 +390,7 @@ _NOT_SOURCE = (".venv/", "venv/", "env/", ".venv-test/", "tools/", "build/", "di
 
 @pytest.mark.timeout(120)
 def test_runtime_env_excludes_any_virtualenv_and_build_outputs(tmp_path):
-    """What `ray job submit --working-dir . --runtime-env configs/deploy/runtime-env.yaml` uploads,
+    """What `ray job submit --working-dir . --runtime-env settopk/configs/deploy/runtime-env.yaml` uploads,
     zipped by Ray's own packaging code, from a checkout whose venvs are not named `.venv`."""
     from ray._private.runtime_env.packaging import _zip_files
 

@@ -1,4 +1,4 @@
-"""Tests of the synthetic corpus generator (jobs.synthetic) and its job (jobs.make_corpus)."""
+"""Tests of the synthetic corpus generator (settopk.jobs.synthetic) and its job (settopk.jobs.make_corpus)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import make_corpus
-from jobs import synthetic as syn
-from jobs.synthetic import cache as syn_cache
-from jobs.synthetic import laws
-from jobs.synthetic import spec as syn_spec
-from jobs.synthetic import STI2_N_DOCS, SyntheticSpec, ensure_synthetic, generate_docs, generate_queries
-from kernels.sets import SetBatch
+from settopk.jobs import make_corpus
+from settopk.jobs import synthetic as syn
+from settopk.jobs.synthetic import cache as syn_cache
+from settopk.jobs.synthetic import laws
+from settopk.jobs.synthetic import spec as syn_spec
+from settopk.jobs.synthetic import STI2_N_DOCS, SyntheticSpec, ensure_synthetic, generate_docs, generate_queries
+from settopk.kernels.sets import SetBatch
 
 STI2_MEAN_LEN = 65.14
 

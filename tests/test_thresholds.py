@@ -1,4 +1,4 @@
-"""Threshold exchange (shards.thresholds): home shards, the two rounds, floors, and exactness of the
+"""Threshold exchange (settopk.shards.thresholds): home shards, the two rounds, floors, and exactness of the
 two-round protocol against the brute-force oracle and against one round without floors."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels import NumpyShardIndex, SetBatch, TopK, brute_force_topk, empty_topk, key_scale, score_key
-from shards import (
+from settopk.kernels import NumpyShardIndex, SetBatch, TopK, brute_force_topk, empty_topk, key_scale, score_key
+from settopk.shards import (
     floors_from,
     home_shards,
     merge_topk,
@@ -17,8 +17,8 @@ from shards import (
     scatter_rounds,
     split_rounds,
 )
-from shards.inputs import Corpus, SetLimits
-from shards.searcher import ShardSearcher
+from settopk.shards.inputs import Corpus, SetLimits
+from settopk.shards.searcher import ShardSearcher
 from tests.shard_helpers import search_two_rounds
 
 
@@ -145,7 +145,7 @@ def _two_rounds_with_indexes(plan, doc_ids, docs, queries: SetBatch, k, max_len)
 
 def _two_rounds_with_searchers(plan, doc_ids, docs, queries: SetBatch, k, max_len):
     """The same through ShardSearcher, built from two corpus pieces as the reader tasks leave them, and
-    called as jobs.search does (only shards with rows; round 2 gets every first-round result)."""
+    called as settopk.jobs.search does (only shards with rows; round 2 gets every first-round result)."""
     order = np.argsort(doc_ids, kind="stable")
     ids = np.asarray(doc_ids, dtype=np.int64)[order]
     batch = SetBatch.from_lists([docs[i] for i in order])

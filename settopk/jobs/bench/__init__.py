@@ -1,0 +1,29 @@
+"""The benchmark: ``python -m settopk bench --config NAME|FILE`` (``settopk bench``), outside the product modules.
+
+Named configs live in ``settopk/configs/bench/`` and pick one of four runs:
+
+* the phase run (``sti2-zipf``, ``sti2-uniform``, ``sti2-neardup``, ``smoke``;
+  :mod:`settopk.jobs.bench.phases`): read, build, search, merge and write timed on one
+  corpus, against the baselines (:mod:`settopk.jobs.bench.baselines`);
+* the scaling run (``scale-weak``, ``scale-strong``, ``scale-smoke``;
+  :mod:`settopk.jobs.bench.scale`): the same search on several shard and replica counts;
+* the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-2gpu``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
+  :mod:`settopk.jobs.bench.throughput`): ``settopk.jobs.score`` end to end on each layout, against
+  the kernel alone;
+* the host-path run (``host-smoke``, ``host-1m``; :mod:`settopk.jobs.bench.host`): the same,
+  with stand-in shards (:mod:`settopk.jobs.bench.standin`) answering at a GPU's pace, no GPU
+  needed; every number is simulated, and every part is checked complete (the stand-ins'
+  rows are not the queries' true results, so no reference sample is compared).
+
+Every other run generates the config's synthetic corpus once (into ``--data-dir`` or
+``synthetic.cache_dir``) and checks its results against the NumPy reference on a
+seeded sample of queries before it reports a number. Modules: :mod:`.cli` (the
+command line), :mod:`.config` (the config, sharing :class:`settopk.configs.SearchConfig`
+with the job's), :mod:`.common` (timing, the exactness check, corpus and actors),
+:mod:`.shard` (the bench actor).
+"""
+
+from .cli import build_parser, main, run
+from .common import ExactnessError
+
+__all__ = ["ExactnessError", "build_parser", "main", "run"]

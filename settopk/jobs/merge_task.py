@@ -1,0 +1,156 @@
+"""The merge task: merges one chunk's shard lists exactly and writes the chunk's part.
+
+It runs as a Ray task, so the driver never holds results: the shard actors' top-k lists
+go from the object store straight into it. The task can start while its chunk is still
+being searched (:mod:`settopk.jobs.search`): it takes the lists batch by batch, in order,
+merging and writing each batch as soon as its lists exist, so only the last batch is
+written after the search.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+import numpy as np
+
+from settopk.kernels import DEFAULT_SCORE, score_definition
+from settopk.shards import drop_own_docs, merge_topk, scatter_rounds
+
+from .output import PartWriter, results_table
+
+__all__ = ["BatchLayout", "merge_and_write_chunk"]
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """Which shard lists make up one batch of a chunk.
+
+    Attributes
+    ----------
+    lo, hi : int
+        The batch's queries, as rows ``[lo, hi)`` of its chunk.
+    shard_lists : tuple of (int, numpy.ndarray)
+        Per shard list, in the order the lists are passed: the shard and the batch
+        rows (``0 .. hi - lo - 1``) it covers.
+    """
+
+    lo: int
+    hi: int
+    shard_lists: tuple
+
+
+def merge_and_write_chunk(work: str, index: int, query_ids, query_len: np.ndarray, k: int, max_len: int, n_shards: int,
+                          layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list,
+                          score: str = DEFAULT_SCORE, exclude_self: bool = False) -> dict:
+    """Merge one chunk's shard lists exactly and commit them as part ``index`` of the work directory.
+
+    Parameters
+    ----------
+    work : str
+        The run's work directory: a path on a filesystem every node mounts, or a URI (a store
+        prefix the task opens itself, with the credentials and endpoint of its node).
+    index : int
+        The chunk's part number.
+    query_ids : sequence of str, length n_queries
+        The chunk's query ids.
+    query_len : numpy.ndarray of int, shape (n_queries,)
+    k, max_len : int
+    n_shards : int
+    layouts : list of BatchLayout
+        One per batch, in query order; together they consume ``results`` in order.
+    metadata : dict
+        Parquet footer metadata of the part.
+    row_group_rows : int
+    results : list of TopK or ray.ObjectRef
+        The shard lists, batch after batch, in the order the layouts list them
+        (references are fetched when their batch is merged).
+    score : str
+        The score the shards ranked by (one of :data:`settopk.kernels.SCORES`): the merge's order,
+        the ``score`` column, and the part's ``settopk.score`` metadata.
+    exclude_self : bool
+        Self-join without the query's own doc: the query ids are doc ids (as text), the
+        shards searched ``k`` per query (the job asks for one more than it writes), and each
+        row loses its own doc, or its last entry where the own doc is not in it
+        (:func:`settopk.shards.drop_own_docs`), so ``k - 1`` rows per query are written.
+
+    Returns
+    -------
+    dict
+        ``rows`` written, and ``merge_s`` and ``write_s`` spent (seconds, waits for results excluded).
+
+    Raises
+    ------
+    ValueError
+        If the layouts do not consume exactly ``results``.
+    ray.exceptions.RayError
+        If a search whose result is passed failed (the driver then sends the chunk again).
+    """
+    named = sum(len(layout.shard_lists) for layout in layouts)
+    if named != len(results):
+        raise ValueError(f"the layouts name {named} results, {len(results)} were passed")
+    merge_s = write_s = 0.0
+    rows = position = 0
+    metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it
+    writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
+    own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if exclude_self else None
+    # Arrow encodes and compresses a batch's rows without the GIL, in this thread, while the
+    # task fetches and merges the next batch: writing is most of a merge task's time.
+    encoder = ThreadPoolExecutor(1, thread_name_prefix="settopk-write")
+    pending = None
+    try:
+        for layout in layouts:
+            fetched = _fetched(results[position : position + len(layout.shard_lists)])
+            position += len(layout.shard_lists)
+            start = time.perf_counter()
+            n = layout.hi - layout.lo
+            per_shard: list[list] = [[] for _ in range(n_shards)]
+            for (shard, batch_rows), result in zip(layout.shard_lists, fetched):
+                per_shard[shard].append((batch_rows, result))
+            lists = [scatter_rounds(n, k, rounds) for rounds in per_shard if rounds]
+            # One shard's list is already the exact top-k (replicas and single-shard layouts).
+            topk = lists[0] if len(lists) == 1 else merge_topk(lists, query_len[layout.lo : layout.hi], k, max_len, score)
+            if exclude_self:
+                topk = drop_own_docs(topk, own_ids[layout.lo : layout.hi])
+            middle = time.perf_counter()
+            table = results_table(query_ids[layout.lo : layout.hi], query_len[layout.lo : layout.hi], topk, score)
+            rows += table.num_rows
+            merge_s += middle - start
+            write_s += time.perf_counter() - middle
+            if pending is not None:
+                write_s += pending.result()  # in order: one batch is encoded at a time
+            pending = encoder.submit(_timed, writer.write, table)
+        if pending is not None:
+            write_s += pending.result()
+            pending = None
+        write_s += _timed(writer.close)
+    except BaseException:
+        if pending is not None:
+            pending.cancel() or wait([pending])  # the writer is not closed under a running write
+        writer.abort()
+        raise
+    finally:
+        encoder.shutdown(wait=False)
+    return {"rows": rows, "merge_s": merge_s, "write_s": write_s}
+
+
+def _timed(fn, *args) -> float:
+    """Seconds ``fn(*args)`` took."""
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def _fetched(results: list) -> list:
+    """The TopKs of one batch: references fetched (one call, so the batch waits once)."""
+    refs = [i for i, r in enumerate(results) if type(r).__name__ == "ObjectRef"]
+    if not refs:
+        return results
+    import ray
+
+    values = ray.get([results[i] for i in refs])
+    out = list(results)
+    for i, value in zip(refs, values):
+        out[i] = value
+    return out

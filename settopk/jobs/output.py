@@ -1,0 +1,689 @@
+"""Result output: the Parquet schema, the atomic dataset write, and the TSV.
+
+A reader never sees a partial result: the dataset is written into a staging (work)
+directory beside the dataset root (same filesystem, outside the root, so
+DuckDB/Polars/Spark scans of the root never pick it up), completed with an empty
+``_SUCCESS``, then renamed into place in one ``os.rename``. The result may also go to an
+object store (any PyArrow filesystem, named by a URI: :class:`settopk.jobs.location.Place`), which
+has no atomic rename: there the parts are moved into place, then ``_SUCCESS`` is written
+last (:func:`commit_results`).
+
+A result directory holds only its part files and the empty ``_SUCCESS``: Polars refuses a
+directory holding any other non-empty file, and reads any ``.parquet`` below it as data. The
+run's manifest and its quarantined lines live in the *run record*, a sibling of the dataset
+root (:func:`record_dir`): ``ROOT.run/manifest.json`` (``ROOT.run/dt=YYYY-MM-DD/manifest.json``
+for a partition), written before the result appears; :func:`read_manifest` finds it.
+
+Two layouts (config ``output.partition``):
+
+- ``"none"``: ``--out DIR`` is the result: ``DIR/part-00000.parquet``.
+- ``"dt"``: ``--out ROOT`` is a Hive-partitioned dataset root and each run
+  writes ``ROOT/dt=YYYY-MM-DD/part-00000.parquet``; DuckDB, Polars and Spark read ``dt``
+  as a date, pyarrow and pandas as strings unless given :data:`DT_PARTITIONING`.
+
+The Parquet files are zstd-compressed, hold rows in query order then rank, with
+row groups of whole queries, and carry the run in their schema metadata
+(``settopk.run_id``, ``settopk.k``, ``settopk.score``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import re
+import uuid
+from typing import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from settopk.kernels import DEFAULT_SCORE, TopK, score_definition, score_value
+from settopk.shards import storage
+
+from .location import Place
+
+__all__ = [
+    "RESULT_SCHEMA",
+    "DT_PARTITIONING",
+    "ROW_GROUP_ROWS",
+    "OutputExistsError",
+    "check_output_dir",
+    "check_dataset_root",
+    "partition_dir",
+    "open_results",
+    "results_table",
+    "write_results",
+    "write_tsv",
+    "part_name",
+    "write_part",
+    "PartWriter",
+    "commit_results",
+    "work_dir",
+    "REJECTED_SCHEMA",
+    "record_dir",
+    "manifest_path",
+    "rejected_path",
+    "read_manifest",
+    "rejected_paths",
+]
+
+RESULT_SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("rank", pa.int16(), nullable=False),
+        pa.field("doc_id", pa.int64(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("overlap", pa.int16(), nullable=False),
+        pa.field("query_len", pa.int16(), nullable=False),
+        pa.field("doc_len", pa.int16(), nullable=False),
+    ],
+    metadata={
+        b"settopk.score": score_definition(DEFAULT_SCORE).encode(),
+        b"settopk.schema_version": b"1",
+    },
+)
+"""Schema of the result dataset: one row per (query, rank), rank 1 is best.
+
+Signed integer types only (unsigned Parquet integers need Spark >= 3.2). Each
+written file adds ``settopk.run_id`` and ``settopk.k`` to this metadata, and
+replaces ``settopk.score`` (the default score's name and definition) with the
+run's (:func:`settopk.kernels.score_definition`)."""
+
+PARTITION_KEY = "dt"
+DT_PARTITIONING = ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), flavor="hive")
+"""Hive partitioning of a nightly dataset root, with ``dt`` pinned to ``date32``
+(pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date)."""
+
+ROW_GROUP_ROWS = 131_072
+"""Default target rows per row group (config ``output.row_group_rows``)."""
+
+SUCCESS = "_SUCCESS"  # empty: Polars skips empty files in a directory scan, and fails on others
+RECORD_SUFFIX = ".run"  # the run record of ROOT is ROOT.run, beside it
+MANIFEST = "manifest.json"
+REJECTED = "rejected.parquet"
+_PART_TEMPLATE = "part-{i}.parquet"
+
+REJECTED_SCHEMA = pa.schema(
+    [
+        pa.field("input", pa.string(), nullable=False),  # "docs" or "queries"
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("line", pa.int64()),  # 1-based, text inputs
+        pa.field("row", pa.int64()),  # 0-based within the file, Parquet inputs
+        pa.field("reason", pa.string(), nullable=False),
+    ]
+)
+"""Schema of the run record's ``rejected.parquet`` (:func:`rejected_path`): the input lines and
+rows set aside under ``on_invalid: quarantine``, with why."""
+# Dictionaries only where they pay (measured on 10 M rows of k = 100): doc ids are nearly all
+# distinct within a row group, and query_id, rank and query_len come in runs (each query's k rows),
+# which zstd packs smaller and faster without one; score, overlap and doc_len keep theirs.
+_DICTIONARY_COLUMNS = ["score", "overlap", "doc_len"]
+_PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
+_PART_NAME = re.compile(r"part-\d{5,}\.parquet")
+
+
+class OutputExistsError(FileExistsError):
+    """The output directory exists and is not a finished result of this job."""
+
+
+def check_output_dir(out_dir, force: bool) -> bool:
+    """Decide, before any work starts, whether the job may write ``out_dir`` (a path or URI).
+
+    Returns
+    -------
+    bool
+        True if ``out_dir`` already holds a finished result (``_SUCCESS``) and
+        ``force`` is false: the run is a no-op.
+
+    Raises
+    ------
+    OutputExistsError
+        If ``out_dir`` exists without ``_SUCCESS`` (not written by this job, or a
+        different tool's directory), or is a file. On a store, a prefix holding only part
+        files (a commit that was cut off) is taken back.
+    """
+    out = Place.of(out_dir)
+    _refuse_a_record(out)
+    kind = out.kind()
+    if kind == pafs.FileType.NotFound:
+        if out.local and out.parent.is_file():
+            raise OutputExistsError(f"{out}: {out.parent} is a file, not a directory; choose another --out")
+        return False
+    if kind == pafs.FileType.Directory:
+        if (out / SUCCESS).is_file():
+            return not force
+        names = [e.base_name for e in out.children()]
+        if not names or (not out.renames and all(_PART_NAME.fullmatch(n) for n in names)):
+            return False
+    raise OutputExistsError(
+        f"{out}: exists and is not a finished settopk result (no {SUCCESS}); "
+        "choose another --out or remove it"
+    )
+
+
+def check_dataset_root(root) -> None:
+    """Check that ``root`` (a path or URI) can hold ``dt=YYYY-MM-DD`` partitions, before any work starts.
+
+    Raises
+    ------
+    OutputExistsError
+        If ``root`` is a file, or a directory holding anything other than
+        ``dt=YYYY-MM-DD`` partitions and hidden (``.``/``_``) entries, for example
+        an unpartitioned result: readers of the root would then mix the two.
+    """
+    root = Place.of(root)
+    _refuse_a_record(root)
+    kind = root.kind()
+    if kind == pafs.FileType.NotFound:
+        if root.local and root.parent.is_file():
+            raise OutputExistsError(f"{root}: {root.parent} is a file, not a directory; choose another --out")
+        return
+    if kind != pafs.FileType.Directory:
+        raise OutputExistsError(f"{root}: is a file; --out of a partitioned config must be a dataset root directory")
+    strays = sorted(
+        e.base_name for e in root.children()
+        if not e.base_name.startswith((".", "_"))
+        and not (e.type == pafs.FileType.Directory and _PARTITION_NAME.fullmatch(e.base_name))
+    )
+    if strays:
+        raise OutputExistsError(
+            f"{root}: expected a dataset root holding only dt=YYYY-MM-DD partitions, found {strays[:3]}; "
+            "choose another --out for the partitioned (nightly) dataset"
+        )
+
+
+def _refuse_a_record(place: Place) -> None:
+    """Refuse an output that is the run record of a result beside it (``X.run`` next to ``X``)."""
+    if place.name.endswith(RECORD_SUFFIX):
+        result = place.sibling(place.name[: -len(RECORD_SUFFIX)])
+        if result.kind() == pafs.FileType.Directory:
+            raise OutputExistsError(
+                f"{place}: expected a result path, found the run record (manifest) of {result}; choose another --out"
+            )
+
+
+def _record(out: Place, root: Place) -> Place:
+    record = root.sibling(root.name + RECORD_SUFFIX)
+    return record if out.path == root.path else record / out.relative_to(root)
+
+
+def _places(out_dir, dataset_root) -> tuple[Place, Place]:
+    """The result and its dataset root; by default the root is ``out_dir`` itself, or its parent
+    where ``out_dir`` is named ``dt=YYYY-MM-DD`` (a partition)."""
+    out = Place.of(out_dir)
+    if dataset_root is not None:
+        return out, Place.of(dataset_root)
+    return out, (out.parent if _PARTITION_NAME.fullmatch(out.name) else out)
+
+
+def record_dir(out_dir, dataset_root=None):
+    """The run record of the result at ``out_dir``: where its manifest and quarantined lines live.
+
+    A sibling of the dataset root, mirroring the result's place in it: ``ROOT.run`` for a result
+    directory ``ROOT``, ``ROOT.run/dt=YYYY-MM-DD`` for a partition. Outside the root, so no
+    reader of the results ever sees it.
+
+    Parameters
+    ----------
+    out_dir : path or str
+        The result directory, a local path or a URI.
+    dataset_root : path or str, optional
+        Its dataset root. By default ``out_dir`` itself, or its parent where ``out_dir`` is named
+        ``dt=YYYY-MM-DD`` (a partition).
+
+    Returns
+    -------
+    pathlib.Path or str
+        A path (symbolic links resolved, as the commit writes it) or a URI.
+    """
+    return _record(*_places(out_dir, dataset_root)).shown
+
+
+def manifest_path(out_dir, dataset_root=None):
+    """The manifest of the result at ``out_dir``: ``manifest.json`` in its :func:`record_dir`."""
+    return (_record(*_places(out_dir, dataset_root)) / MANIFEST).shown
+
+
+def rejected_path(out_dir, dataset_root=None):
+    """The quarantined input lines of the result at ``out_dir``: ``rejected.parquet`` in its
+    :func:`record_dir` (present only for a run under ``on_invalid: quarantine``)."""
+    return (_record(*_places(out_dir, dataset_root)) / REJECTED).shown
+
+
+def read_manifest(out_dir, dataset_root=None) -> dict:
+    """The manifest of the finished result at ``out_dir``, a path or URI (see :func:`record_dir`
+    for ``dataset_root``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``out_dir`` holds no finished result (no ``_SUCCESS``), or its manifest is missing.
+    ValueError
+        If the manifest is not JSON.
+    """
+    out, root = _places(out_dir, dataset_root)
+    if not (out / SUCCESS).is_file():
+        raise FileNotFoundError(f"{out}: expected a finished settopk result, found no {SUCCESS}")
+    return json.loads((_record(out, root) / MANIFEST).read_bytes())
+
+
+def partition_dir(root, day):
+    """The Hive partition of ``day`` (a ``datetime.date``) under ``root``: ``root/dt=YYYY-MM-DD``
+    (a :class:`pathlib.Path`, or a URI for a URI ``root``)."""
+    name = f"{PARTITION_KEY}={day.isoformat()}"
+    return storage.join(root, name) if storage.is_uri(root) else pathlib.Path(root) / name
+
+
+def open_results(path) -> ds.Dataset:
+    """Open a result directory or a nightly dataset root (a path or URI) as a ``pyarrow.dataset.Dataset``.
+
+    A root of ``dt=YYYY-MM-DD`` partitions gets a ``dt`` column of type ``date32``;
+    ``_SUCCESS`` and hidden entries are skipped.
+    """
+    place = Place.of(path)
+    partitioned = any(_PARTITION_NAME.fullmatch(e.base_name) for e in place.children())
+    return ds.dataset(place.path, filesystem=place.fs, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
+
+
+def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK, score: str = DEFAULT_SCORE) -> pa.Table:
+    """Rows of the result dataset for a batch of queries, in query order then rank.
+
+    Parameters
+    ----------
+    query_ids : sequence of str, length n_queries
+    query_len : numpy.ndarray of int, shape (n_queries,)
+    topk : TopK
+        Shape ``(n_queries, k)``, host memory; ``-1`` padding is dropped.
+    score : str
+        The score ``topk`` is ranked by (one of :data:`settopk.kernels.SCORES`); its float64
+        value (:func:`settopk.kernels.score_value`) fills the ``score`` column.
+
+    Returns
+    -------
+    pyarrow.Table
+        With schema :data:`RESULT_SCHEMA`.
+
+    Raises
+    ------
+    ValueError
+        If ``score`` is unknown.
+    """
+    n_queries, k = topk.doc_ids.shape
+    query_len = np.asarray(query_len, dtype=np.int16)
+    valid = topk.doc_ids >= 0
+    if valid.all():  # the common case (n_docs >= k): every row full, no mask copies
+        rows_q = np.repeat(np.arange(n_queries, dtype=np.int32), k)
+        rank = np.tile(np.arange(1, k + 1, dtype=np.int16), n_queries)
+        doc_ids, overlap, doc_len = (a.reshape(-1) for a in topk)
+        qlen = np.repeat(query_len, k)
+    else:
+        rows_q, rows_r = np.nonzero(valid)
+        rows_q = rows_q.astype(np.int32)
+        rank = (rows_r + 1).astype(np.int16)
+        doc_ids, overlap, doc_len = (a[valid] for a in topk)
+        qlen = query_len[rows_q]
+    ids = pa.array(list(query_ids), pa.string())
+    columns = [
+        ids.take(pa.array(rows_q)) if len(ids) else pa.array([], pa.string()),
+        pa.array(rank),
+        pa.array(doc_ids.astype(np.int64, copy=False)),
+        pa.array(score_value(overlap, qlen, doc_len, score)),
+        pa.array(overlap.astype(np.int16, copy=False)),
+        pa.array(qlen),
+        pa.array(doc_len.astype(np.int16, copy=False)),
+    ]
+    return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
+
+
+def write_results(
+    out_dir: str | os.PathLike,
+    table: pa.Table,
+    manifest: dict,
+    *,
+    dataset_root: str | os.PathLike | None = None,
+    metadata: Mapping[str, str] | None = None,
+    row_group_rows: int = ROW_GROUP_ROWS,
+) -> pathlib.Path:
+    """Write ``table`` as a Parquet dataset at ``out_dir``, atomically.
+
+    The directory holds ``part-00000.parquet`` (zstd) and ``_SUCCESS``; the manifest goes
+    to its run record (:func:`manifest_path`). It appears in one rename; an existing finished
+    result at ``out_dir`` is replaced only after the new one is complete.
+
+    Parameters
+    ----------
+    out_dir : path
+        The result directory (for a nightly run, the partition ``ROOT/dt=...``).
+    table : pyarrow.Table
+        Rows with :data:`RESULT_SCHEMA`, in query order then rank (kept as given).
+    manifest : dict
+        Written as the run record's ``manifest.json``.
+    dataset_root : path, optional
+        The root that readers scan: by default ``out_dir`` itself, or its parent where
+        ``out_dir`` is named ``dt=YYYY-MM-DD`` (a partition). Staging happens beside it,
+        never inside it, so a scan of the root never sees a partial write.
+    metadata : mapping of str to str, optional
+        Extra Parquet schema metadata; keys must start with ``settopk.``.
+    row_group_rows : int
+        Target rows per row group, rounded down to whole queries (rows per query =
+        the largest ``rank``), so every group but the last has the same size.
+
+    Returns
+    -------
+    pathlib.Path
+        The absolute result directory.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
+        namespaced, or ``out_dir`` is not inside ``dataset_root``.
+    """
+    out, root = _out_and_root(out_dir, dataset_root)
+    stage = root.sibling(f".{root.name}.staging-{uuid.uuid4().hex}")
+    stage.make_dirs()
+    try:
+        write_part(stage, 0, table, metadata=metadata, row_group_rows=row_group_rows)
+        return commit_results(stage, out, manifest, dataset_root=root)
+    finally:
+        stage.delete_tree()
+
+
+def _out_and_root(out_dir, dataset_root) -> tuple[Place, Place]:
+    """:func:`_places`, checked: the result must lie inside the root, since staging, work and
+    replaced directories go beside the root and nothing is written elsewhere."""
+    out, root = _places(out_dir, dataset_root)
+    if root.fs != out.fs or not root.contains(out):
+        raise ValueError(f"{out} is not inside the dataset root {root}")
+    if not out.local and "/" not in root.path.strip("/"):
+        raise ValueError(f"{root}: expected a prefix inside a bucket (s3://BUCKET/results), found a bucket; "
+                         "the run writes its work and run record beside the dataset root")
+    return out, root
+
+
+def part_name(index: int) -> str:
+    """File name of result part ``index``: ``part-00000.parquet``, ``part-00001.parquet``, ..."""
+    return _PART_TEMPLATE.format(i=f"{index:05d}")
+
+
+def work_dir(out_dir, dataset_root=None):
+    """The directory (or store prefix) where a run's parts accumulate before the commit: beside
+    the dataset root (never inside it, so scans of the root never see it), named after
+    ``out_dir`` so a rerun of the same target finds the parts an interrupted run committed.
+
+    Returns
+    -------
+    pathlib.Path or str
+        A path, or a URI for a URI ``out_dir``.
+    """
+    out, root = _out_and_root(out_dir, dataset_root)
+    name = str(out.shown) if out.local else ":".join(storage.location(out.uri))
+    tag = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return root.sibling(f".{root.name}.work-{tag}").shown
+
+
+class PartWriter:
+    """Writes result part ``index`` into ``directory`` table by table, atomically.
+
+    Rows go to a temporary file as they come, in row groups of whole queries
+    (``row_group_rows`` rounded down to the rows per query, the largest ``rank``
+    of the first rows written), every group full but the last; :meth:`close`
+    moves the file into place (a rename on a local disk, a server-side copy on a store).
+    A merge task writes a chunk's batches as their searches end, so only the last batch
+    is written after the chunk's search.
+
+    Parameters
+    ----------
+    directory : path or str
+        A staging or work directory (not yet visible to readers): a local path or a URI.
+    index : int
+        Part number; the file is :func:`part_name` ``(index)``.
+    metadata : mapping of str to str, optional
+        Extra Parquet schema metadata; keys must start with ``settopk.``.
+    row_group_rows : int
+        Target rows per row group.
+
+    Raises
+    ------
+    ValueError
+        If a metadata key is not namespaced, or ``row_group_rows < 1``.
+    """
+
+    def __init__(self, directory, index: int, *, metadata: Mapping[str, str] | None = None,
+                 row_group_rows: int = ROW_GROUP_ROWS):
+        extra = dict(metadata or {})
+        bad = sorted(key for key in extra if not key.startswith("settopk."))
+        if bad:
+            raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
+        if row_group_rows < 1:
+            raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
+        where = Place.of(directory)
+        self.final = where / part_name(index)
+        self.tmp = where / f".tmp-{uuid.uuid4().hex}.parquet"
+        file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
+        self._schema = RESULT_SCHEMA.with_metadata(file_metadata)
+        self._writer = pq.ParquetWriter(self.tmp.path, self._schema, filesystem=self.tmp.fs, compression="zstd",
+                                        use_dictionary=_DICTIONARY_COLUMNS)
+        self._row_group_rows = row_group_rows
+        self._group = 0  # rows per group, fixed by the first rows written
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Append rows with :data:`RESULT_SCHEMA`, in query order then rank, after those written.
+
+        Raises
+        ------
+        ValueError
+            If ``table`` does not have :data:`RESULT_SCHEMA`.
+        """
+        if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
+            raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
+        if table.num_rows == 0:
+            return
+        if not self._group:
+            rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
+            self._group = max(1, self._row_group_rows // rows_per_query) * rows_per_query
+        self._pending.append(table.replace_schema_metadata(self._schema.metadata))
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= self._group:
+            self._flush(self._pending_rows - self._pending_rows % self._group)
+
+    def _flush(self, n_rows: int) -> None:
+        rows = pa.concat_tables(self._pending)
+        self._writer.write_table(rows.slice(0, n_rows), row_group_size=self._group)
+        rest = rows.slice(n_rows)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def close(self):
+        """Write the rows still held, close the file and move it into place; returns its path (or URI)."""
+        try:
+            if self._pending_rows:
+                self._flush(self._pending_rows)
+            self._writer.close()
+            self.tmp.move_to(self.final)
+        finally:
+            self.tmp.delete(missing_ok=True)
+        return self.final.shown
+
+    def abort(self) -> None:
+        """Drop the temporary file (after an error); nothing appears under the part's name."""
+        try:
+            self._writer.close()
+        finally:
+            self.tmp.delete(missing_ok=True)
+
+
+def write_part(directory, index: int, table: pa.Table, *, metadata: Mapping[str, str] | None = None,
+               row_group_rows: int = ROW_GROUP_ROWS):
+    """Write result part ``index`` into ``directory`` in one call, atomically (:class:`PartWriter`).
+
+    Parameters
+    ----------
+    directory : path or str
+        A staging or work directory (not yet visible to readers): a local path or a URI.
+    index : int
+        Part number; the file is :func:`part_name` ``(index)``.
+    table : pyarrow.Table
+        Rows with :data:`RESULT_SCHEMA`, in query order then rank (kept as given).
+    metadata : mapping of str to str, optional
+        Extra Parquet schema metadata; keys must start with ``settopk.``.
+    row_group_rows : int
+        Target rows per row group, rounded down to whole queries (rows per query =
+        the largest ``rank``), so every group but the last has the same size.
+
+    Returns
+    -------
+    pathlib.Path or str
+        The part file.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
+        namespaced, or ``row_group_rows < 1``.
+    """
+    writer = PartWriter(directory, index, metadata=metadata, row_group_rows=row_group_rows)
+    try:
+        writer.write(table)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()
+
+
+def _write_rejected(place: Place, table: pa.Table) -> None:
+    """Write the quarantined lines as ``place``, atomically."""
+    if not table.schema.equals(REJECTED_SCHEMA, check_metadata=False):
+        raise ValueError(f"rejected table schema differs from REJECTED_SCHEMA:\n{table.schema}")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    place.write_bytes(sink.getvalue().to_pybytes())
+
+
+def rejected_paths(out_dir, input_name: str, dataset_root=None) -> set[str]:
+    """The files of ``input_name`` (``"docs"`` or ``"queries"``) that the result at ``out_dir``
+    lists as quarantined in its run record (empty if it lists none)."""
+    place = _record(*_places(out_dir, dataset_root)) / REJECTED
+    if not place.is_file():
+        return set()
+    table = pq.read_table(place.path, filesystem=place.fs, columns=["input", "path"]).to_pydict()
+    return {p for name, p in zip(table["input"], table["path"]) if name == input_name}
+
+
+def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejected: pa.Table | None = None):
+    """Make a staged result visible, with its run record.
+
+    The order keeps a manifest from ever describing other data than the ``_SUCCESS`` beside
+    it: a finished result already at ``out_dir`` first leaves view, then the run record is
+    written (each file atomically), then the new result appears with ``_SUCCESS``.
+
+    - On a local disk the old result is renamed away (beside the root) and the staging
+      directory, completed with ``_SUCCESS``, is renamed to ``out_dir`` in one step.
+    - On a store without atomic rename the old ``_SUCCESS`` is deleted first, then the old
+      parts; the new parts are moved (server-side copies) into ``out_dir`` and ``_SUCCESS`` is
+      written last: readers that wait for ``_SUCCESS`` never see a partial result.
+
+    Parameters
+    ----------
+    stage : path or str
+        Directory (or prefix) holding every part; on the same filesystem as ``out_dir``,
+        outside the dataset root.
+    out_dir : path or str
+        The result directory (for a nightly run, the partition ``ROOT/dt=...``).
+    manifest : dict
+        Written as the run record's ``manifest.json`` (:func:`manifest_path`).
+    dataset_root : path or str, optional
+        The root readers scan: by default ``out_dir`` itself, or its parent where ``out_dir``
+        is named ``dt=YYYY-MM-DD`` (a partition); old results are moved beside it, never
+        inside it, while they are replaced.
+    rejected : pyarrow.Table, optional
+        The quarantined lines (:data:`REJECTED_SCHEMA`), written as the run record's
+        ``rejected.parquet``; None (not under quarantine) leaves no such file.
+
+    Returns
+    -------
+    pathlib.Path or str
+        The result directory (resolved), or its URI.
+    """
+    stage = Place.of(stage)
+    out, root = _out_and_root(out_dir, dataset_root)
+    record = _record(out, root)
+    out.parent.make_dirs()
+    record.make_dirs()
+    trash = None
+    if out.renames:
+        (stage / SUCCESS).write_bytes(b"")
+        _fsync_dir(stage)
+        if out.exists():
+            trash = root.sibling(f".{root.name}.replaced-{uuid.uuid4().hex}")
+            out.move_to(trash)
+            _fsync_dir(out.parent)
+    elif out.exists():
+        (out / SUCCESS).delete(missing_ok=True)  # first: readers stop taking it as finished
+        out.delete_tree()
+    if rejected is not None:
+        _write_rejected(record / REJECTED, rejected)
+    else:
+        (record / REJECTED).delete(missing_ok=True)
+    (record / MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    _fsync_dir(record)
+    if out.renames:
+        stage.move_to(out)
+        _fsync_dir(out.parent)
+        if trash is not None:
+            trash.delete_tree()
+    else:
+        for entry in stage.children():
+            if _PART_NAME.fullmatch(entry.base_name):
+                (stage / entry.base_name).move_to(out / entry.base_name)
+        (out / SUCCESS).write_bytes(b"")  # last
+        stage.delete_tree()
+    return out.shown
+
+
+def read_part_doc_ids(directory, index: int, rows_per_query: int) -> np.ndarray:
+    """Doc ids of part ``index`` as an int64 array of shape ``(n_queries_in_part, rows_per_query)``."""
+    part = Place.of(directory) / part_name(index)
+    ids = pq.read_table(part.path, filesystem=part.fs, columns=["doc_id"])["doc_id"].to_numpy()
+    return ids.reshape(-1, max(rows_per_query, 1)) if rows_per_query else np.zeros((0, 0), np.int64)
+
+
+def write_tsv(path, blocks) -> None:
+    """Write the competition's result format, atomically: one line per query in query
+    order, its doc ids tab-separated (``-1`` padding left out).
+
+    Parameters
+    ----------
+    path : path or str
+        The TSV file, a local path or a URI.
+    blocks : iterable of numpy.ndarray of int64, shape (n_queries_in_block, k)
+        Doc ids of consecutive queries (e.g. one :func:`read_part_doc_ids` per part,
+        or ``[topk.doc_ids]``).
+    """
+    final = Place.of(path)
+    tmp = final.sibling(f".{final.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with tmp.fs.open_output_stream(tmp.path) as f:
+            for block in blocks:
+                f.write("".join("\t".join(map(str, row[row >= 0].tolist())) + "\n" for row in block).encode())
+        tmp.move_to(final)
+    finally:
+        tmp.delete(missing_ok=True)
+
+
+def _fsync_dir(place: Place) -> None:
+    """Make a local directory's entries durable (a store has no directories to sync)."""
+    if not place.local:
+        return
+    fd = os.open(place.path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

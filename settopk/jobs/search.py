@@ -1,0 +1,279 @@
+"""The search stage: every query chunk through the shard actors, each chunk's lists to its merge task.
+
+Each batch of queries is searched in two rounds (:mod:`settopk.shards.thresholds`): every shard
+searches its *home* queries (those whose length lies in its range), then the other
+queries with each query's home k-th score as a floor. The actors compute the floors
+themselves from the first round's results, which Ray passes to them directly. A chunk's
+shard lists then go, again directly, to a merge task (:mod:`settopk.jobs.merge_task`) that writes
+the chunk's part, so the driver holds neither the corpus nor the results, and merging
+never stalls the search of the next chunk. The next chunk's first round is sent before
+the driver waits for the current one, so the actors never wait on the driver between chunks.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+
+import numpy as np
+
+from settopk.shards import split_rounds
+
+from .dispatch import gather
+from .merge_task import BatchLayout, merge_and_write_chunk
+
+__all__ = ["prestart_merge_workers", "search_chunks"]
+
+log = logging.getLogger("settopk")
+# Merge tasks alive at once: two per actor for the full-size parts being written (a part is
+# written several times slower than a GPU searches it), and room for the small chunks of the
+# run's end, whose tasks must start as their searches do. Each pins its chunk's shard lists in
+# the object store.
+_MERGE_PER_ACTOR = 2
+_MERGE_TAIL = 8
+# Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
+# counted in queries, so that the small chunks of the run's end (settopk.jobs.chunks.plan_chunks)
+# are sent together and the actors' queue does not run dry between them.
+_CHUNKS_AHEAD = 1
+# Light next to the search; the window bounds how many run. SPREAD: on several nodes the
+# merging and writing use every node's CPUs, not only those of the driver's node.
+_MERGE_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+_PRESTART_HOLD_S = 0.5  # how long a prestart task keeps its worker, so that each starts its own
+
+
+def _merge_window(n_actors: int) -> int:
+    """Merge tasks alive at once at most (those of the chunks being searched included): more
+    actors fill more parts per second. As many workers are started ahead for them
+    (:func:`prestart_merge_workers`): a task beyond them would wait for a new worker process."""
+    return _MERGE_PER_ACTOR * n_actors + _MERGE_TAIL
+
+
+def _hold_worker(seconds: float, until: list) -> None:
+    """Keep this worker busy for ``seconds`` and until the object refs ``until`` are ready (or failed)."""
+    start = time.monotonic()
+    if until:
+        import ray
+
+        ray.wait(until, num_returns=len(until), timeout=None)  # never raises for a failed one
+    time.sleep(max(0.0, seconds - (time.monotonic() - start)))
+
+
+def prestart_merge_workers(n_actors: int, n_chunks: int, until: list = ()) -> list:
+    """Have Ray start the worker processes of the first merge tasks now, while the shards load.
+
+    Ray starts a worker process for each task that finds no idle one, and the process imports
+    this package before the task runs: about 0.7 s on a 16-core node (measured in the host-path
+    benchmark, where the first wave of merge tasks waited that long behind a fast search). Each
+    of the ``min(window, n_chunks)`` tasks started here holds its worker for at least half a
+    second, so that they take distinct workers, and until the refs ``until`` (the shards'
+    load) are ready: Ray stops the workers that idle for a second beyond its soft limit (about
+    a worker per CPU), and a load of several seconds lost them (a quick start with
+    ``routing: auto``: search phase 0.87 s where it took 0.27 s with the workers kept).
+
+    Parameters
+    ----------
+    n_actors, n_chunks : int
+        The shard actors and the chunks still to search: they size the window.
+    until : sequence of ray.ObjectRef
+        Refs the held workers wait for (the job passes each actor's ``info()``, answered once
+        its shard is loaded); a failed one ends the wait too.
+
+    Returns
+    -------
+    list of ray.ObjectRef
+        Nothing depends on them; the caller may drop them.
+    """
+    import ray
+
+    hold = ray.remote(**_MERGE_OPTIONS)(_hold_worker)
+    until = list(until)
+    return [hold.remote(_PRESTART_HOLD_S, until) for _ in range(min(_merge_window(n_actors), n_chunks))]
+
+
+def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes: list):
+    """Send one search; keep its TopK reference under ``key`` and return the receipt reference."""
+    receipt, topk = actor.search_with_receipt.options(num_returns=2).remote(batch, k, rows, *extra, *homes)
+    results[key] = topk
+    return receipt
+
+
+class _ChunkSearch:
+    """One chunk's searches: its first round is sent on creation, :meth:`wait` waits for both rounds.
+
+    The driver creates the next chunk's search before it waits for this one's, so the
+    actors always have a chunk queued while the driver reads queries. Each call returns
+    a small receipt (waited on) and its TopK (left in the object store for the second
+    round and the merge task). Where the chunk has one round (no threshold exchange),
+    its merge task starts with the first round too and writes each batch as its search
+    ends; if a call had to be sent again, that task is cancelled and a new one takes the
+    results that succeeded (a retried call stores its new TopK in ``results``).
+    """
+
+    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_merge, first_batch: int = 0):
+        import ray
+
+        self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
+        self.start_merge = start_merge
+        self.query_len = chunk_sets.lengths
+        self.replicas = len(actors) // len(plan)
+        self.first_batch = first_batch  # batches of the run before this chunk: replicas take turns across chunks
+        self.layouts = []
+        size = min(cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // self.replicas))
+        for lo in range(0, chunk.hi - chunk.lo, size):
+            hi = min(lo + size, chunk.hi - chunk.lo)
+            batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
+            first, second = split_rounds(plan, self.query_len[lo:hi]) if exchange else (
+                [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
+            self.layouts.append((lo, hi, batch, first, second))
+        self.what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
+        self.results: dict[tuple[int, int, int], object] = {}
+        self.entries: list = []
+        self.first_calls = self._calls(0)
+        self.first_refs = [call(actors[i]) for i, call in self.first_calls]
+        one_round = not any(len(rows) for *_, second in self.layouts for rows in second)
+        self.early = self._start_merge() if one_round else None  # (task, the results it was given)
+
+    def _calls(self, round_index: int) -> list:
+        """``(actor index, call)`` pairs of one round; records each call's (batch, shard, rows, key)."""
+        n_shards, cfg, calls = len(self.plan), self.cfg, []
+        for b, (lo, hi, batch, first, second) in enumerate(self.layouts):
+            home_keys = [(0, b, s) for s, rows in enumerate(first) if len(rows)]
+            for s, rows in enumerate(first if round_index == 0 else second):
+                if not len(rows):
+                    continue
+                key = (round_index, b, s)
+                extra = () if round_index == 0 else ([first[j] for _, _, j in home_keys],)
+                homes = [] if round_index == 0 else home_keys
+                # The call binds the results dict, not self: no reference cycle keeps a finished
+                # chunk (and the result references it pins) alive until the cyclic GC runs.
+                calls.append(((self.first_batch + b) % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes, results=self.results: _search(
+                    a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
+                self.entries.append((b, s, rows, key))
+        return calls
+
+    def _start_merge(self):
+        """Start the merge task on the current results: ``(task reference, result references)``."""
+        batch_layouts, refs = [], []
+        for b, (lo, hi, *_rest) in enumerate(self.layouts):
+            mine = [e for e in self.entries if e[0] == b]
+            batch_layouts.append(BatchLayout(lo, hi, tuple((s, rows) for _, s, rows, _ in mine)))
+            refs += [self.results[key] for *_, key in mine]
+        return self.start_merge(self.chunk, self.query_ids, self.query_len, batch_layouts, refs), refs
+
+    def wait(self, infos):
+        """Wait for both rounds (retrying failed calls); returns the reference of the merge task
+        that writes the chunk's part."""
+        import ray
+
+        f = self.cfg.faults
+        if self.first_calls:
+            gather(self.actors, infos, self.first_calls, f"{self.what} (round 1)", f.search_timeout_s,
+                   f.search_attempts, f.retry_backoff_s, submitted=self.first_refs)
+        second = self._calls(1)
+        if second:
+            gather(self.actors, infos, second, f"{self.what} (round 2)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
+        if self.early is not None:
+            task, refs = self.early
+            if refs == [self.results[key] for *_, key in self.entries]:
+                return task
+            ray.cancel(task)  # it waits on a result that was replaced; its temporary file is dropped
+            ray.wait([task], timeout=self.cfg.faults.search_timeout_s)
+        return self._start_merge()[0]
+
+
+def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
+    """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
+
+    The actors search chunk ``c + 1`` while the driver waits for chunk ``c`` and starts
+    its merge task, so they never wait on the driver between chunks. At most
+    :func:`_merge_window` merge tasks are alive at once, the workers started ahead for them.
+
+    Parameters
+    ----------
+    actors : list of ActorHandle
+        ``replicas`` per shard of ``plan``, as :func:`settopk.jobs.shard_pool.start_shards` returns
+        them. The run's batch ``b`` (counted across chunks, so no replica gets a chunk's odd
+        batch every time) goes to replica ``b % replicas`` of every shard; with replicas,
+        chunks are cut into at least ``replicas`` batches so that every replica has work.
+    infos : list of dict
+        The actors' ``info()``, for messages.
+    plan : list of ShardSpec
+    chunks : iterable of (settopk.jobs.chunks.Chunk, list of str, SetBatch)
+        The chunks still to compute, with their query ids and queries (read one chunk at a
+        time, :meth:`settopk.shards.inputs.QueryStream.chunks`).
+    cfg : settopk.configs.JobConfig
+        ``cfg.k`` is what each shard searches per query: for a self-join without the own
+        doc the job passes ``k + 1``, and the merge tasks drop each query's own doc.
+    backend : str
+        Decides ``threshold_exchange: auto`` (on for the CPU backends, off for cupy).
+    work : pathlib.Path
+        The run's work directory.
+    metadata : dict
+        Parquet footer metadata of every part.
+    bar : progress bar, optional
+        Advanced by each chunk's queries when its part is written.
+
+    Returns
+    -------
+    dict
+        ``merge_s`` and ``write_s`` summed over the merge tasks (seconds, overlapped with the search);
+        ``read_queries_s`` and ``send_s``: the driver's time waiting for the query chunks (read
+        ahead in a thread, :class:`settopk.jobs.chunks.ReadAhead`), and cutting them into batches and
+        sending them (seconds).
+    """
+    import ray
+
+    exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend != "cupy"
+    merge = ray.remote(**_MERGE_OPTIONS)(merge_and_write_chunk)
+    window = _merge_window(len(actors))
+    in_flight: list[tuple[object, int]] = []
+    totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}
+
+    def settle(limit: int) -> None:
+        while len(in_flight) > limit:
+            ref, n = in_flight.pop(0)
+            out = ray.get(ref)
+            totals["merge_s"] += out["merge_s"]
+            totals["write_s"] += out["write_s"]
+            if bar is not None:
+                bar.update(n)
+
+    searching: collections.deque[_ChunkSearch] = collections.deque()
+
+    def start_merge(chunk, query_ids, query_len, layouts, refs):
+        # The references travel inside a list, so the task starts before the searches end.
+        return merge.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
+                            layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score,
+                            exclude_self=cfg.self_join and not cfg.include_self)
+
+    def wait_oldest() -> None:
+        search = searching.popleft()
+        in_flight.append((search.wait(infos), search.chunk.hi - search.chunk.lo))
+
+    def make_room() -> None:
+        # A chunk's merge task starts with its search: keep the tasks alive within the window.
+        while len(in_flight) + len(searching) >= window:
+            if in_flight:
+                settle(len(in_flight) - 1)
+            else:
+                wait_oldest()
+
+    stream, batches = iter(chunks), 0
+    while True:
+        start = time.perf_counter()
+        item = next(stream, None)
+        totals["read_queries_s"] += time.perf_counter() - start
+        if item is None:
+            break
+        make_room()
+        start = time.perf_counter()
+        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches))
+        batches += len(searching[-1].layouts)
+        totals["send_s"] += time.perf_counter() - start
+        if sum(c.chunk.hi - c.chunk.lo for c in list(searching)[1:]) >= _CHUNKS_AHEAD * cfg.query_chunk_size:
+            wait_oldest()
+    while searching:
+        wait_oldest()
+    settle(0)
+    return totals

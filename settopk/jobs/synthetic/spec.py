@@ -1,0 +1,168 @@
+"""What a synthetic corpus is: its spec, the generator version and the STI2 length histogram."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["GENERATOR_VERSION", "STI2_N_DOCS", "SyntheticSpec", "draw_lengths", "length_histogram"]
+
+#: Bump whenever a change alters the output for an unchanged spec: it is part of the
+#: cache key, so stale cached corpora are never reused.
+GENERATOR_VERSION = 1
+
+#: Number of docs of the STI2 competition corpus (the histogram's total).
+STI2_N_DOCS = 7_853_052
+
+HISTOGRAM_RESOURCE = "sti2_doc_length_histogram.csv"
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """What to generate; the output is a pure function of these fields.
+
+    Attributes
+    ----------
+    n_docs : int
+        Number of docs, ``>= 1``. With :data:`STI2_N_DOCS` the doc lengths are
+        exactly the histogram's (shuffled); otherwise they are drawn from it.
+    n_queries : int
+        Number of queries, ``>= 0``.
+    seed : int
+        Seed of every random stream, ``>= 0``.
+    vocab_size : int
+        Token ids lie in ``[0, vocab_size)``; ``max_len <= vocab_size <= 65536``.
+    id_dist : str
+        ``"zipf"``: ``p(rank r) ∝ 1 / r**zipf_s``, ranks mapped to ids through a
+        seeded permutation; ``"uniform"``: every id equally likely.
+    zipf_s : float
+        Zipf exponent, in ``[0, 10]`` (ignored by ``"uniform"``).
+    near_duplicate_fraction : float
+        Share of queries, in ``[0, 1]``, made by perturbing a random non-empty doc.
+    max_len : int
+        Most ids in a set, in ``[1, 65536]``; the histogram is cut at ``max_len``
+        (and renormalised) when it is below 128.
+
+    Raises
+    ------
+    ValueError
+        If a field is out of range.
+    """
+
+    n_docs: int
+    n_queries: int
+    seed: int = 0
+    vocab_size: int = 50001
+    id_dist: str = "zipf"
+    zipf_s: float = 1.0
+    near_duplicate_fraction: float = 0.5
+    max_len: int = 128
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.n_docs < 1:
+            problems.append(f"n_docs must be >= 1, found {self.n_docs}")
+        if self.n_queries < 0:
+            problems.append(f"n_queries must be >= 0, found {self.n_queries}")
+        if self.seed < 0:
+            problems.append(f"seed must be >= 0, found {self.seed}")
+        if self.id_dist not in ("zipf", "uniform"):
+            problems.append(f"id_dist must be 'zipf' or 'uniform', found {self.id_dist!r}")
+        if not 0.0 <= self.zipf_s <= 10.0:
+            problems.append(f"zipf_s must be in [0, 10], found {self.zipf_s}")
+        if not 0.0 <= self.near_duplicate_fraction <= 1.0:
+            problems.append(f"near_duplicate_fraction must be in [0, 1], found {self.near_duplicate_fraction}")
+        if not 1 <= self.max_len <= 65536:
+            problems.append(f"max_len must be in [1, 65536], found {self.max_len}")
+        if not self.max_len <= self.vocab_size <= 65536:
+            problems.append(f"vocab_size must be in [max_len, 65536] = [{self.max_len}, 65536], found {self.vocab_size}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def n_near_duplicates(self) -> int:
+        """Number of near-duplicate queries (the first ones)."""
+        return int(round(self.n_queries * self.near_duplicate_fraction))
+
+
+@functools.lru_cache(maxsize=1)
+def _histogram_cached() -> np.ndarray:
+    # `configs` and `jobs` are sibling packages (in a checkout and when installed);
+    # reading the file directly avoids importing `configs` (and its YAML deps).
+    sibling = Path(__file__).resolve().parents[2] / "configs" / HISTOGRAM_RESOURCE
+    if sibling.is_file():
+        text = sibling.read_text()
+    else:
+        text = resources.files("configs").joinpath(HISTOGRAM_RESOURCE).read_text()
+    lengths, counts = [], []
+    for row in csv.reader(io.StringIO(text)):
+        if not row or not row[0].strip():
+            continue
+        try:
+            length, count = int(row[0]), int(row[1])
+        except ValueError:
+            continue  # a header line such as "length,count"
+        lengths.append(length)
+        counts.append(count)
+    if not lengths or min(lengths) < 0 or min(counts) < 0 or len(set(lengths)) != len(lengths):
+        raise ValueError(f"settopk/configs/{HISTOGRAM_RESOURCE}: expected distinct 'length,count' rows of non-negative ints")
+    hist = np.zeros(max(lengths) + 1, dtype=np.int64)
+    hist[lengths] = counts
+    hist.setflags(write=False)
+    return hist
+
+
+def length_histogram() -> np.ndarray:
+    """STI2 doc length histogram.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (129,)
+        ``hist[l]`` is the number of STI2 docs with ``l`` distinct ids; it sums to
+        :data:`STI2_N_DOCS`. A fresh, writable copy.
+
+    Raises
+    ------
+    ValueError
+        If ``settopk/configs/sti2_doc_length_histogram.csv`` has malformed rows.
+    """
+    return _histogram_cached().copy()
+
+
+def _length_probabilities(max_len: int) -> np.ndarray:
+    hist = _histogram_cached()[: max_len + 1].astype(np.float64)
+    return hist / hist.sum()
+
+
+def draw_lengths(rng: np.random.Generator, n: int, max_len: int) -> np.ndarray:
+    """Lengths of ``n`` sets shaped like the STI2 docs.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The stream the lengths are drawn from (a shuffle or ``rng.choice``).
+    n : int
+        Number of sets.
+    max_len : int
+        Longest length; the histogram is cut there and renormalised.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The exact STI2 multiset of lengths in a seeded order when ``n`` is the
+        histogram's total and ``max_len`` covers it; else i.i.d. draws from it.
+    """
+    hist = _histogram_cached()
+    if n == hist.sum() and len(hist) - 1 <= max_len:
+        # The exact STI2 multiset of lengths, in a seeded order.
+        lengths = np.repeat(np.arange(len(hist), dtype=np.int64), hist)
+        rng.shuffle(lengths)
+        return lengths
+    p = _length_probabilities(max_len)
+    return rng.choice(len(p), size=n, p=p).astype(np.int64)

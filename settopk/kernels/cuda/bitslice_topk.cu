@@ -1,0 +1,496 @@
+// Exact top-k set-similarity search with bit-sliced counters: the CUDA half of
+// settopk/kernels/cuda/index.py, which drives it (settopk/kernels/cuda/modules.py compiles it
+// with NVRTC). The scores, least overlaps and the candidate encoding are in
+// common.cuh, shared with postings_topk.cu.
+//
+// Doc layout (built by build_layout):
+//   * Docs are sorted by (length, position) into "slots"; slot_len[s] and
+//     slot_pos[s] give each slot's length and original position (position
+//     order is doc id order). Lengths ascend with the slot.
+//   * Slots come in chunks of 32 (one warp). A chunk stores
+//     ceil(longest length in the chunk / 8) groups of 8 uint16 ids; group g of
+//     slot s is the uint4 at chunk_start[s / 32] + 32 * g + s % 32, so the 32
+//     lanes of a warp load 512 contiguous bytes. Since lengths are sorted, a
+//     chunk wastes almost nothing on padding (padding ids are 0 and masked).
+//     A doc's ids are stored in a bank-spreading order (build_layout).
+//
+// Counting (count_emit), "positional population count" (Klarqvist, Mula,
+// Lemire, 2021) over a vocabulary lookup table:
+//   * A block serves one group of 32 queries (16 when the table would not fit
+//     in shared memory as 32-bit words). Its table holds one word per token id
+//     whose bit j says whether query j holds that id, so a doc token costs one
+//     shared-memory load for all the group's queries.
+//   * A thread scores one doc at a time. Its 32 overlaps are kept bit-sliced:
+//     bit j of plane b is bit b of query j's overlap. Words are added with
+//     carry-save adders in the Harley-Seal pattern (Mula, Kurz, Lemire, 2018):
+//     8 words cost 7 adders (2 three-input logic ops each, LOP3) and one
+//     ripple into the high planes, instead of 8 x 32 popcounts.
+//
+// Fused thresholds (no score matrix is ever written):
+//   * Each query q has a bound, a (key T, position P) pair (key descending,
+//     position ascending). A doc belongs to the candidates when (key > T) or
+//     (key == T and position <= P). The bound starts at (-1, -1), every doc,
+//     or with a score floor F at (F, 2**31 - 1), exactly the docs with
+//     key >= F; it only moves to the k-th best of candidates already emitted,
+//     so it is never better than the true k-th best of those eligible docs
+//     (see settopk/kernels/cuda/index.py).
+//   * key > T and key >= T are turned into least overlaps per doc length by the
+//     host-side math of kernels.min_overlap_above (need_overlap, common.cuh); the
+//     block stores them bit-sliced per length and compares all 32 counters with
+//     16 LOP3s (a bit-sliced borrow chain).
+//   * The same tables give the size filter: a (query, length) pair whose least
+//     overlap exceeds min(|q|, length) can never qualify; a tile of docs whose
+//     lengths are all out of reach for the whole group is skipped before the
+//     table is even built, and a warp whose docs are all out of reach skips
+//     them.
+//   * Candidates go to per-query buffers; a counter per query counts every
+//     emission, also past the buffer's capacity, so the host sees overflows.
+//
+// select_topk sorts each query's candidates (bitonic sort in shared memory),
+// writes its best k, and derives the next bound and threshold tables from the
+// k-th best candidate (settopk/kernels/cuda/index.py describes the sampling levels).
+
+#include "common.cuh"
+
+namespace settopk {
+
+constexpr int kPlanes = 8;         // overlaps < 256: max_len <= 255
+constexpr int kHighPlanes = 5;     // planes 3..7, fed by the "eights" carries
+constexpr int kChunkSlots = 32;    // slots per layout chunk (a warp)
+constexpr int kIdsPerGroup = 8;    // uint16 ids per uint4
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// Slot of sample index i at a level that keeps every `stride`-th chunk of 32
+// slots: whole chunks keep the warp's loads contiguous and the sampled bytes
+// few (a sample of single slots would touch every cache line of the layout).
+__device__ __forceinline__ long long sample_slot(long long i, long long stride) {
+    return (i >> 5) * stride * kChunkSlots + (i & (kChunkSlots - 1));
+}
+
+// Carry-save adder: a + b + c == low + 2 * high, bit by bit.
+__device__ __forceinline__ void csa(unsigned& high, unsigned& low, unsigned a, unsigned b, unsigned c) {
+    const unsigned u = a ^ b;
+    high = (a & b) | (u & c);
+    low = u ^ c;
+}
+
+// Add 8 membership words to the bit-sliced counters
+// (count == ones + 2 twos + 4 fours + 8 * high).
+__device__ __forceinline__ void add8(const unsigned (&w)[8], unsigned& ones, unsigned& twos, unsigned& fours,
+                                     unsigned (&high)[kHighPlanes]) {
+    unsigned twos_a, twos_b, fours_a, fours_b, eights;
+    csa(twos_a, ones, ones, w[0], w[1]);
+    csa(twos_b, ones, ones, w[2], w[3]);
+    csa(fours_a, twos, twos, twos_a, twos_b);
+    csa(twos_a, ones, ones, w[4], w[5]);
+    csa(twos_b, ones, ones, w[6], w[7]);
+    csa(fours_b, twos, twos, twos_a, twos_b);
+    csa(eights, fours, fours, fours_a, fours_b);
+    unsigned carry = eights;
+#pragma unroll
+    for (int b = 0; b < kHighPlanes; ++b) {
+        const unsigned t = high[b] & carry;
+        high[b] ^= carry;
+        carry = t;
+    }
+}
+
+// Bit j of the result is set when counter j >= threshold j (all bit-sliced):
+// no borrow out of counter - threshold. borrow' = maj(~c, t, borrow): one LOP3.
+__device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const unsigned* t) {
+    unsigned borrow = ~c[0] & t[0];
+#pragma unroll
+    for (int b = 1; b < kPlanes; ++b) {
+        borrow = (~c[b] & t[b]) | ((~c[b] | t[b]) & borrow);
+    }
+    return ~borrow;
+}
+
+// ---------------------------------------------------------------------------
+// Layout
+
+// Fill the chunked layout, one warp per chunk (lane l holds slot 32 c + l),
+// placing each doc's ids in an order that spreads the warp's shared-memory
+// accesses over the 32 banks. The count kernel's lanes read position p of
+// their docs together, and the table word of id t sits in bank t % 32, so a
+// position whose 32 ids fall in few banks costs several shared-memory
+// wavefronts. Counting does not depend on the order of a doc's ids, so each
+// position is filled greedily, lane after lane: a lane takes an id from a bank
+// no earlier lane took at this position (preferring banks it holds two or
+// more ids of, to keep choices for later positions), else any id it has left.
+// On random ids this halves the wavefronts per position (about 3.5 -> 2 for
+// 65 ids per doc).
+//
+// Dynamic shared memory: per warp, 32 lanes x stride ids (stride >= the
+// longest doc) and 32 x 32 bank cursors (begin, end). Every element of every
+// chunk is written; padding ids past a doc's end are 0 (the count kernel
+// masks them).
+constexpr int kBuildWarps = 4;
+
+__global__ void __launch_bounds__(kBuildWarps * 32)
+build_layout(const long long* __restrict__ offsets, const unsigned short* __restrict__ tokens,
+             const int* __restrict__ slot_pos, const long long* __restrict__ chunk_start,
+             const int* __restrict__ chunk_groups, long long n_chunks, long long n_docs, int stride,
+             uint4* __restrict__ out) {
+    extern __shared__ unsigned short s_build[];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    unsigned short* ids = s_build + (static_cast<long long>(warp) * 32 + lane) * stride;
+    unsigned char* cursors = reinterpret_cast<unsigned char*>(s_build + kBuildWarps * 32 * stride) +
+                             (warp * 32 + lane) * 64;  // [0, 32): next free (pops from the top), [32, 64): begin
+    for (long long c = static_cast<long long>(blockIdx.x) * kBuildWarps + warp; c < n_chunks;
+         c += static_cast<long long>(gridDim.x) * kBuildWarps) {
+        const int n_groups = chunk_groups[c];
+        const long long slot = c * 32 + lane;
+        int len = 0;
+        const unsigned short* src = tokens;
+        if (slot < n_docs) {
+            const int pos = slot_pos[slot];
+            src = tokens + offsets[pos];
+            len = static_cast<int>(offsets[pos + 1] - offsets[pos]);
+        }
+        // Bucket the doc's ids by bank (counting sort into ids[]).
+        unsigned char* top = cursors;
+        unsigned char* begin = cursors + 32;
+        for (int b = 0; b < 32; ++b) top[b] = 0;
+        for (int t = 0; t < len; ++t) ++top[src[t] & 31u];
+        unsigned avail = 0u, many = 0u;
+        int sum = 0;
+        for (int b = 0; b < 32; ++b) {
+            const int count = top[b];
+            avail |= (count > 0 ? 1u : 0u) << b;
+            many |= (count > 1 ? 1u : 0u) << b;
+            begin[b] = static_cast<unsigned char>(sum);
+            top[b] = static_cast<unsigned char>(sum);
+            sum += count;
+        }
+        for (int t = 0; t < len; ++t) {
+            const unsigned id = src[t];
+            ids[top[id & 31u]++] = static_cast<unsigned short>(id);
+        }
+        // Positions, lane after lane; `used` holds the banks taken at this position.
+        unsigned packed[4] = {0u, 0u, 0u, 0u};
+        const int n_positions = n_groups * kIdsPerGroup;
+        for (int p = 0; p < n_positions; ++p) {
+            unsigned used = 0u;
+            unsigned mine = 0u;
+            for (int j = 0; j < 32; ++j) {
+                if (lane == j && p < len) {
+                    const unsigned free = avail & ~used;
+                    unsigned m = free & many;
+                    if (!m) m = free;
+                    if (!m) m = avail & many;
+                    if (!m) m = avail;
+                    const int rot = (lane + p) & 31;  // start the search at a lane-specific bank
+                    const unsigned r = __funnelshift_r(m, m, rot);
+                    const int b = (__ffs(r) - 1 + rot) & 31;
+                    const int at = --top[b];
+                    mine = ids[at];
+                    const int left = at - begin[b];
+                    if (left == 0) avail &= ~(1u << b);
+                    if (left < 2) many &= ~(1u << b);
+                    used |= 1u << b;
+                }
+                used = __shfl_sync(kFullMask, used, j);
+            }
+            packed[(p & 7) >> 1] |= mine << (16 * (p & 1));
+            if ((p & 7) == 7) {
+                out[chunk_start[c] + static_cast<long long>(p >> 3) * kChunkSlots + lane] =
+                    make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                packed[0] = packed[1] = packed[2] = packed[3] = 0u;
+            }
+        }
+        __syncwarp();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Counting with fused thresholds
+
+// Score the docs of one sampling level for one query group and emit candidates.
+//
+// Grid: x = query group (kQueries consecutive entries of group_query, -1 =
+// unused slot), y = tile of `tile` sample indices. Sample index i is slot
+// sample_slot(i, stride) (every stride-th chunk), for i in [0, n_sample). x
+// varies fastest, so the blocks that run together read the same tile and share
+// it through L2.
+//
+// Per query q (rows of the query arrays): its ids qtok[qoff[q] : qoff[q] + qlen[q]]
+// (qoff holds each row's start, so the rows may be any order of a CSR batch),
+// thr_ge/thr_gt[q * (max_doc_len + 1) + len] least overlaps for key >= T and
+// key > T (kNeverLen when out of reach), tie_pos[q] = P. Emission of doc d to
+// q: cand[cand_base[q] + cand_count[q]++] when below cand_cap[q].
+//
+// Dynamic shared memory: the table (n_words words of Word, padded to 16
+// bytes), then 2 * kPlanes * (max_doc_len + 1) threshold planes and
+// (max_doc_len + 1) reach masks, all 32-bit.
+// kAnyScore: false compiles the Braun-Blanquet kernel alone (the score argument unused), whose
+// emission keeps 32-bit math and registers; true takes the score at run time. The default score
+// gets an instance of its own because a run-time score in its emission slowed the whole search.
+template <int kQueries, typename Word, bool kAnyScore>
+__global__ void __launch_bounds__(1024, 1)
+count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk_start,
+           const unsigned char* __restrict__ slot_len, const int* __restrict__ slot_pos,
+           long long n_sample, long long stride, long long tile,
+           const int* __restrict__ group_query, const long long* __restrict__ qoff,
+           const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
+           const unsigned char* __restrict__ thr_ge, const unsigned char* __restrict__ thr_gt,
+           const int* __restrict__ tie_pos, int max_doc_len, int n_words, long long scale, int score,
+           int* __restrict__ cand_count, const long long* __restrict__ cand_base,
+           const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
+    extern __shared__ uint4 smem[];
+    __shared__ int s_query[32];
+    __shared__ int s_qlen[32];
+    __shared__ int s_tie[32];
+
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int n_warps = blockDim.x >> 5;
+    const int n_len = max_doc_len + 1;
+    const int table_vectors = (n_words * static_cast<int>(sizeof(Word)) + 15) / 16;
+    unsigned* ge_planes = reinterpret_cast<unsigned*>(smem + table_vectors);
+    unsigned* gt_planes = ge_planes + kPlanes * n_len;
+    unsigned* reach = gt_planes + kPlanes * n_len;
+
+    if (threadIdx.x < 32) {
+        const int q = lane < kQueries ? group_query[static_cast<long long>(blockIdx.x) * kQueries + lane] : -1;
+        s_query[lane] = q;
+        s_qlen[lane] = q >= 0 ? qlen[q] : 0;
+        s_tie[lane] = q >= 0 ? tie_pos[q] : -1;
+    }
+    __syncthreads();
+
+    // Threshold planes by doc length: lane j of each warp holds query j's values.
+    {
+        const int q = s_query[lane];
+        const int query_len = s_qlen[lane];
+        for (int len = warp; len < n_len; len += n_warps) {
+            int ge = kNeverLen, gt = kNeverLen;
+            if (q >= 0) {
+                ge = thr_ge[static_cast<long long>(q) * n_len + len];
+                gt = thr_gt[static_cast<long long>(q) * n_len + len];
+            }
+            const unsigned r = __ballot_sync(kFullMask, q >= 0 && ge <= min(query_len, len));
+#pragma unroll
+            for (int b = 0; b < kPlanes; ++b) {
+                const unsigned pg = __ballot_sync(kFullMask, (ge >> b) & 1);
+                const unsigned pt = __ballot_sync(kFullMask, (gt >> b) & 1);
+                if (lane == 0) {
+                    ge_planes[len * kPlanes + b] = pg;
+                    gt_planes[len * kPlanes + b] = pt;
+                }
+            }
+            if (lane == 0) reach[len] = r;
+        }
+    }
+    __syncthreads();
+
+    // Size filter for the whole tile: lengths ascend with the slot.
+    const long long i0 = static_cast<long long>(blockIdx.y) * tile;
+    const long long i1 = min(n_sample, i0 + tile);
+    {
+        int any = 0;
+        if (i0 < i1) {
+            const int lo = slot_len[sample_slot(i0, stride)];
+            const int hi = slot_len[sample_slot(i1 - 1, stride)];
+            for (int len = lo + threadIdx.x; len <= hi; len += blockDim.x) any |= reach[len] != 0u;
+        }
+        if (!__syncthreads_or(any)) return;
+    }
+
+    // The membership table: zero it, then set each query's bits.
+    for (int v = threadIdx.x; v < table_vectors; v += blockDim.x) smem[v] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    {
+        unsigned* words = reinterpret_cast<unsigned*>(smem);
+        for (int j = 0; j < kQueries; ++j) {
+            const int q = s_query[j];
+            if (q < 0) continue;
+            const long long end = qoff[q] + s_qlen[j];
+            for (long long t = qoff[q] + threadIdx.x; t < end; t += blockDim.x) {
+                const unsigned id = qtok[t];
+                if (id >= static_cast<unsigned>(n_words)) continue;  // in no doc of the shard
+                if (sizeof(Word) == 4) {
+                    atomicOr(&words[id], 1u << j);
+                } else {  // 16-bit words, little-endian halves of a 32-bit word
+                    atomicOr(&words[id >> 1], 1u << (j + 16 * (id & 1u)));
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const Word* table = reinterpret_cast<const Word*>(smem);
+
+    for (long long base = i0 + static_cast<long long>(warp) * 32; base < i1;
+         base += static_cast<long long>(n_warps) * 32) {
+        const long long i = base + lane;
+        const bool active = i < i1;
+        const long long slot = active ? sample_slot(i, stride) : 0;
+        const int len = active ? slot_len[slot] : 0;
+        const bool live = active && reach[len] != 0u;
+        if (!__any_sync(kFullMask, live)) continue;
+
+        const int n_groups = live ? (len + kIdsPerGroup - 1) / kIdsPerGroup : 0;
+        const uint4* p = groups + chunk_start[slot / kChunkSlots] + (slot & (kChunkSlots - 1));
+        unsigned ones = 0u, twos = 0u, fours = 0u;
+        unsigned high[kHighPlanes] = {0u, 0u, 0u, 0u, 0u};
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (n_groups > 0) v = __ldg(p);
+#pragma unroll 2
+        for (int g = 0; g < n_groups; ++g) {
+            uint4 next = make_uint4(0u, 0u, 0u, 0u);
+            if (g + 1 < n_groups) next = __ldg(p + static_cast<long long>(g + 1) * kChunkSlots);
+            unsigned w[8];
+            w[0] = table[v.x & 0xFFFFu];
+            w[1] = table[v.x >> 16];
+            w[2] = table[v.y & 0xFFFFu];
+            w[3] = table[v.y >> 16];
+            w[4] = table[v.z & 0xFFFFu];
+            w[5] = table[v.z >> 16];
+            w[6] = table[v.w & 0xFFFFu];
+            w[7] = table[v.w >> 16];
+            if (g == n_groups - 1) {  // the last group: ids past the doc's end are padding
+                const int keep = len - g * kIdsPerGroup;
+#pragma unroll
+                for (int e = 1; e < kIdsPerGroup; ++e) {
+                    if (e >= keep) w[e] = 0u;
+                }
+            }
+            add8(w, ones, twos, fours, high);
+            v = next;
+        }
+        if (!live) continue;
+
+        const unsigned c[kPlanes] = {ones, twos, fours, high[0], high[1], high[2], high[3], high[4]};
+        const unsigned above = at_least(c, gt_planes + len * kPlanes);             // key > T
+        unsigned tie = at_least(c, ge_planes + len * kPlanes) & ~above;            // key == T
+        unsigned emit = above;
+        if ((emit | tie) == 0u) continue;
+        const int pos = slot_pos[slot];
+        while (tie) {
+            const int j = __ffs(tie) - 1;
+            tie &= tie - 1;
+            if (pos <= s_tie[j]) emit |= 1u << j;
+        }
+        while (emit) {
+            const int j = __ffs(emit) - 1;
+            emit &= emit - 1;
+            const int q = s_query[j];
+            int overlap = 0;
+#pragma unroll
+            for (int b = 0; b < kPlanes; ++b) overlap |= static_cast<int>((c[b] >> j) & 1u) << b;
+            const int at = atomicAdd(&cand_count[q], 1);
+            if (at < cand_cap[q]) {
+                cand[cand_base[q] + at] = kAnyScore ? encode_candidate(score, scale, overlap, s_qlen[j], len, pos)
+                                                    : encode_braun_blanquet(static_cast<unsigned>(scale), overlap, s_qlen[j], len, pos);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Selection and the next bound
+
+// One block per row: sort the row's candidates (bitonic, descending, in
+// shared memory of sort_size >= 2 entries, a power of two, of which the row
+// uses the least power of two >= its count) and write its best
+// k to top[q * k ...] (0 where fewer). Rows whose kept candidates exceed
+// sort_size are left alone (the host sorts them).
+//
+// With update != 0, also move the query's bound to its k-th best kept
+// candidate when it kept at least k (any subset of the docs gives a lower
+// bound on the k-th best; kept candidates already clear the bound, so it
+// never drops, in particular never below a score floor), and rewrite its
+// threshold tables for the next level: thr_ge = least overlap for key >= T,
+// thr_gt for key > T, by length.
+__global__ void select_topk(const unsigned long long* __restrict__ cand, const long long* __restrict__ cand_base,
+                            const int* __restrict__ cand_cap, const int* __restrict__ cand_count,
+                            const int* __restrict__ rows, int k, int sort_size,
+                            unsigned long long* __restrict__ top, int update,
+                            long long* __restrict__ bound_key, int* __restrict__ tie_pos,
+                            const int* __restrict__ qlen, int max_doc_len, long long scale, int max_len, int score,
+                            unsigned char* __restrict__ thr_ge, unsigned char* __restrict__ thr_gt) {
+    extern __shared__ unsigned long long s_sort[];
+    __shared__ long long s_key;
+    const int q = rows[blockIdx.x];
+    const int n = min(cand_count[q], cand_cap[q]);
+    if (n > sort_size) return;
+    int width = 2;  // this row's sort: the least power of two >= n (the work follows the row, not the buffer)
+    while (width < n) width <<= 1;
+    const unsigned long long* src = cand + cand_base[q];
+    for (int i = threadIdx.x; i < width; i += blockDim.x) s_sort[i] = i < n ? src[i] : 0ull;
+    __syncthreads();
+    for (int size = 2; size <= width; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < width; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const unsigned long long a = s_sort[i], b = s_sort[j];
+                    // Descending overall: runs with (i & size) == 0 descend, the others ascend.
+                    const bool swap = ((i & size) == 0) ? (a < b) : (a > b);
+                    if (swap) {
+                        s_sort[i] = b;
+                        s_sort[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int r = threadIdx.x; r < k; r += blockDim.x) top[static_cast<long long>(q) * k + r] = r < n ? s_sort[r] : 0ull;
+    if (!update) return;
+    if (threadIdx.x == 0) {
+        long long key = bound_key[q];
+        if (n >= k) {
+            const unsigned long long v = s_sort[k - 1];
+            key = static_cast<long long>(v >> 32);
+            tie_pos[q] = static_cast<int>(~static_cast<unsigned>(v));
+            bound_key[q] = key;
+        }
+        s_key = key;
+    }
+    __syncthreads();
+    const long long key = s_key;
+    const int n_len = max_doc_len + 1;
+    for (int len = threadIdx.x; len < n_len; len += blockDim.x) {
+        thr_ge[static_cast<long long>(q) * n_len + len] =
+            static_cast<unsigned char>(need_overlap(key - 1, qlen[q], len, scale, max_len, score));
+        thr_gt[static_cast<long long>(q) * n_len + len] =
+            static_cast<unsigned char>(need_overlap(key, qlen[q], len, scale, max_len, score));
+    }
+}
+
+// Decode top-k entries: doc id (-1 for an empty slot), overlap recovered
+// exactly from the key, and doc length. For fixed lengths the key is strictly
+// increasing in the overlap (different overlaps are different fractions, and
+// the key is strictly order-preserving), so the overlap is the least one whose
+// key is > key - 1: least_overlap(key - 1) (for Braun-Blanquet
+// ceil(key * m / S), m = max(|q|, |d|)); 0 where the key is 0/0's.
+// Entry i belongs to the batch's (length-sorted) query i / k, whose output row
+// is out_row[i / k], so the host receives its rows in their own order.
+__global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
+                            const int* __restrict__ qlen, const int* __restrict__ out_row,
+                            const unsigned char* __restrict__ len_by_pos, long long scale, int max_len, int score,
+                            const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
+                            short* __restrict__ overlap, short* __restrict__ doc_len) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const unsigned long long v = top[i];
+        const long long q = i / k;
+        const long long o = static_cast<long long>(out_row[q]) * k + (i - q * k);
+        if (v == 0ull) {
+            doc_id[o] = -1;
+            overlap[o] = 0;
+            doc_len[o] = 0;
+            continue;
+        }
+        const int pos = static_cast<int>(~static_cast<unsigned>(v));
+        const long long key = static_cast<long long>(v >> 32);
+        const int len = len_by_pos[pos];
+        doc_id[o] = doc_ids[pos];
+        overlap[o] = static_cast<short>(least_overlap(key - 1, qlen[q], len, scale, max_len, score));
+        doc_len[o] = static_cast<short>(len);
+    }
+}
+
+}  // namespace settopk

@@ -1,0 +1,102 @@
+// Device code shared by the kernels of settopk/kernels/cuda: the scores, least overlaps
+// and the candidate encoding. bitslice_topk.cu (the scan) and postings_topk.cu
+// (the postings) both include it, so the two paths make the same keys and
+// candidates, and each is compiled as a program of its own
+// (settopk/kernels/cuda/modules.py passes -I with this directory).
+//
+// Scores: every kernel that needs the score takes it as a runtime argument (a
+// Score value, the index of the name in kernels.SCORES) with the key's scale S.
+// The score enters only where keys are made or inverted (need_overlap,
+// encode_candidate, the decode), never in the counting loop, and it is the same
+// for a whole launch, so the branch costs nothing measurable and one compiled
+// module serves every score.
+//
+// Candidate encoding (unsigned 64-bit, larger is better, 0 = empty):
+//   (key << 32) | ~position
+// with key = floor(S * num / den) (kernels.score_key; for Braun-Blanquet
+// (S * overlap) / max(|q|, |d|)), below 2**32 for every score (cosine's
+// S = max_len**4 < 2**32 for max_len <= 255), and position < 2**31, so
+// ~position has its top bit set and a real candidate is never 0. Sorting
+// descending gives key descending, then position ascending.
+
+#pragma once
+
+namespace settopk {
+
+constexpr int kNeverLen = 255;     // least-overlap value no counter can pass (clamped; 8 counter planes)
+
+// The scores, in the order of kernels.SCORES (tests/test_keys.py checks it).
+enum Score : int {
+    kBraunBlanquet = 0,  // o / max(|q|, |d|)
+    kJaccard = 1,        // o / (|q| + |d| - o)
+    kCosine = 2,         // ranked by o^2 / (|q| |d|)
+    kDice = 3,           // 2 o / (|q| + |d|)
+    kOverlap = 4,        // o
+    kContainment = 5,    // o / |q|
+};
+
+// Denominator of the score's fraction for these lengths (for jaccard the one at
+// overlap 0, |q| + |d|, which is 0 exactly where |q u d| is).
+__device__ __forceinline__ long long score_den(int score, int query_len, int doc_len) {
+    switch (score) {
+        case kBraunBlanquet: return max(query_len, doc_len);
+        case kCosine: return static_cast<long long>(query_len) * doc_len;
+        case kOverlap: return 1;
+        case kContainment: return query_len;
+        default: return query_len + doc_len;  // jaccard, dice
+    }
+}
+
+// Unclamped least overlap whose key is > t: kernels.keys.least_overlap (see
+// kernels.min_overlap_above for the derivation). scale = S; max_key = S, or
+// max_len for overlap. t is clipped to [-1, max_key] as on the host.
+__device__ __forceinline__ long long least_overlap(long long t, int query_len, int doc_len, long long scale,
+                                                   int max_len, int score) {
+    const long long top = score == kOverlap ? max_len : scale;
+    const long long t1 = min(max(t, -1ll), top) + 1;  // t + 1, in [0, max_key + 1]
+    const long long den = score_den(score, query_len, doc_len);
+    if (den == 0) return t1 <= 0 ? 0 : max_len + 1;  // the key is always 0 (0/0)
+    switch (score) {
+        case kJaccard: return (t1 * den + scale + t1 - 1) / (scale + t1);
+        case kCosine: {
+            const long long x = (t1 * den + scale - 1) / scale;  // o^2 must reach this
+            long long r = static_cast<long long>(sqrt(static_cast<double>(x)));
+            while (r * r > x) --r;
+            while ((r + 1) * (r + 1) <= x) ++r;
+            return r * r < x ? r + 1 : r;
+        }
+        case kDice: return (t1 * den + 2 * scale - 1) / (2 * scale);
+        default: return (t1 * den + scale - 1) / scale;  // braun_blanquet, overlap, containment
+    }
+}
+
+// least_overlap clamped to 255 (8 planes). Clamping only lowers a threshold that
+// no doc can reach, so it can only admit extra candidates (the final sort is exact).
+__device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_len, long long scale, int max_len,
+                                            int score) {
+    return static_cast<int>(min(least_overlap(t, query_len, doc_len, scale, max_len, score),
+                                static_cast<long long>(kNeverLen)));
+}
+
+// Braun-Blanquet, the default, in 32-bit math: S * overlap <= 255**3 < 2**32.
+__device__ __forceinline__ unsigned long long encode_braun_blanquet(unsigned scale, int overlap, int query_len,
+                                                                    int doc_len, int position) {
+    const unsigned m = static_cast<unsigned>(max(query_len, doc_len));
+    const unsigned key = m > 0 ? scale * static_cast<unsigned>(overlap) / m : 0u;
+    return (static_cast<unsigned long long>(key) << 32) | static_cast<unsigned>(~position);
+}
+
+// The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48.
+__device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale, int overlap, int query_len,
+                                                               int doc_len, int position) {
+    if (score == kBraunBlanquet) return encode_braun_blanquet(static_cast<unsigned>(scale), overlap, query_len, doc_len, position);
+    long long num = overlap;
+    long long den = score_den(score, query_len, doc_len);
+    if (score == kJaccard) den -= overlap;
+    else if (score == kCosine) num = static_cast<long long>(overlap) * overlap;
+    else if (score == kDice) num = 2ll * overlap;
+    const unsigned long long key = den > 0 ? static_cast<unsigned long long>(scale * num / den) : 0ull;  // < 2**32
+    return (key << 32) | static_cast<unsigned>(~position);
+}
+
+}  // namespace settopk

@@ -1,0 +1,467 @@
+"""CuPy/CUDA backend: exact shard-local top-k with bit-sliced counters and fused count thresholds.
+
+The kernels live in ``bitslice_topk.cu`` beside this file (its header explains
+the layout and the counting); :mod:`settopk.kernels.cuda.modules` compiles them once per
+device. This module checks inputs, builds the length-sorted chunked layout on the
+GPU and splits a search into batches; :mod:`settopk.kernels.cuda.levels` searches a batch
+through the sampling levels (its docstring gives the algorithm). CuPy is imported
+inside the functions, so importing this module needs no CuPy.
+
+References: positional population count with carry-save adders (Klarqvist,
+Mula, Lemire, "Efficient computation of positional population counts using
+SIMD instructions", 2021; Mula, Kurz, Lemire, "Faster population counts using
+AVX2 instructions", 2018); count thresholds per doc length as a size filter
+(as in exact set-similarity joins, e.g. Mann, Augsten, Bouros, VLDB 2016).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..cost import DOC_OVERHEAD_SLOTS
+from ..keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale
+from ..postings import check_routing
+from ..sets import SetBatch
+from ..topk import TopK, empty_topk
+from .levels import CHUNK_SLOTS, DEFAULT_SHARED_LIMIT, SORT_MAX, LevelSearch
+from .modules import load_kernels
+from .postings import GpuPostings
+
+__all__ = ["CupyShardIndex", "warm_up"]
+
+_SOURCE = "bitslice_topk.cu"
+# (queries per block, any score): Braun-Blanquet has a kernel of its own (see count_emit's kAnyScore).
+_COUNT_KERNELS = {
+    (32, False): "settopk::count_emit<32, unsigned int, false>",
+    (16, False): "settopk::count_emit<16, unsigned short, false>",
+    (32, True): "settopk::count_emit<32, unsigned int, true>",
+    (16, True): "settopk::count_emit<16, unsigned short, true>",
+}
+_OTHER_KERNELS = ("settopk::build_layout", "settopk::select_topk", "settopk::decode_topk")
+_MAX_LEN_LIMIT = 255  # 8 counter planes; the job's configs allow at most 255 too
+_MAX_VOCAB = 65536  # token ids are uint16
+_IDS_PER_GROUP = 8  # kIdsPerGroup
+_PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
+_BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
+
+def warm_up(routing: str = "scan") -> None:
+    """Create the CUDA context on the current device and load every kernel a build and a search
+    with ``routing`` use.
+
+    All of it happens on first use anyway; a shard actor calls this in a thread while the
+    corpus is read and its docs arrive, so the index build does not wait for it. Besides this
+    module's kernels, a tiny index is built and searched once, which loads CuPy's own kernels
+    (casts, reductions, sorts, scans) into the process; where ``routing`` is not ``"scan"``, a
+    second one holds postings and sends its queries to them, which loads theirs. Compiled
+    kernels are cached on disk by CuPy, so only the first process on a machine compiles.
+
+    Raises
+    ------
+    ValueError
+        If ``routing`` is not one of :data:`settopk.kernels.postings.ROUTINGS`.
+    """
+    import cupy
+
+    check_routing(routing)
+    _kernels(cupy.cuda.Device().id)
+    docs = SetBatch(np.array([0, 3, 5, 5], dtype=np.int64), np.array([1, 2, 3, 2, 7], dtype=np.uint16))
+    queries = SetBatch(np.array([0, 2], dtype=np.int64), np.array([2, 3], dtype=np.uint16))
+    for path in ("scan",) if routing == "scan" else ("scan", "postings"):
+        CupyShardIndex(docs, np.arange(3), max_len=8, routing=path).search(queries, 2)
+
+
+def _kernels(device_id: int) -> dict:
+    """The compiled kernels for ``device_id`` (short name, or ``count32``/``count16`` for Braun-Blanquet
+    and ``count32_any``/``count16_any`` for any score)."""
+    names = list(_COUNT_KERNELS.values()) + list(_OTHER_KERNELS)
+    module = load_kernels(_SOURCE, names, device_id)
+    out = {name.split("::")[-1]: module[name] for name in _OTHER_KERNELS}
+    for (queries, any_score), name in _COUNT_KERNELS.items():
+        out[f"count{queries}" + ("_any" if any_score else "")] = module[name]
+    return out
+
+
+def _no_routing() -> dict:
+    return {"scan": 0, "postings": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
+
+
+def _upload(pieces: list):
+    """Device CSR arrays ``(offsets int64, tokens uint16)`` of the concatenation of host SetBatches.
+
+    Each piece's ids go straight into their place in one device array; the offsets are shifted
+    on the host (8 bytes per doc)."""
+    import cupy
+
+    n_tokens = sum(len(p.tokens) for p in pieces)
+    tokens = cupy.empty(n_tokens, dtype=np.uint16)
+    host_offsets = [np.zeros(1, dtype=np.int64)]
+    position = 0
+    for piece in pieces:
+        if len(piece.tokens):
+            tokens[position : position + len(piece.tokens)].set(piece.tokens)
+        host_offsets.append(piece.offsets[1:] + position)
+        position += len(piece.tokens)
+    return cupy.asarray(np.concatenate(host_offsets)), tokens
+
+
+def _check_set_batch(batch, what: str, max_len: int) -> None:
+    """Raise ValueError unless ``batch`` is a host SetBatch with C-contiguous arrays and sets of <= max_len ids.
+
+    Id ranges are checked on the GPU after the upload (a host pass over the
+    ids would cost more than the whole build).
+    """
+    if not isinstance(batch, SetBatch):
+        raise ValueError(f"{what} must be a settopk.kernels.SetBatch, found {type(batch).__name__}")
+    for name, array, dtype in (("offsets", batch.offsets, np.int64), ("tokens", batch.tokens, np.uint16)):
+        if not isinstance(array, np.ndarray):
+            raise ValueError(f"{what}.{name} must be a host numpy array, found {type(array).__name__}")
+        if array.dtype != dtype or array.ndim != 1:
+            raise ValueError(f"{what}.{name} must be 1-D {np.dtype(dtype)}, found {array.dtype} {array.shape}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{what}.{name} must be C-contiguous")
+
+
+class CupyShardIndex(LevelSearch):
+    """One shard's docs in GPU memory, searched exactly with the bit-sliced kernel.
+
+    Implements :class:`settopk.kernels.ShardIndex` (``build_index("cupy", ...)``):
+    ``search`` returns the :class:`settopk.kernels.TopK` of :class:`settopk.kernels.NumpyShardIndex`,
+    identical. The search of each batch is :class:`settopk.kernels.cuda.levels.LevelSearch`'s.
+
+    Parameters
+    ----------
+    docs : SetBatch or sequence of SetBatch
+        The shard's ``n_docs`` docs in host memory, in ``doc_ids`` order:
+        ``offsets`` int64 of shape (n_docs + 1,), ``tokens`` uint16, both
+        C-contiguous; each set sorted and distinct with at most ``max_len`` ids,
+        all below ``vocab_size``. A sequence of batches (the pieces a shard
+        takes from the corpus readers) is concatenated on the GPU, in order,
+        which saves the host a copy of every id.
+    doc_ids : numpy.ndarray of integer dtype, shape (n_docs,)
+        Global doc ids (host), strictly increasing, so position order is id
+        order. Stored as int64.
+    max_len : int
+        Bound on set sizes, in ``[1, 255]`` (overlaps are counted in 8 bit
+        planes); fixes the key scale (:func:`settopk.kernels.key_scale`).
+    vocab_size : int, default 65536
+        Token ids are below this, in ``[1, 65536]``.
+    capacity : int, optional
+        Candidate slots per query and sampling level, in ``[1, 16384]``
+        (default: the smallest power of two ``>= max(4096, 8 k)``, capped at
+        16384). Small values only force the overflow path (tests use that);
+        results stay exact.
+    tile_docs : int, default 65536
+        Most docs one block scans for one query group (a tile). Smaller tiles
+        spread small shards over more blocks; each block builds its query
+        table once, so larger tiles amortise that.
+    query_batch : int, default 4096
+        Queries searched together; bounds candidate buffers (``8 * capacity``
+        bytes per query) and threshold tables on the GPU.
+    redo_bytes : int, default 2**30
+        GPU memory for candidate buffers of re-scanned queries (those whose
+        last-level buffer overflowed); sets how many are re-scanned at once.
+    sample_ratio : int, optional
+        Ratio ``R`` between sampling levels, ``>= 2`` (default:
+        ``capacity // (2.5 k)`` clipped to [2, 32], so a level expects about
+        ``2.5`` times fewer candidates than it has room for).
+    score : str, default "braun_blanquet"
+        What :meth:`search` ranks by, one of :data:`settopk.kernels.SCORES`.
+    routing : str, default "scan"
+        ``"scan"``: every query scans the shard. ``"auto"``: an inverted index
+        is built too (:class:`settopk.kernels.cuda.postings.GpuPostings`,
+        ``2 n_tokens + 8 n_words ceil(n_docs / 65536)`` bytes of GPU memory)
+        and a query runs its levels through its ids' postings where the cost
+        model (:func:`settopk.kernels.cost.cupy_route_mask`) says that is cheaper;
+        its last level is scanned all the same if its bound from the sampling
+        levels is below key 1. ``"postings"``: every query goes to the
+        postings. Results are identical in every mode.
+
+    Attributes
+    ----------
+    n_docs : int
+        Number of docs in the shard.
+    last_routing : dict
+        The last ``search``'s routing, summed over its batches: ``scan`` and
+        ``postings`` (queries per path of the last level), ``fallback``
+        (routed to the postings but scanned, their bound being below key 1),
+        ``scan_s`` and ``postings_s`` (GPU seconds of each path's levels with
+        their selections, CUDA events; a fallback's scan counts in
+        ``postings_s``).
+    postings_bytes : int
+        GPU bytes of the postings (0 with ``routing="scan"``).
+    rescans : int
+        Queries of the last ``search`` whose last-level buffer overflowed and
+        were scanned again (a diagnostic; 0 in the common case).
+    last_skipped : int
+        Queries of the last ``search`` that their floor skipped (not sent to
+        the GPU; 0 without floors).
+    queries_per_block : int
+        32, or 16 when a 32-bit table over the shard's ids would not fit in
+        shared memory (ids above about 54,000).
+
+    Raises
+    ------
+    ValueError
+        If an argument has the wrong type, dtype, shape, contiguity or range
+        (an unknown ``score`` included),
+        if ``doc_ids`` is not strictly increasing, if ``docs.offsets`` is not
+        non-decreasing, if a doc is longer than ``max_len`` or holds an id
+        ``>= vocab_size``, or if the shard has ``2**31`` docs or more.
+
+    Notes
+    -----
+    GPU memory held: the layout (16 bytes per 8 ids, rounded up per doc and
+    per 32 docs of similar length; about ``2.2 * n_tokens`` bytes), plus 14
+    bytes per doc (slot length and position, length by position, doc id) and
+    8 bytes per 32 docs. During the build, the CSR arrays are on the GPU too
+    (``8 * n_docs + 2 * n_tokens`` bytes). The index lives on the CUDA device
+    that is current when it is built.
+    """
+
+    def __init__(
+        self,
+        docs,
+        doc_ids: np.ndarray,
+        max_len: int,
+        vocab_size: int = _MAX_VOCAB,
+        *,
+        capacity: int | None = None,
+        tile_docs: int = 1 << 16,
+        query_batch: int = 4096,
+        redo_bytes: int = 1 << 30,
+        sample_ratio: int | None = None,
+        score: str = DEFAULT_SCORE,
+        routing: str = "scan",
+    ):
+        import cupy
+
+        check_routing(routing)
+        key_scale(max_len, score)  # an unknown score fails here
+        if not 1 <= max_len <= _MAX_LEN_LIMIT:
+            raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
+        if not 1 <= vocab_size <= _MAX_VOCAB:
+            raise ValueError(f"vocab_size must be in [1, {_MAX_VOCAB}], found {vocab_size}")
+        for name, value in (("tile_docs", tile_docs), ("query_batch", query_batch), ("redo_bytes", redo_bytes)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, found {value}")
+        if capacity is not None and not 1 <= capacity <= SORT_MAX:
+            raise ValueError(f"capacity must be in [1, {SORT_MAX}], found {capacity}")
+        if sample_ratio is not None and sample_ratio < 2:
+            raise ValueError(f"sample_ratio must be >= 2, found {sample_ratio}")
+        pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
+        for piece in pieces:
+            _check_set_batch(piece, "docs", max_len)
+        n_sets = sum(piece.n_sets for piece in pieces)
+        doc_ids = np.asarray(doc_ids)
+        if doc_ids.dtype.kind not in "iu":
+            raise ValueError(f"doc_ids must have an integer dtype, found {doc_ids.dtype}")
+        if doc_ids.shape != (n_sets,):
+            raise ValueError(f"doc_ids must have shape ({n_sets},), found {doc_ids.shape}")
+        if n_sets >= 2**31:
+            raise ValueError(f"a shard holds at most 2**31 - 1 docs, found {n_sets}; use more shards")
+        doc_ids = doc_ids.astype(np.int64, copy=False)
+        if len(doc_ids) > 1 and not (doc_ids[1:] > doc_ids[:-1]).all():
+            raise ValueError("doc_ids must be strictly increasing")
+
+        self.doc_ids = doc_ids
+        self.max_len = max_len
+        self.vocab_size = vocab_size
+        self.capacity = capacity
+        self.tile_docs = tile_docs
+        self.query_batch = query_batch
+        self.redo_bytes = redo_bytes
+        self.sample_ratio = sample_ratio
+        self.score = score
+        self.routing = routing
+        self.rescans = 0
+        self.last_skipped = 0
+        self.last_routing = _no_routing()
+        self.postings_bytes = 0
+        self._postings = None
+        self._scale = key_scale(max_len, score)
+        self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
+        device = cupy.cuda.Device()
+        self._device_id = device.id
+        self._n_sm = int(device.attributes["MultiProcessorCount"])
+        self._shared_optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_LIMIT))
+        self._kernels = _kernels(self._device_id)
+        self._build(pieces)
+
+    @property
+    def n_docs(self) -> int:
+        """Number of docs in the shard."""
+        return len(self.doc_ids)
+
+    # ---- build ----------------------------------------------------------------
+
+    def _build(self, pieces: list) -> None:
+        """Upload the CSR arrays, validate them on the GPU, and build the length-sorted chunked layout."""
+        import cupy
+
+        n = self.n_docs
+        offsets, tokens = _upload(pieces)
+        lengths = offsets[1:] - offsets[:-1]
+        stats = cupy.asarray(np.array([0, 0, -1], dtype=np.int64))  # min length, max length, max id: one transfer
+        if n:
+            stats[0] = lengths.min()
+            stats[1] = lengths.max()
+        if len(tokens):
+            stats[2] = tokens.max()
+        lo, hi, top = (int(v) for v in stats.get())
+        hi = max(hi, 0)
+        if lo < 0:
+            raise ValueError("docs.offsets must be non-decreasing")
+        if hi > self.max_len:
+            raise ValueError(f"a set of docs has {hi} ids, more than max_len={self.max_len}")
+        if top >= self.vocab_size:
+            raise ValueError(f"docs hold id {top}, not below vocab_size={self.vocab_size}")
+        self._shortest = max(lo, 0)  # with hi: the length range the floors are checked against
+        self._longest = hi
+        self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
+        self._len_by_pos = lengths.astype(np.uint8)
+        if self.routing != "scan" and n:
+            self._postings = GpuPostings(offsets, tokens, self._n_words)
+            self.postings_bytes = self._postings.nbytes
+        self._doc_ids = cupy.asarray(self.doc_ids) if n else cupy.zeros(1, dtype=np.int64)  # decoded on the GPU
+
+        # Slots: docs sorted by (length, position); the key is unique, so any sort is stable here.
+        order = cupy.sort((lengths << 32) | cupy.arange(n, dtype=np.int64))
+        self._slot_len = (order >> 32).astype(np.uint8)
+        self._slot_pos = (order & 0xFFFFFFFF).astype(np.int32)
+        del order
+        n_chunks = -(-n // CHUNK_SLOTS)
+        last = cupy.minimum(cupy.arange(1, n_chunks + 1, dtype=np.int64) * CHUNK_SLOTS, n) - 1
+        chunk_groups = ((self._slot_len[last].astype(np.int32) + _IDS_PER_GROUP - 1) // _IDS_PER_GROUP).astype(np.int32)
+        sizes = chunk_groups.astype(np.int64) * CHUNK_SLOTS
+        self._chunk_start = cupy.cumsum(sizes) - sizes  # in uint4 elements
+        total = int(sizes.sum()) if n_chunks else 0
+        self._scan_slots = total * _IDS_PER_GROUP + DOC_OVERHEAD_SLOTS * n  # the cost model's scan size
+        self._groups = cupy.empty((max(1, total), 4), dtype=np.uint32)  # never a null pointer
+        if total:
+            stride = hi + (hi & 1)  # ids per lane in the build's shared memory (even keeps the cursors aligned)
+            shared = _BUILD_WARPS * 32 * (2 * stride + 64)
+            kernel = self._kernels["build_layout"]
+            if shared > DEFAULT_SHARED_LIMIT:
+                kernel.max_dynamic_shared_size_bytes = shared
+            kernel(
+                (max(1, min(-(-n_chunks // _BUILD_WARPS), 65535 * 32)),),
+                (_BUILD_WARPS * 32,),
+                (
+                    offsets,
+                    tokens,
+                    self._slot_pos,
+                    self._chunk_start,
+                    chunk_groups,
+                    np.int64(n_chunks),
+                    np.int64(n),
+                    np.int32(stride),
+                    self._groups,
+                ),
+                shared_mem=shared,
+            )
+        if n == 0:  # keep every device pointer valid
+            self._slot_len = cupy.zeros(1, dtype=np.uint8)
+            self._slot_pos = cupy.zeros(1, dtype=np.int32)
+            self._chunk_start = cupy.zeros(1, dtype=np.int64)
+            self._len_by_pos = cupy.zeros(1, dtype=np.uint8)
+
+        n_len = self._longest + 1
+        thresholds = _PLANE_WORDS_PER_LEN * n_len * 4
+        for queries, word_bytes in ((32, 4), (16, 2)):
+            shared = -(-self._n_words * word_bytes // 16) * 16 + thresholds
+            if shared <= self._shared_optin:
+                break
+        else:  # unreachable for max_len <= 255 and ids < 65536 on any GPU with >= 148 KiB per block
+            raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_optin}")
+        self.queries_per_block = queries
+        self._count_shared = shared
+        self._count = self._kernels[f"count{queries}" + ("" if self.score == "braun_blanquet" else "_any")]
+        cupy.cuda.get_current_stream().synchronize()  # the build's time includes its GPU work
+
+    # ---- search ---------------------------------------------------------------
+
+    def search(self, queries: SetBatch, k: int, floor_key=None) -> TopK:
+        """Exact shard-local top-k for each query by the index's score, optionally above a per-query floor.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            ``n_queries`` sets in host memory (``offsets`` int64, ``tokens``
+            uint16, C-contiguous), each with at most ``max_len`` ids, all below
+            ``vocab_size``.
+        k : int
+            Results per query, ``>= 1``.
+        floor_key : numpy.ndarray of int, shape (n_queries,), optional
+            Host array of per-query floors on the score key
+            (:func:`settopk.kernels.score_key`): only docs with ``key >= floor_key[q]``
+            are returned for query ``q`` (ties at the floor are kept); ``-1``
+            means no floor. A query whose floor exceeds
+            :func:`settopk.kernels.best_key_in_range` over the shard's doc lengths is
+            not sent to the GPU (its row is all padding). None (default): no
+            floor for any query.
+
+        Returns
+        -------
+        TopK
+            Host arrays of shape (n_queries, k): ``doc_ids`` int64, ``overlap``
+            and ``doc_len`` int16, ordered by score descending then doc id
+            ascending; ``-1`` ids (overlap and doc_len 0) pad rows where fewer
+            than ``k`` docs of the shard reach the query's floor. Identical to
+            :meth:`settopk.kernels.NumpyShardIndex.search`.
+
+        Raises
+        ------
+        ValueError
+            If ``queries`` has the wrong type, dtype or contiguity, a query is
+            longer than ``max_len`` or holds an id ``>= vocab_size``, ``k``
+            is not an integer ``>= 1``, or ``floor_key`` is not an integer
+            array of shape ``(n_queries,)`` with values ``>= -1``.
+
+        Notes
+        -----
+        Sets ``rescans`` and ``last_skipped`` (the queries the floors skipped).
+        """
+        import cupy
+
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, found {k!r}")
+        k = int(k)
+        _check_set_batch(queries, "queries", self.max_len)
+        lengths = queries.lengths
+        if len(lengths) and (lengths.min() < 0 or lengths.max() > self.max_len):
+            raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")
+        if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
+            raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")
+        floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
+        self.rescans = 0
+        self.last_skipped = 0
+        self.last_routing = _no_routing()
+        if self.n_docs == 0 or queries.n_sets == 0:
+            return empty_topk(queries.n_sets, k)
+        if floor is None:
+            active = np.arange(queries.n_sets)
+        else:
+            reachable = best_key_in_range(lengths, self._shortest, self._longest, self.max_len, self.score)
+            active = np.flatnonzero(floor <= reachable)
+            self.last_skipped = queries.n_sets - len(active)
+        # Rows of searched queries are written once, straight from the GPU; only skipped rows are padded.
+        out = TopK(np.empty((queries.n_sets, k), np.int64), np.empty((queries.n_sets, k), np.int16),
+                   np.empty((queries.n_sets, k), np.int16))
+        if len(active) < queries.n_sets:
+            skipped = np.setdiff1d(np.arange(queries.n_sets), active)
+            out.doc_ids[skipped], out.overlap[skipped], out.doc_len[skipped] = -1, 0, 0
+        with cupy.cuda.Device(self._device_id):
+            for lo in range(0, len(active), self.query_batch):
+                rows = active[lo : lo + self.query_batch]
+                contiguous = rows[-1] - rows[0] == len(rows) - 1
+                batch = queries if len(rows) == queries.n_sets else queries.take(rows)
+                if contiguous:  # the common case: decode into the output rows themselves
+                    part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out))
+                    self._search_batch(batch, k, None if floor is None else floor[rows], part)
+                else:
+                    part = empty_topk(len(rows), k)
+                    self._search_batch(batch, k, floor[rows], part)
+                    out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
+        return out

@@ -1,0 +1,463 @@
+"""Search of one query batch of :class:`settopk.kernels.cuda.CupyShardIndex` through the sampling levels:
+the host side of ``count_emit``, ``select_topk`` and ``decode_topk`` (``bitslice_topk.cu``) and of the
+postings path (:mod:`settopk.kernels.cuda.postings`). CuPy is imported inside the functions.
+
+Algorithm
+---------
+Scores and ties follow :func:`settopk.kernels.score_key` for the index's score (any of
+:data:`settopk.kernels.SCORES`, passed to the kernels at run time; see ``common.cuh``):
+a doc ``d`` is better than ``e`` for a query when its key is larger, or equal
+with a lower position (doc id). The *eligible* docs of a query are all the
+shard's docs, or, with a per-query floor ``F`` (``search(..., floor_key=...)``, taken from another
+shard's results), those with ``key >= F``; the answer is the exact top-k of
+the eligible docs. No score matrix is written. Each query carries a *bound*
+``(T, P)``, a (key, position) pair; the counting kernel emits only the docs at
+least as good as the bound (``key > T``, or ``key == T`` and
+``position <= P``), through least-overlap tables per (query, doc length)
+that are compared with bit-sliced counters inside the kernel. The bound starts
+at ``(-1, -1)`` (tables all 0), which emits every doc, or at
+``(F, 2**31 - 1)``, which emits exactly the docs with ``key >= F`` (tables
+from :func:`settopk.kernels.cuda.floors.floor_tables`: the integer math of the
+kernels' ``need_overlap``, in CuPy array operations before the first level).
+Later bounds are only ever the k-th best of emitted candidates, so two
+invariants hold: every emitted doc is eligible, and every eligible doc at least
+as good as the true k-th best is emitted. The exact top-k of the emitted set is
+therefore the answer; where fewer than ``k`` docs are eligible,
+the bound never moves and the row is padded. A query whose floor exceeds
+:func:`settopk.kernels.best_key_in_range` over the shard's doc lengths has no eligible
+doc and is not sent to the GPU at all.
+
+Bounds come from nested samples ("sampling levels"). With a ratio ``R``, level
+``l`` holds every ``R**l``-th chunk of 32 slots of the length-sorted layout (a
+sample stratified by length, read in whole chunks so its loads stay contiguous;
+every level contains the next coarser one). The coarsest level has at least
+``k`` docs and emits all its eligible ones. After each level, a query that
+kept at least ``k`` candidates moves its bound to its k-th best kept
+candidate (the others keep theirs): the kept candidates are eligible docs, so
+their k-th best is never better than the true k-th best and never below the
+floor, and every doc of the coarser level is also in the finer one. A level
+``R`` times larger then emits about ``R k`` docs per query. The last level is
+the whole shard.
+
+A per-query counter counts every emission; where the candidate buffer of an
+intermediate level overflows, the candidates it kept still give a valid bound.
+Where the last level overflows, the query is scanned again with a buffer as
+long as its exact count, in batches bounded by ``redo_bytes``; overflow costs
+time, never exactness.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import numpy as np
+
+from ..cost import cupy_route_mask
+from ..sets import SetBatch
+from ..topk import TopK
+from .floors import floor_tables
+from .postings import TILE_DOCS
+
+__all__ = ["CHUNK_SLOTS", "DEFAULT_SHARED_LIMIT", "SORT_MAX", "LevelSearch"]
+
+CHUNK_SLOTS = 32  # kChunkSlots in bitslice_topk.cu
+SORT_MAX = 16384  # largest per-query sort in shared memory (128 KiB of uint64)
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
+_LAST_POSITION = 2**31 - 1  # tie position that admits every doc of key T (positions are int32)
+_COUNT_THREADS = 1024  # __launch_bounds__ of count_emit
+_SELECT_THREADS = 1024
+_THREADS = 256  # decode kernel
+_MAX_GRID_Y = 65535
+
+_log = logging.getLogger("settopk.kernels")
+
+
+class _Batch(NamedTuple):
+    """The device arrays one batch's levels share (see ``_search_batch``)."""
+
+    query_arrays: tuple  # qoff, qtok, qlen, thr_ge, thr_gt, tie_pos
+    bound_key: object
+    count: object
+    cand_base: object
+    cand_cap: object
+    cand: object
+    top: object
+    k: int
+    sort_size: int
+
+
+def _blocks_for(n_items: int) -> int:
+    """Grid size of a grid-stride kernel over ``n_items`` items with ``_THREADS`` threads (at least 1)."""
+    return max(1, min(-(-n_items // _THREADS), 65535 * 32))
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(1, (max(n, 1) - 1).bit_length())
+
+
+class LevelSearch:
+    """The batch search of :class:`settopk.kernels.cuda.CupyShardIndex`, its base class: the sampling levels,
+    their selections, the postings path and the re-scan of overflowed queries.
+
+    The methods read the index's settings (``capacity``, ``sample_ratio``, ``tile_docs``,
+    ``redo_bytes``, ``routing``, ``max_len``, ``score``, ``queries_per_block``, ``n_docs``), its
+    kernels (``_kernels``, and ``_count`` with its shared memory ``_count_shared``), its device layout
+    (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
+    ``_longest``, ``_n_words``, ``_scan_slots``), its key constants (``_scale``, ``_score_code``), its
+    device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build; they
+    add to ``last_routing`` and ``rescans``.
+    """
+
+    def _capacity(self, k: int) -> int:
+        if self.capacity is not None:
+            return self.capacity
+        return min(SORT_MAX, _pow2_at_least(max(4096, 8 * k)))
+
+    def _levels(self, k: int, capacity: int) -> list[tuple[int, int]]:
+        """Sampling levels ``(stride, n_sample)``, coarsest first; the last is ``(1, n_docs)``.
+
+        Level ``stride`` keeps every ``stride``-th chunk of 32 slots (whole
+        chunks: see ``sample_slot`` in the kernel source). The coarsest level
+        holds at least ``k`` docs (so its k-th best is a bound) and, where the
+        ratio allows, at most ``capacity`` (so emitting all its docs fits).
+        """
+        n = self.n_docs
+        if n <= capacity or capacity < k:
+            return [(1, n)]
+        ratio = self.sample_ratio or int(min(32, max(2, capacity // (2.5 * k))))
+        n_chunks = -(-n // CHUNK_SLOTS)
+        levels = [(1, n)]
+        stride = ratio
+        while stride < n_chunks:
+            n_sample = self._sample_size(stride)
+            if n_sample < k:
+                break
+            levels.append((stride, n_sample))
+            if n_sample <= capacity:
+                break
+            stride *= ratio
+        return levels[::-1]
+
+    def _sample_size(self, stride: int) -> int:
+        """Slots in chunks ``0, stride, 2 stride, ...`` (the last chunk of the shard may be short)."""
+        n = self.n_docs
+        n_chunks = -(-n // CHUNK_SLOTS)
+        size = -(-n_chunks // stride) * CHUNK_SLOTS
+        if (n_chunks - 1) % stride == 0:
+            size -= n_chunks * CHUNK_SLOTS - n
+        return size
+
+    def _tile(self, n_sample: int, n_groups: int) -> int:
+        """Sample indices per block: enough tiles for ~4 blocks per SM, within tile_docs and the grid limit."""
+        want_tiles = -(-4 * self._n_sm // n_groups)
+        tile = min(self.tile_docs, max(_COUNT_THREADS, -(-n_sample // want_tiles)))
+        return max(tile, -(-n_sample // _MAX_GRID_Y), 1)
+
+    def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK) -> None:
+        """Search one batch of queries through the sampling levels (see the module docstring).
+
+        ``floor``: None, or host int64 of shape (n_queries,) with values in
+        ``[-1, S]`` (``-1``: no floor), every query able to reach its floor.
+        ``out``: C-contiguous host arrays of shape (n_queries, k), filled in place.
+        """
+        import cupy
+
+        n_q = queries.n_sets
+        # Query rows sorted by length: a group's size filter is then as tight as its members'. The rows
+        # point into the batch's own ids (qoff: each row's start), so the ids are uploaded as they are.
+        lengths = queries.lengths
+        order = np.argsort(lengths, kind="stable")
+        qoff = cupy.asarray(queries.offsets[:-1][order])
+        qtok = cupy.asarray(queries.tokens) if len(queries.tokens) else cupy.zeros(1, dtype=np.uint16)
+        qlen = cupy.asarray(lengths[order].astype(np.int32))
+        capacity = self._capacity(k)
+        n_len = self._longest + 1
+        cand = cupy.empty(n_q * capacity, dtype=np.uint64)
+        count = cupy.zeros(n_q, dtype=np.int32)
+        cand_base = cupy.arange(n_q, dtype=np.int64) * capacity
+        cand_cap = cupy.full(n_q, capacity, dtype=np.int32)
+        if floor is None or not (floor >= 0).any():
+            thr_ge = cupy.zeros((n_q, n_len), dtype=np.uint8)  # bound T = -1 admits every doc
+            thr_gt = cupy.zeros((n_q, n_len), dtype=np.uint8)
+            bound_key = cupy.full(n_q, -1, dtype=np.int64)
+            tie_pos = cupy.full(n_q, -1, dtype=np.int32)
+        else:
+            # Bound (F, last position): exactly the docs with key >= F; F = -1 gives the bound above.
+            floor = floor[order]
+            bound_key = cupy.asarray(floor.astype(np.int64))
+            tie_pos = cupy.asarray(np.where(floor >= 0, _LAST_POSITION, -1).astype(np.int32))
+            thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, n_len, self.max_len, self.score)
+        top = cupy.zeros((n_q, k), dtype=np.uint64)
+
+        levels = self._levels(k, capacity)
+        query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
+        batch = _Batch(query_arrays, bound_key, count, cand_base, cand_cap, cand, top, k, _pow2_at_least(capacity))
+        routed = np.zeros(n_q, dtype=bool)
+        if self._postings is not None:
+            routed = cupy_route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
+                                self._scan_slots, self.queries_per_block)
+        post_rows = None
+        marks: list = []
+        if not routed.all():
+            self._timed(marks, "scan", self._scan_levels, np.flatnonzero(~routed), levels, batch)
+        if routed.any():
+            post_rows = self._timed(marks, "postings", self._postings_levels, np.flatnonzero(routed), levels, batch)
+
+        counts = count.get()
+        times = {path: cupy.cuda.get_elapsed_time(start, end) / 1e3 for path, start, end in marks}
+        for path, seconds in times.items():
+            self.last_routing[path + "_s"] += seconds
+        if self._postings is not None:
+            _log.debug("routing %s: %d of %d queries to the postings (%d of them scanned at the last level); "
+                       "GPU %.2f ms scan, %.2f ms postings", self.routing, int(routed.sum()), n_q,
+                       int(routed.sum()) - (0 if post_rows is None else len(post_rows)),
+                       times.get("scan", 0.0) * 1e3, times.get("postings", 0.0) * 1e3)
+        overflowed = np.flatnonzero(counts > capacity)
+        if len(overflowed):
+            self.rescans += len(overflowed)
+            posted_mask = np.zeros(n_q, dtype=bool)
+            if post_rows is not None:
+                posted_mask[post_rows] = True
+            scanned, posted = overflowed[~posted_mask[overflowed]], overflowed[posted_mask[overflowed]]
+            if len(scanned):
+                self._rescan(scanned, counts, query_arrays, bound_key, k, top)
+            if len(posted):  # the same path again, so the same candidates
+                self._rescan(posted, counts, query_arrays, bound_key, k, top,
+                             emit=lambda members, cnt, base, cap, buf: self._emit_postings(
+                                 members, self.n_docs, query_arrays, bound_key, cnt, base, cap, buf))
+
+        doc_ids = cupy.empty((n_q, k), dtype=np.int64)
+        overlap = cupy.empty((n_q, k), dtype=np.int16)
+        doc_len = cupy.empty((n_q, k), dtype=np.int16)
+        self._kernels["decode_topk"](
+            (_blocks_for(n_q * k),),
+            (_THREADS,),
+            (top, np.int64(n_q * k), np.int32(k), qlen, cupy.asarray(order.astype(np.int32)), self._len_by_pos,
+             np.int64(self._scale), np.int32(self.max_len), np.int32(self._score_code), self._doc_ids, doc_ids,
+             overlap, doc_len),
+        )
+        doc_ids.get(out=out.doc_ids)
+        overlap.get(out=out.overlap)
+        doc_len.get(out=out.doc_len)
+
+    def _timed(self, marks: list, path: str, levels_fn, *args):
+        """Run ``levels_fn(*args)`` between two CUDA events appended to ``marks`` as ``(path, start, end)``
+        (read once the batch has synchronised, into ``last_routing[path + "_s"]``)."""
+        import cupy
+
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        out = levels_fn(*args)
+        end.record()
+        marks.append((path, start, end))
+        return out
+
+    def _groups_of(self, rows: np.ndarray):
+        """Query groups of the count kernel for ``rows`` (host int array): device int32 of
+        ``n_groups * queries_per_block`` query indices (``-1`` pads the last group) and ``n_groups``."""
+        import cupy
+
+        per_block = self.queries_per_block
+        n_groups = -(-len(rows) // per_block)
+        group_query = np.full(max(1, n_groups) * per_block, -1, dtype=np.int32)
+        group_query[: len(rows)] = rows
+        return cupy.asarray(group_query), n_groups
+
+    def _reset_counts(self, batch, rows_dev) -> None:
+        if len(rows_dev) == len(batch.count):
+            batch.count.fill(0)
+        else:
+            batch.count[rows_dev] = 0
+
+    def _scan_levels(self, rows: np.ndarray, levels, batch, *, last_only: bool = False) -> None:
+        """Every level (only the last with ``last_only``) for the queries ``rows`` (host, sorted order)
+        through the count kernel, each followed by its selection."""
+        import cupy
+
+        group_query, n_groups = self._groups_of(rows)
+        rows_dev = cupy.asarray(rows.astype(np.int32))
+        for stride, n_sample in levels[-1:] if last_only else levels:
+            last = stride == 1
+            self._reset_counts(batch, rows_dev)
+            self._count_emit(group_query, n_groups, batch.query_arrays, stride, n_sample, batch.count,
+                             batch.cand_base, batch.cand_cap, batch.cand)
+            self._select_level(batch, rows_dev, update=not last)
+        self.last_routing["scan"] += len(rows)
+
+    def _postings_levels(self, rows: np.ndarray, levels, batch):
+        """Every level for the queries ``rows`` (host, sorted order) through the postings: the sampling
+        levels over the first ``n_sample`` positions, the last over the whole shard for the queries whose
+        bound reached key 1 (the others are scanned: docs outside the postings may qualify for them, and
+        are counted in ``last_routing["fallback"]``). Returns the rows whose last level ran through the
+        postings (host), or None."""
+        import cupy
+
+        rows_dev = cupy.asarray(rows.astype(np.int32))
+
+        def emit(members, limit):
+            self._emit_postings(members, limit, batch.query_arrays, batch.bound_key, batch.count, batch.cand_base,
+                                batch.cand_cap, batch.cand)
+
+        # A level costs at least one tile of postings: of the sampling levels within one tile, the largest
+        # alone is kept (it gives the best bound for that cost).
+        sampling = [n for _stride, n in levels[:-1]]
+        sampling = [n for n in sampling if n <= TILE_DOCS][-1:] + [n for n in sampling if n > TILE_DOCS]
+        for n_sample in sampling:
+            self._reset_counts(batch, rows_dev)
+            emit(rows_dev, n_sample)
+            self._select_level(batch, rows_dev, update=True)
+        eligible = batch.bound_key[rows_dev].get() >= 1
+        fallback = rows[~eligible]
+        if len(fallback):
+            self.last_routing["fallback"] += len(fallback)
+            self._scan_levels(fallback, levels, batch, last_only=True)
+        posted = rows[eligible]
+        if not len(posted):
+            return None
+        posted_dev = cupy.asarray(posted.astype(np.int32))
+        self._reset_counts(batch, posted_dev)
+        emit(posted_dev, self.n_docs)
+        self._select_level(batch, posted_dev, update=False)
+        self.last_routing["postings"] += len(posted)
+        return posted
+
+    def _emit_postings(self, members, limit: int, query_arrays, bound_key, count, cand_base, cand_cap, cand) -> None:
+        """Launch the postings kernel for ``members`` (device int32 query indices) over positions below ``limit``."""
+        qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = query_arrays
+        self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos,
+                            self._len_by_pos, self._scale, self._score_code, count, cand_base, cand_cap, cand)
+
+    def _select_level(self, batch, rows_dev, *, update: bool) -> None:
+        _qoff, _qtok, qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays
+        self._select(batch.cand, batch.cand_base, batch.cand_cap, batch.count, rows_dev, len(rows_dev), batch.k,
+                     batch.sort_size, batch.top, update=update, bound_key=batch.bound_key, tie_pos=tie_pos, qlen=qlen,
+                     thr_ge=thr_ge, thr_gt=thr_gt)
+
+    def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
+        """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""
+        qoff, qtok, qlen, thr_ge, thr_gt, tie_pos = query_arrays
+        tile = self._tile(n_sample, n_groups)
+        if self._count_shared > DEFAULT_SHARED_LIMIT:  # per launch: indexes of other shapes share the function
+            self._count.max_dynamic_shared_size_bytes = self._count_shared
+        self._count(
+            (n_groups, -(-n_sample // tile)),
+            (_COUNT_THREADS,),
+            (
+                self._groups,
+                self._chunk_start,
+                self._slot_len,
+                self._slot_pos,
+                np.int64(n_sample),
+                np.int64(stride),
+                np.int64(tile),
+                group_query,
+                qoff,
+                qtok,
+                qlen,
+                thr_ge,
+                thr_gt,
+                tie_pos,
+                np.int32(self._longest),
+                np.int32(self._n_words),
+                np.int64(self._scale),
+                np.int32(self._score_code),
+                count,
+                cand_base,
+                cand_cap,
+                cand,
+            ),
+            shared_mem=self._count_shared,
+        )
+
+    def _select(self, cand, cand_base, cand_cap, count, rows, n_rows, k, sort_size, top, *, update,
+                bound_key, tie_pos, qlen, thr_ge, thr_gt):
+        """Launch select_topk for ``n_rows`` rows (query indices in ``rows``)."""
+        kernel = self._kernels["select_topk"]
+        shared = 8 * sort_size
+        if shared > DEFAULT_SHARED_LIMIT:
+            kernel.max_dynamic_shared_size_bytes = shared
+        kernel(
+            (n_rows,),
+            (_SELECT_THREADS,),
+            (
+                cand,
+                cand_base,
+                cand_cap,
+                count,
+                rows,
+                np.int32(k),
+                np.int32(sort_size),
+                top,
+                np.int32(1 if update else 0),
+                bound_key,
+                tie_pos,
+                qlen,
+                np.int32(self._longest),
+                np.int64(self._scale),
+                np.int32(self.max_len),
+                np.int32(self._score_code),
+                thr_ge,
+                thr_gt,
+            ),
+            shared_mem=shared,
+        )
+
+    def _rescan(self, overflowed, counts, query_arrays, bound_key, k, top, emit=None):
+        """Scan the whole shard again for the overflowed queries with exact-size buffers, then select.
+
+        The thresholds are those of the last level, so the kernel emits the
+        same docs again: exactly ``counts[q]`` of them, which is checked.
+        ``emit(members, count, cand_base, cand_cap, cand)`` (members: device
+        int32 query indices) replaces the scan for queries whose last level
+        ran through the postings.
+        """
+        import cupy
+
+        qlen, tie_pos, thr_ge, thr_gt = query_arrays[2], query_arrays[5], query_arrays[3], query_arrays[4]
+        n_q = len(counts)
+        budget = max(1, self.redo_bytes // 8)
+        batch: list[int] = []
+        used = 0
+        batches = []
+        for q in overflowed.tolist():
+            if batch and used + counts[q] > budget:
+                batches.append(batch)
+                batch, used = [], 0
+            batch.append(q)
+            used += int(counts[q])
+        batches.append(batch)
+        for batch in batches:
+            members = np.asarray(batch, dtype=np.int64)
+            sizes = counts[members].astype(np.int64)
+            bases = np.cumsum(sizes) - sizes
+            cand_base = np.zeros(n_q, dtype=np.int64)
+            cand_cap = np.zeros(n_q, dtype=np.int32)
+            cand_base[members] = bases
+            cand_cap[members] = sizes
+            cand_base, cand_cap = cupy.asarray(cand_base), cupy.asarray(cand_cap)
+            cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
+            count = cupy.zeros(n_q, dtype=np.int32)
+            if emit is None:
+                group_query, n_groups = self._groups_of(members)
+                self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
+            else:
+                emit(cupy.asarray(members.astype(np.int32)), count, cand_base, cand_cap, cand)
+            again = count.get()[members]
+            if not np.array_equal(again, sizes):
+                raise RuntimeError(
+                    f"re-scan emitted {again.tolist()} candidates where the first scan counted {sizes.tolist()}; "
+                    "the GPU results are not reproducible (a kernel bug or a hardware fault)"
+                )
+            small = members[sizes <= SORT_MAX]
+            if len(small):
+                sort_size = _pow2_at_least(int(sizes[sizes <= SORT_MAX].max()))
+                self._select(cand, cand_base, cand_cap, count, cupy.asarray(small.astype(np.int32)), len(small), k,
+                             sort_size, top, update=False, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen,
+                             thr_ge=thr_ge, thr_gt=thr_gt)
+            for q, base, size in zip(members.tolist(), bases.tolist(), sizes.tolist()):
+                if size <= SORT_MAX:
+                    continue
+                best = cupy.sort(cand[base : base + size])[::-1][:k]  # too long for the shared-memory sort
+                top[q] = 0
+                top[q, : len(best)] = best

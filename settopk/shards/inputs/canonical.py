@@ -1,0 +1,130 @@
+"""The canonical form of a set, the same for every format: ids ascending, each once.
+
+Readers decode a block of sets into one flat array of ids and a count per set; :func:`canonical`
+sorts and de-duplicates all of them with one NumPy sort (skipped when the block is already sorted
+and repeat-free), and the other helpers filter and join such CSR arrays without a per-set Python
+loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from settopk.kernels.sets import SetBatch
+
+__all__ = ["NO_SETS", "canonical", "concat_sets", "csr_offsets", "in_length_range", "select_sets"]
+
+NO_SETS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=bool))
+"""``(lengths, tokens, repeated)`` of no set at all, as :func:`canonical` returns them."""
+
+
+def canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort and de-duplicate each set of a flat CSR array.
+
+    Parameters
+    ----------
+    values : numpy.ndarray of uint16, shape (n_values,)
+        Ids of all sets, set after set; every id already checked to be in range.
+    counts : numpy.ndarray of int64, shape (n_sets,)
+        Ids per set before de-duplication; sums to ``n_values``.
+
+    Returns
+    -------
+    lengths : numpy.ndarray of int64, shape (n_sets,)
+        Distinct ids per set.
+    tokens : numpy.ndarray of uint16, shape (lengths.sum(),)
+        The sets, each ascending and duplicate-free.
+    repeated : numpy.ndarray of bool, shape (n_sets,)
+        Sets that had a repeated id.
+    """
+    n_sets = len(counts)
+    if len(values) < 2:
+        return counts.astype(np.int64), values.astype(np.uint16), np.zeros(n_sets, dtype=bool)
+    ends = np.cumsum(counts)
+    increasing = values[1:] > values[:-1]
+    boundary = ends[:-1][(ends[:-1] > 0) & (ends[:-1] < len(values))] - 1  # pairs that straddle two sets
+    increasing[boundary] = True
+    if increasing.all():  # fast path: already sorted and repeat-free (the usual case for docs.txt)
+        return counts.astype(np.int64), values.astype(np.uint16, copy=False), np.zeros(n_sets, dtype=bool)
+    set_of = np.repeat(np.arange(n_sets, dtype=np.int64), counts)
+    key = (set_of << 16) | values.astype(np.int64)
+    key.sort()
+    new = np.empty(len(key), dtype=bool)
+    new[0] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    kept = key[new]
+    repeated = np.zeros(n_sets, dtype=bool)
+    repeated[key[~new] >> 16] = True
+    lengths = np.bincount(kept >> 16, minlength=n_sets).astype(np.int64)
+    return lengths, (kept & 0xFFFF).astype(np.uint16), repeated
+
+
+def csr_offsets(lengths: np.ndarray) -> np.ndarray:
+    """CSR offsets of sets of the given lengths.
+
+    Parameters
+    ----------
+    lengths : numpy.ndarray of int, shape (n_sets,)
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_sets + 1,)
+        ``0`` then the running sum of ``lengths``: set ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``.
+    """
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def select_sets(lengths: np.ndarray, tokens: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sets of a CSR array where ``keep`` holds.
+
+    Parameters
+    ----------
+    lengths : numpy.ndarray of int64, shape (n_sets,)
+    tokens : numpy.ndarray of uint16, shape (lengths.sum(),)
+    keep : numpy.ndarray of bool, shape (n_sets,)
+
+    Returns
+    -------
+    (lengths, tokens)
+        Of the kept sets only; the inputs themselves when every set is kept.
+    """
+    if keep.all():
+        return lengths, tokens
+    return lengths[keep], tokens[np.repeat(keep, lengths)]
+
+
+def in_length_range(lengths: np.ndarray, length_range) -> np.ndarray:
+    """Bool mask, shape (n_sets,): the sets whose length lies in ``length_range``.
+
+    Parameters
+    ----------
+    lengths : numpy.ndarray of int64, shape (n_sets,)
+    length_range : (int, int) or None
+        ``(lo, hi)``, inclusive; None keeps every set.
+    """
+    if length_range is None:
+        return np.ones(len(lengths), dtype=bool)
+    lo, hi = length_range
+    return (lengths >= lo) & (lengths <= hi)
+
+
+def concat_sets(lengths: list[np.ndarray], tokens: list[np.ndarray]) -> SetBatch:
+    """One :class:`SetBatch` from consecutive groups of sets in CSR form.
+
+    Parameters
+    ----------
+    lengths : list of numpy.ndarray of int64
+        Each group's set lengths.
+    tokens : list of numpy.ndarray of uint16
+        Each group's ids, ``lengths[i].sum()`` of them.
+
+    Returns
+    -------
+    SetBatch
+        The sets of every group, in order (empty for no group).
+    """
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16)
+    return SetBatch(csr_offsets(all_lengths), all_tokens.astype(np.uint16, copy=False))

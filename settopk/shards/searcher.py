@@ -1,0 +1,324 @@
+"""A shard's searcher: loads its own docs once, then answers query batches.
+
+:class:`ShardSearcher` is plain Python so it can be tested without Ray; importing this
+module does not import Ray. :func:`settopk.shards.actor.actor_class` makes it a Ray actor (whose constructor
+takes its inputs from a :class:`settopk.shards.actor.ShardInputs` actor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, warm_up_backend
+
+from .inputs import SetLimits, assemble_shard
+from .plan import ShardSpec
+from .thresholds import floors_from
+
+__all__ = ["ShardSearcher", "load_shard"]
+
+
+def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
+    """Take one shard's docs out of the corpus pieces and check them against the plan.
+
+    Parameters
+    ----------
+    spec : ShardSpec
+        The length range to keep, and the doc and id counts the plan expects.
+    pieces : list of Corpus or ray.ObjectRef
+        Every piece's docs from the reader tasks (:func:`settopk.shards.inputs.read_piece`), in read
+        order; references are fetched one at a time.
+    drops : dict, optional
+        Doc ids to leave out per piece position (repeats found by :func:`settopk.shards.inputs.check_doc_ids`).
+    ordered : bool
+        The pieces' doc id ranges increase in read order.
+    concatenate : bool
+        One SetBatch (True), or one per piece where the pieces are ordered (False; for the
+        GPU index, which concatenates them on the device).
+
+    Returns
+    -------
+    (numpy.ndarray, SetBatch or list of SetBatch)
+        ``doc_ids`` (int64, shape (n_docs,), strictly increasing) and their sets (host memory).
+
+    Raises
+    ------
+    RuntimeError
+        If the docs taken do not match the plan's counts.
+    """
+    doc_ids, docs = assemble_shard(spec.min_len, spec.max_len, _fetched(pieces), drops, ordered, concatenate)
+    n_tokens = sum(len(p.tokens) for p in ([docs] if isinstance(docs, SetBatch) else docs))
+    if len(doc_ids) != spec.n_docs or n_tokens != spec.n_tokens:
+        raise RuntimeError(
+            f"shard {spec.shard_id} (lengths {spec.min_len}..{spec.max_len}) holds {len(doc_ids)} docs / "
+            f"{n_tokens} ids, but the plan expects {spec.n_docs} / {spec.n_tokens}: the corpus "
+            "pieces changed after planning; rerun the job"
+        )
+    return doc_ids, docs
+
+
+def _fetched(pieces):
+    for piece in pieces:
+        if type(piece).__name__ == "ObjectRef":
+            import ray
+
+            piece = ray.get(piece)
+        yield piece
+
+
+class ShardSearcher:
+    """Holds one length-bucket shard in its backend's layout and searches it.
+
+    Parameters
+    ----------
+    spec : ShardSpec
+        The length range to hold.
+    pieces : list of Corpus or ray.ObjectRef
+        Every corpus piece's docs from the reader tasks, in read order; the searcher
+        keeps the docs whose length lies in ``[spec.min_len, spec.max_len]``
+        (:func:`load_shard`). A restarted actor takes them again from the object store.
+    limits : SetLimits
+        ``vocab_size`` and ``max_len`` of the run.
+    backend : str
+        ``"numpy"`` or ``"cupy"``.
+    drops : dict, optional
+        Doc ids repeated across pieces, to leave out (quarantine).
+    ordered : bool
+        The pieces' doc id ranges increase in read order.
+    score : str
+        What the shard ranks by, one of :data:`settopk.kernels.SCORES` (default braun_blanquet).
+    routing : str
+        :data:`settopk.kernels.postings.ROUTINGS`: whether the index also holds postings and
+        sends queries to them (default ``"scan"``).
+    threads : int, optional
+        CPU threads of the ``"cpu"`` backend's index (the driver passes the CPUs the actor
+        reserves, ``cpus_per_shard``); None: every CPU of the process.
+
+    Raises
+    ------
+    RuntimeError
+        If the docs do not match the plan, or the GPU runs out of memory (the message
+        names the node, the GPU and the setting to lower).
+    ImportError
+        If ``backend == "cupy"`` and CuPy is not installed on this node.
+    """
+
+    def __init__(
+        self,
+        spec: ShardSpec,
+        pieces,
+        limits: SetLimits,
+        backend: str,
+        drops: dict | None = None,
+        ordered: bool = True,
+        score: str = DEFAULT_SCORE,
+        routing: str = "scan",
+        threads: int | None = None,
+    ):
+        start = time.perf_counter()
+        self.spec = spec
+        self.backend = backend
+        self.max_len = limits.max_len
+        self.score = score
+        warm = self.start_warm_up(limits, backend, routing)
+        doc_ids, docs = load_shard(spec, pieces, drops, ordered, concatenate=backend != "cupy")
+        self.read_s = time.perf_counter() - start
+        if warm is not None:  # a subclass may have nothing to warm up
+            warm.join()
+        self.warm_s = warm.seconds if warm is not None else 0.0
+        with self._out_of_memory("loading its docs", "raise n_shards (or add GPUs) so each shard holds fewer docs"):
+            self.index = build_index(backend, doc_ids, docs, max_len=limits.max_len, vocab_size=limits.vocab_size,
+                                     score=score, routing=routing, threads=threads)
+        self.routing = routing
+        self.load_s = time.perf_counter() - start
+        self.search_s = self.busy_s = 0.0
+        self._lock = threading.Lock()  # GPU actors run two searches at once
+        self._active, self._busy_since = 0, 0.0
+        self.searched = self.skipped = self.posted = 0
+
+    @classmethod
+    def start_warm_up(cls, limits: SetLimits, backend: str, routing: str = "scan") -> threading.Thread | None:
+        """Start loading ``backend``'s compiled kernels in a thread (:func:`settopk.kernels.warm_up_backend`), once per process.
+
+        The constructor calls it, and the Ray actor calls it before it waits for its docs, so
+        that loading the kernels overlaps the corpus's read. A later call with the same
+        arguments returns the same thread.
+
+        Returns
+        -------
+        threading.Thread or None
+            The thread (its ``seconds``: how long the loading took); None from a subclass
+            with nothing to load.
+        """
+        return _warm_up_in_background(backend, limits.max_len, routing)
+
+    def info(self) -> dict:
+        """Where the shard runs, how long it took to load and search (seconds), and how many
+        (query, shard) searches the floors skipped and the postings answered (``routing``).
+        ``search_s`` sums the calls' times;
+        ``busy_s`` is the time at least one search ran (less where calls overlapped)."""
+        gpu_ids = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return {
+            "shard_id": self.spec.shard_id,
+            "n_docs": self.index.n_docs,
+            "backend": self.backend,
+            "node": socket.gethostname(),
+            "node_id": _node_id(),
+            "gpu_ids": gpu_ids if self.backend == "cupy" else "",
+            "read_s": round(self.read_s, 3),
+            "load_s": round(self.load_s, 3),
+            "warm_s": round(self.warm_s, 3),
+            "search_s": round(self.search_s, 3),
+            "busy_s": round(self.busy_s, 3),
+            "queries_searched": self.searched,
+            "queries_skipped": self.skipped,
+            "routing": self.routing,
+            "queries_postings": self.posted,
+            "restarted": _restarted(),
+        }
+
+    def search(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> TopK:
+        """Shard-local top-k of some queries of a batch.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            The batch (``n_queries`` sets, host memory).
+        k : int
+            Results per query.
+        rows : numpy.ndarray of int64, optional
+            The batch rows to search (default: all).
+        home_rows : sequence of numpy.ndarray of int64
+            With ``home_results``: the batch rows each first-round result covers.
+        *home_results : TopK
+            First-round results of the other shards; each query's k-th key there is its
+            floor here (:func:`settopk.shards.thresholds.floors_from`): only docs scoring at least
+            that are returned, and a query this shard cannot reach is skipped.
+
+        Returns
+        -------
+        TopK
+            Shape ``(len(rows), k)``, ``-1`` padded (also where a floor left fewer than k docs).
+        """
+        start = self._enter()
+        rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        subset = queries if len(rows) == queries.n_sets else queries.take(rows)
+        floor = None
+        if home_results:
+            floor = floors_from(home_results, home_rows, queries.lengths, k, self.max_len, self.score)[rows]
+        skipped = posted = 0
+        try:
+            with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
+                result = self.index.search(subset, k, floor_key=floor) if floor is not None else self.index.search(subset, k)
+            if floor is not None:  # with two calls at once this may count the other's: a diagnostic only
+                skipped = int(getattr(self.index, "last_skipped", 0))
+            posted = int(self.index.last_routing["postings"])
+        finally:
+            self._leave(start, len(rows), skipped, posted)
+        return result
+
+    def _enter(self) -> float:
+        """Mark a search as started; returns its start time."""
+        now = time.perf_counter()
+        with self._lock:
+            if not self._active:
+                self._busy_since = now
+            self._active += 1
+        return now
+
+    def _leave(self, start: float, n_rows: int, skipped: int, posted: int) -> None:
+        """Mark a search as ended: its time adds to ``search_s``, and to ``busy_s`` the time since
+        the last moment no search ran (GPU actors run two calls at once)."""
+        now = time.perf_counter()
+        with self._lock:
+            self._active -= 1
+            if not self._active:
+                self.busy_s += now - self._busy_since
+            self.search_s += now - start
+            self.searched += n_rows
+            self.skipped += skipped
+            self.posted += posted
+
+    def search_with_receipt(self, queries: SetBatch, k: int, rows=None, home_rows=(), *home_results: TopK) -> tuple[int, TopK]:
+        """:meth:`search` for an actor call with two returns: ``(len(rows), TopK)``.
+
+        The driver waits on the small first return only; the TopK stays in the object
+        store and goes straight to the next round and the merge task.
+        """
+        result = self.search(queries, k, rows, home_rows, *home_results)
+        return len(result.doc_ids), result
+
+    @contextlib.contextmanager
+    def _out_of_memory(self, doing: str, fix: str):
+        """Turn a GPU out-of-memory error into one that says where it happened and what to lower."""
+        try:
+            yield
+        except Exception as exc:
+            if type(exc).__name__ not in ("OutOfMemoryError", "CUDARuntimeError") or "memory" not in str(exc).lower():
+                raise
+            gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "?")
+            raise RuntimeError(
+                f"shard {self.spec.shard_id} (lengths {self.spec.min_len}..{self.spec.max_len}, {self.spec.n_docs} docs) "
+                f"on node {socket.gethostname()} GPU {gpu} ran out of GPU memory while {doing}: {exc}; {fix}"
+            ) from exc
+
+
+class _WarmUp(threading.Thread):
+    """Loads the backend's compiled kernels (:func:`settopk.kernels.warm_up_backend`) while the docs are
+    fetched, so that the two overlap (else the build or the first search would load them). An
+    error here surfaces again, with its message, in the index build or the first search.
+    ``seconds`` is how long it took."""
+
+    def __init__(self, backend: str, max_len: int, routing: str) -> None:
+        super().__init__(name=f"settopk-warm-{backend}", daemon=True)
+        self.backend, self.max_len, self.routing = backend, max_len, routing
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        try:
+            warm_up_backend(self.backend, self.max_len, self.routing)
+        except Exception:  # the build or the search reports it
+            pass
+        self.seconds = time.perf_counter() - start
+
+
+_warming: dict = {}  # (backend, max_len, routing) -> its _WarmUp, one per process
+_warming_lock = threading.Lock()
+
+
+def _warm_up_in_background(backend: str, max_len: int, routing: str) -> _WarmUp:
+    key = (backend, max_len, routing)
+    with _warming_lock:
+        if key not in _warming:
+            _warming[key] = _WarmUp(backend, max_len, routing)
+            _warming[key].start()
+        return _warming[key]
+
+
+def _node_id() -> str:
+    """The Ray node id of this process ("" outside Ray)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
+def _restarted() -> bool:
+    """True in a Ray actor that was restarted after a failure; False elsewhere."""
+    import ray
+
+    if not ray.is_initialized():  # plain use: asking for the runtime context would start Ray
+        return False
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # Ray 2.60 implements the property with a deprecated accessor
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(context.was_current_actor_reconstructed)
