@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from settopk.jobs import score
+from settopk.jobs.run import check_outputs_absolute_under_ray_job
 from settopk.jobs.guard import PathError, check_outputs_apart
 from settopk.jobs.validate import UsageError
 
@@ -50,6 +50,6 @@ def _args(out, tsv=None):
 
 def test_a_uri_output_passes_under_a_ray_job(monkeypatch):
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"metadata": {"job_submission_id": "raysubmit_uri"}}')
-    score._check_outputs_absolute_under_ray_job(_args("s3://b/results", "gs://b/results.tsv"))
+    check_outputs_absolute_under_ray_job(_args("s3://b/results", "gs://b/results.tsv"))
     with pytest.raises(UsageError, match=r"--out results is a relative path.*give an absolute path or a URI"):
-        score._check_outputs_absolute_under_ray_job(_args("results"))
+        check_outputs_absolute_under_ray_job(_args("results"))

@@ -15,6 +15,7 @@ from typing import Union
 import dacite
 import yaml
 
+from settopk.errors import SettopkError
 from settopk.kernels.keys import SCORES
 from settopk.kernels.postings import ROUTINGS
 
@@ -42,7 +43,7 @@ MAX_K = 32767
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, SettopkError):
     """A config file is missing, not valid YAML, or has unknown keys or bad values."""
 
 

@@ -20,6 +20,7 @@ import uuid
 
 import pyarrow.fs as pafs
 
+from settopk.errors import SettopkError
 from settopk.shards import storage
 
 from .location import Place
@@ -31,7 +32,7 @@ RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "vocab_size", "max
 """The config keys a result depends on; a rerun that changes one of them is not the same run."""
 
 
-class PathError(ValueError):
+class PathError(ValueError, SettopkError):
     """An output path the run cannot use (overlapping an input, not writable, or locked)."""
 
 

@@ -43,12 +43,14 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from settopk.errors import SettopkError
 from settopk.kernels import DEFAULT_SCORE, TopK, score_definition, score_value
 from settopk.shards import storage
 
 from .location import Place
 
 __all__ = [
+    "DEFAULT_OUT",
     "RESULT_SCHEMA",
     "DT_PARTITIONING",
     "ROW_GROUP_ROWS",
@@ -127,8 +129,11 @@ _DICTIONARY_COLUMNS = ["score", "overlap", "doc_len"]
 _PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 
+DEFAULT_OUT = "out/settopk-results"
+"""Where the result goes when no output is given (relative to the working directory)."""
 
-class OutputExistsError(FileExistsError):
+
+class OutputExistsError(FileExistsError, SettopkError):
     """The output directory exists and is not a finished result of this job."""
 
 

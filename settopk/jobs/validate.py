@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow
 
+from settopk.errors import SettopkError
 import settopk.configs
 from settopk.shards import storage
 from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, query_files
@@ -29,13 +30,13 @@ from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, 
 from .manifest import new_run_id, ray_submission_id
 from .output import check_dataset_root, check_output_dir, partition_dir, record_dir, rejected_paths
 
-__all__ = ["UsageError", "Inputs", "Target", "Job", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "settle", "validate", "check_unchanged_since",
+__all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "settle", "validate", "check_unchanged_since",
            "self_join_note"]
 
 log = logging.getLogger("settopk")
 
 
-class UsageError(ValueError):
+class UsageError(ValueError, SettopkError):
     """Command-line arguments that do not fit together or with the config."""
 
 
@@ -115,6 +116,14 @@ class Job:
         return self.cfg.self_join and not self.cfg.include_self
 
 
+@dataclass(frozen=True)
+class NoOp:
+    """What :func:`settle` returns where the output already holds a finished result of the same
+    inputs and settings: there is nothing to do."""
+
+    target: Target
+
+
 @dataclass
 class Validated:
     """The validate stage's result: the queries (validated, read again chunk by chunk later) and
@@ -125,7 +134,7 @@ class Validated:
     start_ns: int  # when the driver began reading the inputs: files modified later are refused
 
 
-def settle(args, started: datetime.datetime) -> Job | None:
+def settle(args, started: datetime.datetime) -> Job | NoOp:
     """Settle what the run does before reading any input: config, output target, run id, input
     paths, the output's lock.
 
@@ -138,10 +147,10 @@ def settle(args, started: datetime.datetime) -> Job | None:
 
     Returns
     -------
-    Job or None
-        None where ``--out`` already holds a finished result of the same inputs and settings
-        (nothing to do). A returned job holds the output's lock (``Job.lock``); the caller
-        releases it.
+    Job or NoOp
+        :class:`NoOp` where ``--out`` already holds a finished result of the same inputs and
+        settings (nothing to do). A returned job holds the output's lock (``Job.lock``); the
+        caller releases it.
 
     Raises
     ------
@@ -174,7 +183,7 @@ def settle(args, started: datetime.datetime) -> Job | None:
             log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
                      "(use --force to recompute)", target.out_dir)
             lock.release()
-            return None
+            return NoOp(target)
         limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
         return Job(args, cfg, target, inputs, limits, run_id, submission_id, lock)
     except BaseException:

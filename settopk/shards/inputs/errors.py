@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from settopk.errors import SettopkError
+
 __all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
 
 REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
 """The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)``, in every format."""
 
 
-class InputError(ValueError):
+class InputError(ValueError, SettopkError):
     """A bad input, located exactly.
 
     ``InputError(path, expected, found, fix, line=None, row=None)`` reads
