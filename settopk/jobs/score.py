@@ -57,7 +57,6 @@ import settopk.configs
 from settopk.kernels import SCORES, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
 from settopk.shards import plan_shards_from_counts
-from settopk.shards import storage
 from settopk.shards.inputs import InputError, fingerprint, plan_pieces, query_files
 from settopk.shards.inputs.files import file_stat
 from settopk.shards.searcher import ShardSearcher
@@ -66,14 +65,13 @@ from . import add_version, prog_name
 from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, resume_key
 from .dispatch import gather
 from .guard import PathError
-from .location import absolute
-from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
+from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
 from .output import REJECTED_SCHEMA, OutputExistsError, check_output_dir, commit_results, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
-from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, self_join_note, settle
+from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, locate_args, self_join_note, settle
 
 __all__ = ["main", "build_parser", "run", "resolve_backend", "resolve_cpus_per_shard", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
 
@@ -338,7 +336,7 @@ class _CorpusFacts:
 class _Work:
     """The run's work directory: its chunks, those already committed, and the rows each query gets."""
 
-    path: object  # a pathlib.Path, or a URI (str) on a store
+    path: object  # a pathlib.Path, or a Location on a store
     chunks: list
     done: set
     rows_per_query: int
@@ -397,7 +395,7 @@ def _read(job: Job, cluster: _Cluster, start_ns: int, listed: str, pool: ShardPo
     return corpus, facts
 
 
-def _corpus_changed(docs_path: str):
+def _corpus_changed(docs_path):
     raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
                      "run the job once the input is completely written (write it elsewhere, then move it into place)")
 
@@ -444,7 +442,8 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
     path = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
-    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=absolute(target.out_dir),
+    # The output by its key: no credentials, so a rerun after a key rotation resumes.
+    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=":".join(target.out_dir.key),
                      chunks=[(c.lo, c.hi) for c in chunks])
     done, run_id = open_work_dir(path, key, chunks, job.run_id)
     if done:
@@ -565,6 +564,7 @@ def run(args, searcher_cls: type = ShardSearcher) -> int:
 def _run(args, pool: ShardPool, searcher_cls: type) -> int:
     """The stages in order; each phase is timed and logged (:class:`settopk.jobs.progress.PhaseClock`)."""
     clock = PhaseClock()
+    args = locate_args(args)  # every path and URI a Location from here on
     _check_outputs_absolute_under_ray_job(args)
     job = settle(args, clock.started)
     if job is None:
@@ -694,8 +694,8 @@ def _check_outputs_absolute_under_ray_job(args) -> None:
     if submission_id is None:
         return
     for flag, value in (("--out", args.out), ("--tsv", args.tsv)):
-        if value is not None and not os.path.isabs(value) and not storage.is_uri(value):
-            default = " (the default)" if flag == "--out" and value == build_parser().get_default("out") else ""
+        if value is not None and value.relative:
+            default = " (the default)" if flag == "--out" and value.full == build_parser().get_default("out") else ""
             raise UsageError(
                 f"{flag} {value}{default} is a relative path, and this driver runs under the Ray job {submission_id}, "
                 f"whose working directory is Ray's temporary copy of the job's --working-dir ({os.getcwd()}): the result "
@@ -710,7 +710,7 @@ def _log_done(job: Job, cluster: _Cluster, plan: list, valid: Validated, facts: 
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, absolute(job.target.out_dir),
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, shown_absolute(job.target.out_dir),
         cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )
