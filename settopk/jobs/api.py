@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from settopk.shards.location import Location
 
 from .score import build_parser
 from .validate import UsageError
@@ -31,10 +32,10 @@ def score(docs=None, queries=None, out=None, **settings) -> dict:
 
     Parameters
     ----------
-    docs, queries : str or os.PathLike, optional
+    docs, queries : str, os.PathLike or settopk.shards.location.Location, optional
         The corpus and the queries: a local path or a URI (``s3://``, ``gs://``, ...), in any
         format the job reads (README: Inputs). With neither, the config's synthetic corpus.
-    out : str or os.PathLike, optional
+    out : str, os.PathLike or settopk.shards.location.Location, optional
         The result dataset directory (default ``out/settopk-results``), or the dataset root for
         a partitioned config such as ``nightly``.
     **settings
@@ -77,13 +78,16 @@ def score(docs=None, queries=None, out=None, **settings) -> dict:
     unknown = sorted(set(settings) - set(options) - {"help", "version"})
     if unknown:
         raise TypeError(f"settopk.score() got unexpected keyword(s) {unknown}; expected some of {sorted(set(options) - {'help', 'version'})}")
+    places = {"docs": docs, "queries": queries, "out": out, "tsv": settings.pop("tsv", None)}
     argv = []
-    for name, value in {"docs": docs, "queries": queries, "out": out, **settings}.items():
+    for name, value in settings.items():
         if value is None or value is False:
             continue
         option = _OPTION.get(name, options[name].option_strings[-1])
-        if value is True and options[name].nargs == 0:
-            argv.append(option)
-        else:
-            argv += [option, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
-    return run(parser.parse_args(argv))
+        argv += [option] if value is True and options[name].nargs == 0 else [option, str(value)]
+    args = parser.parse_args(argv)
+    # Paths and URIs go in as they are (never through str(), which hides a URI's credentials).
+    for name, value in places.items():
+        if value is not None:
+            setattr(args, name, Location.of(value))
+    return run(args)

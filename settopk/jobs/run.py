@@ -44,7 +44,6 @@ import pyarrow as pa
 
 import settopk.configs
 from settopk.shards import plan_shards_from_counts
-from settopk.shards import storage
 from settopk.shards.inputs import InputError, fingerprint, plan_pieces, query_files
 from settopk.shards.inputs.files import file_stat
 from settopk.shards.searcher import ShardSearcher
@@ -52,14 +51,13 @@ from settopk.shards.searcher import ShardSearcher
 from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, resume_key
 from .cluster import Cluster, connect, shard_doc_cost
 from .dispatch import gather
-from .location import absolute
-from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries
+from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
 from .output import DEFAULT_OUT, REJECTED_SCHEMA, check_output_dir, commit_results, read_manifest, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
-from .validate import Job, NoOp, UsageError, Validated, ValidationThread, check_unchanged_since, self_join_note, settle
+from .validate import Job, NoOp, UsageError, Validated, ValidationThread, check_unchanged_since, locate_args, self_join_note, settle
 
 __all__ = ["run", "check_outputs_absolute_under_ray_job"]
 
@@ -103,7 +101,7 @@ class _CorpusFacts:
 class _Work:
     """The run's work directory: its chunks, those already committed, and the rows each query gets."""
 
-    path: object  # a pathlib.Path, or a URI (str) on a store
+    path: object  # a pathlib.Path, or a Location on a store
     chunks: list
     done: set
     rows_per_query: int
@@ -142,7 +140,7 @@ def _read(job: Job, cluster: Cluster, start_ns: int, listed: str, pool: ShardPoo
     return corpus, facts
 
 
-def _corpus_changed(docs_path: str):
+def _corpus_changed(docs_path):
     raise InputError(docs_path, "input files that stay unchanged while the job runs", "files changed while the job listed them",
                      "run the job once the input is completely written (write it elsewhere, then move it into place)")
 
@@ -189,7 +187,8 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
     path = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
-    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=absolute(target.out_dir),
+    # The output by its key: no credentials, so a rerun after a key rotation resumes.
+    key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=":".join(target.out_dir.key),
                      chunks=[(c.lo, c.hi) for c in chunks])
     done, run_id = open_work_dir(path, key, chunks, job.run_id)
     if done:
@@ -323,6 +322,7 @@ def run(args, searcher_cls: type = ShardSearcher) -> dict:
 def _run(args, pool: ShardPool, searcher_cls: type) -> dict:
     """The stages in order; each phase is timed and logged (:class:`settopk.jobs.progress.PhaseClock`)."""
     clock = PhaseClock()
+    args = locate_args(args)  # every path and URI a Location from here on
     check_outputs_absolute_under_ray_job(args)
     job = settle(args, clock.started)
     if isinstance(job, NoOp):
@@ -450,8 +450,8 @@ def check_outputs_absolute_under_ray_job(args) -> None:
     if submission_id is None:
         return
     for flag, value in (("--out", args.out), ("--tsv", args.tsv)):
-        if value is not None and not os.path.isabs(value) and not storage.is_uri(value):
-            default = " (the default)" if flag == "--out" and value == DEFAULT_OUT else ""
+        if value is not None and value.relative:
+            default = " (the default)" if flag == "--out" and value.full == DEFAULT_OUT else ""
             raise UsageError(
                 f"{flag} {value}{default} is a relative path, and this driver runs under the Ray job {submission_id}, "
                 f"whose working directory is Ray's temporary copy of the job's --working-dir ({os.getcwd()}): the result "
@@ -466,7 +466,7 @@ def _log_done(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
         "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, absolute(job.target.out_dir),
+        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, shown_absolute(job.target.out_dir),
         cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )

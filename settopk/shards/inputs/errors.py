@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from settopk.errors import SettopkError
 
+from ..location import Location
+
 __all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
 
 REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
@@ -32,7 +34,8 @@ class InputError(ValueError, SettopkError):
     Attributes
     ----------
     path : str or None
-        The file or directory at fault.
+        The file or directory at fault, as shown (a URI without its secrets:
+        :func:`settopk.shards.location.redact`).
     line : int or None
         1-based line number, for text inputs.
     row : int or None
@@ -51,7 +54,7 @@ class InputError(ValueError, SettopkError):
             self.path = None
             super().__init__(str(path))
             return
-        self.path = os.fspath(path)
+        self.path = str(path) if isinstance(path, Location) else os.fspath(path)  # a Location: its redacted form
         where = self.path
         if line is not None:
             where = f"{self.path}:{line} (1-based line)"
