@@ -1,0 +1,190 @@
+"""Threshold search (issue 32): the exact threshold semantics, the need tables against exact
+fractions, and the CPU backends' threshold_search against the brute-force oracle, ties included."""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from settopk.kernels import (
+    SCORES,
+    NumpyShardIndex,
+    SetBatch,
+    brute_force_threshold,
+    need_table,
+    parse_threshold,
+    self_join_pairs,
+)
+from settopk.kernels.oracle import _exact
+
+BACKENDS = ["numpy", "cpu"]
+ROUTINGS = ("scan", "postings")
+
+
+def _index(backend, docs, ids, max_len, score, routing):
+    batch = SetBatch.from_lists(docs)
+    ids = np.asarray(ids, dtype=np.int64)
+    if backend == "numpy":
+        return NumpyShardIndex(batch, ids, max_len, score, routing=routing)
+    pytest.importorskip("numba")
+    from settopk.kernels.numba_index import NumbaShardIndex
+
+    return NumbaShardIndex(batch, ids, max_len, score, routing=routing, threads=2)
+
+
+def _rows(pairs):
+    return [pairs.row(i) for i in range(pairs.n_queries)]
+
+
+def _passes(ov, ql, dl, score, t):
+    """score >= t in exact fractions (cosine compared squared, as the oracle does)."""
+    return _exact(ov, ql, dl, score) >= (t * t if score == "cosine" else t)
+
+
+# --- the threshold's meaning -------------------------------------------------------------------
+
+def test_parse_threshold_reads_decimal_text_exactly():
+    assert parse_threshold(0.8, "jaccard") == Fraction(4, 5)  # the float's shortest decimal, not its binary value
+    assert parse_threshold("0.8", "jaccard") == Fraction(4, 5)
+    assert parse_threshold("4/5", "cosine") == Fraction(4, 5)
+    assert parse_threshold(Fraction(2, 3), "dice") == Fraction(2, 3)
+    assert parse_threshold(3, "overlap") == 3
+    assert parse_threshold(0, "containment") == 0
+
+
+@pytest.mark.parametrize("bad, score, words", [
+    (-0.1, "jaccard", ">= 0"), (1.5, "jaccard", "<= 1"), (float("nan"), "dice", "finite"),
+    ("abc", "cosine", "finite"), (float("inf"), "overlap", "finite"), (True, "jaccard", "number"),
+])
+def test_parse_threshold_refuses(bad, score, words):
+    with pytest.raises(ValueError, match=words):
+        parse_threshold(bad, score)
+
+
+@pytest.mark.parametrize("score", SCORES)
+@given(a=st.integers(0, 40), b=st.integers(1, 40))
+@settings(max_examples=25, deadline=None)
+def test_need_table_is_the_least_passing_overlap(score, a, b):
+    """Exhaustively for lengths up to 9: need[q, d] is the least o with score >= T in exact fractions."""
+    max_len = 9
+    t = Fraction(a, b)
+    if t > 1 and score != "overlap":
+        t = Fraction(b, max(a, b))
+    need = need_table(t, np.arange(max_len + 1), max_len, score)
+    for ql in range(max_len + 1):
+        for dl in range(max_len + 1):
+            passing = [o for o in range(min(ql, dl) + 1) if _passes(o, ql, dl, score, t)]
+            want = passing[0] if passing else None
+            got = int(need[ql, dl])
+            if want is None:
+                assert got > min(ql, dl), (ql, dl, got)
+            else:
+                assert got == want, (ql, dl)
+                assert passing == list(range(want, min(ql, dl) + 1))  # monotone: every larger overlap passes
+
+
+def test_need_table_exact_for_long_decimals():
+    t = parse_threshold("0.33333333333333333333333333334", "jaccard")  # just above 1/3: o/(6-o) = 1/3 fails
+    assert need_table(t, [3], 3, "jaccard")[0, 3] == 2
+    assert need_table(Fraction(1, 3), [3], 3, "jaccard")[0, 3] == 2  # o=1: 1/5 < 1/3; o=2: 2/4 >= 1/3
+    assert need_table(Fraction(1, 2), [3], 3, "jaccard")[0, 3] == 2  # exactly 1/2: a tie, passes
+
+
+# --- the backends against the oracle ----------------------------------------------------------
+
+_sets = st.lists(st.lists(st.integers(0, 11), max_size=8), min_size=0, max_size=14)
+_thresholds = st.sampled_from(["0", "1", "0.5", "0.25", "1/3", "2/3", "0.8", "0.75", "3/7", "0.6"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+@given(docs=_sets, queries=_sets, text=_thresholds, k=st.sampled_from([None, 1, 3]),
+       routing=st.sampled_from(ROUTINGS))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_threshold_search_matches_oracle(backend, score, docs, queries, text, k, routing):
+    max_len = 8
+    t = parse_threshold(text if score != "overlap" else str(Fraction(text) * 3), score)
+    ids = [3 * i + 1 for i in range(len(docs))]
+    index = _index(backend, docs, ids, max_len, score, routing)
+    got = index.threshold_search(SetBatch.from_lists(queries), t, k=k)
+    assert got.offsets.dtype == np.int64 and got.doc_ids.dtype == np.int64
+    assert got.overlap.dtype == np.int32 and got.doc_len.dtype == np.int32
+    assert _rows(got) == brute_force_threshold(docs, queries, t, doc_ids=ids, score=score, k=k)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+def test_ties_at_the_threshold_pass(backend, score):
+    """Thresholds equal to achievable scores: the pair at exactly T is returned, one just above is not."""
+    docs = [[1, 2, 3, 4, 5], [1, 2, 3, 4], [1, 2], [], [1, 2, 3, 4, 5], [9], [1]]
+    queries = [[1, 2, 3, 4], [], [1, 2, 3, 4, 5]]
+    index = _index(backend, docs, range(len(docs)), 5, score, "postings")
+    values = set()
+    for q in queries:
+        for d in docs:
+            v = _exact(len(set(q) & set(d)), len(q), len(d), score)
+            if score == "cosine":  # v is the square; a rational tie needs a rational root
+                num, den = math.isqrt(v.numerator), math.isqrt(v.denominator)
+                if num * num != v.numerator or den * den != v.denominator:
+                    continue
+                v = Fraction(num, den)
+            values.add(v)
+    assert len(values) >= 3
+    for t in sorted(values):
+        for th in (t, t + Fraction(1, 10**9)):
+            if score != "overlap" and th > 1:
+                continue
+            want = brute_force_threshold(docs, queries, th, score=score)
+            got = _rows(index.threshold_search(SetBatch.from_lists(queries), th))
+            assert got == want
+            if th == t:  # the tie itself passes
+                assert any(_exact(o, len(q), dl, score) == (t * t if score == "cosine" else t)
+                           for q, row in zip(queries, got) for _, o, dl in row)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+def test_zero_one_empty_identical(backend, score):
+    docs = [[1, 2, 3], [1, 2, 3], [], [4], [1, 2]]
+    queries = [[1, 2, 3], [], [4], [7, 8]]
+    for routing in ROUTINGS:
+        index = _index(backend, docs, [10, 11, 12, 13, 14], 4, score, routing)
+        zero = index.threshold_search(SetBatch.from_lists(queries), 0)
+        assert list(zero.counts) == [5, 5, 5, 5]  # T = 0: every pair, overlap 0 and empty sets included
+        one = index.threshold_search(SetBatch.from_lists(queries), 1)
+        assert _rows(one) == brute_force_threshold(docs, queries, Fraction(1), doc_ids=[10, 11, 12, 13, 14],
+                                                   score=score)
+        if score in ("braun_blanquet", "jaccard", "dice", "cosine"):
+            assert _rows(one)[0] == [(10, 3, 3), (11, 3, 3)]  # identical sets score exactly 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_docs_and_no_queries(backend):
+    index = _index(backend, [], [], 4, "jaccard", "scan")
+    got = index.threshold_search(SetBatch.from_lists([[1], []]), 0)
+    assert list(got.offsets) == [0, 0, 0]
+    index = _index(backend, [[1]], [0], 4, "jaccard", "scan")
+    assert list(index.threshold_search(SetBatch.from_lists([]), 0.5).offsets) == [0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+@given(docs=st.lists(st.lists(st.integers(0, 9), max_size=6), min_size=1, max_size=12), text=_thresholds)
+@settings(max_examples=10, deadline=None)
+def test_self_join(backend, score, docs, text):
+    t = parse_threshold(text, score)
+    ids = list(range(5, 5 + len(docs)))
+    index = _index(backend, docs, ids, 6, score, "postings")
+    got = _rows(self_join_pairs(index.threshold_search(SetBatch.from_lists(docs), t), ids, score))
+    full = brute_force_threshold(docs, docs, t, doc_ids=ids, score=score)
+    keep = (lambda q, d: d != q) if score == "containment" else (lambda q, d: d > q)
+    assert got == [[p for p in row if keep(qid, p[0])] for qid, row in zip(ids, full)]
+
+
+def test_kernel_refuses_bad_k():
+    index = _index("numpy", [[1]], [0], 4, "jaccard", "scan")
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        index.threshold_search(SetBatch.from_lists([[1]]), 0.5, k=0)
