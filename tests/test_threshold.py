@@ -188,3 +188,47 @@ def test_kernel_refuses_bad_k():
     index = _index("numpy", [[1]], [0], 4, "jaccard", "scan")
     with pytest.raises(ValueError, match="k must be >= 1"):
         index.threshold_search(SetBatch.from_lists([[1]]), 0.5, k=0)
+
+
+# --- the job's setting -------------------------------------------------------------------------
+
+def test_config_threshold_is_canonical_and_checked():
+    from settopk.configs import ConfigError, load_config
+
+    assert load_config("local", {"threshold": 0.8, "score": "jaccard"}).threshold == "4/5"
+    assert load_config("local", {"threshold": "0.80", "score": "jaccard"}).threshold == "4/5"
+    assert load_config("local", {}).threshold is None
+    with pytest.raises(ConfigError, match="threshold: threshold must be <= 1"):
+        load_config("local", {"threshold": "1.5"})
+
+
+def test_threshold_is_a_result_setting():
+    from settopk.jobs.guard import RESULT_SETTINGS
+
+    assert "threshold" in RESULT_SETTINGS  # a rerun with another T is not the same run
+
+
+@pytest.mark.parametrize("backend, words", [("cupy", "cupy \\(GPU\\) backend does not have"),
+                                            ("cpu", "carry top-k rows only"), ("numpy", "carry top-k rows only")])
+def test_job_refuses_threshold_runs_it_cannot_do(backend, words):
+    from settopk.configs import ConfigError, load_config
+    from settopk.jobs.threshold_job import ThresholdSearchUnsupported, check_threshold_job
+
+    cfg = load_config("local", {"threshold": "0.5", "backend": backend})
+    with pytest.raises(ThresholdSearchUnsupported, match=words) as info:
+        check_threshold_job(cfg)
+    assert isinstance(info.value, NotImplementedError) and isinstance(info.value, ConfigError)
+    check_threshold_job(load_config("local", {"backend": backend}))  # top-k: nothing to refuse
+    with pytest.raises(ThresholdSearchUnsupported, match="cupy"):
+        check_threshold_job(load_config("local", {"threshold": "0.5"}), backend="cupy")  # auto resolved to cupy
+
+
+def test_score_command_exits_2_on_threshold(tmp_path):
+    from settopk.jobs import score
+
+    docs = tmp_path / "docs.txt"
+    docs.write_text("1 2 3\n2 3 4\n")
+    code = score.main(["--docs", str(docs), "--self-join", "--threshold", "0.5", "--backend", "cupy",
+                       "--out", str(tmp_path / "out")])
+    assert code == score.EXIT_BAD_INPUT
+    assert not (tmp_path / "out").exists()

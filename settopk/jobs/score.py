@@ -73,6 +73,7 @@ from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
+from .threshold_job import check_threshold_job
 from .validate import Job, UsageError, Validated, ValidationThread, check_gpus, check_unchanged_since, self_join_note, settle
 
 __all__ = ["main", "build_parser", "run", "resolve_backend", "resolve_cpus_per_shard", "fingerprint", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]  # fingerprint: from shards
@@ -120,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--include-self", action="store_true",
         help="with --self-join: keep each doc in its own results (config key include_self)",
+    )
+    p.add_argument(
+        "--threshold", metavar="T",
+        help="every pair with score >= T (exact, ties pass; 0.8 means 4/5) instead of the top-k; --k caps it "
+        "(config key threshold; CPU backends only)",
     )
     p.add_argument(
         "--backend", choices=settopk.configs.BACKENDS,
@@ -357,6 +363,7 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
     check_gpus(job.args, resources)
     node_cpus = [float(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node.get("Alive")]
     backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas, node_cpus)
+    check_threshold_job(job.cfg, backend)  # `auto` on a GPU cluster is known to be cupy only here
     cpus = resolve_cpus_per_shard(job.cfg, backend, node_cpus, job.cfg.replicas)
     if job.cfg.cpus_per_shard == "auto":
         log.info("cpus_per_shard auto: %g per shard actor (backend %s)", cpus, backend)
