@@ -232,3 +232,77 @@ def test_score_command_exits_2_on_threshold(tmp_path):
                        "--out", str(tmp_path / "out")])
     assert code == score.EXIT_BAD_INPUT
     assert not (tmp_path / "out").exists()
+
+
+# --- the job's logic: shard pruning and the merge into result rows ------------------------------
+
+def _sharded(docs, ids, cuts, max_len, score):
+    """NumpyShardIndexes over length ranges [cuts[i], cuts[i+1] - 1], and their ShardSpec-like ranges."""
+    from types import SimpleNamespace
+
+    shards = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        mine = [i for i, d in enumerate(docs) if lo <= len(set(d)) < hi]
+        index = NumpyShardIndex(SetBatch.from_lists([docs[i] for i in mine]), np.asarray([ids[i] for i in mine], np.int64),
+                                max_len, score, routing="postings")
+        shards.append((SimpleNamespace(min_len=lo, max_len=hi - 1), index))
+    return shards
+
+
+@pytest.mark.parametrize("score", SCORES)
+@given(docs=_sets, queries=_sets, text=_thresholds, k=st.sampled_from([None, 2]), self_join=st.booleans(),
+       include_self=st.booleans())
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_sharded_merge_matches_oracle(score, docs, queries, text, k, self_join, include_self):
+    from settopk.jobs.threshold_job import merge_pairs_table, shard_rows
+
+    max_len = 8
+    t = parse_threshold(text if score != "overlap" else str(Fraction(text) * 3), score)
+    ids = [2 * i + 7 for i in range(len(docs))]
+    if self_join:
+        queries, query_ids = docs, ids
+    else:
+        query_ids = list(range(len(queries)))
+    shards = _sharded(docs, ids, [0, 3, 5, max_len + 1], max_len, score)
+    batch = SetBatch.from_lists(queries)
+    plan = [spec for spec, _ in shards]
+    rows = shard_rows(plan, batch.lengths, t, max_len, score)
+    results = [(r, index.threshold_search(batch.take(r), t)) for r, (_, index) in zip(rows, shards)]
+    table = merge_pairs_table([str(q) for q in query_ids], batch.lengths, results, max_len, score, k=k,
+                              own_ids=np.asarray(query_ids) if self_join else None, include_self=include_self)
+    full = brute_force_threshold(docs, queries, t, doc_ids=ids, score=score)
+    want = []
+    for qid, row in zip(query_ids, full):
+        if self_join:
+            if score == "containment":
+                row = [p for p in row if include_self or p[0] != qid]
+            else:
+                row = [p for p in row if p[0] > qid or (include_self and p[0] == qid)]
+        want += [(str(qid), r + 1, d, o, dl) for r, (d, o, dl) in enumerate(row[:k])]
+    got = list(zip(*(table[c].to_pylist() for c in ("query_id", "rank", "doc_id", "overlap", "doc_len"))))
+    assert got == want
+
+
+def test_shard_rows_skip_shards_a_query_cannot_reach():
+    from types import SimpleNamespace
+
+    from settopk.jobs.threshold_job import shard_rows
+
+    plan = [SimpleNamespace(min_len=1, max_len=4), SimpleNamespace(min_len=5, max_len=9),
+            SimpleNamespace(min_len=10, max_len=20)]
+    # jaccard >= 0.8 needs 0.8 |q| <= |d| <= |q| / 0.8: a query of 10 reaches lengths 8..12 only
+    rows = shard_rows(plan, np.array([10, 2, 0]), "0.8", 20, "jaccard")
+    assert [list(r) for r in rows] == [[1], [0], [0]]
+    assert [list(r) for r in shard_rows(plan, np.array([10, 0]), "0", 20, "jaccard")] == [[0, 1]] * 3  # T = 0: all
+
+
+def test_merge_refuses_more_pairs_than_the_rank_column_holds(monkeypatch):
+    import settopk.configs
+    from settopk.jobs.threshold_job import merge_pairs_table
+
+    monkeypatch.setattr(settopk.configs, "MAX_K", 2)
+    index = NumpyShardIndex(SetBatch.from_lists([[1], [1], [1]]), np.arange(3), 4, "jaccard")
+    pairs = index.threshold_search(SetBatch.from_lists([[1]]), "0.5")
+    with pytest.raises(ValueError, match="more than 2 pairs .* --k"):
+        merge_pairs_table(["q"], np.array([1]), [(np.array([0]), pairs)], 4, "jaccard")
+    assert merge_pairs_table(["q"], np.array([1]), [(np.array([0]), pairs)], 4, "jaccard", k=2).num_rows == 2
