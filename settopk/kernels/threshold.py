@@ -45,6 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .keys import check_score, key_scale, score_key
+from .postings import _overlaps_of
 from .sets import SetBatch
 
 __all__ = [
@@ -327,11 +328,6 @@ def _prefix_filter(index, query: np.ndarray, qi: int, need_row: np.ndarray, reac
     probe = query[np.lexsort((query, freq))[: ql - m + 1]]  # pigeonhole: a passing doc holds one of these
     candidates = np.unique(index.postings.lists(probe)).astype(np.int64)
     candidates = candidates[reach_row[doc_len[candidates]]]  # length filtering before the exact count
-    sub = index._docs.take(candidates)
-    member = np.isin(sub.tokens, query, assume_unique=True).astype(np.int64)
-    overlap = np.zeros(len(candidates), dtype=np.int64)
-    nonempty = np.flatnonzero(sub.lengths > 0)
-    if len(member):
-        overlap[nonempty] = np.add.reduceat(member, sub.offsets[nonempty])
+    overlap = _overlaps_of(index._docs, candidates, query)
     keep = overlap >= need_row[doc_len[candidates]]
     return np.full(int(keep.sum()), qi, np.int64), candidates[keep], overlap[keep]
