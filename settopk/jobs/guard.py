@@ -27,7 +27,7 @@ from .output import read_manifest
 
 __all__ = ["ObjectLock", "OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
 
-RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "vocab_size", "max_len", "on_invalid")
+RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "threshold", "vocab_size", "max_len", "on_invalid")
 """The config keys a result depends on; a rerun that changes one of them is not the same run."""
 
 

@@ -75,6 +75,11 @@ def build_parser(parser_class: type = argparse.ArgumentParser) -> argparse.Argum
         help="with --self-join: keep each doc in its own results (config key include_self)",
     )
     p.add_argument(
+        "--threshold", metavar="T",
+        help="every pair with score >= T (exact, ties pass; 0.8 means 4/5) instead of the top-k; --k caps it "
+        "(config key threshold; CPU backends only)",
+    )
+    p.add_argument(
         "--backend", choices=settopk.configs.BACKENDS,
         help="search backend: cupy (GPUs), cpu (compiled, CPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs, else cpu) (config key backend)",
     )

@@ -28,6 +28,7 @@ from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLi
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
+from .threshold_job import check_threshold_job
 from .output import check_dataset_root, check_output_dir, partition_dir, record_dir, rejected_paths
 
 __all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
@@ -174,7 +175,7 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
         the job's, overlaps an input, cannot be written or is locked by another run, a
         finished result of other inputs or settings at ``--out``, or missing inputs.
     """
-    flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size")  # flag dest = config key
+    flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size", "threshold")  # dest = key
     overrides = {name: getattr(args, name, None) for name in flags if getattr(args, name, None) is not None}
     overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
     cfg = settopk.configs.load_config(args.config, overrides)
@@ -182,6 +183,7 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
         cfg = settopk.configs.load_config(args.config, {**overrides, **gpu_layout(args, cfg)})
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
+    check_threshold_job(cfg)  # before anything starts: a threshold run the job cannot do fails here
     target = _target(args, cfg, started)
     if not target.dataset_root.local:  # first: a store that cannot be reached fails here, with the reason
         check_writable("--out", target.dataset_root, file=False, creates_parents=True)
