@@ -19,9 +19,11 @@ imports neither.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import numbers
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -40,10 +42,15 @@ BACKENDS = ("auto", "cpu", "numpy", "cupy")
 MAX_K = 32767
 """Largest ``k``: the result's ``rank`` column is int16, as the job's (:data:`settopk.configs.MAX_K`)."""
 
-# NumPy's search holds (queries x docs) arrays, so its queries go in batches, as the job sends
-# them (settopk.configs.AUTO_QUERY_BATCH_SIZE); "cpu" groups queries itself and spreads the groups
-# over its threads, "cupy" batches them for the GPU itself: both take every query in one call.
-_BATCH_SIZE = {"numpy": 256}
+# Queries per call to the backend. NumPy's search holds (queries x docs) arrays, so its queries
+# go in batches, as the job sends them (settopk.configs.AUTO_QUERY_BATCH_SIZE). The GPU gets
+# 16 of its own 4096-query batches per call, so that a host thread copies and scores the rows
+# of one call while the GPU searches the next: the host's work then hides behind the kernel's.
+# "cpu" takes every query in one call (it spreads its query groups over its threads; host work
+# beside it would only take their CPUs).
+_BATCH_SIZE = {"numpy": 256, "cupy": 65536}
+_FILL_ROWS = 4096  # rows scored at a time: the temporaries stay in cache
+_PARALLEL_FILL = 1 << 22  # scores of one call filled by several threads from this many on
 # Largest max_len of each backend (the GPU kernels count in 8 bit planes) and score (cosine's
 # key needs max_len**4 < 2**32; settopk.kernels.keys).
 _MAX_LEN = 32767
@@ -282,6 +289,14 @@ class Index:
         """Number of docs."""
         return len(self.doc_ids)
 
+    @property
+    def kernel(self):
+        """The backend's own index (:class:`settopk.kernels.ShardIndex`) under this one, for its
+        diagnostics (``last_routing``, ``postings_bytes``) and the benchmark's kernel-alone time;
+        None for an empty corpus. Its ``search`` takes a validated SetBatch and returns the
+        kernels' :class:`settopk.kernels.TopK` (no scores, no padding beyond ``n_docs``)."""
+        return self._index
+
     def __len__(self) -> int:
         return self.n_docs
 
@@ -304,8 +319,9 @@ class Index:
             then padded).
         batch_size : int, optional
             Queries per call to the backend; bounds the search's temporary memory. Default:
-            256 for ``"numpy"`` (its memory grows with queries x docs), all at once for
-            ``"cpu"`` and ``"cupy"`` (which batch for themselves).
+            256 for ``"numpy"`` (its memory grows with queries x docs), 65536 for ``"cupy"`` (a
+            host thread copies and scores one call's rows while the GPU searches the next), all
+            at once for ``"cpu"`` (which spreads them over its threads). Results do not depend on it.
 
         Returns
         -------
@@ -336,31 +352,75 @@ class Index:
         width = min(k, self.n_docs)  # the backend ranks every doc, so a row holds min(k, n_docs) of them
         if width == 0 or n == 0:
             found = _KernelTopK(np.full((n, width), -1, np.int64), np.zeros((n, width), np.int16), np.zeros((n, width), np.int16))
+            scores = np.zeros((n, width))
         else:
-            found = self._search_batches(sets, width, batch_size or _BATCH_SIZE.get(self.backend, n))
-        scores = score_value(found.overlap, query_len[:, None], found.doc_len, self.score)
-        if width:
-            padded = np.flatnonzero(found.doc_ids[:, -1] < 0)  # padding comes last in a row: one column tells
-            if len(padded):
-                scores[padded] = np.where(found.doc_ids[padded] < 0, -np.inf, scores[padded])
+            found, scores = self._search_batches(sets, query_len, width, batch_size or _BATCH_SIZE.get(self.backend, n))
         if width < k:
             found, scores = _pad(found, scores, k)
         return TopK(found.doc_ids, scores, found.overlap.astype(np.int16, copy=False), query_len,
                     found.doc_len.astype(np.int16, copy=False), self.score,
                     None if query_ids is None else tuple(query_ids))
 
-    def _search_batches(self, sets: SetBatch, k: int, batch_size: int) -> _KernelTopK:
-        """The backend's TopK of every query, in batches of ``batch_size`` written into one result."""
+    def _search_batches(self, sets: SetBatch, query_len: np.ndarray, k: int, batch_size: int):
+        """The backend's TopK of every query and its float64 scores, shape (n_queries, k).
+
+        One call: the backend's arrays are the result, their scores filled after it (by several
+        threads where there are many). Several: each call's rows are copied and scored by a host
+        thread while the backend searches the next call's.
+        """
         n = sets.n_sets
+        scores = np.empty((n, k))
         if batch_size >= n:
-            return self._index.search(sets, k)
+            found = self._index.search(sets, k)
+            _fill_scores(found, query_len, scores, self.score, 0, n, parallel=True)
+            return found, scores
         out = _KernelTopK(np.empty((n, k), np.int64), np.empty((n, k), np.int16), np.empty((n, k), np.int16))
-        for lo in range(0, n, batch_size):
-            hi = min(lo + batch_size, n)
-            part = self._index.search(_rows(sets, lo, hi), k)
-            for whole, piece in zip(out, part):
-                whole[lo:hi] = piece
-        return out
+        pending: collections.deque = collections.deque()
+        with ThreadPoolExecutor(1, thread_name_prefix="settopk-index") as pool:
+            try:
+                for lo in range(0, n, batch_size):
+                    hi = min(lo + batch_size, n)
+                    part = self._index.search(_rows(sets, lo, hi), k)
+                    pending.append(pool.submit(_copy_and_score, part, out, query_len, scores, self.score, lo, hi))
+                    while len(pending) > 2:  # at most two calls' rows held beside the result
+                        pending.popleft().result()
+                while pending:
+                    pending.popleft().result()
+            finally:
+                for future in pending:
+                    future.cancel()
+        return out, scores
+
+
+def _copy_and_score(part: _KernelTopK, out: _KernelTopK, query_len, scores, score: str, lo: int, hi: int) -> None:
+    """Rows ``lo .. hi - 1`` of ``out`` from one call's result ``part``, and their scores."""
+    for whole, piece in zip(out, part):
+        whole[lo:hi] = piece
+    _fill_scores(out, query_len, scores, score, lo, hi)
+
+
+def _fill_scores(found: _KernelTopK, query_len, scores, score: str, lo: int, hi: int, parallel: bool = False) -> None:
+    """``scores[lo:hi]`` from ``found``'s rows: :func:`score_value`, ``-inf`` at padding.
+
+    In slices of :data:`_FILL_ROWS` rows, whose temporaries stay in cache; with ``parallel``
+    and many rows, the slices are shared by several threads (NumPy releases the GIL).
+    """
+    starts = range(lo, hi, _FILL_ROWS)
+    if parallel and (hi - lo) * scores.shape[1] >= _PARALLEL_FILL:
+        threads = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="settopk-scores") as pool:
+                list(pool.map(lambda a: _fill_slice(found, query_len, scores, score, a, min(a + _FILL_ROWS, hi)), starts))
+            return
+    for a in starts:
+        _fill_slice(found, query_len, scores, score, a, min(a + _FILL_ROWS, hi))
+
+
+def _fill_slice(found: _KernelTopK, query_len, scores, score: str, a: int, b: int) -> None:
+    scores[a:b] = score_value(found.overlap[a:b], query_len[a:b, None], found.doc_len[a:b], score)
+    padded = np.flatnonzero(found.doc_ids[a:b, -1] < 0) + a  # padding comes last in a row: one column tells
+    if len(padded):
+        scores[padded] = np.where(found.doc_ids[padded] < 0, -np.inf, scores[padded])
 
 
 def _rows(sets: SetBatch, lo: int, hi: int) -> SetBatch:

@@ -85,15 +85,19 @@ def test_every_score_with_ties_and_k_beyond_the_corpus(backend, score):
         check_against_oracle(index.search(queries, k), docs, queries, k, score)
 
 
-def test_numpy_batches_give_the_one_call_result():
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_batches_give_the_one_call_result(backend, monkeypatch):
     rng = np.random.default_rng(1)
     docs = [rng.choice(30, size=rng.integers(0, 8), replace=False).tolist() for _ in range(300)]
     queries = [rng.choice(30, size=rng.integers(0, 8), replace=False).tolist() for _ in range(41)]
-    index = settopk.Index.build(docs, backend="numpy", max_len=8)
-    whole, batched = index.search(queries, 9, batch_size=1000), index.search(queries, 9, batch_size=4)
-    for name in ("doc_ids", "scores", "overlap", "query_len", "doc_len"):
-        assert np.array_equal(getattr(whole, name), getattr(batched, name))
-    check_against_oracle(batched, docs, queries, 9, "braun_blanquet")
+    index = settopk.Index.build(docs, backend=backend, max_len=8, score="dice")
+    whole = index.search(queries, 9, batch_size=1000)
+    monkeypatch.setattr("settopk.index._PARALLEL_FILL", 1)  # scores filled by threads, in slices of 4 rows
+    monkeypatch.setattr("settopk.index._FILL_ROWS", 4)
+    for batched in (index.search(queries, 9, batch_size=4), index.search(queries, 9)):
+        for name in ("doc_ids", "scores", "overlap", "query_len", "doc_len"):
+            assert np.array_equal(getattr(whole, name), getattr(batched, name))
+    check_against_oracle(whole, docs, queries, 9, "dice")
 
 
 # ---- input forms ----------------------------------------------------------------------------
@@ -283,3 +287,34 @@ def test_import_settopk_imports_no_ray_cupy_or_numba():
         "assert 'numba' in sys.modules and 'ray' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=240)
+
+
+# ---- the benchmark's library run -------------------------------------------------------------
+
+@pytest.mark.slow
+def test_library_bench_smoke_times_index_search_against_the_kernel(tmp_path, capsys):
+    import json
+
+    import settopk.jobs.bench as bench
+    from settopk.jobs.bench.config import load_bench_config
+
+    assert load_bench_config("library-1m").library is not None
+    out = tmp_path / "library.json"
+    assert bench.main(["--config", "library-smoke", "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "settopk.bench.library" and result["backend"] == "cpu" and result["n_queries"] == 1000
+    assert len(result["kernel"]["runs_s"]) == len(result["index_search"]["runs_s"]) == 2 and result["ratio"] > 0
+    assert result["exactness"]["identical"] and "ratio Index.search / kernel alone" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text, match", [("library: {batch_size: 0}\n", "library.batch_size"),
+                                         ("library: {bogus: 1}\n", "library.batch_size"),
+                                         ("library: {}\nthroughput: {}\nquery_batch_size: 5\n", "not several")])
+def test_bad_library_sections_are_rejected(tmp_path, text, match):
+    from settopk.configs import ConfigError
+    from settopk.jobs.bench.config import load_bench_config
+
+    path = tmp_path / "b.yaml"
+    path.write_text("backend: cpu\ncpus_per_shard: 1.0\nbaselines: []\n" + text)
+    with pytest.raises(ConfigError, match=match):
+        load_bench_config(str(path))
