@@ -51,6 +51,9 @@ MAX_K = 32767
 _BATCH_SIZE = {"numpy": 256, "cupy": 65536}
 _FILL_ROWS = 4096  # rows scored at a time: the temporaries stay in cache
 _PARALLEL_FILL = 1 << 22  # scores of one call filled by several threads from this many on
+# max_len without one given: the job's default (settopk.configs.SearchConfig.max_len), so that
+# every query the job takes by default is taken here, or the longest doc where that is longer.
+_DEFAULT_MAX_LEN = 128
 # Largest max_len of each backend (the GPU kernels count in 8 bit planes) and score (cosine's
 # key needs max_len**4 < 2**32; settopk.kernels.keys).
 _MAX_LEN = 32767
@@ -208,7 +211,7 @@ class Index:
         longest = int(sets.lengths.max()) if sets.n_sets else 0
         self.score = score
         self.routing = routing
-        self.max_len = int(max_len) if max_len is not None else max(1, longest)
+        self.max_len = int(max_len) if max_len is not None else max(_DEFAULT_MAX_LEN, longest)
         self.vocab_size = int(vocab_size)
         self.threads = None if threads is None else int(threads)
         self.doc_ids = ids
@@ -250,8 +253,9 @@ class Index:
             route each query to the cheaper path (``"auto"``). Results are identical.
         max_len : int, optional
             Most distinct ids a doc or query may have, in ``[1, 32767]`` (``[1, 255]`` for
-            ``"cupy"`` or ``cosine``). Default: the longest doc (at least 1); queries longer than
-            it are then rejected at search, so pass the longest query's length where it is larger.
+            ``"cupy"`` or ``cosine``). Default: 128 (the job's default), or the longest doc where
+            that is longer; a longer query is refused at search. Results do not depend on it; the
+            ``"cpu"`` backend's scan does a little more work per doc for a larger one.
         vocab_size : int, default 65536
             Token ids must lie in ``[0, vocab_size)``, ``vocab_size <= 65536``.
         doc_ids : array_like of int, shape (n_docs,), optional

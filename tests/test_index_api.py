@@ -66,11 +66,7 @@ def test_search_equals_the_oracle(backend, corpus, k, score, routing, renumber, 
         doc_ids = data.draw(st.lists(st.integers(0, 10**12), min_size=len(docs), max_size=len(docs), unique=True))
     index = settopk.Index.build(docs, backend=backend, score=score, routing=routing, doc_ids=doc_ids)
     assert index.backend == backend and index.n_docs == len(docs)
-    longest = max([len(set(q)) for q in queries] + [1])
-    if longest > index.max_len:  # the default max_len is the longest doc: such a query must be refused
-        with pytest.raises(InputError, match="max_len"):
-            index.search(queries, k)
-        index = settopk.Index.build(docs, backend=backend, score=score, routing=routing, doc_ids=doc_ids, max_len=longest)
+    assert index.max_len == 128
     check_against_oracle(index.search(queries, k), docs, queries, k, score, doc_ids)
 
 
@@ -83,6 +79,15 @@ def test_every_score_with_ties_and_k_beyond_the_corpus(backend, score):
     index = settopk.Index.build(docs, backend=backend, score=score, max_len=6)
     for k in (1, 7, 80, 81, 200):
         check_against_oracle(index.search(queries, k), docs, queries, k, score)
+
+
+def test_max_len_defaults_to_the_jobs_or_the_longest_doc_and_bounds_the_queries():
+    assert settopk.Index.build([[1, 2]], backend="numpy").max_len == 128
+    index = settopk.Index.build([[1, 2], list(range(200))], backend="numpy")
+    assert index.max_len == 200 and index.search([list(range(200))], 1).overlap[0, 0] == 200
+    with pytest.raises(InputError, match=r"<sets> row 1 .*at most 200 distinct ids per set, found 201 .*max_len >= 201"):
+        index.search([[1], list(range(201))], 1)
+    assert settopk.Index.build([[1, 2]], backend="numpy", max_len=5).max_len == 5
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
@@ -186,7 +191,7 @@ def test_an_empty_corpus_pads_every_row_and_no_queries_give_no_rows():
 @pytest.mark.parametrize(
     "queries, match",
     [
-        ([[1, 2], [1, 2, 3, 4, 5, 6, 7]], r"<sets> row 1 \(0-based row\): expected at most 6 distinct ids.*max_len >= 7"),
+        ([[1, 2], list(range(12))], r"<sets> row 1 \(0-based row\): expected at most 11 distinct ids.*max_len >= 12"),
         ([[1], [2], [3, 100]], r"row 2 .*token ids in \[0, 100\), found 100 at id #2"),
         ([[-1]], r"row 0 .*found -1"),
         ([[1], [2.5]], r"row 1 .*integer token ids, found 2.5"),
@@ -199,7 +204,7 @@ def test_an_empty_corpus_pads_every_row_and_no_queries_give_no_rows():
     ],
 )
 def test_bad_queries_raise_input_errors_naming_the_row(queries, match):
-    index = settopk.Index.build([[1, 2, 3], [4, 5, 6, 7, 8, 9]], backend="numpy", vocab_size=100)
+    index = settopk.Index.build([[1, 2, 3], [4, 5, 6, 7, 8, 9]], backend="numpy", vocab_size=100, max_len=11)
     with pytest.raises(InputError, match=match):
         index.search(queries, 2)
 
@@ -272,6 +277,18 @@ def test_index_equals_the_jobs_parquet(ray_cluster, tmp_path, score, k):
         got = settopk.Index.build(docs_path, backend=backend, score=score).search(queries_path, k).to_arrow()
         assert got.equals(expected), backend
         assert got.schema.metadata[b"settopk.score"] == expected.schema.metadata[b"settopk.score"]
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_golden_corpus_matches_expected(golden_dir, backend):
+    gold = golden_dir / "sti2-small"
+    top = settopk.Index.build(gold / "docs.txt", backend=backend).search(gold / "queries", k=100)
+    assert top.query_ids == tuple(sorted(p.name for p in (gold / "queries").iterdir()))
+    got = ["\t".join(map(str, row[row >= 0].tolist())) for row in top.doc_ids]
+    assert got == (gold / "expected.tsv").read_text().splitlines()
+    fractions = [f"{o}/{max(q, d)}" for o, q, d in zip(top.overlap.ravel(), np.repeat(top.query_len, 100), top.doc_len.ravel())]
+    expected = [x for line in (gold / "expected_scores.tsv").read_text().splitlines() for x in line.split("\t")]
+    assert fractions == expected
 
 
 def test_import_settopk_imports_no_ray_cupy_or_numba():
