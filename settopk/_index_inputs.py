@@ -208,11 +208,15 @@ def _plain_sets(sets, limits: SetLimits) -> SetBatch:
         if not hasattr(row, "__len__"):
             rows[i] = row = list(row)
         counts[i] = len(row)
-    flat = list(itertools.chain.from_iterable(rows))
-    try:
-        values = np.array(flat) if flat else np.zeros(0, dtype=np.int64)
-    except (OverflowError, ValueError):
-        values = np.array(flat, dtype=object)
+    if rows and all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "iu" and r.dtype != np.uint64
+                    for r in rows):  # integer arrays: joined without a Python object per id
+        values, flat = np.concatenate([r.astype(np.int64, copy=False) for r in rows]), None
+    else:
+        flat = list(itertools.chain.from_iterable(rows))
+        try:
+            values = np.array(flat) if flat else np.zeros(0, dtype=np.int64)
+        except (OverflowError, ValueError):
+            values = np.array(flat, dtype=object)
     if values.dtype.kind not in "iu" or values.ndim != 1:
         position = _first_non_integer(flat)
         row, number = _row_of(counts, position)
@@ -281,7 +285,8 @@ def _first_non_integer(values: list) -> int:
     for i, value in enumerate(values):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             return i
-    return 0  # every value an int, yet no integer array: ints beyond int64
+    # Every value an int, yet no integer array: some lie beyond int64 (and uint64, or mixed with negatives).
+    return next((i for i, value in enumerate(values) if not -(2**63) <= int(value) < 2**63), 0)
 
 
 def _show(value, limit: int = 40) -> str:

@@ -129,6 +129,7 @@ def test_arrow_table_list_setbatch_and_files_give_one_result(tmp_path, small):
         settopk.Index.build(docs, doc_ids=ids, backend="numpy"),
         settopk.Index.build(SetBatch.from_lists(docs), doc_ids=ids, backend="numpy"),
         settopk.Index.build(({*d} for d in docs), doc_ids=ids, backend="numpy"),  # a generator of Python sets
+        settopk.Index.build([np.array(d, np.uint16) for d in docs], doc_ids=ids, backend="numpy"),
     ]
     tops = [index.search(queries, k=12) for index in forms]
     for top in tops:
@@ -197,6 +198,9 @@ def test_an_empty_corpus_pads_every_row_and_no_queries_give_no_rows():
         ([[1], [2.5]], r"row 1 .*integer token ids, found 2.5"),
         ([[1], ["7"]], r"row 1 .*integer token ids"),
         ([[1], 5], r"row 1 .*an iterable of integer token ids"),
+        ([[1], [2, 2**70]], r"row 1 .*integer token ids, found 1180591620717411303424 at id #2"),
+        ([[True]], r"row 0 .*integer token ids, found True"),
+        ([np.array([1, 2]), np.array([3, 100])], r"row 1 .*found 100 at id #2"),
         (pa.table({"query_id": ["a", "a"], "tokens": [[1], [2]]}), r"unique query_id values, found query_id 'a' again"),
         (pa.table({"tokens": [[1], [None]]}), r"<arrow table> row 1 .*a null"),
         (pa.table({"ids": [1]}), r"a column 'tokens'"),
