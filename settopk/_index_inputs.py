@@ -29,9 +29,9 @@ from settopk.kernels.sets import SetBatch
 from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
 from settopk.shards.inputs.canonical import canonical, csr_offsets
 from settopk.shards.inputs.errors import REMAP_FIX, Rejects
-# The Parquet reader's per-batch check, reused so that an in-memory table obeys exactly the
+# The Parquet reader's schema and per-batch checks, reused so that an in-memory table obeys exactly the
 # rules (and gets exactly the messages) of a Parquet file holding it.
-from settopk.shards.inputs.parquet import _check_schema, _validate_batch, duplicate_error
+from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error
 
 __all__ = ["TABLE", "SETS", "read_doc_sets", "read_query_sets"]
 
@@ -138,7 +138,7 @@ def _table_sets(table, id_column: str, limits: SetLimits):
         ids = pa.array(np.arange(table.num_rows, dtype=np.int64))
         table = table.append_column(id_column, ids) if isinstance(table, pa.Table) else pa.RecordBatch.from_arrays(
             [*table.columns, ids], names=[*table.schema.names, id_column])
-    _check_schema(TABLE, table.schema, id_column, "integer" if id_column == "doc_id" else "string or integer")
+    check_schema(TABLE, table.schema, id_column, "integer" if id_column == "doc_id" else "string or integer")
     if isinstance(table, pa.Table):
         batches = table.select([id_column, "tokens"]).to_batches(max_chunksize=_BATCH_ROWS)
     else:
@@ -148,7 +148,7 @@ def _table_sets(table, id_column: str, limits: SetLimits):
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        batch_ids, (batch_lengths, batch_tokens, _), _ = _validate_batch(TABLE, batch, id_column, row_base, limits, rejects)
+        batch_ids, (batch_lengths, batch_tokens, _), _ = validate_batch(TABLE, batch, id_column, row_base, limits, rejects)
         ids.append(batch_ids)
         lengths.append(batch_lengths)
         tokens.append(batch_tokens)
