@@ -494,8 +494,8 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
 
 
 def _touch_after(monkeypatch, name: str, path) -> None:
-    """Make ``score.<name>`` move ``path``'s modification time a second ahead once it returns."""
-    real = getattr(score, name)
+    """Make ``settopk.jobs.run.<name>`` move ``path``'s modification time a second ahead once it returns."""
+    real = getattr(job_run, name)
 
     def call_then_touch(*args, **kwargs):
         result = real(*args, **kwargs)
