@@ -49,6 +49,7 @@ import pathlib
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -351,8 +352,12 @@ def _connect(job: Job) -> tuple[Job, _Cluster]:
     if not ray.is_initialized():
         # No address: attaches to the cluster under `ray job submit`, else starts a local one.
         # --quiet: Ray's own start-up lines (INFO, and WARNINGs about a local instance) are
-        # not the job's warnings; its errors still show.
-        ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
+        # not the job's warnings; its errors still show. Nor is the FutureWarning some Rays (2.50
+        # among them) give on every start, about hiding GPUs from tasks that ask for none.
+        with warnings.catch_warnings():
+            if job.args.quiet:
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
+            ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
     resources = ray.cluster_resources()
     check_gpus(job.args, resources)
     node_cpus = [float(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node.get("Alive")]
