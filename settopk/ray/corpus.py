@@ -27,7 +27,7 @@ from settopk.shards import ShardSpec, plan_shards_from_counts
 from settopk.shards.actor import open_inputs, supply_inputs
 from settopk.shards.inputs import ON_INVALID, InputError, SetLimits
 
-__all__ = ["CorpusHandle", "load_corpus", "check_search_settings"]
+__all__ = ["CorpusHandle", "check_search_settings", "load_corpus", "resolve_backend", "shard_of"]
 
 log = logging.getLogger("settopk")
 

@@ -9,7 +9,7 @@ import ray
 
 from settopk.configs import AUTO_QUERY_BATCH_SIZE
 
-from .corpus import CorpusHandle, load_corpus
+from .corpus import CorpusHandle, check_search_settings, load_corpus, resolve_backend
 from .stage import ROWS, ShardSearch, result_rows
 
 __all__ = ["search"]
@@ -117,13 +117,19 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
             raise ValueError(f"docs is a CorpusHandle, whose settings apply; do not pass {sorted(given)} as well "
                              "(load the corpus again with settopk.ray.load_corpus to change them)")
         corpus = docs
+        num_gpus = (1.0 if corpus.backend == "cupy" else 0.0) if num_gpus is None else num_gpus
+        _check_resources(corpus.n_shards * replicas, num_cpus, num_gpus)
     else:
         settings = {**_DEFAULTS, **given}
-        threads = max(1, int(num_cpus))
-        corpus = load_corpus(docs, threads=threads, **settings)
-    if num_gpus is None:
-        num_gpus = 1.0 if corpus.backend == "cupy" else 0.0
-    _check_resources(corpus.n_shards * replicas, num_cpus, num_gpus)
+        check_search_settings(*(settings[name] for name in ("k", "score", "backend", "routing", "max_len", "vocab_size")))
+        if not ray.is_initialized():
+            ray.init()
+        settings["backend"] = resolve_backend(settings["backend"])
+        num_gpus = (1.0 if settings["backend"] == "cupy" else 0.0) if num_gpus is None else num_gpus
+        if isinstance(settings["n_shards"], int):  # else load_corpus says what is wrong with it
+            # Before the corpus is read: the plan has at most n_shards shards.
+            _check_resources(settings["n_shards"] * replicas, num_cpus, num_gpus)
+        corpus = load_corpus(docs, threads=max(1, int(num_cpus)), **settings)
     batch_size = batch_size or AUTO_QUERY_BATCH_SIZE.get(corpus.backend, 512)
     dataset = queries
     for shard in range(corpus.n_shards):
