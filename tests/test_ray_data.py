@@ -68,7 +68,7 @@ def _differences(a, b) -> tuple[int, int, int, int]:
     x, y = f"read_parquet('{a}/*.parquet')", f"read_parquet('{b}/*.parquet')"
 
     def count(sql):
-        return duckdb.sql(sql).fetchone()[0]
+        return duckdb.sql(sql).fetchall()[0][0]
 
     return (count(f"SELECT count(*) FROM (SELECT * FROM {x} EXCEPT ALL SELECT * FROM {y})"),
             count(f"SELECT count(*) FROM (SELECT * FROM {y} EXCEPT ALL SELECT * FROM {x})"),
@@ -114,47 +114,56 @@ def test_two_shards_per_query_rows_equal_the_oracle(ray_cluster, inputs):
 
 @ray.remote(num_cpus=0)
 class _Registry:
-    """Where the pool actors of the kill test report: their handles, and the batches searched."""
+    """Where the pool actors of the kill test report: their handles, and the batches begun and ended."""
 
     def __init__(self):
-        self.actors, self.batches = [], 0
+        self.actors, self.busy, self.begun, self.ended = [], set(), 0, 0
 
     def add(self, handle):
         self.actors.append(handle)
+        return len(self.actors) - 1
 
-    def searched(self):
-        self.batches += 1
+    def begin(self, index):
+        self.busy.add(index)
+        self.begun += 1
+
+    def end(self, index):
+        self.busy.discard(index)
+        self.ended += 1
 
     def state(self):
-        return list(self.actors), self.batches
+        return list(self.actors), sorted(self.busy), self.begun, self.ended
 
 
 class _Reporting(settopk.ray.ShardSearch):
-    """A ShardSearch that reports its handle once built and each batch searched, slowly enough to be killed mid-run."""
+    """A ShardSearch that reports its handle once built and each batch it begins and ends, slowly
+    enough (a second a batch) to be killed in the middle of one."""
 
     registry = ""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._registry = ray.get_actor(self.registry)
-        ray.get(self._registry.add.remote(ray.get_runtime_context().current_actor))
+        self._index = ray.get(self._registry.add.remote(ray.get_runtime_context().current_actor))
 
     def __call__(self, batch):
-        time.sleep(0.3)
+        ray.get(self._registry.begin.remote(self._index))
+        time.sleep(1.0)
         out = super().__call__(batch)
-        ray.get(self._registry.searched.remote())
+        ray.get(self._registry.end.remote(self._index))
         return out
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_pool_actor_killed_mid_run_leaves_the_result_equal_to_the_cli(ray_cluster, inputs, cli_result, tmp_path):
+def test_a_pool_actor_killed_mid_batch_leaves_the_result_equal_to_the_cli(ray_cluster, inputs, cli_result, tmp_path):
     import ray
 
     name = f"settopk-test-registry-{uuid.uuid4().hex}"
     registry = _Registry.options(name=name).remote()
     searcher = type("Reporting", (_Reporting,), {"registry": name})
     out = tmp_path / "ray-data"
+    n_batches = -(-len(inputs["queries"]) // 4)
     dataset = settopk.ray.search(ray.data.read_parquet(inputs["queries_path"]), inputs["docs_path"], k=K, replicas=2,
                                  searcher_cls=searcher, **{**POOL, "batch_size": 4})
     failure = []
@@ -169,16 +178,17 @@ def test_a_pool_actor_killed_mid_run_leaves_the_result_equal_to_the_cli(ray_clus
     writer.start()
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        actors, batches = ray.get(registry.state.remote())
-        if len(actors) == 2 and batches >= 2:
+        actors, busy, begun, ended = ray.get(registry.state.remote())
+        if len(actors) == 2 and busy and ended >= 1:
             break
-        time.sleep(0.1)
-    assert len(actors) == 2 and batches < 11, "the kill must come while batches are left (11 batches of 4 queries)"
-    ray.kill(actors[0], no_restart=False)  # the pool restarts it, and its batches are searched again
+        time.sleep(0.05)
+    assert busy and ended < n_batches, "the kill must come while an actor searches and batches are left"
+    ray.kill(actors[busy[0]], no_restart=False)  # the pool restarts it, and its batch is searched again
     writer.join(timeout=600)
     assert not writer.is_alive() and not failure, failure
-    actors, _ = ray.get(registry.state.remote())
+    actors, _, begun, ended = ray.get(registry.state.remote())
     assert len(actors) == 3  # the killed actor was built again, from the object store
+    assert ended == n_batches and begun > ended  # the batch it held was begun again
     only_ray, only_cli, n_ray, n_cli = _differences(out, cli_result)
     assert (only_ray, only_cli) == (0, 0) and n_ray == n_cli > 0
     ray.kill(registry)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 
 import ray
@@ -17,6 +18,7 @@ __all__ = ["search"]
 log = logging.getLogger("settopk")
 # Settings of the corpus: taken from a CorpusHandle when one is passed as docs, so they may not be passed again.
 _CORPUS_SETTINGS = ("k", "score", "n_shards", "backend", "routing", "max_len", "vocab_size", "on_invalid")
+_GPU_CALLS_AT_ONCE = 2  # as settopk.jobs.shard_pool's GPU actors
 _DEFAULTS = {"k": 100, "score": "braun_blanquet", "n_shards": 1, "backend": "auto", "routing": "scan", "max_len": 128,
              "vocab_size": 65536, "on_invalid": "error"}
 
@@ -131,25 +133,41 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
             _check_resources(settings["n_shards"] * replicas, num_cpus, num_gpus)
         corpus = load_corpus(docs, threads=max(1, int(num_cpus)), **settings)
     batch_size = batch_size or AUTO_QUERY_BATCH_SIZE.get(corpus.backend, 512)
-    dataset = queries
+    # Blocks of one batch each: a pool gets as many tasks as batches, spread over its actors (a
+    # block is one task, and a file read as one block would keep one actor busy and the others idle).
+    dataset = queries.repartition(target_num_rows_per_block=batch_size)
     for shard in range(corpus.n_shards):
         options = {"num_gpus": num_gpus} if num_gpus else {}
+        compute = _pool(replicas, _GPU_CALLS_AT_ONCE if corpus.backend == "cupy" else 1, options)  # may add to options
+        # Ray Data restarts a pool actor that dies and sends its batches again (its defaults:
+        # max_restarts=-1, max_task_retries=-1); the new actor takes its shard from the holder.
         dataset = dataset.map_batches(
             searcher_cls,
             fn_constructor_kwargs={"corpus": corpus, "shard": shard, "id_column": id_column, "tokens_column": tokens_column},
-            compute=ray.data.ActorPoolStrategy(size=replicas),
+            compute=compute,
             batch_size=batch_size,
             batch_format="pyarrow",
             zero_copy_batch=True,
             num_cpus=num_cpus,
-            # A pool actor that dies is restarted, and the batches it held are searched again.
-            max_restarts=-1,
-            max_task_retries=-1,
             **options,
         )
     # Tasks, not the search actors: expanding k rows per query and scoring them runs on other CPUs.
     return dataset.map_batches(functools.partial(result_rows, score=corpus.score, rows=rows), batch_format="pyarrow",
                                batch_size=None, zero_copy_batch=True)
+
+
+def _pool(size: int, calls_at_once: int, options: dict):
+    """A fixed pool of ``size`` actors, each taking ``calls_at_once`` batches at once.
+
+    Two calls at once on a GPU, as the job's GPU actors take: one's Arrow work (parsing the
+    queries, building the output) runs while the other's kernels do. Ray 2.60 names this
+    ``max_concurrent_calls_per_actor``; before, it was the actor's ``max_concurrency`` (added to ``options``).
+    """
+    if calls_at_once > 1:
+        if "max_concurrent_calls_per_actor" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
+            return ray.data.ActorPoolStrategy(size=size, max_concurrent_calls_per_actor=calls_at_once)
+        options["max_concurrency"] = calls_at_once
+    return ray.data.ActorPoolStrategy(size=size)
 
 
 def _check_columns(queries, id_column: str, tokens_column: str) -> None:

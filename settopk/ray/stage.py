@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import ray
 
 from settopk.jobs.output import RESULT_SCHEMA, results_table
-from settopk.kernels import SetBatch, TopK, score_definition, score_value
+from settopk.kernels import SetBatch, TopK, empty_topk, score_definition, score_value
 from settopk.shards import merge_topk
 from settopk.shards.inputs.canonical import canonical
 from settopk.shards.searcher import ShardSearcher
@@ -117,6 +117,8 @@ class ShardSearch:
         query_ids = _query_ids(batch, id_column)
         sets = _query_sets(batch, tokens_column, self.corpus.vocab_size, self.corpus.max_len)
         k = self.corpus.k
+        if sets.n_sets == 0:  # an empty block: nothing to search, the columns still typed
+            return _carried_table(query_ids, sets, empty_topk(0, k))
         found = self.searcher.search(sets, k)
         if carried:
             found = merge_topk([_carried_topk(batch, k), found], sets.lengths, k, self.corpus.max_len, self.corpus.score)

@@ -47,7 +47,8 @@ def _pipeline_settings(cfg: BenchConfig, replicas: int) -> dict:
     """What the pipeline process passes to ``settopk.ray.search``, from the benchmark's search settings."""
     return {"k": cfg.k, "score": cfg.score, "backend": cfg.backend, "routing": cfg.routing, "max_len": cfg.max_len,
             "vocab_size": cfg.vocab_size, "replicas": replicas, "batch_size": cfg.query_batch_size,
-            "num_cpus": float(cfg.cpus_per_shard), "num_gpus": float(cfg.gpus_per_shard) if cfg.backend in ("cupy", "auto") else None}
+            # A GPU actor needs one CPU: the others run Ray Data's read, row-building and write tasks.
+            "num_cpus": 1.0 if cfg.backend == "cupy" else float(cfg.cpus_per_shard), "num_gpus": float(cfg.gpus_per_shard) if cfg.backend in ("cupy", "auto") else None}
 
 
 def run_pipeline(docs: Path, queries: Path, out: Path, settings: dict, scratch: Path, tag: str) -> dict:
@@ -81,7 +82,7 @@ def _rows_differing(a: Path, b: Path) -> tuple[int, int]:
         duckdb = None
     if duckdb is not None:
         x, y = f"read_parquet('{a}/*.parquet')", f"read_parquet('{b}/*.parquet')"
-        return tuple(duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {p} EXCEPT ALL SELECT * FROM {q})").fetchone()[0]
+        return tuple(duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {p} EXCEPT ALL SELECT * FROM {q})").fetchall()[0][0]
                      for p, q in ((x, y), (y, x)))
     import pyarrow.dataset as ds
 
