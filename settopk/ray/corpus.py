@@ -3,7 +3,7 @@
 :func:`load_corpus` reads the corpus as the job does (reader tasks, one per piece,
 :func:`settopk.jobs.reading.read_corpus_pieces`), plans the length-bucket shards from the readers'
 length histograms (:func:`settopk.shards.plan_shards_from_counts`) and hands the pieces' object
-references to a named holder actor (:class:`settopk.shards.actor.ShardInputs`). What it returns, a
+references to a holder actor (:class:`CorpusHolder`). What it returns, a
 :class:`CorpusHandle`, is small and picklable: it travels in ``fn_constructor_kwargs`` to the pool
 actors of :class:`settopk.ray.ShardSearch`, which take their shard's docs from the holder in their
 constructor, the first time and after a restart alike. References passed in a constructor's
@@ -24,12 +24,29 @@ from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.kernels import SCORES, registered_backends, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
 from settopk.shards import ShardSpec, plan_shards_from_counts
-from settopk.shards.actor import open_inputs, supply_inputs
 from settopk.shards.inputs import ON_INVALID, InputError, SetLimits
 
-__all__ = ["CorpusHandle", "check_search_settings", "load_corpus", "resolve_backend", "shard_of"]
+__all__ = ["CorpusHandle", "CorpusHolder", "check_search_settings", "load_corpus", "resolve_backend", "shard_of"]
 
 log = logging.getLogger("settopk")
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class CorpusHolder:
+    """Holds the corpus pieces' references and the plan for the search actors (see the module's docstring).
+
+    Built with ``[(shards, refs, drops, ordered)]``, nested in a list so that Ray passes the references
+    themselves. :meth:`take` answers each call with a new object holding them: a restarted actor's call
+    has the same task id as its first life's, and on Ray 2.50 an actor that returned the same nested
+    references under that id again failed a reference-counting check and died.
+    """
+
+    def __init__(self, held: list):
+        self._shards, self._refs, self._drops, self._ordered = held[0]
+
+    def take(self, shard: int) -> list:
+        """``[ref]``: an object holding ``[spec, references, drops, ordered]`` of ``shard``."""
+        return [ray.put([self._shards[shard], list(self._refs), self._drops, self._ordered])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +59,8 @@ class CorpusHandle:
     Attributes
     ----------
     holder : ray.actor.ActorHandle
-        The :class:`settopk.shards.actor.ShardInputs` actor that holds the pieces' references and
-        each shard's spec; it lives while a copy of this handle does.
+        The :class:`CorpusHolder` actor that holds the pieces' references and each shard's spec;
+        it lives while a copy of this handle does.
     shards : tuple of ShardSpec
         The plan, in length order; a pool searches shard ``i`` (``ShardSearch(corpus, shard=i)``).
     n_docs : int
@@ -182,9 +199,8 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     if corpus.rejected:
         log.warning("on_invalid: quarantine left out %d doc line(s)/row(s) of %s", len(corpus.rejected), docs)
     shards = plan_shards_from_counts(corpus.length_counts, n_shards, doc_cost=search_cost_per_doc(backend, max_len))
-    _, holder = open_inputs()
     # The holder borrows the references: Ray keeps the pieces while it holds them, after this driver's copies go.
-    supply_inputs(holder, shards, corpus.corpus_refs, corpus.drops, corpus.ordered)
+    holder = CorpusHolder.remote([(tuple(shards), list(corpus.corpus_refs), corpus.drops, corpus.ordered)])
     log.info("corpus: %d docs from %s in %d shard(s), backend %s", corpus.n_docs, docs, len(shards), backend)
     return CorpusHandle(holder, tuple(shards), corpus.n_docs, k, score, backend, routing, max_len, vocab_size, threads)
 

@@ -89,7 +89,8 @@ class ShardSearch:
         shard_of(corpus, shard)
         self.corpus, self.shard = corpus, shard
         self.id_column, self.tokens_column = id_column, tokens_column
-        spec, refs, drops, ordered = ray.get(corpus.holder.take.remote(shard))
+        (held,) = ray.get(corpus.holder.take.remote(shard))
+        spec, refs, drops, ordered = ray.get(held)
         self.searcher = ShardSearcher(spec, refs, corpus.limits, corpus.backend, drops=drops, ordered=ordered,
                                       score=corpus.score, routing=corpus.routing, threads=corpus.threads)
 
