@@ -10,6 +10,9 @@ Named configs live in ``settopk/configs/bench/`` and pick one of five runs:
 * the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-2gpu``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
   :mod:`settopk.jobs.bench.throughput`): ``settopk.jobs.score`` end to end on each layout, against
   the kernel alone;
+* the Ray Data run (``ray-data-1m``, ``ray-data-1m-2gpu``, ``ray-data-smoke``;
+  :mod:`settopk.jobs.bench.ray_data`): ``read_parquet`` -> ``settopk.ray.search`` -> ``write_parquet``
+  against the job on the same inputs, every row compared;
 * the host-path run (``host-smoke``, ``host-1m``; :mod:`settopk.jobs.bench.host`): the same,
   with stand-in shards (:mod:`settopk.jobs.bench.standin`) answering at a GPU's pace, no GPU
   needed; every number is simulated, and every part is checked complete (the stand-ins'
