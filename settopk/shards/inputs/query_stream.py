@@ -29,7 +29,7 @@ from .files import corpus_format, file_stat, parquet_files, queries_format
 from .parquet import duplicate_error, open_parquet, validated_batches
 from .readers import read_queries
 from .text import text_sets
-from .vocabulary import VocabCounter
+from .vocabulary import VocabCounter, WideSets
 
 __all__ = ["DocQueryStream", "QueryStream"]
 
@@ -249,13 +249,11 @@ class QueryStream:
 
     def _mapped(self, sets) -> SetBatch:
         """A chunk's sets as the kernels' dense ids (:attr:`token_map`)."""
-        if self.token_map is not None:
-            return self.token_map.queries(sets)
-        if not isinstance(sets, SetBatch):
-            raise RuntimeError("internal error: queries with wide tokens read before the run's token map was set (report this)")
-        return sets
+        # Without a map (a stream used on its own) the sets come as read: a SetBatch, or
+        # WideSets of token values that no kernel takes.
+        return self.token_map.queries(sets) if self.token_map is not None else sets
 
-    def chunks(self, chunk_size: int, skip: int = 0) -> Iterator[tuple[list[str], SetBatch]]:
+    def chunks(self, chunk_size: int, skip: int = 0) -> Iterator[tuple[list[str], SetBatch | WideSets]]:
         """Yield ``(query_ids, queries)`` for consecutive chunks of ``chunk_size`` kept queries.
 
         Parameters
@@ -265,9 +263,9 @@ class QueryStream:
         skip : int
             Leading chunks to read past without yielding them (already done).
 
-        Each chunk's sets are the kernels' dense ids: mapped by :attr:`token_map` where it is
-        set (:func:`settopk.jobs.vocabulary.settle_tokens`), else as read (every token must
-        then be a small id).
+        Each chunk's sets are the kernels' dense ids where :attr:`token_map` is set
+        (:func:`settopk.jobs.vocabulary.settle_tokens`), else as read (a SetBatch, or
+        WideSets where some token is not a small id).
 
         Raises
         ------
