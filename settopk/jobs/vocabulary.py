@@ -58,7 +58,7 @@ def token_types(pieces, summaries, query_types: dict) -> dict:
     return types
 
 
-def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: float = 0.25) -> TokenMap:
+def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: float = 0.25, map_docs: bool = True) -> TokenMap:
     """Make the run's :class:`TokenMap`, check it fits, and map the docs where they are wide.
 
     Parameters
@@ -73,6 +73,8 @@ def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: fl
         The most distinct tokens in one doc.
     cpus : float
         Ray CPUs each merge or mapping task reserves.
+    map_docs : bool
+        Map wide docs (False for ``--dry-run``: nothing is searched).
 
     Returns
     -------
@@ -100,7 +102,7 @@ def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: fl
     log.info("tokens (%s): %d distinct in the docs, %d in the queries, %d in both; dense ids: %s",
              token_map.kind, token_map.n_doc_tokens, token_map.n_query_tokens, token_map.n_shared,
              "as read" if token_map.identity else "shared tokens first")
-    if corpus.wide:
+    if corpus.wide and map_docs:
         shared_map = ray.put(token_map)
         mapper = ray.remote(num_cpus=cpus)(_map_piece)
         corpus.corpus_refs = [mapper.remote(ref, shared_map) for ref in corpus.corpus_refs]
@@ -118,7 +120,7 @@ def tokens_for_run(job, valid, corpus, plan, pool) -> dict:
     """:func:`settle_tokens` for the scoring job, then the shards supplied where the docs were
     mapped (the job supplies them right after the plan otherwise). Returns the manifest's
     ``inputs.tokens`` section (:meth:`TokenMap.summary`)."""
-    token_map = settle_tokens(valid.queries, corpus, job.limits, longest(corpus.length_counts))
+    token_map = settle_tokens(valid.queries, corpus, job.limits, longest(corpus.length_counts), map_docs=not job.args.dry_run)
     if corpus.wide and not job.args.dry_run:
         from .shard_pool import supply_shards
 
