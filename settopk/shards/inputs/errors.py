@@ -11,10 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
-
-REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
-"""The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)``, in every format."""
+__all__ = ["InputError", "ON_INVALID", "Rejected", "Rejects", "SetLimits"]
 
 
 class InputError(ValueError):
@@ -65,7 +62,9 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class SetLimits:
-    """Bounds every set must respect: ids in ``[0, vocab_size)``, at most ``max_len`` distinct ids."""
+    """Bounds every set must respect: at most ``max_len`` distinct tokens. ``vocab_size`` is the
+    kernels' dense id space: sets whose tokens are all integers in ``[0, vocab_size)`` are read as
+    those ids, others as token values mapped later (:mod:`settopk.shards.inputs.vocabulary`)."""
 
     vocab_size: int = 65536
     max_len: int = 128
