@@ -197,3 +197,38 @@ def test_query_stream_chunks_are_mapped_once_the_map_is_set(tmp_path):
     ids, batch = next(stream.chunks(10))
     assert ids == ["0", "1"] and batch.to_lists() == [[0, 1], [65535]] and stream.token_map.kind == INT
     assert BYTES != INT
+
+
+# -- the synthetic corpus ---------------------------------------------------------------------
+
+
+def test_synthetic_corpus_token_types_describe_the_same_sets(tmp_path):
+    from settopk.jobs import make_corpus
+
+    read = {}
+    for token_type, offset in (("uint16", 0), ("int64", 10**12), ("string", 10**12)):
+        out = tmp_path / token_type
+        assert make_corpus.main(["--out-dir", str(out), "--n-docs", "200", "--n-queries", "10", "--vocab-size", "500", "--max-len", "30",
+                                 "--length-law", "uniform", "--token-type", token_type, "--token-offset", str(offset)]) == 0
+        docs = read_corpus(out / "docs.parquet").docs.to_lists()
+        queries = read_queries(out / "queries.parquet").queries.to_lists()
+        to_id = (lambda v: v) if token_type == "uint16" else (lambda v: int(v) - offset)
+        read[token_type] = ([[to_id(v) for v in s] for s in docs], [sorted(to_id(v) for v in s) for s in queries])
+    assert read["uint16"] == read["int64"]
+    assert [[sorted(s) for s in part] for part in read["string"]] == [[sorted(s) for s in part] for part in read["uint16"]]
+    lengths = [len(s) for s in read["uint16"][0]]
+    assert max(lengths) <= 30 and len(set(lengths)) > 10  # uniform lengths, not the STI2 histogram's
+
+
+def test_synthetic_spec_and_config_check_the_new_fields():
+    import settopk.configs
+    from settopk.jobs.synthetic import SyntheticSpec
+
+    with pytest.raises(ValueError, match="token_type"):
+        SyntheticSpec(10, 1, token_type="float")
+    with pytest.raises(ValueError, match="token_offset needs"):
+        SyntheticSpec(10, 1, token_offset=5)
+    with pytest.raises(ValueError, match="length_law"):
+        SyntheticSpec(10, 1, length_law="zipf")
+    problems = settopk.configs.synthetic_problems(settopk.configs.SyntheticConfig(token_type="int8", length_law="x"), 65536)
+    assert any("token_type" in p for p in problems) and any("length_law" in p for p in problems)
