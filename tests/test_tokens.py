@@ -41,7 +41,7 @@ def _map(docs, queries, value_type, f, vocab_size=65536):
     counter.add(wide_queries.tokens, "q")
     to = check_types(counter.types)
     token_map = build_token_map(vocab_of(wide_docs.tokens, vocab_size), counter.result(), vocab_size, to)
-    token_map.check_room(max(map(len, docs), default=0), max(map(len, queries), default=0))
+    token_map.check_room(int(wide_docs.lengths.max(initial=0)), int(wide_queries.lengths.max(initial=0)))
     return token_map, token_map.docs(wide_docs), token_map.queries(wide_queries)
 
 
@@ -58,6 +58,35 @@ def test_mapped_sets_give_the_oracle_result_of_the_original_tokens(docs, queries
     assert dense_queries.lengths.tolist() == [len(set(s)) for s in queries]
     k = len(docs)
     assert brute_force_topk(dense_docs.to_lists(), dense_queries.to_lists(), k, score=score) == brute_force_topk(docs, queries, k, score=score)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(_set, min_size=1, max_size=25), queries=st.lists(st.lists(st.integers(0, 40), max_size=9), min_size=1, max_size=6),
+       score=st.sampled_from(SCORES), data=st.data())
+def test_tightest_vocabularies_stay_exact(docs, queries, score, data):
+    """Dense ids with no room to spare (shared + longest doc + longest query), and docs kept as
+    they are with queries in free ids: still the oracle's result."""
+    longest = max(map(len, map(set, docs))) + max(map(len, map(set, queries)))
+    n_shared = len({x for s in docs for x in s} & {x for s in queries for x in s})
+    tight = max(1, n_shared + longest)
+    _, dense_docs, dense_queries = _map(docs, queries, pa.int64(), lambda x: -x - 1, vocab_size=tight)
+    k = len(docs)
+    want = brute_force_topk(docs, queries, k, score=score)
+    assert brute_force_topk(dense_docs.to_lists(), dense_queries.to_lists(), k, score=score) == want
+    from settopk.kernels.sets import SetBatch
+
+    vocab_size = data.draw(st.integers(25, 60))  # docs' ids all below it: kept; some query ids above it
+    small = SetBatch.from_lists(docs)
+    counter = VocabCounter(vocab_size)
+    counter.add(_wide(queries, pa.int64(), int).tokens, "q")
+    token_map = build_token_map(vocab_of(small.tokens, vocab_size), counter.result(), vocab_size, check_types(counter.types))
+    try:
+        token_map.check_room(0, max(map(len, map(set, queries))))
+    except VocabularyError:
+        return  # too few free ids for the longest query: refused up front
+    assert token_map.identity and token_map.docs(small) is small
+    mapped = token_map.queries(_wide(queries, pa.int64(), int)).to_lists()
+    assert brute_force_topk(small.to_lists(), mapped, k, score=score) == want
 
 
 def test_side_only_tokens_never_meet_and_keep_lengths():
@@ -190,8 +219,8 @@ def test_query_stream_chunks_are_mapped_once_the_map_is_set(tmp_path):
     path = tmp_path / "q.txt"
     path.write_text("1000000000000,5\n7\n")
     stream = QueryStream(path)
-    with pytest.raises(RuntimeError, match="token map"):
-        list(stream.chunks(10))
+    _, as_read = next(stream.chunks(10))  # no map yet: the token values as read
+    assert isinstance(as_read, WideSets) and as_read.to_lists() == [[5, 10**12], [7]]
     docs = _wide([[5, 10**12]], pa.int64(), int)
     stream.token_map = build_token_map(vocab_of(docs.tokens, 65536), stream.vocab, 65536, check_types(stream.token_types))
     ids, batch = next(stream.chunks(10))

@@ -241,8 +241,17 @@ def _side_ranks(side: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return before_all[:-1] - np.repeat(before_all[starts], lengths)
 
 
-def _sorted_sets(dense: np.ndarray, lengths: np.ndarray) -> SetBatch:
-    """A SetBatch of distinct dense ids per set, each set sorted."""
+def _sorted_sets(dense: np.ndarray, lengths: np.ndarray, vocab_size: int) -> SetBatch:
+    """A SetBatch of distinct dense ids per set, each set sorted.
+
+    Raises
+    ------
+    RuntimeError
+        If an id falls outside ``[0, vocab_size)`` or repeats in a set (the map's room was not
+        checked: :meth:`TokenMap.check_room`).
+    """
+    if len(dense) and (dense.min() < 0 or dense.max() >= vocab_size):
+        raise RuntimeError(f"internal error: the token mapping gave a dense id outside [0, {vocab_size}) (report this)")
     set_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     key = (set_of << 16) | dense
     key.sort()
@@ -332,7 +341,7 @@ class TokenMap:
             raise RuntimeError("internal error: wide docs with an identity token map (report this)")
         dense, side = self._lookup(sets.tokens)
         dense = np.where(side, len(self.shared) + _side_ranks(side, sets.lengths), dense)
-        return _sorted_sets(dense, sets.lengths)
+        return _sorted_sets(dense, sets.lengths, self.vocab_size)
 
     def queries(self, sets) -> SetBatch:
         """Query sets (a small SetBatch or a :class:`WideSets`) as dense ids, lengths kept."""
@@ -348,7 +357,7 @@ class TokenMap:
             dense = np.where(side, free[np.minimum(rank, max(len(free) - 1, 0))] if len(free) else 0, dense)
         else:
             dense = np.where(side, self.vocab_size - 1 - rank, dense)
-        return _sorted_sets(dense, lengths)
+        return _sorted_sets(dense, lengths, self.vocab_size)
 
 
 @dataclass(frozen=True)
