@@ -15,7 +15,7 @@ import pytest
 import settopk.jobs
 from settopk.jobs import bench, make_corpus, score, verify
 from settopk.jobs.progress import progress_bar
-from settopk.jobs.validate import settle
+from settopk.jobs.validate import locate_args, settle
 from tests.job_helpers import job_config, write_sets
 
 BIN = pathlib.Path(sys.executable).parent
@@ -57,7 +57,7 @@ def test_every_option_has_help_text(name):
 
 def _settle(tmp_path, *argv):
     """The settled job of these arguments, its output lock already released (only its config is read)."""
-    args = score.build_parser().parse_args(["--out", str(tmp_path / "out"), *argv])
+    args = locate_args(score.build_parser().parse_args(["--out", str(tmp_path / "out"), *argv]))
     job = settle(args, datetime.datetime.now(datetime.timezone.utc))
     if job.lock is not None:
         job.lock.release()

@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from settopk.jobs import run as job_run
 from settopk.jobs import score
+from settopk.jobs.cluster import resolve_backend, resolve_cpus_per_shard
 from settopk.jobs.output import RESULT_SCHEMA, manifest_path, read_manifest, rejected_path
 from settopk.kernels import brute_force_topk
 from tests.fault_helpers import crashing_searcher
@@ -207,7 +209,7 @@ def test_bad_input_fails_before_actors_and_writes_nothing(tmp_path, monkeypatch,
     def no_actors(*a, **kw):
         raise AssertionError("an actor was started for bad input")
 
-    monkeypatch.setattr(score, "start_shards", no_actors)
+    monkeypatch.setattr(job_run, "start_shards", no_actors)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", str(docs), "--queries", q, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 2
@@ -231,7 +233,7 @@ def test_a_cluster_that_cannot_hold_the_shards_fails_before_reading(tmp_path, mo
         raise AssertionError("the corpus was read although the shards had no room")
 
     monkeypatch.setattr(shard_pool, "_PLACEMENT_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(score, "read_corpus_pieces", no_read)
+    monkeypatch.setattr(job_run, "read_corpus_pieces", no_read)
     docs = _write_text_sets(tmp_path / "docs.txt", [[1, 2]])
     busy = placement_group([{"CPU": 2.0}])  # another job holding every CPU of the 2-CPU cluster
     ray.get(busy.ready(), timeout=60)
@@ -432,7 +434,7 @@ def test_unexpected_failure_exits_1_and_writes_nothing(tmp_path, tie_corpus, mon
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(score, "check_parts", full_disk)
+    monkeypatch.setattr(job_run, "check_parts", full_disk)
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "out"), "--config", _config(tmp_path), "--quiet"])
     assert code == 1 and "failed: the result dataset was not written" in caplog.text and "No space left" in caplog.text
@@ -500,7 +502,7 @@ def _touch_after(monkeypatch, name: str, path) -> None:
         os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
         return result
 
-    monkeypatch.setattr(score, name, call_then_touch)
+    monkeypatch.setattr(job_run, name, call_then_touch)
 
 
 def test_input_modified_while_the_driver_reads_it_is_refused(tmp_path, monkeypatch, caplog):
@@ -549,8 +551,8 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
         reads.append(real(*args, **kwargs))
         return reads[-1]
 
-    real = score.read_corpus_pieces
-    monkeypatch.setattr(score, "read_corpus_pieces", read_and_keep)
+    real = job_run.read_corpus_pieces
+    monkeypatch.setattr(job_run, "read_corpus_pieces", read_and_keep)
     k, tables, skipped = 15, {}, {}
     for exchange in (True, False):
         out = tmp_path / f"out-{exchange}"
@@ -572,11 +574,11 @@ def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
     from settopk.configs import ConfigError, JobConfig
 
     gpus = {"GPU": 8.0, "CPU": 64.0}
-    assert score.resolve_backend(JobConfig(backend="cupy"), gpus, 1) == ("cupy", 8)
-    assert score.resolve_backend(JobConfig(backend="cupy"), gpus, 4) == ("cupy", 2)
-    assert score.resolve_backend(JobConfig(backend="numpy", cpus_per_shard=2.0), gpus, 2) == ("numpy", 16)
+    assert resolve_backend(JobConfig(backend="cupy"), gpus, 1) == ("cupy", 8)
+    assert resolve_backend(JobConfig(backend="cupy"), gpus, 4) == ("cupy", 2)
+    assert resolve_backend(JobConfig(backend="numpy", cpus_per_shard=2.0), gpus, 2) == ("numpy", 16)
     with pytest.raises(score.InputError, match=r"3 shard\(s\) x 3 replica\(s\) need 9 GPU\(s\) and 9 CPU\(s\), the Ray cluster has 8"):
-        score.resolve_backend(JobConfig(backend="cupy", n_shards=3), gpus, 3)
+        resolve_backend(JobConfig(backend="cupy", n_shards=3), gpus, 3)
     with pytest.raises(ConfigError, match="replicas must be an integer >= 1, found 0"):
         JobConfig(replicas=0)
 
@@ -587,14 +589,14 @@ def test_cpus_per_shard_auto_gives_the_cpu_backend_whole_nodes():
     auto = JobConfig(backend="cpu", cpus_per_shard="auto")
     cluster = {"CPU": 40.0}
     nodes = [0.0, 16.0, 24.0]  # a head without CPUs, two workers
-    assert score.resolve_cpus_per_shard(auto, "cpu", nodes) == 16.0  # the smallest node with CPUs
-    assert score.resolve_cpus_per_shard(auto, "cpu", nodes, replicas=2) == 8.0
-    assert score.resolve_backend(auto, cluster, 1, nodes) == ("cpu", 2)  # one shard per 16 CPUs
-    assert score.resolve_backend(auto, cluster, 2, nodes) == ("cpu", 2)  # 2 x 2 actors of 8 CPUs
-    assert score.resolve_cpus_per_shard(auto, "cpu", [2.0]) == 2.0  # a laptop: one shard, two threads
-    assert score.resolve_cpus_per_shard(JobConfig(backend="numpy", cpus_per_shard="auto"), "numpy", nodes) == 1.0
-    assert score.resolve_cpus_per_shard(JobConfig(backend="auto", cpus_per_shard="auto"), "cupy", nodes) == 1.0
-    assert score.resolve_cpus_per_shard(JobConfig(cpus_per_shard=3.0), "cpu", nodes) == 3.0
+    assert resolve_cpus_per_shard(auto, "cpu", nodes) == 16.0  # the smallest node with CPUs
+    assert resolve_cpus_per_shard(auto, "cpu", nodes, replicas=2) == 8.0
+    assert resolve_backend(auto, cluster, 1, nodes) == ("cpu", 2)  # one shard per 16 CPUs
+    assert resolve_backend(auto, cluster, 2, nodes) == ("cpu", 2)  # 2 x 2 actors of 8 CPUs
+    assert resolve_cpus_per_shard(auto, "cpu", [2.0]) == 2.0  # a laptop: one shard, two threads
+    assert resolve_cpus_per_shard(JobConfig(backend="numpy", cpus_per_shard="auto"), "numpy", nodes) == 1.0
+    assert resolve_cpus_per_shard(JobConfig(backend="auto", cpus_per_shard="auto"), "cupy", nodes) == 1.0
+    assert resolve_cpus_per_shard(JobConfig(cpus_per_shard=3.0), "cpu", nodes) == 3.0
     with pytest.raises(ConfigError, match="cpus_per_shard must be 'auto' or a number >= 0, found 'all'"):
         JobConfig(cpus_per_shard="all")
 

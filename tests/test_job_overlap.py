@@ -17,6 +17,7 @@ import threading
 
 import pytest
 
+from settopk.jobs import run as job_run
 from settopk.jobs import score
 from settopk.jobs import validate as validate_module
 from settopk.jobs.output import read_manifest
@@ -28,14 +29,14 @@ DOCS = [[1, 2, 3], [2, 3], [3, 4, 5], [1, 5], [7], [2, 7, 9]]
 @pytest.fixture
 def overlapped(monkeypatch):
     """Every query input validated beside the cluster work, as large ones are."""
-    monkeypatch.setattr(score, "_OVERLAP_FROM_BYTES", 0)
+    monkeypatch.setattr(job_run, "_OVERLAP_FROM_BYTES", 0)
 
 
 def _record_started(monkeypatch, started: threading.Event | None = None) -> list:
-    """Have ``score.start_shards`` record the actors it starts (and their inputs' actor) in the
+    """Have ``job_run.start_shards`` record the actors it starts (and their inputs' actor) in the
     returned list, and set ``started`` once it has."""
     actors = []
-    real_start = score.start_shards
+    real_start = job_run.start_shards
 
     def start_and_record(*args, **kwargs):
         out = real_start(*args, **kwargs)
@@ -44,7 +45,7 @@ def _record_started(monkeypatch, started: threading.Event | None = None) -> list
             started.set()
         return out
 
-    monkeypatch.setattr(score, "start_shards", start_and_record)
+    monkeypatch.setattr(job_run, "start_shards", start_and_record)
     return actors
 
 
@@ -93,7 +94,7 @@ def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     queries = [[1, 2], [3, 7], [9], [2, 3, 5]]
     calls = []
-    real_start, real_read = score.start_shards, score.read_corpus_pieces
+    real_start, real_read = job_run.start_shards, job_run.read_corpus_pieces
 
     def start(*args, **kwargs):
         calls.append("start")
@@ -103,8 +104,8 @@ def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows
         calls.append("read")
         return real_read(*args, **kwargs)
 
-    monkeypatch.setattr(score, "start_shards", start)
-    monkeypatch.setattr(score, "read_corpus_pieces", read)
+    monkeypatch.setattr(job_run, "start_shards", start)
+    monkeypatch.setattr(job_run, "read_corpus_pieces", read)
     out = tmp_path / "out"
     cfg = job_config(tmp_path, n_shards=4, replicas=2, cpus_per_shard=0.25)
     assert score.main(["--docs", docs, "--queries", write_sets(tmp_path / "q.txt", queries), "--out", str(out),

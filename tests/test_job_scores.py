@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from settopk.jobs import run as job_run
 from settopk.jobs import score as job
 from settopk.jobs.output import read_manifest, work_dir
 from settopk.kernels import SCORES, brute_force_topk, score_definition
@@ -111,7 +112,7 @@ def test_a_run_interrupted_under_one_score_is_not_resumed_under_another(tmp_path
         raise RuntimeError("interrupted before the commit")
 
     with monkeypatch.context() as m:  # every part is written, then the run fails
-        m.setattr(job, "check_parts", interrupt)
+        m.setattr(job_run, "check_parts", interrupt)
         assert job.main(base + ["--score", "braun_blanquet"]) == 1
     assert len(list(work_dir(out).glob("part-*.parquet"))) == 3
     assert job.main(base + ["--score", "jaccard"]) == 0
@@ -119,7 +120,7 @@ def test_a_run_interrupted_under_one_score_is_not_resumed_under_another(tmp_path
     assert _rows(out) == _expected_rows(docs, queries, 8, "jaccard")
 
     with monkeypatch.context() as m:
-        m.setattr(job, "check_parts", interrupt)
+        m.setattr(job_run, "check_parts", interrupt)
         assert job.main(base + ["--score", "braun_blanquet", "--force"]) == 1
     assert job.main(base + ["--score", "braun_blanquet", "--force"]) == 0
     assert read_manifest(out)["counts"]["chunks_resumed"] == 3

@@ -249,20 +249,20 @@ def _stage(tmp_path, name="stage"):
 
 
 def test_manifest_is_written_after_the_old_result_goes_and_before_the_new_one_appears(tmp_path, monkeypatch):
-    from settopk.jobs.location import Place
+    from settopk.shards.location import Location
 
     root = tmp_path / "results"
     out = partition_dir(root, datetime.date(2026, 11, 20))
     commit_results(_stage(tmp_path, "s1"), out, {"run": 1}, dataset_root=root)
     seen = []
-    real = Place.write_bytes
+    real = Location.write_bytes
 
     def spy(place, data):
         if place.name == "manifest.json":
             seen.append(((out / "_SUCCESS").exists(), place.path))
         real(place, data)
 
-    monkeypatch.setattr(Place, "write_bytes", spy)
+    monkeypatch.setattr(Location, "write_bytes", spy)
     commit_results(_stage(tmp_path, "s2"), out, {"run": 2}, dataset_root=root)  # replace, as --force
     assert seen == [(False, str(manifest_path(out)))]  # old result gone, new one not yet there
     assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]

@@ -21,7 +21,7 @@ import pytest
 
 from settopk.jobs.chunks import Chunk, check_parts, drop_resume_key, open_work_dir
 from settopk.jobs.guard import PathError, check_writable, lock_output, output_lock_path
-from settopk.jobs.location import Place
+from settopk.shards.location import Location
 from settopk.jobs.output import (
     OutputExistsError,
     PartWriter,
@@ -79,13 +79,13 @@ def test_replacing_a_result_on_a_store_drops_its_success_first_and_writes_succes
     write_part(stage, 1, _table(1, 2))
     events = []
     for name in ("write_bytes", "delete", "move_to", "delete_tree"):
-        real = getattr(Place, name)
+        real = getattr(Location, name)
 
         def spy(place, *args, _real=real, _name=name, **kwargs):
             events.append((_name, place.path.split("/", 1)[1]))
             return _real(place, *args, **kwargs)
 
-        monkeypatch.setattr(Place, name, spy)
+        monkeypatch.setattr(Location, name, spy)
     commit_results(stage, out, {"run": 2}, rejected=None)
     ops = [e for e in events if not e[1].startswith(("results.run/.", ".results.staging-x/."))]
     assert ops[0] == ("delete", "results/_SUCCESS")  # readers stop taking the old result as finished
@@ -105,7 +105,7 @@ def test_a_cut_off_commit_on_a_store_is_taken_back_by_the_rerun(s3):
     assert check_output_dir(out, force=False) is False
     with pytest.raises(FileNotFoundError, match="no _SUCCESS"):
         read_manifest(out)
-    Place.of(f"{out}/notes.txt").write_bytes(b"x")
+    Location.of(f"{out}/notes.txt").write_bytes(b"x")
     with pytest.raises(OutputExistsError, match="not a finished settopk result"):
         check_output_dir(out, force=False)
 
@@ -139,7 +139,7 @@ def test_parts_quarantine_and_tsv_on_a_store(s3):
     assert write_part(f"{bucket}/w", 0, _table(3, 2)) == f"{bucket}/w/part-00000.parquet"
     assert read_part_doc_ids(f"{bucket}/w", 0, 2).tolist() == [[0, 1], [2, 3], [4, 5]]
     write_tsv(f"{bucket}/r.tsv", [read_part_doc_ids(f"{bucket}/w", 0, 2)])
-    assert Place.of(f"{bucket}/r.tsv").read_bytes() == b"0\t1\n2\t3\n4\t5\n"
+    assert Location.of(f"{bucket}/r.tsv").read_bytes() == b"0\t1\n2\t3\n4\t5\n"
     rejected = pa.table({"input": ["queries"], "path": ["q/a"], "line": pa.array([None], pa.int64()),
                          "row": pa.array([None], pa.int64()), "reason": ["bad"]}, schema=REJECTED_SCHEMA)
     commit_results(f"{bucket}/w", f"{bucket}/out", {}, rejected=rejected)
@@ -150,11 +150,11 @@ def test_parts_quarantine_and_tsv_on_a_store(s3):
 def test_work_directory_on_a_store_resumes_and_discards(s3):
     bucket = s3.bucket()
     work = work_dir(f"{bucket}/results")
-    assert work.startswith(f"{bucket}/.results.work-")
+    assert str(work).startswith(f"{bucket}/.results.work-")
     chunks = [Chunk(0, 0, 3), Chunk(1, 3, 4)]
     assert open_work_dir(work, "key-1", chunks, "run-a") == (set(), "run-a")
     write_part(work, 0, _table(3, 2))
-    Place.of(f"{work}/.tmp-killed.parquet").write_bytes(b"partial")  # a killed writer's file
+    Location.of(f"{work}/.tmp-killed.parquet").write_bytes(b"partial")  # a killed writer's file
     assert open_work_dir(work, "key-1", chunks, "run-b") == ({0}, "run-a")  # resumed: the first run's id
     assert ".tmp-killed.parquet" not in _names(s3, work)
     write_part(work, 1, _table(1, 2))
@@ -169,18 +169,18 @@ def test_lock_object_on_a_store(s3):
     out = f"{bucket}/results"
     first = lock_output(out, out, "run-1")
     where = output_lock_path(out, out)
-    assert where.startswith(f"{bucket}/.results.lock-")
-    holder = json.loads(Place.of(where).read_bytes())
+    assert str(where).startswith(f"{bucket}/.results.lock-")
+    holder = json.loads(Location.of(where).read_bytes())
     assert holder["run_id"] == "run-1" and holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
     with pytest.raises(PathError, match="found run run-1 .* holding its lock object"):
         lock_output(out, out, "run-2")
     first.release()
-    assert not Place.of(where).exists()
+    assert not Location.of(where).exists()
     # A run killed on this host leaves its lock: a dead pid is taken over.
-    Place.of(where).write_bytes(json.dumps({"run_id": "killed", "host": socket.gethostname(), "pid": _dead_pid()}).encode())
+    Location.of(where).write_bytes(json.dumps({"run_id": "killed", "host": socket.gethostname(), "pid": _dead_pid()}).encode())
     lock_output(out, out, "run-3").release()
     # On another host the pid cannot be checked: refused, naming the way out.
-    Place.of(where).write_bytes(json.dumps({"run_id": "far", "host": "elsewhere", "pid": 1}).encode())
+    Location.of(where).write_bytes(json.dumps({"run_id": "far", "host": "elsewhere", "pid": 1}).encode())
     with pytest.raises(PathError, match="delete the lock object"):
         lock_output(out, out, "run-4")
 

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from settopk.jobs.location import Place
+from settopk.shards.location import Location
 from settopk.jobs.output import DT_PARTITIONING, manifest_path, open_results, read_manifest, work_dir
 from tests.job_helpers import ROOT, write_sets
 
@@ -97,8 +97,8 @@ def test_result_in_the_bucket_equals_the_local_result(s3, job):
     names = _objects(s3, out)
     assert names == ["_SUCCESS"] + [f"part-{i:05d}.parquet" for i in range(N_PARTS)]  # only parts and _SUCCESS
     for name in names[1:]:  # same run id, same rows: byte-identical parts
-        assert Place.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
-    assert Place.of(f"{bucket}/results.tsv").read_bytes() == (tmp / "local.tsv").read_bytes()
+        assert Location.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
+    assert Location.of(f"{bucket}/results.tsv").read_bytes() == (tmp / "local.tsv").read_bytes()
     manifest = read_manifest(out)
     assert manifest_path(out) == f"{bucket}/results.run/manifest.json"
     assert manifest["output"]["path"] == out and manifest["counts"]["rows"] == N_QUERIES * 20
@@ -171,7 +171,7 @@ def test_killed_driver_resumes_from_the_parts_in_the_store(s3, job):
     names = _objects(s3, out)
     assert len(names) == N_PARTS + 1
     for name in names[1:]:
-        assert Place.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
+        assert Location.of(f"{out}/{name}").read_bytes() == (tmp / "local" / name).read_bytes(), name
 
 
 def test_verify_checks_the_result_in_the_bucket(s3, job):

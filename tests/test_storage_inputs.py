@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from settopk.shards import storage
+from settopk.shards.location import Location
 from settopk.shards.inputs import (
     InputError, QueryStream, SetLimits, corpus_format, fingerprint, plan_pieces, queries_format, query_files, read_corpus,
     read_piece, read_queries,
@@ -21,7 +21,8 @@ LIMITS = SetLimits(vocab_size=100, max_len=8)
 
 def upload(s3, local: pathlib.Path, uri: str) -> str:
     """Copy a local file or directory tree to ``uri`` on the test server; returns ``uri``."""
-    fs, inner = storage.resolve(uri)
+    loc = Location.of(uri)
+    fs, inner = loc.fs, loc.path
     if local.is_dir():
         pafs.copy_files(str(local), inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
     else:
@@ -63,7 +64,7 @@ def inputs(s3, tmp_path_factory):
 
 
 def _uri_names(files, uri_root):
-    return [storage.relative(f, uri_root) for f in files]
+    return [f.relative_to(Location.of(uri_root)) for f in files]
 
 
 def test_formats_and_files_from_names(inputs):
@@ -83,7 +84,7 @@ def test_corpus_from_a_bucket_equals_the_local_read(inputs, name):
     assert there.doc_ids.tolist() == here.doc_ids.tolist()
     assert there.docs.to_lists() == here.docs.to_lists()
     assert there.n_with_repeats == here.n_with_repeats and there.fmt == here.fmt
-    assert [storage.relative(f, uri) for f in there.files] == [str(pathlib.Path(f).relative_to(local)) for f in here.files]
+    assert [f.relative_to(Location.of(uri)) for f in there.files] == [str(pathlib.Path(f).relative_to(local)) for f in here.files]
 
 
 @pytest.mark.parametrize("name", ["queries.txt", "qparquet", "qdir"])
@@ -101,8 +102,8 @@ def test_queries_from_a_bucket_equal_the_local_read(inputs, name):
 def test_pieces_name_uris_and_read_as_one_read(inputs):
     local, uri = inputs
     pieces, fmt, files = plan_pieces(f"{uri}/docs", 4)
-    assert fmt == "parquet" and len(files) == 3 and all(f.startswith(f"{uri}/docs/") for f in files)
-    assert len(pieces) == 4 + 4 + 3 and all(p.path.startswith("s3://") and p.size_bytes > 0 and p.mtime_ns > 0 for p in pieces)
+    assert fmt == "parquet" and len(files) == 3 and all(str(f).startswith(f"{uri}/docs/") for f in files)
+    assert len(pieces) == 4 + 4 + 3 and all(str(p.path).startswith("s3://") and p.size_bytes > 0 and p.mtime_ns > 0 for p in pieces)
     corpora = [read_piece(p, LIMITS)[1] for p in pieces]
     whole = read_corpus(local / "docs", LIMITS)
     assert [d for c in corpora for d in c.doc_ids.tolist()] == whole.doc_ids.tolist()

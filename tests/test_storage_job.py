@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from settopk.jobs.location import Place
+from settopk.shards.location import Location
 from settopk.jobs.output import open_results, read_manifest, rejected_path
-from settopk.shards import storage
+from settopk.shards.location import Location
 from tests.job_helpers import ROOT, job_config, result_rows
 from tests.piece_helpers import random_sets
 from tests.test_storage_inputs import upload
@@ -196,7 +196,7 @@ def test_inputs_and_output_in_buckets_give_the_local_result(e2e):
     assert runs["local"]["code"] == 0 and runs["store"]["code"] == 0, (runs["local"], runs["store"])
     there = open_results(f"{out}/results").to_table()
     assert there.num_rows > 0 and _rows(there) == _rows(pq.read_table(tmp / "local"))
-    assert Place.of(f"{out}/results.tsv").read_bytes() == (tmp / "local.tsv").read_bytes()
+    assert Location.of(f"{out}/results.tsv").read_bytes() == (tmp / "local.tsv").read_bytes()
 
 
 def test_the_manifest_names_the_input_and_output_uris(e2e):
@@ -217,7 +217,8 @@ def test_a_self_join_in_buckets_gives_the_local_result(e2e):
 def test_quarantined_lines_in_a_bucket_are_listed_by_uri(e2e):
     runs, _, uri, out = e2e
     assert runs["quarantine"]["code"] == 0, runs["quarantine"]
-    fs, path = storage.resolve(rejected_path(f"{out}/quarantine"))
+    where = Location.of(rejected_path(f"{out}/quarantine"))
+    fs, path = where.fs, where.path
     rejected = pq.read_table(path, filesystem=fs).to_pylist()
     assert [(r["input"], r["path"], r["line"]) for r in rejected] == [("docs", f"{uri}/quarantine.txt", 3)]
     assert read_manifest(f"{out}/quarantine")["counts"]["rejected_docs"] == 1

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from settopk.jobs import score
+from settopk.jobs.run import check_outputs_absolute_under_ray_job
 from settopk.jobs.guard import PathError, check_outputs_apart
-from settopk.jobs.validate import UsageError
+from settopk.jobs.validate import UsageError, locate_args
 
 
 @pytest.mark.parametrize("out, given", [
@@ -45,11 +45,11 @@ def test_a_file_uri_is_compared_as_the_local_path(tmp_path):
 
 
 def _args(out, tsv=None):
-    return argparse.Namespace(out=out, tsv=tsv)
+    return locate_args(argparse.Namespace(out=out, tsv=tsv))
 
 
 def test_a_uri_output_passes_under_a_ray_job(monkeypatch):
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"metadata": {"job_submission_id": "raysubmit_uri"}}')
-    score._check_outputs_absolute_under_ray_job(_args("s3://b/results", "gs://b/results.tsv"))
+    check_outputs_absolute_under_ray_job(_args("s3://b/results", "gs://b/results.tsv"))
     with pytest.raises(UsageError, match=r"--out results is a relative path.*give an absolute path or a URI"):
-        score._check_outputs_absolute_under_ray_job(_args("results"))
+        check_outputs_absolute_under_ray_job(_args("results"))

@@ -15,8 +15,10 @@ from typing import Union
 import dacite
 import yaml
 
+from settopk.errors import SettopkError
 from settopk.kernels.keys import SCORES
 from settopk.kernels.postings import ROUTINGS
+from settopk.kernels.threshold import parse_threshold
 
 __all__ = [
     "MAX_K",
@@ -42,7 +44,7 @@ MAX_K = 32767
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, SettopkError):
     """A config file is missing, not valid YAML, or has unknown keys or bad values."""
 
 
@@ -286,6 +288,12 @@ class JobConfig(SearchConfig):
     include_self : bool
         With ``self_join``: keep each doc in its own results (``min(k, n_docs)`` rows, as
         for other queries). ``--include-self`` sets it; it needs ``self_join``.
+    threshold : str or None
+        A threshold search (issue 32): every (query, doc) pair with ``score >= threshold``
+        instead of the top-k. Given as decimal text or a number (``0.8``, ``"4/5"``), read
+        exactly (:func:`settopk.kernels.parse_threshold`) and kept as the canonical fraction
+        text (``"4/5"``), so that ``0.8`` and ``0.80`` are the same run. None (default): top-k.
+        ``--threshold`` sets it.
     faults : FaultConfig
         Timeouts and retries.
     """
@@ -298,6 +306,7 @@ class JobConfig(SearchConfig):
     threshold_exchange: Union[bool, str] = "auto"
     self_join: bool = False
     include_self: bool = False
+    threshold: Union[str, float, int, None] = None
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:
@@ -321,6 +330,11 @@ class JobConfig(SearchConfig):
                             "self-join); set self_join: true (--self-join), or drop include_self (--include-self)")
         if self.query_chunk_size < 1:
             problems.append(f"query_chunk_size must be >= 1, found {self.query_chunk_size}")
+        if self.threshold is not None:
+            try:  # canonical exact text: 0.8, "0.80" and "4/5" are one setting (the rerun guard compares it)
+                object.__setattr__(self, "threshold", str(parse_threshold(self.threshold, self.score)))
+            except ValueError as e:
+                problems.append(f"threshold: {e}")
         f = self.faults
         if min(f.load_timeout_s, f.search_timeout_s) <= 0 or f.search_attempts < 1 or f.actor_restarts < 0 or f.retry_backoff_s < 0:
             problems.append("faults: timeouts must be > 0, search_attempts >= 1, actor_restarts and retry_backoff_s >= 0")

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .location import Place
+from settopk.shards.location import Location
 from .output import part_name
 
 __all__ = ["Chunk", "ReadAhead", "TAIL_MIN_QUERIES", "TAIL_SHARE", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
@@ -168,7 +168,7 @@ def open_work_dir(path, key: str, chunks: list[Chunk], run_id: str) -> tuple[set
         the run id: the interrupted run's when resuming, so every part and the manifest
         name one run. Leftover temporary files of a killed writer are removed.
     """
-    work = Place.of(path)
+    work = Location.real(path)
     if work.exists():
         try:
             recorded = json.loads((work / _KEY_FILE).read_bytes())
@@ -194,7 +194,7 @@ def open_work_dir(path, key: str, chunks: list[Chunk], run_id: str) -> tuple[set
 def drop_resume_key(path) -> None:
     """Remove the work directory's resume key before its commit: the directory becomes the
     result (a local rename), which holds only parts."""
-    (Place.of(path) / _KEY_FILE).delete(missing_ok=True)
+    (Location.real(path) / _KEY_FILE).delete(missing_ok=True)
 
 
 def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
@@ -214,7 +214,7 @@ def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
     RuntimeError
         Naming the first part (in query order) that is missing or whose rows do not match the plan.
     """
-    work = Place.of(path)
+    work = Location.real(path)
     with ThreadPoolExecutor(min(_CHECK_THREADS, max(1, len(chunks)))) as pool:
         outcomes = list(pool.map(lambda c: _check_part(work, c, rows_per_query), chunks))
     for outcome in outcomes:
@@ -223,7 +223,7 @@ def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
     return sum(outcomes)
 
 
-def _check_part(work: Place, c: Chunk, rows_per_query: int) -> int | str:
+def _check_part(work: Location, c: Chunk, rows_per_query: int) -> int | str:
     """Rows of chunk ``c``'s part, or what is wrong with it. Reads the ranks a batch at a time, so
     that several parts are checked at once in little memory."""
     file = work / part_name(c.index)

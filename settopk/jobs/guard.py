@@ -20,35 +20,21 @@ import uuid
 
 import pyarrow.fs as pafs
 
-from settopk.shards import storage
+from settopk.errors import SettopkError
+from settopk.shards.location import Location, StorageError
 
-from .location import Place
 from .output import read_manifest
 
 __all__ = ["ObjectLock", "OutputLock", "PathError", "check_outputs_apart", "check_writable", "differences", "lock_output", "output_lock_path"]
 
-RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "vocab_size", "max_len", "on_invalid")
+RESULT_SETTINGS = ("k", "score", "self_join", "include_self", "threshold", "vocab_size", "max_len", "on_invalid")
 """The config keys a result depends on; a rerun that changes one of them is not the same run."""
 
 
-class PathError(ValueError):
+class PathError(ValueError, SettopkError):
     """An output path the run cannot use (overlapping an input, not writable, or locked)."""
 
 
-def _real(path) -> pathlib.Path:
-    return pathlib.Path(os.path.realpath(os.path.abspath(os.fspath(path))))
-
-
-def _inside(path: pathlib.PurePath, other: pathlib.PurePath) -> bool:
-    """``path`` is ``other`` or lies under it."""
-    return path == other or other in path.parents
-
-
-def _where(path) -> tuple[str, pathlib.PurePath]:
-    """``(store, path)`` to compare locations: a local path (or ``file://`` URI) resolved, a
-    URI normalised to ``/bucket/key`` under its scheme (:func:`settopk.shards.storage.location`)."""
-    store, normal = storage.location(path)
-    return (store, _real(normal)) if store == "file" else (store, pathlib.PurePosixPath(normal))
 
 
 def check_outputs_apart(outputs: dict, inputs: dict) -> None:
@@ -62,7 +48,7 @@ def check_outputs_apart(outputs: dict, inputs: dict) -> None:
     Parameters
     ----------
     outputs, inputs : dict
-        ``{"--out": path, "--tsv": path, ...}``, local paths or URIs; None values are skipped.
+        ``{"--out": Location, "--tsv": Location, ...}``; None values are skipped.
 
     Raises
     ------
@@ -72,20 +58,19 @@ def check_outputs_apart(outputs: dict, inputs: dict) -> None:
     for out_name, out_path in outputs.items():
         if out_path is None:
             continue
-        out_store, out = _where(out_path)
+        out = Location.real(out_path)
         for in_name, in_path in inputs.items():
             if in_path is None:
                 continue
-            in_store, given = _where(in_path)
-            if in_store != out_store:
-                continue
-            if _inside(out, given):
-                what = "is" if out == given else "lies inside"
+            given = Location.real(in_path)
+            if given.contains(out):
+                same = out.key == given.key
+                what = "is" if same else "lies inside"
                 raise PathError(
                     f"{out_name} {out_path}: expected an output apart from the inputs, found that it {what} {in_name} {in_path} "
-                    f"(writing it would {'replace' if out == given else 'add files to'} the input); fix: choose another {out_name}"
+                    f"(writing it would {'replace' if same else 'add files to'} the input); fix: choose another {out_name}"
                 )
-            if _inside(given, out):
+            if out.contains(given):
                 raise PathError(
                     f"{out_name} {out_path}: expected an output apart from the inputs, found {in_name} {in_path} inside it "
                     f"(replacing the output would delete the input); fix: move the input out, or choose another {out_name}"
@@ -122,7 +107,7 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
     ----------
     option : str
         The option that named it (``--out``, ``--tsv``), for the message.
-    path : path
+    path : Location
         A file (``file=True``, e.g. the TSV) or a result directory.
     file : bool
         The output is one file: it must not be a directory, and its directory must exist.
@@ -136,10 +121,11 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
         With the path and the reason. A URI is checked by writing and deleting a probe object
         beside it: a missing bucket, refused credentials or an unreachable store fail here.
     """
-    if storage.is_uri(path):
+    path = Location.of(path)
+    if not path.local:
         _check_writable_uri(option, path, file)
         return
-    p = pathlib.Path(os.path.abspath(os.fspath(path)))
+    p = pathlib.Path(path.path)
     if file and p.is_dir():
         raise PathError(f"{option} {path}: expected a file path, found a directory; fix: name a file, e.g. {p / 'results.tsv'}")
     if file and p.exists() and not p.is_file():
@@ -154,32 +140,30 @@ def check_writable(option: str, path, *, file: bool, creates_parents: bool) -> N
     _probe(parent, option, path)
 
 
-def _check_writable_uri(option: str, uri: str, file: bool) -> None:
+def _check_writable_uri(option: str, place: Location, file: bool) -> None:
     try:
-        place = Place.of(uri)
         if file and place.kind() == pafs.FileType.Directory:
-            raise PathError(f"{option} {uri}: expected an object name, found a prefix holding objects; fix: name an object, e.g. {storage.join(uri, 'results.tsv')}")
+            raise PathError(f"{option} {place}: expected an object name, found a prefix holding objects; fix: name an object, e.g. {place / 'results.tsv'}")
         probe = place.parent / f".settopk-probe-{uuid.uuid4().hex}"
         with probe.fs.open_output_stream(probe.path) as f:
             f.write(b"")
         probe.delete(missing_ok=True)
-    except storage.StorageError as e:
-        raise PathError(f"{option} {e}") from e
+    except StorageError as e:
+        raise PathError(f"{option} {e}") from None
     except OSError as e:
-        raise PathError(f"{option} {storage.describe_os_error(uri, e)}") from e
+        raise PathError(f"{option} {place.describe_os_error(e)}") from None
 
 
 def output_lock_path(out_dir, dataset_root):
     """The lock of the result directory ``out_dir``: beside the dataset root (never inside it,
-    so scans of the root never see it), named after ``out_dir``; a path, or a URI on a store."""
-    if storage.is_uri(dataset_root):
-        root = Place.of(dataset_root)
-        tag = hashlib.sha256(":".join(storage.location(out_dir)).encode()).hexdigest()[:12]
+    so scans of the root never see it), named after ``out_dir`` (its credentials left out: a
+    rotated key finds the same lock); a :class:`pathlib.Path`, or a Location on a store."""
+    root, out = Location.real(dataset_root), Location.real(out_dir)
+    if not root.local:
+        tag = hashlib.sha256(":".join(out.key).encode()).hexdigest()[:12]
         return root.sibling(f".{root.name}.lock-{tag}").shown
-    out = _real(out_dir)
-    root = _real(dataset_root)
-    tag = hashlib.sha256(str(out).encode()).hexdigest()[:12]
-    return root.parent / f".{root.name}.lock-{tag}"
+    tag = hashlib.sha256(out.path.encode()).hexdigest()[:12]
+    return pathlib.Path(root.parent.path) / f".{root.name}.lock-{tag}"
 
 
 class OutputLock:
@@ -219,7 +203,7 @@ def lock_output(out_dir, dataset_root, run_id: str) -> "OutputLock | ObjectLock"
     PathError
         If another live process holds the lock (its run, host and pid named).
     """
-    if storage.is_uri(dataset_root):
+    if not Location.of(dataset_root).local:
         return _lock_object(out_dir, output_lock_path(out_dir, dataset_root), run_id)
     path = output_lock_path(out_dir, dataset_root)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +242,7 @@ class ObjectLock:
     :meth:`release` deletes it if it still holds this run's token.
     """
 
-    def __init__(self, place: Place, token: str):
+    def __init__(self, place: Location, token: str):
         self.path, self._place, self._token = place.shown, place, token
 
     def release(self) -> None:
@@ -287,8 +271,8 @@ def _alive_here(holder: dict) -> bool:
     return True
 
 
-def _lock_object(out_dir, uri: str, run_id: str) -> ObjectLock:
-    place = Place.of(uri)
+def _lock_object(out_dir, place: Location, run_id: str) -> ObjectLock:
+    uri = place
     try:
         holder = json.loads(place.read_bytes()) if place.is_file() else None
     except ValueError:

@@ -16,11 +16,27 @@ import platform
 import socket
 import uuid
 
-from .location import absolute
+from settopk.shards.location import Location
 
-__all__ = ["build_manifest", "inputs_section", "output_section", "shard_entries", "ray_submission_id", "new_run_id", "versions"]
+__all__ = ["build_manifest", "inputs_section", "output_section", "shard_entries", "ray_submission_id", "new_run_id", "shown_absolute", "versions"]
 
 _UTC = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def shown_absolute(location) -> str:
+    """``location`` for logs, manifests and keys: an absolute local path, or the URI redacted
+    (:func:`settopk.shards.location.redact`)."""
+    location = Location.of(location)
+    return location.path if location.local else str(location)
+
+
+def _shown(value):
+    """A value for the manifest: a location as shown (redacted), anything else as it is."""
+    if isinstance(value, Location):
+        return str(value)
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
 
 
 def ray_submission_id() -> str | None:
@@ -56,23 +72,25 @@ def versions() -> dict:
     return out
 
 
-def output_section(out_dir: str, dataset_root: str, day: datetime.date | None, n_parts: int) -> dict:
+def output_section(out_dir: Location, dataset_root: Location, day: datetime.date | None, n_parts: int) -> dict:
     """Where the result went: its directory, the dataset root, the ``dt`` partition (or None)
     and the number of part files."""
     return {
-        "path": absolute(out_dir),
-        "dataset_root": absolute(dataset_root),
+        "path": shown_absolute(out_dir),
+        "dataset_root": shown_absolute(dataset_root),
         "partition": {"dt": day.isoformat()} if day else None,
         "parts": n_parts,
     }
 
 
-def inputs_section(*, docs_path: str, docs_format: str, docs_files, synthetic: bool, queries_path: str | None,
+def inputs_section(*, docs_path: Location, docs_format: str, docs_files, synthetic: bool, queries_path: Location | None,
                    queries_format: str, queries_files_count: int, self_join: str | None = None,
                    include_self: bool = False) -> dict:
     """The inputs: the corpus (path, format, files, whether generated) and the queries; for a
-    self-join (``self_join``: its description) the queries are the corpus's docs."""
-    docs = {"path": docs_path, "format": docs_format, "files": list(docs_files), "synthetic": synthetic}
+    self-join (``self_join``: its description) the queries are the corpus's docs. Locations are
+    written as shown, without credentials."""
+    docs_path, queries_path = _shown(docs_path), _shown(queries_path)
+    docs = {"path": docs_path, "format": docs_format, "files": [_shown(f) for f in docs_files], "synthetic": synthetic}
     if self_join is None:
         queries = {"path": queries_path, "format": queries_format, "files_count": queries_files_count}
     else:
@@ -104,7 +122,8 @@ def build_manifest(*, run_id: str, started: datetime.datetime, args: dict, submi
     started : datetime.datetime
         Start of the run, UTC.
     args : dict
-        The parsed command-line arguments (``vars(args)``); dates are written ISO.
+        The parsed command-line arguments (``vars(args)``); dates are written ISO, locations as
+        shown (without credentials).
     submission_id : str or None
         The Ray job submission id (:func:`ray_submission_id`).
     ray_job_id : str
@@ -140,7 +159,7 @@ def build_manifest(*, run_id: str, started: datetime.datetime, args: dict, submi
         "run_id": run_id,
         "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime(_UTC),
         "started_utc": started.strftime(_UTC),
-        "args": {key: value.isoformat() if isinstance(value, datetime.date) else value for key, value in args.items()},
+        "args": {key: _shown(value) for key, value in args.items()},
         "ray": {"submission_id": submission_id, "job_id": ray_job_id},
         "host": socket.gethostname(),
         "output": output,

@@ -4,7 +4,7 @@ A reader never sees a partial result: the dataset is written into a staging (wor
 directory beside the dataset root (same filesystem, outside the root, so
 DuckDB/Polars/Spark scans of the root never pick it up), completed with an empty
 ``_SUCCESS``, then renamed into place in one ``os.rename``. The result may also go to an
-object store (any PyArrow filesystem, named by a URI: :class:`settopk.jobs.location.Place`), which
+object store (any PyArrow filesystem, named by a URI: :class:`settopk.shards.location.Location`), which
 has no atomic rename: there the parts are moved into place, then ``_SUCCESS`` is written
 last (:func:`commit_results`).
 
@@ -43,12 +43,13 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from settopk.errors import SettopkError
 from settopk.kernels import DEFAULT_SCORE, TopK, score_definition, score_value
-from settopk.shards import storage
 
-from .location import Place
+from settopk.shards.location import Location
 
 __all__ = [
+    "DEFAULT_OUT",
     "RESULT_SCHEMA",
     "DT_PARTITIONING",
     "ROW_GROUP_ROWS",
@@ -127,8 +128,11 @@ _DICTIONARY_COLUMNS = ["score", "overlap", "doc_len"]
 _PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 
+DEFAULT_OUT = "out/settopk-results"
+"""Where the result goes when no output is given (relative to the working directory)."""
 
-class OutputExistsError(FileExistsError):
+
+class OutputExistsError(FileExistsError, SettopkError):
     """The output directory exists and is not a finished result of this job."""
 
 
@@ -148,7 +152,7 @@ def check_output_dir(out_dir, force: bool) -> bool:
         different tool's directory), or is a file. On a store, a prefix holding only part
         files (a commit that was cut off) is taken back.
     """
-    out = Place.of(out_dir)
+    out = Location.real(out_dir)
     _refuse_a_record(out)
     kind = out.kind()
     if kind == pafs.FileType.NotFound:
@@ -177,7 +181,7 @@ def check_dataset_root(root) -> None:
         ``dt=YYYY-MM-DD`` partitions and hidden (``.``/``_``) entries, for example
         an unpartitioned result: readers of the root would then mix the two.
     """
-    root = Place.of(root)
+    root = Location.real(root)
     _refuse_a_record(root)
     kind = root.kind()
     if kind == pafs.FileType.NotFound:
@@ -198,7 +202,7 @@ def check_dataset_root(root) -> None:
         )
 
 
-def _refuse_a_record(place: Place) -> None:
+def _refuse_a_record(place: Location) -> None:
     """Refuse an output that is the run record of a result beside it (``X.run`` next to ``X``)."""
     if place.name.endswith(RECORD_SUFFIX):
         result = place.sibling(place.name[: -len(RECORD_SUFFIX)])
@@ -208,17 +212,17 @@ def _refuse_a_record(place: Place) -> None:
             )
 
 
-def _record(out: Place, root: Place) -> Place:
+def _record(out: Location, root: Location) -> Location:
     record = root.sibling(root.name + RECORD_SUFFIX)
     return record if out.path == root.path else record / out.relative_to(root)
 
 
-def _places(out_dir, dataset_root) -> tuple[Place, Place]:
+def _places(out_dir, dataset_root) -> tuple[Location, Location]:
     """The result and its dataset root; by default the root is ``out_dir`` itself, or its parent
     where ``out_dir`` is named ``dt=YYYY-MM-DD`` (a partition)."""
-    out = Place.of(out_dir)
+    out = Location.real(out_dir)
     if dataset_root is not None:
-        return out, Place.of(dataset_root)
+        return out, Location.real(dataset_root)
     return out, (out.parent if _PARTITION_NAME.fullmatch(out.name) else out)
 
 
@@ -239,7 +243,7 @@ def record_dir(out_dir, dataset_root=None):
 
     Returns
     -------
-    pathlib.Path or str
+    pathlib.Path or settopk.shards.location.Location
         A path (symbolic links resolved, as the commit writes it) or a URI.
     """
     return _record(*_places(out_dir, dataset_root)).shown
@@ -275,9 +279,10 @@ def read_manifest(out_dir, dataset_root=None) -> dict:
 
 def partition_dir(root, day):
     """The Hive partition of ``day`` (a ``datetime.date``) under ``root``: ``root/dt=YYYY-MM-DD``
-    (a :class:`pathlib.Path`, or a URI for a URI ``root``)."""
+    (a :class:`pathlib.Path` for a local ``root``, else a :class:`~settopk.shards.location.Location`)."""
     name = f"{PARTITION_KEY}={day.isoformat()}"
-    return storage.join(root, name) if storage.is_uri(root) else pathlib.Path(root) / name
+    root = Location.of(root)
+    return pathlib.Path(root) / name if root.local else root / name
 
 
 def open_results(path) -> ds.Dataset:
@@ -286,7 +291,7 @@ def open_results(path) -> ds.Dataset:
     A root of ``dt=YYYY-MM-DD`` partitions gets a ``dt`` column of type ``date32``;
     ``_SUCCESS`` and hidden entries are skipped.
     """
-    place = Place.of(path)
+    place = Location.real(path)
     partitioned = any(_PARTITION_NAME.fullmatch(e.base_name) for e in place.children())
     return ds.dataset(place.path, filesystem=place.fs, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
 
@@ -395,7 +400,7 @@ def write_results(
         stage.delete_tree()
 
 
-def _out_and_root(out_dir, dataset_root) -> tuple[Place, Place]:
+def _out_and_root(out_dir, dataset_root) -> tuple[Location, Location]:
     """:func:`_places`, checked: the result must lie inside the root, since staging, work and
     replaced directories go beside the root and nothing is written elsewhere."""
     out, root = _places(out_dir, dataset_root)
@@ -419,11 +424,11 @@ def work_dir(out_dir, dataset_root=None):
 
     Returns
     -------
-    pathlib.Path or str
+    pathlib.Path or settopk.shards.location.Location
         A path, or a URI for a URI ``out_dir``.
     """
     out, root = _out_and_root(out_dir, dataset_root)
-    name = str(out.shown) if out.local else ":".join(storage.location(out.uri))
+    name = str(out.shown) if out.local else ":".join(out.key)  # no credentials: a rotated key finds the same parts
     tag = hashlib.sha256(name.encode()).hexdigest()[:12]
     return root.sibling(f".{root.name}.work-{tag}").shown
 
@@ -463,7 +468,7 @@ class PartWriter:
             raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
         if row_group_rows < 1:
             raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
-        where = Place.of(directory)
+        where = Location.real(directory)
         self.final = where / part_name(index)
         self.tmp = where / f".tmp-{uuid.uuid4().hex}.parquet"
         file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
@@ -540,7 +545,7 @@ def write_part(directory, index: int, table: pa.Table, *, metadata: Mapping[str,
 
     Returns
     -------
-    pathlib.Path or str
+    pathlib.Path or settopk.shards.location.Location
         The part file.
 
     Raises
@@ -558,7 +563,7 @@ def write_part(directory, index: int, table: pa.Table, *, metadata: Mapping[str,
     return writer.close()
 
 
-def _write_rejected(place: Place, table: pa.Table) -> None:
+def _write_rejected(place: Location, table: pa.Table) -> None:
     """Write the quarantined lines as ``place``, atomically."""
     if not table.schema.equals(REJECTED_SCHEMA, check_metadata=False):
         raise ValueError(f"rejected table schema differs from REJECTED_SCHEMA:\n{table.schema}")
@@ -609,10 +614,10 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
 
     Returns
     -------
-    pathlib.Path or str
+    pathlib.Path or settopk.shards.location.Location
         The result directory (resolved), or its URI.
     """
-    stage = Place.of(stage)
+    stage = Location.real(stage)
     out, root = _out_and_root(out_dir, dataset_root)
     record = _record(out, root)
     out.parent.make_dirs()
@@ -650,7 +655,7 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
 
 def read_part_doc_ids(directory, index: int, rows_per_query: int) -> np.ndarray:
     """Doc ids of part ``index`` as an int64 array of shape ``(n_queries_in_part, rows_per_query)``."""
-    part = Place.of(directory) / part_name(index)
+    part = Location.real(directory) / part_name(index)
     ids = pq.read_table(part.path, filesystem=part.fs, columns=["doc_id"])["doc_id"].to_numpy()
     return ids.reshape(-1, max(rows_per_query, 1)) if rows_per_query else np.zeros((0, 0), np.int64)
 
@@ -667,7 +672,7 @@ def write_tsv(path, blocks) -> None:
         Doc ids of consecutive queries (e.g. one :func:`read_part_doc_ids` per part,
         or ``[topk.doc_ids]``).
     """
-    final = Place.of(path)
+    final = Location.real(path)
     tmp = final.sibling(f".{final.name}.tmp-{uuid.uuid4().hex}")
     try:
         with tmp.fs.open_output_stream(tmp.path) as f:
@@ -678,7 +683,7 @@ def write_tsv(path, blocks) -> None:
         tmp.delete(missing_ok=True)
 
 
-def _fsync_dir(place: Place) -> None:
+def _fsync_dir(place: Location) -> None:
     """Make a local directory's entries durable (a store has no directories to sync)."""
     if not place.local:
         return

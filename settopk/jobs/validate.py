@@ -22,29 +22,45 @@ from dataclasses import dataclass
 import pyarrow
 
 import settopk.configs
-from settopk.shards import storage
+from settopk.errors import SettopkError
+from settopk.shards.location import Location
 from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, query_files
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
+from .threshold_job import check_threshold_job
 from .output import check_dataset_root, check_output_dir, partition_dir, record_dir, rejected_paths
 
-__all__ = ["UsageError", "Inputs", "Target", "Job", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "settle", "validate", "check_unchanged_since",
-           "self_join_note"]
+__all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
+           "check_unchanged_since", "self_join_note"]
+
+_LOCATION_ARGS = ("docs", "queries", "out", "tsv")
+
 
 log = logging.getLogger("settopk")
 
 
-class UsageError(ValueError):
+class UsageError(ValueError, SettopkError):
     """Command-line arguments that do not fit together or with the config."""
+
+
+def locate_args(args) -> argparse.Namespace:
+    """``args`` with its paths and URIs (``docs``, ``queries``, ``out``, ``tsv``) as
+    :class:`~settopk.shards.location.Location` s: where they enter the job. Everything below
+    takes those, whose display form hides any credential a URI holds."""
+    values = vars(args).copy()
+    for name in _LOCATION_ARGS:
+        if values.get(name) is not None:
+            values[name] = Location.of(values[name])
+    return argparse.Namespace(**values)
 
 
 @dataclass
 class Inputs:
     """The input paths: given, or the config's synthetic corpus (generated once)."""
 
-    docs_path: str
-    queries_path: str | None  # None for a self-join: the queries are the docs
+    docs_path: Location
+    queries_path: Location | None  # None for a self-join: the queries are the docs
     synthetic: bool
 
 
@@ -63,7 +79,7 @@ def _resolve_inputs(args, cfg: settopk.configs.JobConfig) -> Inputs:
     spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
     log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
     docs, queries = ensure_synthetic(spec, os.path.expanduser(s.cache_dir))
-    return Inputs(str(docs), None if cfg.self_join else str(queries), synthetic=True)
+    return Inputs(Location.of(docs), None if cfg.self_join else Location.of(queries), synthetic=True)
 
 
 def _check_self_join_args(args) -> None:
@@ -79,15 +95,15 @@ def _check_self_join_args(args) -> None:
 class Target:
     """Where the run's result goes."""
 
-    out_dir: str  # where this run's result goes
-    dataset_root: str  # what readers scan: out_dir itself, or the root of the dt= partitions
+    out_dir: Location  # where this run's result goes
+    dataset_root: Location  # what readers scan: out_dir itself, or the root of the dt= partitions
     day: datetime.date | None  # the partition date, for a partitioned config
 
 
 def _target(args, cfg: settopk.configs.JobConfig, now: datetime.datetime) -> Target:
     if cfg.output.partition == "dt":
         day = args.date or now.date()  # `now` is UTC: the partition of a run is its UTC day
-        return Target(str(partition_dir(args.out, day)), args.out, day)  # a path, or a URI
+        return Target(Location.of(partition_dir(args.out, day)), args.out, day)
     if args.date is not None:
         raise UsageError(
             f"--date {args.date.isoformat()} needs a config whose output.partition is 'dt' "
@@ -115,6 +131,14 @@ class Job:
         return self.cfg.self_join and not self.cfg.include_self
 
 
+@dataclass(frozen=True)
+class NoOp:
+    """What :func:`settle` returns where the output already holds a finished result of the same
+    inputs and settings: there is nothing to do."""
+
+    target: Target
+
+
 @dataclass
 class Validated:
     """The validate stage's result: the queries (validated, read again chunk by chunk later) and
@@ -125,23 +149,24 @@ class Validated:
     start_ns: int  # when the driver began reading the inputs: files modified later are refused
 
 
-def settle(args, started: datetime.datetime) -> Job | None:
+def settle(args, started: datetime.datetime) -> Job | NoOp:
     """Settle what the run does before reading any input: config, output target, run id, input
     paths, the output's lock.
 
     Parameters
     ----------
     args : argparse.Namespace
-        As parsed by :func:`settopk.jobs.score.build_parser`.
+        As parsed by :func:`settopk.jobs.score.build_parser`, its paths made locations
+        (:func:`locate_args`).
     started : datetime.datetime
         Start of the run, UTC (the partition date and the default run id come from it).
 
     Returns
     -------
-    Job or None
-        None where ``--out`` already holds a finished result of the same inputs and settings
-        (nothing to do). A returned job holds the output's lock (``Job.lock``); the caller
-        releases it.
+    Job or NoOp
+        :class:`NoOp` where ``--out`` already holds a finished result of the same inputs and
+        settings (nothing to do). A returned job holds the output's lock (``Job.lock``); the
+        caller releases it.
 
     Raises
     ------
@@ -150,7 +175,7 @@ def settle(args, started: datetime.datetime) -> Job | None:
         the job's, overlaps an input, cannot be written or is locked by another run, a
         finished result of other inputs or settings at ``--out``, or missing inputs.
     """
-    flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size")  # flag dest = config key
+    flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size", "threshold")  # dest = key
     overrides = {name: getattr(args, name, None) for name in flags if getattr(args, name, None) is not None}
     overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
     cfg = settopk.configs.load_config(args.config, overrides)
@@ -158,8 +183,9 @@ def settle(args, started: datetime.datetime) -> Job | None:
         cfg = settopk.configs.load_config(args.config, {**overrides, **gpu_layout(args, cfg)})
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
+    check_threshold_job(cfg)  # before anything starts: a threshold run the job cannot do fails here
     target = _target(args, cfg, started)
-    if storage.is_uri(target.dataset_root):  # first: a store that cannot be reached fails here, with the reason
+    if not target.dataset_root.local:  # first: a store that cannot be reached fails here, with the reason
         check_writable("--out", target.dataset_root, file=False, creates_parents=True)
     if target.day is not None:
         check_dataset_root(target.dataset_root)
@@ -174,7 +200,7 @@ def settle(args, started: datetime.datetime) -> Job | None:
             log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
                      "(use --force to recompute)", target.out_dir)
             lock.release()
-            return None
+            return NoOp(target)
         limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
         return Job(args, cfg, target, inputs, limits, run_id, submission_id, lock)
     except BaseException:
@@ -242,7 +268,7 @@ def _check_output_paths(args, target: Target, inputs: Inputs) -> None:
     """Outputs apart from the inputs, and every output writable, before anything is read."""
     given = {"--docs": inputs.docs_path, "--queries": inputs.queries_path}
     # The run record (manifest, quarantined lines) is written beside the dataset root.
-    record = str(record_dir(target.dataset_root))
+    record = Location.of(record_dir(target.dataset_root))
     outputs = {"--out": target.dataset_root, "--out (its run record)": record}
     check_outputs_apart({**outputs, "--tsv": args.tsv}, given)
     if args.tsv is not None:
@@ -254,13 +280,15 @@ def _check_output_paths(args, target: Target, inputs: Inputs) -> None:
 def _check_same_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig) -> None:
     """Refuse to skip a finished result made from other inputs or settings."""
     out_dir = target.out_dir
-    rejected = rejected_paths(out_dir, "queries", target.dataset_root)
+    # The files set aside are recorded as shown; compared by key, without credentials, so that a
+    # rerun after a key rotation is still the same run.
+    rejected = {Location.of(path).key for path in rejected_paths(out_dir, "queries", target.dataset_root)}
     docs_files = plan_pieces(inputs.docs_path, 1)[2]
     docs = fingerprint(docs_files, inputs.docs_path)
     if cfg.self_join:
         queries = docs
     else:
-        queries = fingerprint([f for f in query_files(inputs.queries_path) if f not in rejected], inputs.queries_path)
+        queries = fingerprint([f for f in query_files(inputs.queries_path) if f.key not in rejected], inputs.queries_path)
     settings = {key: getattr(cfg, key) for key in RESULT_SETTINGS}
     diffs = differences(out_dir, target.dataset_root, {"docs": docs, "queries": queries}, settings)
     if diffs:
@@ -370,10 +398,10 @@ def check_unchanged_since(start_ns: int, files) -> None:
 
     A URI's object is skipped: its time comes from the store's clock, not the driver's; the
     fingerprints and each piece's size and time, checked again when read, cover it."""
-    for path in files:
-        if storage.is_uri(path):
+    for path in map(Location.of, files):
+        if not path.local:
             continue
-        if os.stat(path).st_mtime_ns > start_ns:
+        if os.stat(path.path).st_mtime_ns > start_ns:
             raise InputError(
                 path, "input files that stay unchanged while the job runs", "a file modified while the job was reading it",
                 "run the job once the input is completely written (write it elsewhere, then move it into place)",
@@ -386,7 +414,7 @@ def self_join_note(cfg: settopk.configs.JobConfig) -> str:
     return f" (self-join: every doc is a query, {own})"
 
 
-def _check_self_join_size(docs_path: str, n_docs: int, exclude_self: bool) -> None:
+def _check_self_join_size(docs_path: Location, n_docs: int, exclude_self: bool) -> None:
     """Refuse a self-join that would write no row at all: no docs, or one doc without itself."""
     if n_docs == 0:
         raise InputError(f"{docs_path}: the corpus has no docs; expected at least one")

@@ -32,8 +32,9 @@ from .keys import (
     score_value,
 )
 from .numpy_index import NumpyShardIndex
-from .oracle import brute_force_topk
+from .oracle import brute_force_threshold, brute_force_topk
 from .sets import SetBatch
+from .threshold import ThresholdPairs, need_table, parse_threshold, self_join_pairs
 from .topk import TopK, empty_topk, order_candidates
 
 __all__ = [
@@ -42,9 +43,11 @@ __all__ = [
     "SCORES",
     "SetBatch",
     "ShardIndex",
+    "ThresholdPairs",
     "TopK",
     "NumpyShardIndex",
     "best_key_in_range",
+    "brute_force_threshold",
     "brute_force_topk",
     "build_index",
     "check_floor_key",
@@ -54,13 +57,16 @@ __all__ = [
     "key_scale",
     "max_key",
     "min_overlap_above",
+    "need_table",
     "order_candidates",
+    "parse_threshold",
     "register_backend",
     "registered_backends",
     "score_definition",
     "score_key",
     "score_value",
     "search_cost_per_doc",
+    "self_join_pairs",
     "unregister_backend",
     "warm_up_backend",
 ]

@@ -253,6 +253,24 @@ class NumbaShardIndex:
                 self._scan_groups(queries, floor, k, groups[first:first + self.threads], out)
         return out
 
+    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None):
+        """Every doc whose score with a query reaches ``threshold`` (inclusive), exactly, best first.
+
+        Same contract and result as :meth:`settopk.kernels.NumpyShardIndex.threshold_search`
+        (:class:`settopk.kernels.ThresholdPairs`, CSR by query, unbounded unless ``k`` is given),
+        compiled (:mod:`settopk.kernels.numba_threshold`) and run on ``threads`` threads: each query
+        counts only the docs of the lengths that can pass, and with postings (``routing`` other
+        than ``"scan"``) is prefix filtered where that is cheaper (always with ``"postings"``).
+
+        Raises
+        ------
+        ValueError
+            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), or ``k < 1``.
+        """
+        from .numba_threshold import numba_threshold_search
+
+        return numba_threshold_search(self, queries, threshold, k)
+
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
         if self.routing == "scan" or len(active) == 0:

@@ -241,6 +241,42 @@ class NumpyShardIndex:
             out.doc_len[qi, :take] = self.doc_len[best]
         return out
 
+    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None):
+        """Every doc whose score with a query reaches ``threshold`` (inclusive), exactly, best first.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+        threshold : str, int, float or fractions.Fraction
+            ``T``, read exactly from its decimal text (:func:`settopk.kernels.parse_threshold`:
+            the float 0.8 is 4/5); a pair passes when ``score >= T``, ties included.
+        k : int, optional
+            Keep only each query's ``k`` best passing docs; None (default) keeps all.
+
+        Returns
+        -------
+        settopk.kernels.ThresholdPairs
+            CSR by query: ``offsets`` (n_queries + 1,), ``doc_ids``, ``overlap``, ``doc_len``
+            (n_pairs,), each query's docs by score descending, then doc id ascending. Unbounded:
+            ``T = 0`` returns every (query, doc) pair.
+
+        Raises
+        ------
+        ValueError
+            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), or ``k < 1``.
+
+        Notes
+        -----
+        Doc lengths no overlap can make pass are skipped (:func:`settopk.kernels.threshold.need_table`);
+        with postings (``routing`` other than ``"scan"``) every query with ``T > 0`` is prefix
+        filtered (:mod:`settopk.kernels.threshold`), the others are counted by the lane-packed
+        scan. Sets ``last_skipped`` (queries no doc length can pass) and ``last_routing``.
+        """
+        from .threshold import numpy_threshold_search
+
+        return numpy_threshold_search(self, queries, threshold, k)
+
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
         if self.routing == "scan" or len(active) == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-__all__ = ["brute_force_topk"]
+__all__ = ["brute_force_topk", "brute_force_threshold"]
 
 
 def _exact(ov: int, ql: int, dl: int, score: str) -> Fraction:
@@ -70,6 +70,61 @@ def brute_force_topk(
         for did, ds in zip(ids, doc_sets):
             ov = len(qs & ds)
             scored.append((-_exact(ov, len(qs), len(ds), score), did, ov, len(ds)))
+        scored.sort()
+        results.append([(did, ov, dl) for _, did, ov, dl in scored[:k]])
+    return results
+
+
+def brute_force_threshold(
+    docs: Sequence[Sequence[int]],
+    queries: Sequence[Sequence[int]],
+    threshold: Fraction,
+    doc_ids: Sequence[int] | None = None,
+    score: str = "braun_blanquet",
+    k: int | None = None,
+) -> list[list[tuple[int, int, int]]]:
+    """Every (query, doc) pair with ``score >= threshold``, compared in exact fractions.
+
+    Parameters
+    ----------
+    docs, queries : sequences of sequences of int
+        Token ids; repeats inside one set count once.
+    threshold : fractions.Fraction
+        ``T``, exact (the search reads a decimal such as ``0.8`` as ``Fraction(4, 5)``).
+    doc_ids : sequence of int, optional
+        Id of each doc (default: its position).
+    score : str
+        As :func:`brute_force_topk`.
+    k : int, optional
+        Keep only the first ``k`` pairs of each query.
+
+    Returns
+    -------
+    list of list of (doc_id, overlap, doc_len)
+        Per query, every passing doc, ordered by score descending, then doc id ascending.
+
+    Raises
+    ------
+    ValueError
+        If ``score`` is unknown or ``threshold`` is not a Fraction.
+    """
+    if score not in _NAMES:
+        raise ValueError(f"score must be one of {', '.join(_NAMES)}; found {score!r}")
+    if not isinstance(threshold, Fraction):
+        raise ValueError(f"threshold must be a fractions.Fraction (exact), found {threshold!r}")
+    # _exact gives cosine as its square, so its threshold is squared too (both sides are >= 0).
+    bar = threshold * threshold if score == "cosine" else threshold
+    ids = list(range(len(docs))) if doc_ids is None else list(doc_ids)
+    doc_sets = [set(d) for d in docs]
+    results = []
+    for q in queries:
+        qs = set(q)
+        scored = []
+        for did, ds in zip(ids, doc_sets):
+            ov = len(qs & ds)
+            value = _exact(ov, len(qs), len(ds), score)
+            if value >= bar:
+                scored.append((-value, did, ov, len(ds)))
         scored.sort()
         results.append([(did, ov, dl) for _, did, ov, dl in scored[:k]])
     return results

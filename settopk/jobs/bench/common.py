@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
-from settopk.jobs.score import shard_doc_cost
+from settopk.jobs.cluster import shard_doc_cost
 from settopk.jobs.synthetic import SyntheticSpec
 from settopk.kernels import SetBatch, TopK, score_key
 from settopk.shards import ShardSpec, merge_topk, plan_shards_from_counts

@@ -20,8 +20,9 @@ from settopk.kernels import SCORES
 from settopk.kernels.postings import ROUTINGS
 
 from .baselines import BASELINES
+from .library import LibraryConfig, section_fields as library_fields
 
-__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
@@ -178,6 +179,10 @@ class BenchConfig(SearchConfig):
         Makes this a whole-job throughput run (:mod:`settopk.jobs.bench.throughput`): ``n_shards``,
         ``warmup``, ``repetitions`` and the baselines are then unused; ``query_batch_size``
         must be >= 1.
+    library : LibraryConfig, optional
+        Makes this a library run (:mod:`settopk.jobs.bench.library`): ``settopk.Index.search`` in
+        this process against the kernel alone; ``n_shards``, ``query_batch_size`` and the
+        baselines are then unused.
     """
 
     query_batch_size: int = 0
@@ -194,9 +199,14 @@ class BenchConfig(SearchConfig):
     scaling: Optional[ScalingConfig] = None
     throughput: Optional[ThroughputConfig] = None
     host: Optional[HostPathConfig] = None
+    library: Optional[LibraryConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
+        if self.library is not None:
+            if self.scaling is not None or self.throughput is not None or self.host is not None:
+                problems.append("a config has one of the scaling, throughput, host and library sections, not several")
+            problems += self.library.problems()
         if self.host is not None:
             h = self.host
             if self.scaling is not None or self.throughput is not None:
@@ -309,7 +319,7 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
         ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
             f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
-            f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)]
+            f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)] + library_fields()
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

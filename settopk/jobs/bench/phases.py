@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from settopk.jobs.output import results_table, write_results
-from settopk.jobs.score import resolve_backend
+from settopk.jobs.cluster import resolve_backend
 from settopk.kernels import TopK, score_definition
 from settopk.shards.inputs import SetLimits, read_queries
 

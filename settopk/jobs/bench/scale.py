@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from settopk.jobs.score import resolve_backend
+from settopk.jobs.cluster import resolve_backend
 from settopk.jobs.synthetic import ensure_synthetic
 from settopk.shards.inputs import SetLimits, read_queries
 

@@ -43,7 +43,7 @@ import yaml
 from settopk.configs import SearchConfig
 from settopk.jobs.chunks import plan_chunks
 from settopk.jobs.output import part_name, read_manifest
-from settopk.jobs.score import resolve_backend
+from settopk.jobs.cluster import resolve_backend
 from settopk.kernels import SetBatch, TopK
 from settopk.shards.inputs import QueryStream, SetLimits
 

@@ -61,7 +61,7 @@ Policies (the same for every format)
 * Every input path must be a regular file or a directory: a FIFO, socket or device is an error
   (reading one could block forever).
 * An input may be a local path or a URI of any filesystem PyArrow supports (``s3://``, ``gs://``,
-  ``abfs://``, ``hdfs://``, ``file://``; :mod:`settopk.shards.storage`): a key prefix is a directory, files
+  ``abfs://``, ``hdfs://``, ``file://``; :mod:`settopk.shards.location`): a key prefix is a directory, files
   under a URI are named by their URIs (in messages, ``files`` and pieces), and a reader task opens
   the store itself. A missing bucket or key, refused credentials or an unreachable store is an
   :class:`InputError` naming the URI.

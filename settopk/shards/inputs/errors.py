@@ -11,10 +11,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["InputError", "ON_INVALID", "Rejected", "Rejects", "SetLimits"]
+from settopk.errors import SettopkError
+
+from ..location import Location
+
+__all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
+
+REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
+"""The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)`` where ids are
+taken as they are (the in-memory :class:`settopk.Index`); the readers map any token instead
+(:mod:`settopk.shards.inputs.vocabulary`)."""
 
 
-class InputError(ValueError):
+class InputError(ValueError, SettopkError):
     """A bad input, located exactly.
 
     ``InputError(path, expected, found, fix, line=None, row=None)`` reads
@@ -27,7 +36,8 @@ class InputError(ValueError):
     Attributes
     ----------
     path : str or None
-        The file or directory at fault.
+        The file or directory at fault, as shown (a URI without its secrets:
+        :func:`settopk.shards.location.redact`).
     line : int or None
         1-based line number, for text inputs.
     row : int or None
@@ -46,7 +56,7 @@ class InputError(ValueError):
             self.path = None
             super().__init__(str(path))
             return
-        self.path = os.fspath(path)
+        self.path = str(path) if isinstance(path, Location) else os.fspath(path)  # a Location: its redacted form
         where = self.path
         if line is not None:
             where = f"{self.path}:{line} (1-based line)"

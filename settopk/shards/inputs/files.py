@@ -5,9 +5,10 @@ Nothing here reads a file's content: formats are chosen from names alone, so a r
 handed the wrong format reports it on the first line or row it cannot parse.
 
 An input may be a local path or a URI of any filesystem PyArrow supports (``s3://``, ``gs://``,
-``abfs://``, ``hdfs://``, ``file://``; see :mod:`settopk.shards.storage`). A file listed under a URI is
-itself a URI, so every file name these functions return can be handed to a reader task on any
-node, which opens the store itself. A local path keeps the ``os`` calls it always had (which also
+``abfs://``, ``hdfs://``, ``file://``), taken as a :class:`~settopk.shards.location.Location`
+(a string is made one on entry, :func:`as_location`). A file listed under a location is a location, so
+every file these functions return can be handed to a reader task on any node, which opens the
+store itself. A local path keeps the ``os`` calls it always had (which also
 tell a FIFO from a file); a URI goes through its PyArrow filesystem, and a store's error
 (missing bucket, refused credentials, unreachable endpoint) becomes an :class:`InputError`
 naming the URI.
@@ -21,53 +22,61 @@ import stat
 
 import pyarrow.fs as pafs
 
-from .. import storage
+from ..location import Location, StorageError
 from .errors import InputError
 
 __all__ = [
     "corpus_format", "file_stat", "fingerprint", "is_dir", "is_hidden", "list_dir", "open_stream", "parquet_files",
-    "parquet_source", "queries_format", "query_files", "require_regular", "store_error",
+    "parquet_source", "queries_format", "query_files", "require_regular", "store_error", "as_location",
 ]
 
 
-def _resolve(path: str):
+def as_location(path) -> Location:
+    """``path`` as a :class:`~settopk.shards.location.Location` (the entry of every input
+    function: a string given by a library caller becomes one here)."""
+    return Location.of(path)
+
+
+def _fs(loc: Location):
     """``(filesystem, path inside it)`` of a URI, a bad URI raised as an :class:`InputError`."""
     try:
-        return storage.resolve(path)
-    except storage.StorageError as e:
-        raise InputError(str(e)) from e
+        return loc.fs, loc.path
+    except StorageError as e:
+        raise InputError(str(e)) from None
 
 
-def store_error(path: str, exc: OSError) -> InputError:
+def store_error(path: Location, exc: OSError) -> InputError:
     """A store's error on ``path`` (a URI) as an :class:`InputError` naming it and the fix."""
-    return InputError(storage.describe_os_error(path, exc))
+    return InputError(path.describe_os_error(exc))
 
 
-def _uri_info(path: str) -> pafs.FileInfo:
-    fs, inner = _resolve(path)
+def _uri_info(path: Location) -> pafs.FileInfo:
+    fs, inner = _fs(path)
     try:
         return fs.get_file_info(inner)
     except OSError as e:
-        raise store_error(path, e) from e
+        raise store_error(path, e) from None
 
 
 def is_dir(path) -> bool:
     """Whether ``path`` (a local path or a URI) is a directory (for a URI: a bucket or a key prefix)."""
-    if not storage.is_uri(path):
-        return os.path.isdir(path)
+    path = as_location(path)
+    if path.local:
+        return os.path.isdir(path.path)
     return _uri_info(path).type == pafs.FileType.Directory
 
 
-def list_dir(path: str) -> list[tuple[str, bool]]:
+def list_dir(path) -> list[tuple[str, bool]]:
     """The entries of directory ``path`` (a local path or a URI) as ``(name, is_directory)``,
     sorted by name, hidden names included; one listing request for a URI."""
-    if not storage.is_uri(path):
-        return [(name, os.path.isdir(os.path.join(path, name))) for name in sorted(os.listdir(path))]
-    fs, inner = _resolve(path)
+    path = as_location(path)
+    if path.local:
+        return [(name, os.path.isdir(os.path.join(path.path, name))) for name in sorted(os.listdir(path.path))]
+    fs, inner = _fs(path)
     try:
         infos = fs.get_file_info(pafs.FileSelector(inner, recursive=False))
     except OSError as e:
-        raise store_error(path, e) from e
+        raise store_error(path, e) from None
     return sorted((info.base_name, info.type == pafs.FileType.Directory) for info in infos)
 
 
@@ -80,12 +89,13 @@ def file_stat(path) -> tuple[int, int]:
     InputError
         If nothing is there, or the store refuses access.
     """
-    if not storage.is_uri(path):
-        st = os.stat(path)
+    path = as_location(path)
+    if path.local:
+        st = os.stat(path.path)
         return st.st_size, st.st_mtime_ns
     info = _uri_info(path)
     if info.type != pafs.FileType.File:
-        found, fix = storage.describe_missing(path) if info.type == pafs.FileType.NotFound else ("a directory", "point to a file")
+        found, fix = path.describe_missing() if info.type == pafs.FileType.NotFound else ("a directory", "point to a file")
         raise InputError(path, "a file", found, fix)
     return int(info.size), int(info.mtime_ns or 0)
 
@@ -102,18 +112,20 @@ def open_stream(path):
     InputError
         For an unusable URI.
     """
-    if not storage.is_uri(path):
-        return open(path, "rb")
-    fs, inner = _resolve(path)
+    path = as_location(path)
+    if path.local:
+        return open(path.path, "rb")
+    fs, inner = _fs(path)
     return fs.open_input_stream(inner, compression=None)
 
 
 def parquet_source(path) -> dict:
     """Keyword arguments that open ``path`` with :class:`pyarrow.parquet.ParquetFile`:
     ``{"source": path}`` for a local file, the URI's filesystem and inner path for a URI."""
-    if not storage.is_uri(path):
-        return {"source": path}
-    fs, inner = _resolve(path)
+    path = as_location(path)
+    if path.local:
+        return {"source": path.path}
+    fs, inner = _fs(path)
     return {"source": inner, "filesystem": fs}
 
 
@@ -126,7 +138,7 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def require_regular(path) -> str:
+def require_regular(path) -> Location:
     """Refuse a path that is neither a regular file nor a directory (a FIFO, socket or device):
     opening one could block forever or read endless data.
 
@@ -135,22 +147,22 @@ def require_regular(path) -> str:
     InputError
         Naming the path and what it is.
     """
-    path = os.fspath(path)
-    mode = os.stat(path).st_mode
+    path = as_location(path)
+    mode = os.stat(path.path).st_mode
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise InputError(path, "a regular file or a directory", _kind(mode), "write the input to a regular file and pass that path")
     return path
 
 
-def _require_exists(path) -> str:
-    path = os.fspath(path)
-    if storage.is_uri(path):
+def _require_exists(path) -> Location:
+    path = as_location(path)
+    if not path.local:
         kind = _uri_info(path).type
         if kind == pafs.FileType.NotFound:
-            found, fix = storage.describe_missing(path)
+            found, fix = path.describe_missing()
             raise InputError(path, "an existing file or directory", found, fix)
         return path
-    if not os.path.exists(path):
+    if not os.path.exists(path.path):
         raise InputError(path, "an existing file or directory", "nothing at this path", "check the path and the working directory")
     return require_regular(path)
 
@@ -174,7 +186,7 @@ def corpus_format(path) -> str:
         If nothing exists at ``path``.
     """
     path = _require_exists(path)
-    return "parquet" if _is_parquet_name(path) or is_dir(path) else "text"
+    return "parquet" if _is_parquet_name(path.name) or is_dir(path) else "text"
 
 
 def queries_format(path) -> str:
@@ -193,22 +205,22 @@ def queries_format(path) -> str:
     if is_dir(path):
         names = [n for n, _ in list_dir(path) if not is_hidden(n)]
         return "parquet" if names and all(_is_parquet_name(n) for n in names) else "dir"
-    return "parquet" if _is_parquet_name(path) else "text"
+    return "parquet" if _is_parquet_name(path.name) else "text"
 
 
-def parquet_files(path: str) -> list[str]:
+def parquet_files(path) -> list[Location]:
     """The Parquet files at ``path``: the file itself, or a directory's files in sorted name order.
 
     Names starting with ``.`` or ``_`` (``_SUCCESS``, ``.crc`` files) are skipped.
 
     Parameters
     ----------
-    path : str
+    path : str, os.PathLike or Location
         A Parquet file or a directory of them.
 
     Returns
     -------
-    list of str
+    list of Location
         The files to read, in read order.
 
     Raises
@@ -217,16 +229,17 @@ def parquet_files(path: str) -> list[str]:
         If the directory holds a subdirectory or a file without the ``.parquet`` suffix, or no
         Parquet file at all.
     """
+    path = as_location(path)
     if not is_dir(path):
         return [path]
     files = []
     for name, directory in list_dir(path):
-        full = storage.join(path, name)
+        full = path / name
         if is_hidden(name):
             continue
         if directory:
             raise InputError(full, "a *.parquet file (Parquet directories are read flat, without partitions)", "a subdirectory", "move the Parquet files of the subdirectory up into the directory, or remove it")
-        if not storage.is_uri(full):
+        if full.local:
             require_regular(full)
         if not _is_parquet_name(name):
             raise InputError(full, "only *.parquet files in a Parquet directory (names starting with '.' or '_' are skipped)", "a file without the .parquet suffix", "remove the file, or rename it to *.parquet if it is Parquet")
@@ -236,7 +249,7 @@ def parquet_files(path: str) -> list[str]:
     return files
 
 
-def query_files(path) -> list[str]:
+def query_files(path) -> list[Location]:
     """The files the queries at ``path`` consist of, listed without reading them: a text file
     itself, the Parquet files (:func:`parquet_files`), or a query directory's non-hidden entries
     in sorted name order (a reader may set some aside under quarantine).
@@ -246,27 +259,28 @@ def query_files(path) -> list[str]:
     InputError
         As :func:`queries_format` and :func:`parquet_files`.
     """
+    path = as_location(path)
     fmt = queries_format(path)
-    path = os.fspath(path)
     if fmt == "text":
         return [path]
     if fmt == "parquet":
         return parquet_files(path)
-    return [storage.join(path, name) for name, _ in list_dir(path) if not is_hidden(name)]
+    return [path / name for name, _ in list_dir(path) if not is_hidden(name)]
 
 
-def fingerprint(files, base: str) -> dict:
+def fingerprint(files, base) -> dict:
     """A cheap fingerprint of input files: SHA-256 over each file's name, size and mtime (for an
     object store, the object's size and last-modified time).
 
     Parameters
     ----------
-    files : sequence of str
+    files : sequence of Location (or str)
         The files read, in the order read.
-    base : str
+    base : Location (or str)
         The input path or URI given; names are taken relative to it when it is a
         directory, so moving the whole input (to another directory, bucket or store) keeps
-        the fingerprint when the times move along.
+        the fingerprint when the times move along. No credential a URI holds enters it: a
+        rerun after a key rotation has the same fingerprint.
 
     Returns
     -------
@@ -278,10 +292,11 @@ def fingerprint(files, base: str) -> dict:
     """
     h = hashlib.sha256()
     total_bytes = 0
+    base = as_location(base)
     base_is_dir = is_dir(base)
-    for f in files:
+    for f in map(as_location, files):
         size, mtime_ns = file_stat(f)
-        name = storage.relative(f, base) if base_is_dir else storage.basename(f)
+        name = f.relative_to(base) if base_is_dir else f.name
         h.update(f"{name}\0{size}\0{mtime_ns}\n".encode())
         total_bytes += size
     return {"method": "sha256(name, size_bytes, mtime_ns per file)", "sha256": h.hexdigest(), "files": len(files), "bytes": total_bytes}

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import storage
+from ..location import Location
 from .canonical import canonical, concat_sets, in_length_range, select_sets
 from .errors import InputError, Rejects, SetLimits
-from .files import file_stat, parquet_files, parquet_source
+from .files import file_stat, parquet_files, parquet_source, as_location
 from .vocabulary import dedup_values, kind_of_type, values_of
 
 __all__ = ["duplicate_error", "open_parquet", "read_parquet_sets", "validated_batches"]
@@ -30,7 +30,7 @@ _PARQUET_BATCH_ROWS = 1 << 17  # rows per record batch decoded at a time
 _MAX_READ_THREADS = 16  # row groups decoded at once
 
 
-def open_parquet(file: str) -> pq.ParquetFile:
+def open_parquet(file) -> pq.ParquetFile:
     """Open ``file`` as Parquet (reads its footer only).
 
     Raises
@@ -39,7 +39,8 @@ def open_parquet(file: str) -> pq.ParquetFile:
         If the file cannot be read as Parquet (truncated, corrupt or another format), or a
         store refuses access to it (a URI).
     """
-    if storage.is_uri(file):
+    file = as_location(file)
+    if not file.local:
         file_stat(file)  # a missing object or refused access, named as such rather than as bad data
     try:
         return pq.ParquetFile(**parquet_source(file))
@@ -51,7 +52,7 @@ def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def _check_schema(file: str, schema: pa.Schema, id_column: str, id_kinds: str) -> None:
+def check_schema(file: Location, schema: pa.Schema, id_column: str, id_kinds: str) -> None:
     for column, wanted in ((id_column, id_kinds), ("tokens", _TOKEN_TYPES)):
         index = schema.get_field_index(column)
         if index < 0:
@@ -67,13 +68,13 @@ def _check_schema(file: str, schema: pa.Schema, id_column: str, id_kinds: str) -
             raise InputError(file, f"column '{column}' of type {wanted}", f"type {kind}", f"write column '{column}' as {wanted}")
 
 
-def _null_row(file: str, array: pa.Array, column: str, row_base: int, what: str) -> None:
+def _null_row(file: Location, array: pa.Array, column: str, row_base: int, what: str) -> None:
     if array.null_count:
         row = _first(array.is_null().to_numpy(zero_copy_only=False))
         raise InputError(file, f"a {what} in column '{column}'", "null", f"fill in or drop the row's '{column}'", row=row_base + row)
 
 
-def _parquet_batch_sets(file: str, tokens: pa.Array, row_base: int, limits: SetLimits):
+def _parquet_batch_sets(file: Location, tokens: pa.Array, row_base: int, limits: SetLimits):
     """Validate one record batch's ``tokens`` column; return ``(lengths, tokens, repeated)`` as :func:`canonical`."""
     _null_row(file, tokens, "tokens", row_base, "list of token ids")
     counts = pc.list_value_length(tokens).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -107,7 +108,7 @@ def _query_ids_arrow(ids: pa.Array) -> pa.Array:
     return ids if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type) else pc.cast(ids, pa.string())
 
 
-def _parquet_ids(file: str, ids: pa.Array, id_column: str, row_base: int, arrow_ids: bool = False):
+def _parquet_ids(file: Location, ids: pa.Array, id_column: str, row_base: int, arrow_ids: bool = False):
     """Validate one record batch's id column: int64 NumPy array for ``doc_id``, list of str for ``query_id``
     (an Arrow string array where ``arrow_ids``)."""
     _null_row(file, ids, id_column, row_base, "value")
@@ -141,7 +142,7 @@ def _bad_rows(batch: pa.RecordBatch, id_column: str, limits: SetLimits) -> np.nd
     return bad
 
 
-def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: Rejects,
+def validate_batch(file: Location, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: Rejects,
                     arrow_ids: bool = False):
     """Validate one Parquet record batch: ``(ids, (lengths, tokens, repeated), good)``.
 
@@ -180,7 +181,7 @@ def _validate_batch(file: str, batch: pa.RecordBatch, id_column: str, row_base: 
     return ids, sets, good
 
 
-def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rejects, row_groups=None, max_threads: int = _MAX_READ_THREADS,
+def validated_batches(file, id_column: str, limits: SetLimits, rejects: Rejects, row_groups=None, max_threads: int = _MAX_READ_THREADS,
                       arrow_ids: bool = False, batch_rows: int = _PARQUET_BATCH_ROWS):
     """Decode and validate one Parquet file (or its ``row_groups`` only) record batch by record batch.
 
@@ -220,8 +221,9 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
     ValueError
         If ``row_groups`` names a row group the file does not have.
     """
+    file = as_location(file)
     parquet = open_parquet(file)
-    _check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
+    check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
     n_groups = parquet.metadata.num_row_groups
     groups = list(range(n_groups)) if row_groups is None else [int(g) for g in row_groups]
     if any(not 0 <= g < n_groups for g in groups):
@@ -243,7 +245,7 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
                 raise InputError(file, "a readable Parquet file", f"unreadable data after row {row_base} ({e})", "re-write the file (it may be truncated or corrupt)") from e
             if batch is None:
                 return out, local.records
-            out.append((*_validate_batch(file, batch, id_column, row_base, limits, local, arrow_ids), row_base, batch.num_rows))
+            out.append((*validate_batch(file, batch, id_column, row_base, limits, local, arrow_ids), row_base, batch.num_rows))
             row_base += batch.num_rows
 
     # pa.cpu_count() follows OMP_NUM_THREADS, which Ray sets from the actor's num_cpus.
@@ -261,7 +263,7 @@ def validated_batches(file: str, id_column: str, limits: SetLimits, rejects: Rej
             yield from out
 
 
-def read_parquet_sets(path: str, id_column: str, limits: SetLimits, length_range=None, rejects: Rejects | None = None, row_groups=None):
+def read_parquet_sets(path, id_column: str, limits: SetLimits, length_range=None, rejects: Rejects | None = None, row_groups=None):
     """Read every Parquet file at ``path`` (only ``row_groups`` of it when given: ``path`` is then one file).
 
     Parameters

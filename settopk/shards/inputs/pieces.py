@@ -14,16 +14,16 @@ readers run.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from settopk.kernels.sets import SetBatch
 
+from ..location import Location
 from .canonical import csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
-from .files import corpus_format, file_stat, parquet_files
+from .files import corpus_format, file_stat, parquet_files, as_location
 from .parquet import open_parquet
 from .readers import Corpus, read_corpus
 from .vocabulary import has_negative, token_type
@@ -39,8 +39,8 @@ class CorpusPiece:
     ----------
     index : int
         Position in the corpus's read order (file order, then row-group order).
-    path : str
-        The file.
+    path : Location
+        The file (its URI's credentials travel with it to the reader task, never shown).
     fmt : str
         ``"parquet"`` or ``"text"``.
     row_groups : tuple of int or None
@@ -53,7 +53,7 @@ class CorpusPiece:
     """
 
     index: int
-    path: str
+    path: Location
     fmt: str
     row_groups: tuple[int, ...] | None
     n_rows: int
@@ -107,7 +107,7 @@ def plan_pieces(path, target_rows: int) -> tuple[list[CorpusPiece], str, tuple[s
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, os.PathLike or settopk.shards.location.Location
         The corpus: a text file, a ``*.parquet`` file or a directory of them.
     target_rows : int
         Rows per piece to aim for, ``>= 1``.
@@ -125,7 +125,7 @@ def plan_pieces(path, target_rows: int) -> tuple[list[CorpusPiece], str, tuple[s
     if target_rows < 1:
         raise ValueError(f"target_rows must be >= 1, found {target_rows}")
     fmt = corpus_format(path)
-    path = os.fspath(path)
+    path = as_location(path)
     if fmt == "text":
         size, mtime_ns = file_stat(path)
         return [CorpusPiece(0, path, "text", None, -1, size, mtime_ns)], fmt, (path,)

@@ -25,7 +25,7 @@ from settopk.kernels.sets import SetBatch
 
 from .canonical import concat_sets, take_tokens
 from .errors import InputError, Rejects, SetLimits
-from .files import corpus_format, file_stat, parquet_files, queries_format
+from .files import corpus_format, file_stat, parquet_files, queries_format, as_location
 from .parquet import duplicate_error, open_parquet, validated_batches
 from .readers import read_queries
 from .text import text_sets
@@ -146,7 +146,7 @@ class QueryStream:
     _KEEP_ROWS = False  # the validating pass keeps 8 bytes per query (a hash of its id), not its row
 
     def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
-        self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
+        self.path, self.limits, self.on_invalid = as_location(path), limits, on_invalid
         self.fmt = queries_format(path)
         self._whole = None
         self._drop = np.zeros(0, dtype=np.int64)  # global rows of later repeats of a query_id
@@ -364,7 +364,7 @@ class DocQueryStream(QueryStream):
     _KEEP_ROWS = True  # doc ids are kept whole with their rows: repeats are found exactly
 
     def __init__(self, path, limits: SetLimits = SetLimits(), on_invalid: str = "error"):
-        self.path, self.limits, self.on_invalid = str(path), limits, on_invalid
+        self.path, self.limits, self.on_invalid = as_location(path), limits, on_invalid
         self.fmt = corpus_format(path)
         self._whole = None  # QueryStream.chunks reads the blocks again
         self.token_map = None

@@ -17,10 +17,10 @@ import numpy as np
 
 from settopk.kernels.sets import SetBatch
 
-from .. import storage
+from ..location import Location
 from .canonical import NO_SETS, concat_sets, csr_offsets
 from .errors import InputError, Rejected, Rejects, SetLimits
-from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error
+from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error, as_location
 from .parquet import duplicate_error, read_parquet_sets
 from .text import check_line, first_bad_line, parse_block, read_text_sets
 
@@ -106,7 +106,7 @@ def read_corpus(
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, os.PathLike or settopk.shards.location.Location
         A text file, a ``*.parquet`` file or a directory of Parquet files.
     limits : SetLimits
     length_range : (int, int) or None
@@ -135,7 +135,7 @@ def read_corpus(
         Parquet file.
     """
     fmt = corpus_format(path)
-    path = os.fspath(path)
+    path = as_location(path)
     length_range = _check_length_range(length_range)
     rejects = Rejects(on_invalid)
     if fmt == "text":
@@ -172,22 +172,22 @@ def read_corpus(
     return Corpus(doc_ids, docs, n_with_repeats, "parquet", tuple(files), tuple(rejects.records), source_rows=source_rows)
 
 
-def _read_query_dir(path: str, limits: SetLimits, rejects: Rejects) -> Queries:
+def _read_query_dir(path: Location, limits: SetLimits, rejects: Rejects) -> Queries:
     """A directory of one-query files, parsed as one text block (one line per file)."""
     entries = [(name, directory) for name, directory in list_dir(path) if not is_hidden(name)]  # .DS_Store, _SUCCESS, editor files
     files, bodies = [], []
     for name, directory in entries:
-        full = storage.join(path, name)
+        full = path / name
         if directory:
             raise InputError(full, "only query files in a query directory (one query per file)", "a subdirectory", "move the subdirectory out of the query directory")
-        if not storage.is_uri(full) and os.path.exists(full) and not os.path.isfile(full):  # a FIFO or device: opening it could block
+        if full.local and os.path.exists(full.path) and not os.path.isfile(full.path):  # a FIFO or device: opening it could block
             raise InputError(full, "a regular file holding one query", "a special file", "remove it from the query directory")
         try:
             with open_stream(full) as f:
                 data = f.read()
         except OSError as e:
-            if storage.is_uri(full):
-                raise store_error(full, e) from e
+            if not full.local:
+                raise store_error(full, e) from None
             raise InputError(full, "a readable query file", f"an error reading it ({e.strerror or e})", "check the file's permissions") from e
         body = data[:-1] if data.endswith(b"\n") else data
         if b"\n" in body:
@@ -213,7 +213,7 @@ def _read_query_dir(path: str, limits: SetLimits, rejects: Rejects) -> Queries:
         parsed = parse_block(b"".join(bodies[i] + b"\n" for i in good), limits) if len(good) else NO_SETS
     lengths, tokens, repeated = parsed
     kept_files = [files[i] for i in good]
-    query_ids = [storage.basename(f) for f in kept_files]
+    query_ids = [f.name for f in kept_files]
     in_file_order = tuple(sorted(rejects.records, key=lambda r: r.path))
     return Queries(query_ids, concat_sets([lengths], [tokens]), int(repeated.sum()), "dir", tuple(kept_files), in_file_order)
 
@@ -223,7 +223,7 @@ def read_queries(path, limits: SetLimits = SetLimits(), on_invalid: str = "error
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, os.PathLike or settopk.shards.location.Location
     limits : SetLimits
     on_invalid : {"error", "quarantine"}
         As in :func:`read_corpus`: with ``"quarantine"`` a bad line, row or query file (bad content,
@@ -244,7 +244,7 @@ def read_queries(path, limits: SetLimits = SetLimits(), on_invalid: str = "error
         For a bad ``on_invalid``.
     """
     fmt = queries_format(path)
-    path = os.fspath(path)
+    path = as_location(path)
     rejects = Rejects(on_invalid)
     if fmt == "dir":
         return _read_query_dir(path, limits, rejects)

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import storage
+from ..location import Location
 from .canonical import NO_SETS, canonical, concat_sets, in_length_range, select_sets
 from .errors import InputError, Rejects, SetLimits
-from .files import open_stream, store_error
+from .files import open_stream, store_error, as_location
 from .vocabulary import dedup_values
 
 __all__ = ["check_line", "first_bad_line", "parse_block", "read_text_sets", "text_sets"]
@@ -220,14 +220,14 @@ def first_bad_line(block, limits: SetLimits, first_line: int):
     raise RuntimeError(f"internal error: the vectorised text parser rejected lines {first_line + 1}..{first_line + lines_in} but no line in them is bad")
 
 
-def _text_blocks(path: str):
+def _text_blocks(path: Location):
     """Yield ``(block, first_line)``: memoryviews of whole lines (last byte ``\\n``) and the 0-based
     number of their first line. A block is valid only until the next one is requested."""
     try:
         f = open_stream(path)
     except OSError as e:
-        if storage.is_uri(path):
-            raise store_error(path, e) from e
+        if not path.local:
+            raise store_error(path, e) from None
         raise InputError(path, "a readable file", f"an error opening it ({e.strerror or e})", "check the path and its permissions") from e
     with f:
         buf = bytearray(_BLOCK_BYTES)
@@ -243,8 +243,8 @@ def _text_blocks(path: str):
             try:
                 n = f.readinto(memoryview(buf)[carry:])
             except OSError as e:
-                if storage.is_uri(path):
-                    raise store_error(path, e) from e
+                if not path.local:
+                    raise store_error(path, e) from None
                 raise InputError(path, "a readable file", f"a read error ({e.strerror or e})", "check the file and the storage it is on") from e
             if n == 0:
                 break
@@ -261,7 +261,7 @@ def _text_blocks(path: str):
             yield bytes(buf[:carry]) + b"\n", first_line
 
 
-def _set_aside_bad_lines(path: str, block, limits: SetLimits, first_line: int, rejects: Rejects):
+def _set_aside_bad_lines(path: Location, block, limits: SetLimits, first_line: int, rejects: Rejects):
     """Quarantine the bad lines of a block: ``(good, clean_block)``, the 0-based indices of the good
     lines within the block and a block holding only them."""
     lines = bytes(block).split(b"\n")[:-1]
@@ -275,7 +275,7 @@ def _set_aside_bad_lines(path: str, block, limits: SetLimits, first_line: int, r
     return np.array(good, dtype=np.int64), b"".join(lines[i] + b"\n" for i in good)
 
 
-def text_sets(path: str, limits: SetLimits, rejects: Rejects):
+def text_sets(path, limits: SetLimits, rejects: Rejects):
     """Read a text file of sets block by block, in bounded memory.
 
     Parameters
@@ -296,6 +296,7 @@ def text_sets(path: str, limits: SetLimits, rejects: Rejects):
     InputError
         At the first bad line (unless quarantining), or for a file that cannot be read.
     """
+    path = as_location(path)
     for block, first_line in _text_blocks(path):
         parsed = parse_block(block, limits)
         line_numbers = None
@@ -319,7 +320,7 @@ def text_sets(path: str, limits: SetLimits, rejects: Rejects):
         yield line_numbers, lengths, tokens, repeated
 
 
-def read_text_sets(path: str, limits: SetLimits, length_range=None, rejects: Rejects | None = None):
+def read_text_sets(path, limits: SetLimits, length_range=None, rejects: Rejects | None = None):
     """Parse a text file of sets, one per line.
 
     Parameters

@@ -1,0 +1,162 @@
+"""The job's threshold search (``--threshold T``, config key ``threshold``; issue 32): what it can run.
+
+The kernels of the CPU backends answer threshold searches exactly
+(:meth:`settopk.kernels.NumpyShardIndex.threshold_search`,
+:meth:`settopk.kernels.numba_index.NumbaShardIndex.threshold_search`); the job's shard actors,
+merge tasks and result writer still carry top-k rows only. Until they carry threshold pairs, a
+threshold run stops at its start with :class:`ThresholdSearchUnsupported`, before any input is
+read or any actor starts: never a silent top-k in its place. The GPU backend (``cupy``) has no
+threshold kernel at all, and says so by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+import settopk.configs
+from settopk.kernels import ThresholdPairs, need_table, parse_threshold, score_key, score_value
+from settopk.kernels.threshold import reachable_lengths
+
+from .output import RESULT_SCHEMA
+
+__all__ = ["ThresholdSearchUnsupported", "check_threshold_job", "shard_rows", "merge_pairs_table"]
+
+
+class ThresholdSearchUnsupported(settopk.configs.ConfigError, NotImplementedError):
+    """A threshold run the job cannot do (yet). A :class:`settopk.configs.ConfigError`, so the
+    command exits with the bad-input code (2) and no traceback; a ``NotImplementedError`` to say
+    that the request is valid and the capability is what is missing."""
+
+
+def check_threshold_job(cfg, backend: str | None = None) -> None:
+    """Refuse a threshold run (``cfg.threshold`` set) that the job cannot do; nothing for top-k runs.
+
+    Parameters
+    ----------
+    cfg : settopk.configs.JobConfig
+        The run's config (``threshold``, ``backend``).
+    backend : str, optional
+        The resolved backend (``cfg.backend`` may be ``"auto"``, which becomes ``"cupy"`` on a GPU
+        cluster); None: check ``cfg.backend`` only.
+
+    Raises
+    ------
+    ThresholdSearchUnsupported
+        With the GPU backend (no threshold kernel on CuPy), and for now with every backend: the
+        job's search, merge and writer carry top-k rows only.
+    """
+    if cfg.threshold is None:
+        return
+    chosen = backend or cfg.backend
+    if chosen == "cupy":
+        raise ThresholdSearchUnsupported(
+            f"threshold: {cfg.threshold} asks for a threshold search, which the cupy (GPU) backend does not have; "
+            "run it with --backend cpu or --backend numpy, or drop --threshold for a top-k search on GPUs")
+    raise ThresholdSearchUnsupported(
+        f"threshold: {cfg.threshold} asks for a threshold search; the CPU kernels answer it "
+        "(settopk.kernels NumpyShardIndex/NumbaShardIndex .threshold_search), but the job's shard actors, merge "
+        "and writer carry top-k rows only so far (issue 32, step 3); drop --threshold, or call the kernels directly")
+
+
+def shard_rows(plan, query_len, threshold, max_len: int, score: str) -> list[np.ndarray]:
+    """Per shard of ``plan``, the batch rows whose query can pass ``threshold`` with some doc length
+    of the shard's range (length filtering at the driver: a shard gets no query it cannot answer).
+
+    For a fixed threshold the top-k's two-round exchange is unnecessary: every shard's floor is
+    ``T`` from the start, so one round sends each query to the shards returned here.
+
+    Parameters
+    ----------
+    plan : sequence of settopk.shards.ShardSpec
+        ``min_len``, ``max_len`` per shard.
+    query_len : numpy.ndarray of int, shape (n_queries,)
+        The batch's query lengths.
+    threshold : str or fractions.Fraction
+        ``T`` (:func:`settopk.kernels.parse_threshold`).
+    max_len, score
+        The run's bound on set sizes and score.
+
+    Returns
+    -------
+    list of numpy.ndarray of int64
+        One per shard, ascending rows (possibly empty).
+    """
+    query_len = np.asarray(query_len, dtype=np.int64)
+    reach = reachable_lengths(need_table(parse_threshold(threshold, score), query_len, max_len, score), query_len)
+    counts = np.cumsum(np.concatenate([np.zeros((len(query_len), 1), np.int64), reach], axis=1), axis=1)
+    return [np.flatnonzero(counts[:, s.max_len + 1] - counts[:, s.min_len] > 0).astype(np.int64) for s in plan]
+
+
+def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: str, k: int | None = None,
+                      own_ids=None, include_self: bool = False) -> pa.Table:
+    """One batch's result rows from the shards' threshold pairs: each query's pairs over all shards,
+    best first, ranked ``1..n``.
+
+    Parameters
+    ----------
+    query_ids : sequence of str, length n_queries
+    query_len : numpy.ndarray of int, shape (n_queries,)
+    shard_results : sequence of (numpy.ndarray of int64, ThresholdPairs)
+        Per shard call: the batch rows it searched and its pairs (CSR over those rows). Each doc
+        lives in one shard, so the union is every passing pair exactly once.
+    max_len, score
+        The run's bound on set sizes and score (the order, the ``score`` column).
+    k : int, optional
+        Keep each query's first ``k`` pairs; None keeps all (up to :data:`settopk.configs.MAX_K`).
+    own_ids : numpy.ndarray of int64, shape (n_queries,), optional
+        Self-join: each query's doc id. A doc is never paired with itself unless ``include_self``,
+        and for every score but containment (the only asymmetric one) each unordered pair is
+        written once, under the lower id's query (``doc_id > query's id``).
+    include_self : bool
+        With ``own_ids``: keep each doc's pair with itself.
+
+    Returns
+    -------
+    pyarrow.Table
+        :data:`settopk.jobs.output.RESULT_SCHEMA`, rows in query order then rank.
+
+    Raises
+    ------
+    ValueError
+        If a query has more than :data:`settopk.configs.MAX_K` pairs and no ``k`` caps them: the
+        ``rank`` column is int16, and no pair is ever dropped unasked.
+    """
+    query_len = np.asarray(query_len, dtype=np.int64)
+    n = len(query_len)
+    parts = [(np.asarray(rows, np.int64)[np.repeat(np.arange(p.n_queries), p.counts)], p)
+             for rows, p in shard_results]
+    q_row = np.concatenate([r for r, _ in parts] + [np.zeros(0, np.int64)])
+    doc_ids, overlap, doc_len = (np.concatenate([getattr(p, f) for _, p in parts] + [np.zeros(0, t)])
+                                 for f, t in (("doc_ids", np.int64), ("overlap", np.int32), ("doc_len", np.int32)))
+    if own_ids is not None:
+        own = np.asarray(own_ids, dtype=np.int64)[q_row]
+        if score == "containment":
+            keep = doc_ids != own if not include_self else np.ones(len(own), bool)
+        else:
+            keep = doc_ids >= own if include_self else doc_ids > own
+        q_row, doc_ids, overlap, doc_len = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep]
+    key = score_key(overlap, query_len[q_row], doc_len, max_len, score).astype(np.int64)
+    order = np.lexsort((doc_ids, -key, q_row))  # exact: keys order as the score does; ties by lower doc id
+    q_row, doc_ids, overlap, doc_len = q_row[order], doc_ids[order], overlap[order], doc_len[order]
+    rank = np.arange(len(q_row), dtype=np.int64) - np.searchsorted(q_row, q_row, side="left") + 1
+    if k is not None:
+        keep = rank <= k
+        q_row, doc_ids, overlap, doc_len, rank = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep], rank[keep]
+    if len(rank) and rank.max() > settopk.configs.MAX_K:
+        worst = int(q_row[np.argmax(rank)])
+        raise ValueError(f"query {query_ids[worst]!r} has more than {settopk.configs.MAX_K} pairs at or above the "
+                         f"threshold, more than the result's rank column (int16) holds; raise --threshold, or cap "
+                         f"each query's pairs with --k")
+    ids = pa.array(list(query_ids), pa.string())
+    qlen = query_len[q_row]
+    columns = [
+        ids.take(pa.array(q_row.astype(np.int32))) if n else pa.array([], pa.string()),
+        pa.array(rank.astype(np.int16)),
+        pa.array(doc_ids),
+        pa.array(score_value(overlap, qlen, doc_len, score)),
+        pa.array(overlap.astype(np.int16)),
+        pa.array(qlen.astype(np.int16)),
+        pa.array(doc_len.astype(np.int16)),
+    ]
+    return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)

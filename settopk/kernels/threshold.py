@@ -1,0 +1,333 @@
+"""Threshold search: every (query, doc) pair whose score reaches a threshold ``T``, exactly.
+
+**What ``T`` means.** A threshold is a rational number, taken *exactly* from its decimal text:
+``"0.8"``, ``0.8`` (a float: the shortest decimal that round-trips, Python's ``repr``, so the
+float 0.8 means 4/5 and not 0.8000000000000000444...) and ``Fraction(4, 5)`` are the same
+threshold. A pair passes when ``score >= T`` (inclusive): a threshold that lands exactly on an
+achievable score is a tie, and the pair passes. Taking the float's exact binary value instead
+would drop every pair whose score is exactly 4/5 from ``T = 0.8``, which no user means.
+
+**How it is compared.** No score is ever rounded: for each query length ``|q|`` and doc length
+``|d|`` the search precomputes the least overlap ``need(|q|, |d|)`` with ``score >= T``
+(:func:`need_table`, in Python integers, so any decimal is exact), and a pair passes exactly when
+its overlap reaches it. With ``T = a / b`` (``a >= 0``, ``b >= 1``) and ``o = |q ∩ d|``:
+
+================  ==========================================  ==============================
+score             ``score >= T`` iff                          ``need``
+================  ==========================================  ==============================
+braun_blanquet    ``b o >= a max(|q|, |d|)``                  ``ceil(a max / b)``
+containment       ``b o >= a |q|``                            ``ceil(a |q| / b)``
+dice              ``2 b o >= a (|q| + |d|)``                  ``ceil(a (|q|+|d|) / 2b)``
+jaccard           ``b o >= a (|q| + |d| - o)``                ``ceil(a (|q|+|d|) / (a+b))``
+cosine            ``b² o² >= a² |q| |d|``                     ``ceil(sqrt(ceil(a²|q||d| / b²)))``
+overlap           ``o >= a / b``                              ``ceil(a / b)``
+================  ==========================================  ==============================
+
+Where the score's denominator is 0 (``0/0``, scored 0) the pair passes iff ``T == 0``. A need
+above ``min(|q|, |d|)`` means no doc of that length can pass: those lengths are never counted
+(*length filtering*), and with postings only the ``|q| - m + 1`` rarest ids of a query are probed,
+``m`` its least need over the lengths it can reach (*prefix filtering*: Chaudhuri, Ganti, Kaushik,
+ICDE 2006; Bayardo, Ma, Srikant, "Scaling up all pairs similarity search", WWW 2007), each
+candidate then verified exactly.
+
+**Output** (:class:`ThresholdPairs`): per query, every passing doc, best first (the exact score
+descending, then doc id ascending, as the top-k search orders), optionally only the first ``k``.
+The arrays are CSR-like and unbounded: nothing is truncated unless ``k`` asks for it.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from numbers import Rational
+from typing import NamedTuple
+
+import numpy as np
+
+from .keys import check_score, key_scale, score_key
+from .postings import _overlaps_of
+from .sets import SetBatch
+
+__all__ = [
+    "ThresholdPairs",
+    "parse_threshold",
+    "need_table",
+    "reachable_lengths",
+    "order_pairs",
+    "self_join_pairs",
+    "numpy_threshold_search",
+]
+
+_QUERY_CHUNK = 64  # queries whose dense overlaps the NumPy scan holds at once (64 x n_docs int16)
+
+
+class ThresholdPairs(NamedTuple):
+    """Every passing (query, doc) pair of a batch, grouped by query, best first (host memory).
+
+    Attributes
+    ----------
+    offsets : numpy.ndarray of int64, shape (n_queries + 1,)
+        Query ``i``'s pairs are rows ``offsets[i]:offsets[i + 1]`` of the arrays below;
+        ``offsets[0] == 0``, ``offsets[-1] == n_pairs``.
+    doc_ids : numpy.ndarray of int64, shape (n_pairs,)
+        Doc ids, per query ordered by score descending, then doc id ascending.
+    overlap : numpy.ndarray of int32, shape (n_pairs,)
+        ``|q ∩ d|``.
+    doc_len : numpy.ndarray of int32, shape (n_pairs,)
+        ``|d|``.
+    """
+
+    offsets: np.ndarray
+    doc_ids: np.ndarray
+    overlap: np.ndarray
+    doc_len: np.ndarray
+
+    @property
+    def n_queries(self) -> int:
+        """Queries of the batch."""
+        return len(self.offsets) - 1
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Pairs per query, int64 of shape (n_queries,)."""
+        return np.diff(self.offsets)
+
+    def row(self, i: int) -> list[tuple[int, int, int]]:
+        """Query ``i``'s pairs as ``(doc_id, overlap, doc_len)`` tuples (the oracle's layout)."""
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return list(zip(self.doc_ids[lo:hi].tolist(), self.overlap[lo:hi].tolist(), self.doc_len[lo:hi].tolist()))
+
+
+def parse_threshold(value, score: str) -> Fraction:
+    """The threshold ``value`` as an exact fraction, checked against ``score``'s range.
+
+    Parameters
+    ----------
+    value : str, int, float or fractions.Fraction
+        Decimal text (``"0.8"``, ``"4/5"``), an int, a float (read as its shortest round-trip
+        decimal, ``repr``: 0.8 is 4/5) or any rational.
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+
+    Returns
+    -------
+    fractions.Fraction
+        ``T``, with ``0 <= T <= 1`` (``T >= 0`` for overlap).
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a finite number, is negative, or exceeds 1 for a score whose values lie
+        in ``[0, 1]`` (every score but overlap): such a threshold would pass nothing, or everything.
+    """
+    check_score(score)
+    if isinstance(value, bool):
+        raise ValueError(f"threshold must be a number, found {value!r}")
+    try:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError
+            t = Fraction(repr(value))
+        elif isinstance(value, (int, Rational)):
+            t = Fraction(value)
+        else:
+            t = Fraction(str(value).strip())
+    except (ValueError, ZeroDivisionError, TypeError):
+        raise ValueError(f"threshold must be a finite number such as 0.8 or 4/5, found {value!r}") from None
+    if t < 0:
+        raise ValueError(f"threshold must be >= 0 (0 passes every pair), found {value!r}")
+    if t > 1 and score != "overlap":
+        raise ValueError(f"threshold must be <= 1 for score {score!r} (its values lie in [0, 1]), found {value!r}; "
+                         "only the overlap score takes thresholds above 1")
+    return t
+
+
+def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
+    """Least overlap with ``score >= threshold``, per query length and doc length (exact).
+
+    Parameters
+    ----------
+    threshold : fractions.Fraction or any value :func:`parse_threshold` takes
+        ``T``.
+    query_lens : array_like of int, shape (n,)
+        Query lengths, each in ``[0, max_len]``.
+    max_len : int
+        Bound on set sizes; doc lengths are ``0 .. max_len``.
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+
+    Returns
+    -------
+    numpy.ndarray of int32, shape (n, max_len + 1)
+        ``need[i, l]``: the least ``o`` with ``score(o, query_lens[i], l) >= T``; ``max_len + 1``
+        (unreachable, as is any value above ``min(|q|, l)``) where no overlap reaches ``T``.
+        The formulas are in the module docstring; Python integers keep them exact for any
+        decimal.
+
+    Raises
+    ------
+    ValueError
+        As :func:`parse_threshold` and :func:`settopk.kernels.key_scale`.
+    """
+    key_scale(max_len, score)
+    t = threshold if isinstance(threshold, Fraction) else parse_threshold(threshold, score)
+    a, b = t.numerator, t.denominator
+    q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1).astype(object)
+    d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1).astype(object)
+    q, d = np.broadcast_arrays(q, d)
+    # Object arrays of Python ints: no product can overflow, whatever the decimal's digits.
+    if score == "braun_blanquet":
+        den = np.maximum(q, d)
+        need = -((-a * den) // b)
+    elif score == "containment":
+        den = q
+        need = -((-a * den) // b)
+    elif score == "dice":
+        den = q + d
+        need = -((-a * den) // (2 * b))
+    elif score == "jaccard":
+        den = q + d  # |q ∪ d| is 0 exactly where |q| + |d| is
+        need = -((-a * den) // (a + b))
+    elif score == "cosine":
+        den = q * d
+        square = -((-a * a * den) // (b * b))
+        root = np.frompyfunc(math.isqrt, 1, 1)(square)
+        need = root + (root * root < square)
+    else:  # overlap: the fraction o / 1
+        den = np.ones_like(q)
+        need = np.full(q.shape, -(-a // b), dtype=object)
+    unreachable = max_len + 1
+    need = np.where(den == 0, 0 if a == 0 else unreachable, need)
+    return np.minimum(need, unreachable).astype(np.int32)
+
+
+def reachable_lengths(need: np.ndarray, query_lens) -> np.ndarray:
+    """Doc lengths a query can reach: ``need[i, l] <= min(query_lens[i], l)``, bool of need's shape."""
+    q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1)
+    d = np.arange(need.shape[1], dtype=np.int64).reshape(1, -1)
+    return need <= np.minimum(q, d)
+
+
+def order_pairs(n_queries: int, q_row, position, overlap, doc_len, query_len, doc_ids, max_len: int, score: str,
+                k: int | None = None) -> ThresholdPairs:
+    """Group passing pairs by query, order each group best first and keep its first ``k``.
+
+    Parameters
+    ----------
+    n_queries : int
+        Queries of the batch.
+    q_row, position, overlap, doc_len : array_like of int, shape (n_found,)
+        Each pair: its query (row in the batch), its doc's position in the shard, its overlap
+        and doc length; any order, each pair once.
+    query_len : array_like of int, shape (n_queries,)
+        ``|q|`` per query.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        The shard's ids by position (strictly increasing, so position order is id order).
+    max_len : int
+        Bound on set sizes (the key scale).
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+    k : int, optional
+        Pairs kept per query (best first); None keeps all.
+
+    Returns
+    -------
+    ThresholdPairs
+    """
+    q_row = np.asarray(q_row, dtype=np.int64)
+    position = np.asarray(position, dtype=np.int64)
+    overlap = np.asarray(overlap, dtype=np.int32)
+    doc_len = np.asarray(doc_len, dtype=np.int32)
+    qlen = np.asarray(query_len, dtype=np.int64)[q_row]
+    # The integer key orders pairs exactly as the score does (settopk.kernels.keys), so sorting by
+    # (query, -key, position) is the exact best-first order with ties to the lower doc id.
+    key = score_key(overlap, qlen, doc_len, max_len, score).astype(np.int64)
+    order = np.lexsort((position, -key, q_row))
+    q_row, position, overlap, doc_len = q_row[order], position[order], overlap[order], doc_len[order]
+    if k is not None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
+        starts = np.searchsorted(q_row, q_row, side="left")
+        keep = (np.arange(len(q_row)) - starts) < k
+        q_row, position, overlap, doc_len = q_row[keep], position[keep], overlap[keep], doc_len[keep]
+    offsets = np.zeros(n_queries + 1, dtype=np.int64)
+    np.cumsum(np.bincount(q_row, minlength=n_queries), out=offsets[1:])
+    return ThresholdPairs(offsets, np.asarray(doc_ids, dtype=np.int64)[position], overlap, doc_len)
+
+
+def self_join_pairs(pairs: ThresholdPairs, query_ids, score: str) -> ThresholdPairs:
+    """A self-join's pairs from a search of the corpus against itself: no doc paired with itself, and
+    each unordered pair once (``doc_id > query_id``) where the score is symmetric.
+
+    Containment (``|q ∩ d| / |q|``) is not symmetric, so both orders are kept for it; every
+    other score gives ``(a, b)`` and ``(b, a)`` the same value and keeps the pair whose query id is
+    the lower.
+
+    Parameters
+    ----------
+    pairs : ThresholdPairs
+        A threshold search whose queries are docs of the same corpus.
+    query_ids : array_like of int64, shape (n_queries,)
+        The doc id of each query.
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+
+    Returns
+    -------
+    ThresholdPairs
+        The kept pairs, in the same order.
+    """
+    query_ids = np.asarray(query_ids, dtype=np.int64)
+    if query_ids.shape != (pairs.n_queries,):
+        raise ValueError(f"query_ids must have shape ({pairs.n_queries},) (one doc id per query), "
+                         f"found {query_ids.shape}")
+    row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
+    owner = query_ids[row]
+    keep = pairs.doc_ids != owner if check_score(score) == "containment" else pairs.doc_ids > owner
+    offsets = np.zeros_like(pairs.offsets)
+    np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
+    return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])
+
+
+def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = None) -> ThresholdPairs:
+    """:meth:`settopk.kernels.NumpyShardIndex.threshold_search` (see there)."""
+    t = parse_threshold(threshold, index.score)
+    n_q, n = queries.n_sets, index.n_docs
+    qlen = queries.lengths
+    need = need_table(t, qlen, index.max_len, index.score)
+    present = np.bincount(index.doc_len.astype(np.int64), minlength=index.max_len + 1) > 0
+    reach = reachable_lengths(need, qlen) & present[None, :]
+    found = []  # (q_row, position, overlap) per piece
+    active = np.flatnonzero(reach.any(axis=1)) if n else np.zeros(0, np.int64)
+    index.last_skipped = n_q - len(active)
+    doc_len = index.doc_len.astype(np.int64)
+    routed = active if index.postings is not None and index.routing != "scan" and t > 0 else active[:0]
+    for qi in routed.tolist():
+        found.append(_prefix_filter(index, queries[qi], qi, need[qi], reach[qi], doc_len))
+    scanned = np.setdiff1d(active, routed)
+    for lo in range(0, len(scanned), _QUERY_CHUNK):
+        rows = scanned[lo : lo + _QUERY_CHUNK]
+        overlap = index.overlaps(queries.take(rows)).astype(np.int32)
+        # need[row, |d|] per pair: unreachable lengths hold need > min(|q|, |d|) >= overlap.
+        hit_row, hit_pos = np.nonzero(overlap >= np.take(need[rows], doc_len, axis=1))
+        found.append((rows[hit_row], hit_pos, overlap[hit_row, hit_pos]))
+    index.last_routing = {"scan": len(scanned), "postings": len(routed), "scancount": 0, "prefix": len(routed)}
+    if found:
+        q_row, pos, ov = (np.concatenate([f[i] for f in found]) for i in range(3))
+    else:
+        q_row = pos = ov = np.zeros(0, np.int64)
+    return order_pairs(n_q, q_row, pos, ov, doc_len[pos], qlen, index.doc_ids, index.max_len, index.score, k)
+
+
+def _prefix_filter(index, query: np.ndarray, qi: int, need_row: np.ndarray, reach_row: np.ndarray,
+                   doc_len: np.ndarray):
+    """One query's passing pairs through the postings: probe its ``|q| - m + 1`` rarest ids, verify exactly."""
+    ql = len(query)
+    m = int(need_row[reach_row].min())  # >= 1: need is 0 only where T == 0, which is scanned
+    freq = index.postings.doc_freq[query]
+    probe = query[np.lexsort((query, freq))[: ql - m + 1]]  # pigeonhole: a passing doc holds one of these
+    candidates = np.unique(index.postings.lists(probe)).astype(np.int64)
+    candidates = candidates[reach_row[doc_len[candidates]]]  # length filtering before the exact count
+    overlap = _overlaps_of(index._docs, candidates, query)
+    keep = overlap >= need_row[doc_len[candidates]]
+    return np.full(int(keep.sum()), qi, np.int64), candidates[keep], overlap[keep]

@@ -1,0 +1,308 @@
+"""Threshold search (issue 32): the exact threshold semantics, the need tables against exact
+fractions, and the CPU backends' threshold_search against the brute-force oracle, ties included."""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from settopk.kernels import (
+    SCORES,
+    NumpyShardIndex,
+    SetBatch,
+    brute_force_threshold,
+    need_table,
+    parse_threshold,
+    self_join_pairs,
+)
+from settopk.kernels.oracle import _exact
+
+BACKENDS = ["numpy", "cpu"]
+ROUTINGS = ("scan", "postings")
+
+
+def _index(backend, docs, ids, max_len, score, routing):
+    batch = SetBatch.from_lists(docs)
+    ids = np.asarray(ids, dtype=np.int64)
+    if backend == "numpy":
+        return NumpyShardIndex(batch, ids, max_len, score, routing=routing)
+    pytest.importorskip("numba")
+    from settopk.kernels.numba_index import NumbaShardIndex
+
+    return NumbaShardIndex(batch, ids, max_len, score, routing=routing, threads=2)
+
+
+def _rows(pairs):
+    return [pairs.row(i) for i in range(pairs.n_queries)]
+
+
+def _passes(ov, ql, dl, score, t):
+    """score >= t in exact fractions (cosine compared squared, as the oracle does)."""
+    return _exact(ov, ql, dl, score) >= (t * t if score == "cosine" else t)
+
+
+# --- the threshold's meaning -------------------------------------------------------------------
+
+def test_parse_threshold_reads_decimal_text_exactly():
+    assert parse_threshold(0.8, "jaccard") == Fraction(4, 5)  # the float's shortest decimal, not its binary value
+    assert parse_threshold("0.8", "jaccard") == Fraction(4, 5)
+    assert parse_threshold("4/5", "cosine") == Fraction(4, 5)
+    assert parse_threshold(Fraction(2, 3), "dice") == Fraction(2, 3)
+    assert parse_threshold(3, "overlap") == 3
+    assert parse_threshold(0, "containment") == 0
+
+
+@pytest.mark.parametrize("bad, score, words", [
+    (-0.1, "jaccard", ">= 0"), (1.5, "jaccard", "<= 1"), (float("nan"), "dice", "finite"),
+    ("abc", "cosine", "finite"), (float("inf"), "overlap", "finite"), (True, "jaccard", "number"),
+])
+def test_parse_threshold_refuses(bad, score, words):
+    with pytest.raises(ValueError, match=words):
+        parse_threshold(bad, score)
+
+
+@pytest.mark.parametrize("score", SCORES)
+@given(a=st.integers(0, 40), b=st.integers(1, 40))
+@settings(max_examples=25, deadline=None)
+def test_need_table_is_the_least_passing_overlap(score, a, b):
+    """Exhaustively for lengths up to 9: need[q, d] is the least o with score >= T in exact fractions."""
+    max_len = 9
+    t = Fraction(a, b)
+    if t > 1 and score != "overlap":
+        t = Fraction(b, max(a, b))
+    need = need_table(t, np.arange(max_len + 1), max_len, score)
+    for ql in range(max_len + 1):
+        for dl in range(max_len + 1):
+            passing = [o for o in range(min(ql, dl) + 1) if _passes(o, ql, dl, score, t)]
+            want = passing[0] if passing else None
+            got = int(need[ql, dl])
+            if want is None:
+                assert got > min(ql, dl), (ql, dl, got)
+            else:
+                assert got == want, (ql, dl)
+                assert passing == list(range(want, min(ql, dl) + 1))  # monotone: every larger overlap passes
+
+
+def test_need_table_exact_for_long_decimals():
+    t = parse_threshold("0.33333333333333333333333333334", "jaccard")  # just above 1/3: o/(6-o) = 1/3 fails
+    assert need_table(t, [3], 3, "jaccard")[0, 3] == 2
+    assert need_table(Fraction(1, 3), [3], 3, "jaccard")[0, 3] == 2  # o=1: 1/5 < 1/3; o=2: 2/4 >= 1/3
+    assert need_table(Fraction(1, 2), [3], 3, "jaccard")[0, 3] == 2  # exactly 1/2: a tie, passes
+
+
+# --- the backends against the oracle ----------------------------------------------------------
+
+_sets = st.lists(st.lists(st.integers(0, 11), max_size=8), min_size=0, max_size=14)
+_thresholds = st.sampled_from(["0", "1", "0.5", "0.25", "1/3", "2/3", "0.8", "0.75", "3/7", "0.6"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+@given(docs=_sets, queries=_sets, text=_thresholds, k=st.sampled_from([None, 1, 3]),
+       routing=st.sampled_from(ROUTINGS))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_threshold_search_matches_oracle(backend, score, docs, queries, text, k, routing):
+    max_len = 8
+    t = parse_threshold(text if score != "overlap" else str(Fraction(text) * 3), score)
+    ids = [3 * i + 1 for i in range(len(docs))]
+    index = _index(backend, docs, ids, max_len, score, routing)
+    got = index.threshold_search(SetBatch.from_lists(queries), t, k=k)
+    assert got.offsets.dtype == np.int64 and got.doc_ids.dtype == np.int64
+    assert got.overlap.dtype == np.int32 and got.doc_len.dtype == np.int32
+    assert _rows(got) == brute_force_threshold(docs, queries, t, doc_ids=ids, score=score, k=k)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+def test_ties_at_the_threshold_pass(backend, score):
+    """Thresholds equal to achievable scores: the pair at exactly T is returned, one just above is not."""
+    docs = [[1, 2, 3, 4, 5], [1, 2, 3, 4], [1, 2], [], [1, 2, 3, 4, 5], [9], [1]]
+    queries = [[1, 2, 3, 4], [], [1, 2, 3, 4, 5]]
+    index = _index(backend, docs, range(len(docs)), 5, score, "postings")
+    values = set()
+    for q in queries:
+        for d in docs:
+            v = _exact(len(set(q) & set(d)), len(q), len(d), score)
+            if score == "cosine":  # v is the square; a rational tie needs a rational root
+                num, den = math.isqrt(v.numerator), math.isqrt(v.denominator)
+                if num * num != v.numerator or den * den != v.denominator:
+                    continue
+                v = Fraction(num, den)
+            values.add(v)
+    assert len(values) >= 3
+    for t in sorted(values):
+        for th in (t, t + Fraction(1, 10**9)):
+            if score != "overlap" and th > 1:
+                continue
+            want = brute_force_threshold(docs, queries, th, score=score)
+            got = _rows(index.threshold_search(SetBatch.from_lists(queries), th))
+            assert got == want
+            if th == t:  # the tie itself passes
+                assert any(_exact(o, len(q), dl, score) == (t * t if score == "cosine" else t)
+                           for q, row in zip(queries, got) for _, o, dl in row)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+def test_zero_one_empty_identical(backend, score):
+    docs = [[1, 2, 3], [1, 2, 3], [], [4], [1, 2]]
+    queries = [[1, 2, 3], [], [4], [7, 8]]
+    for routing in ROUTINGS:
+        index = _index(backend, docs, [10, 11, 12, 13, 14], 4, score, routing)
+        zero = index.threshold_search(SetBatch.from_lists(queries), 0)
+        assert list(zero.counts) == [5, 5, 5, 5]  # T = 0: every pair, overlap 0 and empty sets included
+        one = index.threshold_search(SetBatch.from_lists(queries), 1)
+        assert _rows(one) == brute_force_threshold(docs, queries, Fraction(1), doc_ids=[10, 11, 12, 13, 14],
+                                                   score=score)
+        if score in ("braun_blanquet", "jaccard", "dice", "cosine"):
+            assert _rows(one)[0] == [(10, 3, 3), (11, 3, 3)]  # identical sets score exactly 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_docs_and_no_queries(backend):
+    index = _index(backend, [], [], 4, "jaccard", "scan")
+    got = index.threshold_search(SetBatch.from_lists([[1], []]), 0)
+    assert list(got.offsets) == [0, 0, 0]
+    index = _index(backend, [[1]], [0], 4, "jaccard", "scan")
+    assert list(index.threshold_search(SetBatch.from_lists([]), 0.5).offsets) == [0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("score", SCORES)
+@given(docs=st.lists(st.lists(st.integers(0, 9), max_size=6), min_size=1, max_size=12), text=_thresholds)
+@settings(max_examples=10, deadline=None)
+def test_self_join(backend, score, docs, text):
+    t = parse_threshold(text, score)
+    ids = list(range(5, 5 + len(docs)))
+    index = _index(backend, docs, ids, 6, score, "postings")
+    got = _rows(self_join_pairs(index.threshold_search(SetBatch.from_lists(docs), t), ids, score))
+    full = brute_force_threshold(docs, docs, t, doc_ids=ids, score=score)
+    keep = (lambda q, d: d != q) if score == "containment" else (lambda q, d: d > q)
+    assert got == [[p for p in row if keep(qid, p[0])] for qid, row in zip(ids, full)]
+
+
+def test_kernel_refuses_bad_k():
+    index = _index("numpy", [[1]], [0], 4, "jaccard", "scan")
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        index.threshold_search(SetBatch.from_lists([[1]]), 0.5, k=0)
+
+
+# --- the job's setting -------------------------------------------------------------------------
+
+def test_config_threshold_is_canonical_and_checked():
+    from settopk.configs import ConfigError, load_config
+
+    assert load_config("local", {"threshold": 0.8, "score": "jaccard"}).threshold == "4/5"
+    assert load_config("local", {"threshold": "0.80", "score": "jaccard"}).threshold == "4/5"
+    assert load_config("local", {}).threshold is None
+    with pytest.raises(ConfigError, match="threshold: threshold must be <= 1"):
+        load_config("local", {"threshold": "1.5"})
+
+
+def test_threshold_is_a_result_setting():
+    from settopk.jobs.guard import RESULT_SETTINGS
+
+    assert "threshold" in RESULT_SETTINGS  # a rerun with another T is not the same run
+
+
+@pytest.mark.parametrize("backend, words", [("cupy", "cupy \\(GPU\\) backend does not have"),
+                                            ("cpu", "carry top-k rows only"), ("numpy", "carry top-k rows only")])
+def test_job_refuses_threshold_runs_it_cannot_do(backend, words):
+    from settopk.configs import ConfigError, load_config
+    from settopk.jobs.threshold_job import ThresholdSearchUnsupported, check_threshold_job
+
+    cfg = load_config("local", {"threshold": "0.5", "backend": backend})
+    with pytest.raises(ThresholdSearchUnsupported, match=words) as info:
+        check_threshold_job(cfg)
+    assert isinstance(info.value, NotImplementedError) and isinstance(info.value, ConfigError)
+    check_threshold_job(load_config("local", {"backend": backend}))  # top-k: nothing to refuse
+    with pytest.raises(ThresholdSearchUnsupported, match="cupy"):
+        check_threshold_job(load_config("local", {"threshold": "0.5"}), backend="cupy")  # auto resolved to cupy
+
+
+def test_score_command_exits_2_on_threshold(tmp_path):
+    from settopk.jobs import score
+
+    docs = tmp_path / "docs.txt"
+    docs.write_text("1 2 3\n2 3 4\n")
+    code = score.main(["--docs", str(docs), "--self-join", "--threshold", "0.5", "--backend", "cupy",
+                       "--out", str(tmp_path / "out")])
+    assert code == score.EXIT_BAD_INPUT
+    assert not (tmp_path / "out").exists()
+
+
+# --- the job's logic: shard pruning and the merge into result rows ------------------------------
+
+def _sharded(docs, ids, cuts, max_len, score):
+    """NumpyShardIndexes over length ranges [cuts[i], cuts[i+1] - 1], and their ShardSpec-like ranges."""
+    from types import SimpleNamespace
+
+    shards = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        mine = [i for i, d in enumerate(docs) if lo <= len(set(d)) < hi]
+        index = NumpyShardIndex(SetBatch.from_lists([docs[i] for i in mine]), np.asarray([ids[i] for i in mine], np.int64),
+                                max_len, score, routing="postings")
+        shards.append((SimpleNamespace(min_len=lo, max_len=hi - 1), index))
+    return shards
+
+
+@pytest.mark.parametrize("score", SCORES)
+@given(docs=_sets, queries=_sets, text=_thresholds, k=st.sampled_from([None, 2]), self_join=st.booleans(),
+       include_self=st.booleans())
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_sharded_merge_matches_oracle(score, docs, queries, text, k, self_join, include_self):
+    from settopk.jobs.threshold_job import merge_pairs_table, shard_rows
+
+    max_len = 8
+    t = parse_threshold(text if score != "overlap" else str(Fraction(text) * 3), score)
+    ids = [2 * i + 7 for i in range(len(docs))]
+    if self_join:
+        queries, query_ids = docs, ids
+    else:
+        query_ids = list(range(len(queries)))
+    shards = _sharded(docs, ids, [0, 3, 5, max_len + 1], max_len, score)
+    batch = SetBatch.from_lists(queries)
+    plan = [spec for spec, _ in shards]
+    rows = shard_rows(plan, batch.lengths, t, max_len, score)
+    results = [(r, index.threshold_search(batch.take(r), t)) for r, (_, index) in zip(rows, shards)]
+    table = merge_pairs_table([str(q) for q in query_ids], batch.lengths, results, max_len, score, k=k,
+                              own_ids=np.asarray(query_ids) if self_join else None, include_self=include_self)
+    full = brute_force_threshold(docs, queries, t, doc_ids=ids, score=score)
+    want = []
+    for qid, row in zip(query_ids, full):
+        if self_join:
+            if score == "containment":
+                row = [p for p in row if include_self or p[0] != qid]
+            else:
+                row = [p for p in row if p[0] > qid or (include_self and p[0] == qid)]
+        want += [(str(qid), r + 1, d, o, dl) for r, (d, o, dl) in enumerate(row[:k])]
+    got = list(zip(*(table[c].to_pylist() for c in ("query_id", "rank", "doc_id", "overlap", "doc_len"))))
+    assert got == want
+
+
+def test_shard_rows_skip_shards_a_query_cannot_reach():
+    from types import SimpleNamespace
+
+    from settopk.jobs.threshold_job import shard_rows
+
+    plan = [SimpleNamespace(min_len=1, max_len=4), SimpleNamespace(min_len=5, max_len=9),
+            SimpleNamespace(min_len=10, max_len=20)]
+    # jaccard >= 0.8 needs 0.8 |q| <= |d| <= |q| / 0.8: a query of 10 reaches lengths 8..12 only
+    rows = shard_rows(plan, np.array([10, 2, 0]), "0.8", 20, "jaccard")
+    assert [list(r) for r in rows] == [[1], [0], [0]]
+    assert [list(r) for r in shard_rows(plan, np.array([10, 0]), "0", 20, "jaccard")] == [[0, 1]] * 3  # T = 0: all
+
+
+def test_merge_refuses_more_pairs_than_the_rank_column_holds(monkeypatch):
+    import settopk.configs
+    from settopk.jobs.threshold_job import merge_pairs_table
+
+    monkeypatch.setattr(settopk.configs, "MAX_K", 2)
+    index = NumpyShardIndex(SetBatch.from_lists([[1], [1], [1]]), np.arange(3), 4, "jaccard")
+    pairs = index.threshold_search(SetBatch.from_lists([[1]]), "0.5")
+    with pytest.raises(ValueError, match="more than 2 pairs .* --k"):
+        merge_pairs_table(["q"], np.array([1]), [(np.array([0]), pairs)], 4, "jaccard")
+    assert merge_pairs_table(["q"], np.array([1]), [(np.array([0]), pairs)], 4, "jaccard", k=2).num_rows == 2
