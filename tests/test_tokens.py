@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settopk.kernels import brute_force_topk
-from settopk.shards.inputs import InputError, QueryStream, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs import InputError, QueryStream, read_corpus, read_queries
 from settopk.shards.inputs.vocabulary import (
-    BYTES, INT, VocabCounter, VocabularyError, WideSets, build_token_map, check_types, dedup_values, values_of, vocab_of,
+    INT, VocabCounter, VocabularyError, WideSets, build_token_map, check_types, dedup_values, values_of, vocab_of,
 )
 
 SCORES = ("braun_blanquet", "jaccard", "cosine", "dice", "overlap", "containment")
@@ -100,7 +100,6 @@ def test_side_only_tokens_never_meet_and_keep_lengths():
 
 
 def test_identity_when_docs_are_small_ids_and_queries_take_free_ids():
-    docs = SetLimits()
     corpus_sets = [[0, 5], [5, 65535]]
     counter = VocabCounter(65536)
     queries = _wide([[5, 70000, 65534], [-1, 0]], pa.int64(), int)
@@ -109,7 +108,7 @@ def test_identity_when_docs_are_small_ids_and_queries_take_free_ids():
 
     small = SetBatch.from_lists(corpus_sets)
     token_map = build_token_map(vocab_of(small.tokens, 65536), counter.result(), 65536, check_types(counter.types))
-    assert token_map.identity and token_map.docs(small) is small and docs.vocab_size == 65536
+    assert token_map.identity and token_map.docs(small) is small
     dense = token_map.queries(queries).to_lists()
     # 5 and 0 stay; 70000, 65534 and -1 are in no doc: free ids (none of 0, 5, 65535), highest first
     assert dense == [[5, 65533, 65534], [0, 65534]]
@@ -225,7 +224,6 @@ def test_query_stream_chunks_are_mapped_once_the_map_is_set(tmp_path):
     stream.token_map = build_token_map(vocab_of(docs.tokens, 65536), stream.vocab, 65536, check_types(stream.token_types))
     ids, batch = next(stream.chunks(10))
     assert ids == ["0", "1"] and batch.to_lists() == [[0, 1], [65535]] and stream.token_map.kind == INT
-    assert BYTES != INT
 
 
 # -- the synthetic corpus ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 from settopk.kernels.sets import SetBatch
 
 from ..location import Location
-from .canonical import NO_SETS, concat_sets, csr_offsets
+from .canonical import NO_SETS, concat_sets
 from .errors import InputError, Rejected, Rejects, SetLimits
 from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error, as_location
 from .parquet import duplicate_error, read_parquet_sets
