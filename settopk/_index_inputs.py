@@ -29,6 +29,7 @@ from settopk.kernels.sets import SetBatch
 from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
 from settopk.shards.inputs.canonical import canonical, csr_offsets
 from settopk.shards.inputs.errors import REMAP_FIX, Rejects
+from settopk.shards.inputs.vocabulary import WideSets
 # The Parquet reader's schema and per-batch checks, reused so that an in-memory table obeys exactly the
 # rules (and gets exactly the messages) of a Parquet file holding it.
 from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error
@@ -75,6 +76,7 @@ def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, Se
                             "own 'doc_id' (a table without one numbers its rows from 0)")
         if _is_path(docs):
             corpus = read_corpus(docs, limits)
+            _require_small(corpus.docs, docs, limits, corpus.source_rows, corpus.fmt == "text")
             return corpus.doc_ids, corpus.docs
         ids, sets, where = _table_sets(docs, "doc_id", limits)
         return _sorted_by_id(ids, sets, where)
@@ -112,6 +114,7 @@ def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBa
     """
     if _is_path(queries):
         read = read_queries(queries, limits)
+        _require_small(read.queries, queries, limits)
         return read.query_ids, read.queries
     if isinstance(queries, (pa.Table, pa.RecordBatch)):
         has_ids = "query_id" in queries.schema.names
@@ -125,6 +128,27 @@ def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBa
                 raise duplicate_error(where, "query_id", query_id, first, index)
         return ids, sets
     return None, _plain_sets(queries, limits)
+
+
+def _require_small(sets, source, limits: SetLimits, rows=None, lines: bool = False) -> None:
+    """Refuse sets read as token values (:class:`settopk.shards.inputs.vocabulary.WideSets`): the
+    Index takes ids in ``[0, vocab_size)`` as they are (the job maps any token to dense ids).
+
+    ``rows`` gives each set's row (or 0-based line where ``lines``) in ``source`` for the message.
+    """
+    if not isinstance(sets, WideSets):
+        return
+    values = sets.tokens.to_numpy(zero_copy_only=False)
+    if values.dtype.kind in "iu":
+        bad = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
+    else:
+        bad = np.ones(len(values), dtype=bool)
+    position = int(np.flatnonzero(bad)[0])
+    index = int(np.searchsorted(sets.offsets, position, side="right")) - 1
+    at = int(rows[index]) if rows is not None else index
+    where = {"line": at + 1} if lines else {"row": at}
+    raise InputError(source, f"token ids in [0, {limits.vocab_size})", f"{values[position]!r} at id #{position - int(sets.offsets[index]) + 1}",
+                     REMAP_FIX + " (settopk score maps any token itself)", **where)
 
 
 def _is_path(value) -> bool:
@@ -149,6 +173,8 @@ def _table_sets(table, id_column: str, limits: SetLimits):
         if batch.num_rows == 0:
             continue
         batch_ids, (batch_lengths, batch_tokens, _), _ = validate_batch(TABLE, batch, id_column, row_base, limits, rejects)
+        _require_small(SetBatch(csr_offsets(batch_lengths), batch_tokens) if isinstance(batch_tokens, np.ndarray)
+                       else WideSets(csr_offsets(batch_lengths), batch_tokens), TABLE, limits, np.arange(row_base, row_base + batch.num_rows))
         ids.append(batch_ids)
         lengths.append(batch_lengths)
         tokens.append(batch_tokens)

@@ -7,8 +7,9 @@ Run with atheris (``pip install atheris``)::
 The same check runs under hypothesis in ``tests/test_inputs_text_fuzz.py`` on every CI run. The
 reference is written from the format's rules in ``settopk/shards/inputs/__init__.py``, not from the code:
 lines end in ``\\n`` or ``\\r\\n``; a line of only spaces and tabs is an empty set; otherwise
-comma-separated decimal ids, spaces and tabs around an id allowed; ids below ``vocab_size``; at most
-``max_len`` distinct ids.
+comma-separated decimal ids (``-`` allowed), spaces and tabs around an id allowed; ids 64-bit
+integers (in ``[-2**63, 2**64)``, a file's ids all signed or all unsigned: reported at the first line
+holding an id of ``2**63`` or more, where no line is bad on its own); at most ``max_len`` distinct ids.
 """
 
 from __future__ import annotations
@@ -40,12 +41,17 @@ def reference_parse(data: bytes):
         ids = set()
         for field in line.split(b","):
             text = field.strip(b" \t")
-            if not text or not all(48 <= c <= 57 for c in text) or int(text) >= VOCAB_SIZE:
+            digits = text[1:] if text.startswith(b"-") else text
+            if not digits or not all(48 <= c <= 57 for c in digits) or not -(2**63) <= int(text) < 2**64:
                 return None, number
             ids.add(int(text))
         if len(ids) > MAX_LEN:
             return None, number
         sets.append(sorted(ids))
+    if any(v < 0 for s in sets for v in s):
+        for number, s in enumerate(sets, start=1):
+            if any(v >= 2**63 for v in s):
+                return None, number
     return sets, None
 
 

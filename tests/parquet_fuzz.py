@@ -13,7 +13,8 @@ VOCAB_SIZE = 300
 MAX_LEN = 4
 
 _INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
-_BAD_VALUE_TYPES = [pa.float64(), pa.string()]
+_BAD_VALUE_TYPES = [pa.float64()]
+_STRING_TYPES = [pa.string(), pa.large_string(), pa.binary()]
 _VALUES = [0, 1, 2, 3, 7, 127, 255, 299, 300, 301, 65535, 65536, 2**31, 2**40, -1, -128]
 _DOC_IDS = [0, 1, 2, 3, 5, 9, 255, 2**40, 2**63 - 1, 2**63, -1, -7]
 
@@ -40,7 +41,7 @@ class Case:
     def schema_ok(self) -> bool:
         """The file's schema is one the readers take."""
         value = self.tokens_type.value_type if pa.types.is_list(self.tokens_type) or pa.types.is_large_list(self.tokens_type) else None
-        tokens_ok = value is not None and pa.types.is_integer(value)
+        tokens_ok = value is not None and (pa.types.is_integer(value) or value in _STRING_TYPES)
         id_ok = pa.types.is_integer(self.id_type) or (self.id_column == "query_id" and pa.types.is_string(self.id_type))
         return tokens_ok and id_ok
 
@@ -52,14 +53,15 @@ class Case:
                 bad.add(row)
             elif self.id_column == "doc_id" and not 0 <= i < 2**63:
                 bad.add(row)
-            elif any(v is None or not 0 <= v < VOCAB_SIZE for v in t) or len(set(t)) > MAX_LEN:
+            elif any(v is None for v in t) or len(set(t)) > MAX_LEN:  # any integer or string is a token
                 bad.add(row)
         return bad
 
     def valid(self) -> list[tuple]:
         """``(id, sorted set)`` of the valid rows, in input order (ids as the reader returns them)."""
         bad = self.bad_rows()
-        return [(i if self.id_column == "doc_id" else str(i), sorted(set(t)))
+        as_read = (lambda v: v.encode() if isinstance(v, str) else v)  # strings come back as their UTF-8 bytes
+        return [(i if self.id_column == "doc_id" else str(i), sorted({as_read(v) for v in t}))
                 for row, (i, t) in enumerate(zip(self.ids, self.tokens)) if row not in bad]
 
     def write(self, path) -> str:
@@ -76,16 +78,18 @@ class Case:
 def cases(draw, id_column: str = "doc_id") -> Case:
     """A fuzzed Parquet input for ``id_column`` (``doc_id`` or ``query_id``); ids are unique."""
     clean = draw(st.booleans())  # half the cases hold only valid rows, so the sets themselves get compared
-    value_type = draw(st.sampled_from(_INT_TYPES if clean else _INT_TYPES + _BAD_VALUE_TYPES))
+    value_type = draw(st.sampled_from(_INT_TYPES + _STRING_TYPES if clean else _INT_TYPES + _STRING_TYPES + _BAD_VALUE_TYPES))
     shape = draw(st.sampled_from(["list", "large_list"] if clean else ["list", "large_list", "nested"]))
     n = draw(st.integers(0, 8))
     if pa.types.is_integer(value_type):
-        pool = [v for v in _VALUES if _fits(v, value_type) and (not clean or 0 <= v < VOCAB_SIZE)] + ([] if clean else [None])
+        pool = [v for v in _VALUES if _fits(v, value_type)] + ([] if clean else [None])
         size = MAX_LEN if clean else 6
         one = st.lists(st.sampled_from(pool), max_size=size)
         tokens = draw(st.lists(one if clean else st.one_of(st.none(), one), min_size=n, max_size=n))
-    elif pa.types.is_string(value_type):
-        tokens = draw(st.lists(st.lists(st.sampled_from(["1", "x", None]), max_size=3), min_size=n, max_size=n))
+    elif value_type in _STRING_TYPES:
+        pool = ["1", "x", "", "é"] if value_type != pa.binary() else [b"1", b"", b"\x00"]
+        one = st.lists(st.sampled_from(pool + ([] if clean else [None])), max_size=MAX_LEN if clean else 6)
+        tokens = draw(st.lists(one if clean else st.one_of(st.none(), one), min_size=n, max_size=n))
     else:
         tokens = draw(st.lists(st.lists(st.sampled_from([1.0, 2.5, None]), max_size=3), min_size=n, max_size=n))
     if shape == "nested":

@@ -105,7 +105,7 @@ def test_assemble_shard_of_no_pieces_and_of_an_empty_range(ordered_dir):
 @pytest.mark.parametrize(
     "bad_row, tokens, doc_id, found",
     [
-        (10, [1, 150], None, "150 at id #2"),  # token id outside the vocabulary
+        (10, [1, None], None, "a null at id #2"),  # a null token
         (9, list(range(MAX_LEN + 1)), None, f"{MAX_LEN + 1} distinct ids"),  # too long
         (11, [1], -4, "-4"),  # negative doc id
         (7, None, None, "null"),  # a null set

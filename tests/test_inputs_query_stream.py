@@ -61,7 +61,7 @@ def test_text_queries_stream_like_read_queries(tmp_path, seed):
     sets = _sets(rng, 300)
     path = _text(tmp_path / "q.txt", sets)
     _check_same(path, "error")
-    bad = _text(tmp_path / "bad.txt", sets, bad=[(5, "1,x"), (250, "70"), (251, "1,,2")])
+    bad = _text(tmp_path / "bad.txt", sets, bad=[(5, "1,x"), (250, "7.0"), (251, "1,,2")])
     stream = _check_same(bad, "quarantine")
     assert [r.line for r in stream.rejected] == [6, 251, 252]
     with pytest.raises(InputError) as streamed:

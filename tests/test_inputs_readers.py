@@ -45,7 +45,7 @@ def test_golden_inputs(golden_dir):
         ("q2", "1,2\n3\n", 2, "a second line"),
         ("q2", "1,2\n\n", 2, "a second line"),
         ("q2", "1,x", 1, "'x'"),
-        ("q2", "70000\n", 1, "70000"),
+        ("q2", "1,2.5\n", 1, "'2.5'"),
         ("q2", ",".join(str(i) for i in range(129)), 1, "129 distinct ids"),
     ],
 )

@@ -91,9 +91,9 @@ def test_ray_readers_report_the_first_bad_row_in_read_order(ray_cluster, tmp_pat
     root.mkdir()
     small = _random_sets(rng, 10)
     big = [list(range(i % MAX_LEN)) for i in range(30_000)]
-    big[29_000] = [1, 500]  # token out of range, late in piece 1
+    big[29_000] = [1, None]  # a null token, late in piece 1
     bad_small = list(small)
-    bad_small[3] = [2, 600]
+    bad_small[3] = [2, None]
     _write_parquet(root / "a.parquet", np.arange(10), small, 10)  # piece 0
     _write_parquet(root / "b.parquet", np.arange(10, 30_010), big, 30_000)  # piece 1
     for i, name in enumerate(["c", "d", "e", "f"]):  # pieces 2..5; f (piece 5) is bad
@@ -119,7 +119,7 @@ def test_ray_readers_quarantine_bad_rows_and_ids_repeated_across_pieces(ray_clus
     rng = np.random.default_rng(8)
     ids = [3, 9, 4, 9, 12, 3, 15, 16, 4, 20, 3, 22]
     sets = _random_sets(rng, len(ids))
-    sets[2] = [1, 700]  # a bad row (id 4): the later row with id 4 (row 8) then stays
+    sets[2] = [1, None]  # a bad row (id 4): the later row with id 4 (row 8) then stays
     sets[5] = list(range(MAX_LEN))
     path = _write_parquet(tmp_path / "docs.parquet", ids, sets, 3)
     pieces, _, _ = plan_pieces(path, 3)

@@ -66,6 +66,9 @@ class SyntheticConfig:
         Zipf exponent.
     near_duplicate_fraction : float
         Share of queries made by perturbing a random doc; the rest are random sets.
+    token_type, token_offset, length_law
+        How tokens are stored and the law of set lengths
+        (:class:`settopk.jobs.synthetic.SyntheticSpec`).
     cache_dir : str
         Where generated corpora are kept (``~`` expanded); reused when present.
     """
@@ -77,6 +80,9 @@ class SyntheticConfig:
     id_dist: str = "zipf"
     zipf_s: float = 1.0
     near_duplicate_fraction: float = 0.5
+    token_type: str = "uint16"
+    token_offset: int = 0
+    length_law: str = "sti2"
     cache_dir: str = "~/.cache/settopk"
 
 
@@ -172,6 +178,14 @@ def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]
         problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {synthetic.id_dist!r}")
     if synthetic.vocab_size > vocab_size:
         problems.append("synthetic.vocab_size must not exceed vocab_size")
+    if synthetic.token_type not in ("uint16", "int64", "string"):
+        problems.append(f"synthetic.token_type must be 'uint16', 'int64' or 'string', found {synthetic.token_type!r}")
+    if synthetic.token_offset and synthetic.token_type == "uint16":
+        problems.append("synthetic.token_offset needs synthetic.token_type 'int64' or 'string'")
+    if not 0 <= synthetic.token_offset < 2**62:
+        problems.append(f"synthetic.token_offset must be in [0, 2**62), found {synthetic.token_offset}")
+    if synthetic.length_law not in ("sti2", "uniform"):
+        problems.append(f"synthetic.length_law must be 'sti2' or 'uniform', found {synthetic.length_law!r}")
     return problems
 
 

@@ -2,7 +2,8 @@
 
     python -m settopk make-corpus --out-dir DIR --n-docs N --n-queries N --seed S \\
         [--id-dist zipf|uniform] [--zipf-s 1.0] [--vocab-size 50001] \\
-        [--near-duplicate-fraction 0.5] [--max-len 128] [--workers W]
+        [--near-duplicate-fraction 0.5] [--max-len 128] [--token-type uint16|int64|string]
+        [--token-offset N] [--length-law sti2|uniform] [--workers W]
 
 Generation is local (no Ray): vectorised NumPy in a few threads. The files are the
 same for the same arguments (``--workers`` aside, which changes only the speed).
@@ -15,6 +16,7 @@ import sys
 import time
 
 from . import add_version, prog_name
+from .synthetic.spec import LENGTH_LAWS, TOKEN_TYPES
 from .synthetic import GENERATOR_VERSION, SyntheticSpec, generate_docs, generate_queries, write_parquet
 
 __all__ = ["build_parser", "main"]
@@ -39,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of queries that perturb a random doc; they come first (default 0.5)",
     )
     p.add_argument("--max-len", type=int, default=128, help="most ids per set (default 128)")
+    p.add_argument("--token-type", choices=TOKEN_TYPES, default="uint16",
+                   help="how tokens are stored: the ids (uint16), id + offset as int64, or its decimal text (string) (default uint16)")
+    p.add_argument("--token-offset", type=int, default=0, help="added to every id for int64 and string tokens, e.g. 1000000000000 (default 0)")
+    p.add_argument("--length-law", choices=LENGTH_LAWS, default="sti2",
+                   help="set lengths: the STI2 histogram (sti2) or uniform in [0, max_len] (default sti2)")
     p.add_argument("--workers", type=int, default=None, help="threads (default: usable CPUs, at most 16); output does not depend on it")
     return p
 
@@ -57,6 +64,9 @@ def main(argv=None) -> int:
             zipf_s=args.zipf_s,
             near_duplicate_fraction=args.near_duplicate_fraction,
             max_len=args.max_len,
+            token_type=args.token_type,
+            token_offset=args.token_offset,
+            length_law=args.length_law,
         )
     except ValueError as exc:
         parser.print_usage(sys.stderr)
@@ -68,7 +78,7 @@ def main(argv=None) -> int:
     queries = generate_queries(spec, docs, workers=args.workers)
     t_gen = time.perf_counter() - t0
     t1 = time.perf_counter()
-    docs_path, queries_path = write_parquet(docs, queries, args.out_dir)
+    docs_path, queries_path = write_parquet(docs, queries, args.out_dir, spec)
     t_write = time.perf_counter() - t1
 
     print(f"synthetic corpus (generator v{GENERATOR_VERSION}): {spec}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from settopk.shards.inputs.vocabulary import vocab_of
 from settopk.shards.inputs import CorpusPiece, InputError, PieceSummary, SetLimits, check_doc_ids, group_pieces, pieces_ordered, plan_pieces, read_piece
 
 __all__ = ["CorpusRead", "read_corpus_pieces", "pieces_for_cluster", "unwrap_input_error"]
@@ -26,11 +27,12 @@ _PIECES_PER_CPU = 1
 
 
 def _read_piece_parts(piece: CorpusPiece, limits: SetLimits, on_invalid: str):
-    """A reader task's three results: the summary (for the driver), the ids (fetched only to find
-    repeats across pieces) and the docs (for the shard actors)."""
+    """A reader task's four results: the summary (for the driver), the ids (fetched only to find
+    repeats across pieces), the docs (for the shard actors) and the piece's distinct tokens
+    (merged by Ray tasks, :mod:`settopk.jobs.vocabulary`)."""
     summary, corpus = read_piece(piece, limits, on_invalid)
     ids = (corpus.doc_ids, corpus.source_rows, corpus.docs.lengths)
-    return summary, ids, corpus
+    return summary, ids, corpus, vocab_of(corpus.docs.tokens, limits.vocab_size)
 
 
 @dataclass
@@ -53,6 +55,11 @@ class CorpusRead:
     n_docs, n_with_repeats : int
     rejected : list of Rejected
         Rows and lines set aside, in read order.
+    vocab_refs : list of ray.ObjectRef
+        Each piece's distinct tokens (:class:`settopk.shards.inputs.vocabulary.Vocab`).
+    wide : bool
+        Some piece holds tokens other than small ids: its docs are token values until
+        :func:`settopk.jobs.vocabulary.settle_tokens` maps them (the shards wait for that).
     """
 
     pieces: list
@@ -64,6 +71,8 @@ class CorpusRead:
     n_docs: int
     n_with_repeats: int
     rejected: list = field(default_factory=list)
+    vocab_refs: list = field(default_factory=list)
+    wide: bool = False
 
 
 def unwrap_input_error(exc: BaseException) -> BaseException:
@@ -147,7 +156,7 @@ def read_corpus_pieces(
     """
     import ray
 
-    reader = ray.remote(num_returns=3)(_read_piece_parts)
+    reader = ray.remote(num_returns=4)(_read_piece_parts)
     cluster_cpus = float(ray.cluster_resources().get("CPU", 0)) if group is not None else 0.0
     refs = [
         reader.options(num_cpus=cpus, scheduling_strategy=where).remote(piece, limits, on_invalid)
@@ -198,4 +207,6 @@ def read_corpus_pieces(
         n_docs=n_docs,
         n_with_repeats=sum(s.n_with_repeats for s in summaries),
         rejected=rejected,
+        vocab_refs=[r[3] for r in refs],
+        wide=any(s.token_type != "small" for s in summaries),
     )

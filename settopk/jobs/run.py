@@ -57,6 +57,7 @@ from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
+from .vocabulary import tokens_for_run
 from .validate import Job, NoOp, UsageError, Validated, ValidationThread, check_unchanged_since, locate_args, self_join_note, settle
 
 __all__ = ["run", "check_outputs_absolute_under_ray_job"]
@@ -95,6 +96,7 @@ class _CorpusFacts:
     n_rejected: int
     n_pieces: int
     fingerprint: str  # of the corpus's files, as the run listed them at its start and the readers read them
+    tokens: dict | None = None  # distinct tokens and the dense ids' form (settopk.jobs.vocabulary)
 
 
 @dataclass
@@ -255,7 +257,8 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         output=output_section(target.out_dir, target.dataset_root, target.day, len(work.chunks)),
         inputs=inputs_section(docs_path=job.inputs.docs_path, docs_format=facts.fmt, docs_files=facts.files,
                               synthetic=job.inputs.synthetic, queries_path=job.inputs.queries_path, queries_format=queries.fmt,
-                              queries_files_count=len(queries.files), self_join=self_join, include_self=cfg.include_self),
+                              queries_files_count=len(queries.files), self_join=self_join, include_self=cfg.include_self)
+        | {"tokens": facts.tokens},
         fingerprints=valid.fingerprints,
         counts={
             "n_docs": facts.n_docs,
@@ -354,6 +357,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     if valid is None:
         valid = _wait_for_queries(job, checking, clock)
     _check_read_against_validated(job, valid, facts)
+    facts.tokens = tokens_for_run(job, valid, corpus, plan, pool)
     rejected = _set_aside(job, valid, corpus, facts)
     lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
     if args.dry_run:
@@ -427,7 +431,8 @@ def _prepare(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type, s
         load_started = time.perf_counter()
         if not pool.actors:
             _start_actors(job, cluster, pool, searcher_cls)
-        supply_shards(pool, plan, corpus, job.cfg.replicas)  # each actor loads its shard's docs while the driver goes on
+        if not corpus.wide:  # wide docs are supplied once mapped to dense ids (tokens_for_run)
+            supply_shards(pool, plan, corpus, job.cfg.replicas)  # each actor loads its shard's docs while the driver goes on
     return job, cluster, corpus, facts, plan, load_started
 
 

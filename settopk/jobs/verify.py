@@ -37,6 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _dense(docs, queries, limits, docs_path: str, queries_path: str):
+    """Docs and queries as dense ids (:mod:`settopk.shards.inputs.vocabulary`), as the job maps them."""
+    from settopk.shards.inputs.vocabulary import VocabCounter, build_token_map, check_types
+
+    counted = {}
+    for name, sets, path in (("docs", docs, docs_path), ("queries", queries, queries_path)):
+        counted[name] = VocabCounter(limits.vocab_size)
+        counted[name].add(sets.tokens, path)
+    to = check_types({**counted["queries"].types, **counted["docs"].types})
+    token_map = build_token_map(counted["docs"].result(), counted["queries"].result(), limits.vocab_size, to)
+    token_map.check_room(int(docs.lengths.max(initial=0)), int(queries.lengths.max(initial=0)))
+    return token_map.docs(docs), token_map.queries(queries)
+
+
 def main(argv=None) -> int:
     """Entry point of ``python -m settopk verify``; returns the exit code."""
     from settopk.shards.inputs import SetLimits, read_corpus, read_queries
@@ -53,10 +67,11 @@ def main(argv=None) -> int:
     corpus = read_corpus(args.docs, limits)
     rng = np.random.default_rng(args.seed)
     sample = np.sort(rng.choice(queries.queries.n_sets, size=min(args.sample, queries.queries.n_sets), replace=False))
+    docs, sampled = _dense(corpus.docs, queries.queries.take(sample), limits, args.docs, args.queries)
     # The score the run ranked by: its manifest's (older results name none: Braun-Blanquet).
-    index = NumpyShardIndex(corpus.docs, corpus.doc_ids, cfg.max_len, manifest.get("score", "braun_blanquet"))
-    del corpus
-    expected = index.search(queries.queries.take(sample), k)
+    index = NumpyShardIndex(docs, corpus.doc_ids, cfg.max_len, manifest.get("score", "braun_blanquet"))
+    del corpus, docs
+    expected = index.search(sampled, k)
     reference_s = time.perf_counter() - t
 
     table = open_results(args.results).to_table(columns=["query_id", "rank", "doc_id", "overlap", "doc_len"]).to_pydict()

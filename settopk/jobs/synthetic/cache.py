@@ -24,26 +24,43 @@ __all__ = ["cache_name", "ensure_synthetic", "query_ids", "write_parquet"]
 _WRITE_BATCH_ROWS = 1 << 18  # also the Parquet row group: readers decode row groups in parallel
 
 
-def _list_array(batch: SetBatch, lo: int, hi: int):
+_TOKEN_ARROW_TYPES = {"uint16": "uint16", "int64": "int64", "string": "string"}
+
+
+def _token_values(ids: np.ndarray, token_type: str, token_offset: int):
+    """The tokens as written: the ids, or each id plus ``token_offset`` as int64 or as its decimal text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if token_type == "uint16":
+        return pa.array(ids)
+    shifted = pa.array(ids.astype(np.int64) + np.int64(token_offset))
+    return shifted if token_type == "int64" else pc.cast(shifted, pa.string())
+
+
+def _list_array(batch: SetBatch, lo: int, hi: int, token_type: str = "uint16", token_offset: int = 0):
     import pyarrow as pa
 
     start, stop = batch.offsets[lo], batch.offsets[hi]
     # Rebased per batch so int32 list offsets suffice whatever the corpus size.
     offsets = (batch.offsets[lo : hi + 1] - start).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(batch.tokens[start:stop]), type=pa.list_(pa.uint16()))
+    values = _token_values(batch.tokens[start:stop], token_type, token_offset)
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=pa.list_(values.type))
 
 
-def _write_sets(batch: SetBatch, path: Path, id_name: str, make_ids: Callable[[int, int], object], id_type) -> None:
+def _write_sets(batch: SetBatch, path: Path, id_name: str, make_ids: Callable[[int, int], object], id_type,
+                token_type: str = "uint16", token_offset: int = 0) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([(id_name, id_type), ("tokens", pa.list_(pa.uint16()))])
+    value_type = pa.string() if token_type == "string" else getattr(pa, _TOKEN_ARROW_TYPES[token_type])()
+    schema = pa.schema([(id_name, id_type), ("tokens", pa.list_(value_type))])
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
             for lo in range(0, max(batch.n_sets, 1), _WRITE_BATCH_ROWS):
                 hi = min(lo + _WRITE_BATCH_ROWS, batch.n_sets)
-                table = pa.Table.from_arrays([make_ids(lo, hi), _list_array(batch, lo, hi)], schema=schema)
+                table = pa.Table.from_arrays([make_ids(lo, hi), _list_array(batch, lo, hi, token_type, token_offset)], schema=schema)
                 writer.write_table(table, row_group_size=_WRITE_BATCH_ROWS)
         os.replace(tmp, path)
     except BaseException:
@@ -57,7 +74,7 @@ def query_ids(lo: int, hi: int, n_total: int) -> list[str]:
     return [f"q{i:0{width}d}" for i in range(lo, hi)]
 
 
-def write_parquet(docs: SetBatch, queries: SetBatch, out_dir) -> tuple[Path, Path]:
+def write_parquet(docs: SetBatch, queries: SetBatch, out_dir, spec: SyntheticSpec | None = None) -> tuple[Path, Path]:
     """Write ``docs.parquet`` and ``queries.parquet`` into ``out_dir``, each atomically.
 
     Parameters
@@ -69,12 +86,16 @@ def write_parquet(docs: SetBatch, queries: SetBatch, out_dir) -> tuple[Path, Pat
         (wider when ``n_queries > 10**6``).
     out_dir : str or os.PathLike
         Created if missing.
+    spec : SyntheticSpec, optional
+        Its ``token_type`` and ``token_offset`` say how tokens are stored (default: the
+        ids as ``uint16``).
 
     Returns
     -------
     (pathlib.Path, pathlib.Path)
-        The docs file (``doc_id`` int64, ``tokens`` list<uint16>) and the queries
-        file (``query_id`` string, ``tokens`` list<uint16>). Each is written under
+        The docs file (``doc_id`` int64, ``tokens`` list<uint16>, or list<int64> or
+        list<string> as ``spec.token_type`` says) and the queries file (``query_id``
+        string, ``tokens`` of the same type). Each is written under
         a temporary name in ``out_dir`` and then renamed, so a reader never sees a
         partial file.
 
@@ -88,18 +109,26 @@ def write_parquet(docs: SetBatch, queries: SetBatch, out_dir) -> tuple[Path, Pat
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     docs_path, queries_path = out / "docs.parquet", out / "queries.parquet"
-    _write_sets(docs, docs_path, "doc_id", lambda lo, hi: pa.array(np.arange(lo, hi, dtype=np.int64)), pa.int64())
+    tokens = (spec.token_type, spec.token_offset) if spec is not None else ("uint16", 0)
+    _write_sets(docs, docs_path, "doc_id", lambda lo, hi: pa.array(np.arange(lo, hi, dtype=np.int64)), pa.int64(), *tokens)
     nq = queries.n_sets
-    _write_sets(queries, queries_path, "query_id", lambda lo, hi: pa.array(query_ids(lo, hi, nq), pa.string()), pa.string())
+    _write_sets(queries, queries_path, "query_id", lambda lo, hi: pa.array(query_ids(lo, hi, nq), pa.string()), pa.string(), *tokens)
     return docs_path, queries_path
+
+
+_KEYLESS_DEFAULTS = {"token_type": "uint16", "token_offset": 0, "length_law": "sti2"}
 
 
 def cache_name(spec: SyntheticSpec) -> str:
     """Directory name of a spec's corpus in a cache: a hash of the spec, the
     generator version and the length histogram."""
+    fields = dataclasses.asdict(spec)
+    for name, default in _KEYLESS_DEFAULTS.items():  # fields added later: at their default, the name stays the same
+        if fields[name] == default:
+            del fields[name]
     key = {
         "generator_version": GENERATOR_VERSION,
-        "spec": dataclasses.asdict(spec),
+        "spec": fields,
         "histogram_sha256": hashlib.sha256(length_histogram().tobytes()).hexdigest(),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -145,7 +174,7 @@ def ensure_synthetic(spec: SyntheticSpec, cache_dir, *, workers: int | None = No
         try:
             docs = generate_docs(spec, workers=workers)
             queries = generate_queries(spec, docs, workers=workers)
-            write_parquet(docs, queries, tmp)
+            write_parquet(docs, queries, tmp, spec)
             del docs, queries
             meta = {"generator_version": GENERATOR_VERSION, "spec": dataclasses.asdict(spec)}
             (tmp / "spec.json").write_text(json.dumps(meta, indent=2) + "\n")

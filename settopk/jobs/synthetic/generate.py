@@ -51,7 +51,7 @@ def generate_docs(spec: SyntheticSpec, *, workers: int | None = None) -> SetBatc
     """
     law = IdLaw(spec)
     law.check()
-    lengths = draw_lengths(stream_rng(spec.seed, STREAM_DOC_LENGTHS), spec.n_docs, spec.max_len)
+    lengths = draw_lengths(stream_rng(spec.seed, STREAM_DOC_LENGTHS), spec.n_docs, spec.max_len, spec.length_law)
     return fill_lengths(lengths, law, spec.seed, STREAM_DOC_IDS, workers)
 
 
@@ -93,7 +93,7 @@ def generate_queries(spec: SyntheticSpec, docs: SetBatch, *, workers: int | None
         raise ValueError("near-duplicate queries need at least one non-empty doc")
     source = nonempty[rng.integers(0, max(1, len(nonempty)), size=n_near)]
     keep_share = rng.uniform(*NEAR_DUP_KEEP, size=n_near)
-    random_lengths = draw_lengths(rng, spec.n_queries - n_near, spec.max_len)
+    random_lengths = draw_lengths(rng, spec.n_queries - n_near, spec.max_len, spec.length_law)
 
     near_lengths = doc_lengths[source]
     lengths = np.concatenate([near_lengths, random_lengths])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["GENERATOR_VERSION", "STI2_N_DOCS", "SyntheticSpec", "draw_lengths", "length_histogram"]
+__all__ = ["GENERATOR_VERSION", "LENGTH_LAWS", "STI2_N_DOCS", "SyntheticSpec", "TOKEN_TYPES", "draw_lengths", "length_histogram"]
 
 #: Bump whenever a change alters the output for an unchanged spec: it is part of the
 #: cache key, so stale cached corpora are never reused.
@@ -21,6 +21,11 @@ GENERATOR_VERSION = 1
 STI2_N_DOCS = 7_853_052
 
 HISTOGRAM_RESOURCE = "sti2_doc_length_histogram.csv"
+
+#: How the Parquet files store tokens (:attr:`SyntheticSpec.token_type`).
+TOKEN_TYPES = ("uint16", "int64", "string")
+#: Laws of set lengths (:attr:`SyntheticSpec.length_law`).
+LENGTH_LAWS = ("sti2", "uniform")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,17 @@ class SyntheticSpec:
     max_len : int
         Most ids in a set, in ``[1, 65536]``; the histogram is cut at ``max_len``
         (and renormalised) when it is below 128.
+    token_type : str
+        How the Parquet files store the tokens: ``"uint16"`` (the ids themselves),
+        ``"int64"`` (each id plus ``token_offset``) or ``"string"`` (the decimal text of
+        id plus ``token_offset``). Every choice describes the same sets: a search gives the
+        same result on each.
+    token_offset : int
+        Added to every id for ``"int64"`` and ``"string"``, in ``[0, 2**63 - vocab_size]``
+        (``10**12`` makes ids no kernel takes as they are).
+    length_law : str
+        Set lengths: ``"sti2"`` (the STI2 histogram, see ``max_len``) or ``"uniform"``
+        (every length in ``[0, max_len]`` equally likely).
 
     Raises
     ------
@@ -63,6 +79,9 @@ class SyntheticSpec:
     zipf_s: float = 1.0
     near_duplicate_fraction: float = 0.5
     max_len: int = 128
+    token_type: str = "uint16"
+    token_offset: int = 0
+    length_law: str = "sti2"
 
     def __post_init__(self) -> None:
         problems = []
@@ -82,6 +101,14 @@ class SyntheticSpec:
             problems.append(f"max_len must be in [1, 65536], found {self.max_len}")
         if not self.max_len <= self.vocab_size <= 65536:
             problems.append(f"vocab_size must be in [max_len, 65536] = [{self.max_len}, 65536], found {self.vocab_size}")
+        if self.token_type not in TOKEN_TYPES:
+            problems.append(f"token_type must be one of {TOKEN_TYPES}, found {self.token_type!r}")
+        if not 0 <= self.token_offset <= 2**63 - 1 - self.vocab_size:
+            problems.append(f"token_offset must be in [0, 2**63 - vocab_size), found {self.token_offset}")
+        if self.token_type == "uint16" and self.token_offset:
+            problems.append("token_offset needs token_type 'int64' or 'string'")
+        if self.length_law not in LENGTH_LAWS:
+            problems.append(f"length_law must be one of {LENGTH_LAWS}, found {self.length_law!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -140,7 +167,7 @@ def _length_probabilities(max_len: int) -> np.ndarray:
     return hist / hist.sum()
 
 
-def draw_lengths(rng: np.random.Generator, n: int, max_len: int) -> np.ndarray:
+def draw_lengths(rng: np.random.Generator, n: int, max_len: int, law: str = "sti2") -> np.ndarray:
     """Lengths of ``n`` sets shaped like the STI2 docs.
 
     Parameters
@@ -151,6 +178,8 @@ def draw_lengths(rng: np.random.Generator, n: int, max_len: int) -> np.ndarray:
         Number of sets.
     max_len : int
         Longest length; the histogram is cut there and renormalised.
+    law : str
+        ``"sti2"``, or ``"uniform"``: i.i.d. uniform in ``[0, max_len]``.
 
     Returns
     -------
@@ -158,6 +187,8 @@ def draw_lengths(rng: np.random.Generator, n: int, max_len: int) -> np.ndarray:
         The exact STI2 multiset of lengths in a seeded order when ``n`` is the
         histogram's total and ``max_len`` covers it; else i.i.d. draws from it.
     """
+    if law == "uniform":
+        return rng.integers(0, max_len + 1, size=n, dtype=np.int64)
     hist = _histogram_cached()
     if n == hist.sum() and len(hist) - 1 <= max_len:
         # The exact STI2 multiset of lengths, in a seeded order.

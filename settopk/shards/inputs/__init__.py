@@ -14,7 +14,7 @@ Data flow
 * :func:`read_corpus` and :func:`read_queries` (:mod:`.readers`) read a whole input at once, with the
   same rules and the same errors (:func:`read_piece` is :func:`read_corpus` on one piece).
 
-Modules, each with one job: :mod:`.errors` (:class:`InputError`, :class:`Rejected`,
+Modules, each with one job: :mod:`.vocabulary` (token types, the exact token map), :mod:`.errors` (:class:`InputError`, :class:`Rejected`,
 :class:`SetLimits` and the collector of bad lines), :mod:`.files` (format detection, file
 listing, :func:`fingerprint`), :mod:`.canonical` (the canonical form of a set), :mod:`.text` and
 :mod:`.parquet` (the two file formats), :mod:`.readers`, :mod:`.query_stream`, :mod:`.pieces`.
@@ -31,7 +31,7 @@ Corpus (docs), chosen by :func:`corpus_format`:
   ``\\n`` or ``\\r\\n``.
 * ``parquet``: a ``*.parquet`` file, or a directory of them, with columns ``doc_id`` (any integer
   type, values in ``[0, 2**63)``, unique) and ``tokens`` (``list`` or ``large_list`` of any integer
-  type). Docs may come in any ``doc_id`` order; they are returned sorted by ``doc_id``.
+  type, ``string``, ``large_string``, ``binary`` or ``large_binary``). Docs may come in any ``doc_id`` order; they are returned sorted by ``doc_id``.
 
 Queries, chosen by :func:`queries_format`:
 
@@ -45,12 +45,15 @@ Queries, chosen by :func:`queries_format`:
 
 Policies (the same for every format)
 ------------------------------------
-* Token ids are integers in ``[0, vocab_size)``. The order of ids in a set does not matter: sets are
-  returned sorted. A repeated id counts once; ``n_with_repeats`` counts the sets that had one. After
+* Tokens are integers of any width (text: any 64-bit integer, ``-`` allowed) or, in Parquet,
+  strings or binary (:mod:`.vocabulary`). A set whose tokens are all integers in ``[0, vocab_size)``
+  comes as a :class:`SetBatch` of those ids (sorted); any other as a
+  :class:`.vocabulary.WideSets` of token values, which the job maps to dense ids
+  (:class:`.vocabulary.TokenMap`). The order of ids in a set does not matter. A repeated id counts once; ``n_with_repeats`` counts the sets that had one. After
   de-duplication a set holds at most ``max_len`` ids. An empty set is valid.
 * Text whitespace: spaces and tabs around an id are allowed (``" 1 ,\\t2 "`` is ``{1, 2}``), and a line
   holding only spaces and tabs is an empty set. Everything else is an error: an empty field (``1,,2``,
-  a trailing or leading comma), a sign (``-3``, ``+3``), a decimal point, hex, any other character, a
+  a trailing or leading comma), a ``+`` sign, a decimal point, hex, any other character, a
   space inside an id (``1 2``), or a carriage return that does not end the line.
 * A Parquet directory is read in sorted file-name order; names starting with ``.`` or ``_`` (such as
   ``_SUCCESS``) are skipped, as Arrow, Spark and DuckDB do, and the files read are listed in

@@ -9,10 +9,13 @@ loop.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from settopk.kernels.sets import SetBatch
 
-__all__ = ["NO_SETS", "canonical", "concat_sets", "csr_offsets", "in_length_range", "select_sets"]
+from .vocabulary import WideSets, as_type, common_type
+
+__all__ = ["NO_SETS", "canonical", "concat_sets", "csr_offsets", "in_length_range", "select_sets", "take_tokens"]
 
 NO_SETS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=bool))
 """``(lengths, tokens, repeated)`` of no set at all, as :func:`canonical` returns them."""
@@ -92,7 +95,13 @@ def select_sets(lengths: np.ndarray, tokens: np.ndarray, keep: np.ndarray) -> tu
     """
     if keep.all():
         return lengths, tokens
-    return lengths[keep], tokens[np.repeat(keep, lengths)]
+    return lengths[keep], take_tokens(tokens, np.repeat(keep, lengths))
+
+
+def take_tokens(tokens, mask: np.ndarray):
+    """The tokens where ``mask`` (bool) holds: a ``uint16`` array, or wide Arrow values
+    (:mod:`settopk.shards.inputs.vocabulary`)."""
+    return tokens[mask] if isinstance(tokens, np.ndarray) else tokens.filter(pa.array(mask))
 
 
 def in_length_range(lengths: np.ndarray, length_range) -> np.ndarray:
@@ -110,7 +119,7 @@ def in_length_range(lengths: np.ndarray, length_range) -> np.ndarray:
     return (lengths >= lo) & (lengths <= hi)
 
 
-def concat_sets(lengths: list[np.ndarray], tokens: list[np.ndarray]) -> SetBatch:
+def concat_sets(lengths: list[np.ndarray], tokens: list) -> SetBatch:
     """One :class:`SetBatch` from consecutive groups of sets in CSR form.
 
     Parameters
@@ -122,9 +131,23 @@ def concat_sets(lengths: list[np.ndarray], tokens: list[np.ndarray]) -> SetBatch
 
     Returns
     -------
-    SetBatch
-        The sets of every group, in order (empty for no group).
+    SetBatch or WideSets
+        The sets of every group, in order (empty for no group); a
+        :class:`settopk.shards.inputs.vocabulary.WideSets` where a group's tokens are wide
+        (Arrow values), every group then cast to one type.
+
+    Raises
+    ------
+    ValueError
+        For groups of tokens no one type holds (the caller names the files).
     """
+    if any(not isinstance(t, np.ndarray) for t in tokens):
+        to = common_type(t.type for t in tokens if not isinstance(t, np.ndarray))
+        if to is None or (to == pa.large_binary() and any(isinstance(t, np.ndarray) and len(t) for t in tokens)):
+            raise ValueError("integer and string tokens in one input")
+        parts = [as_type(t, to) if isinstance(t, np.ndarray) or t.type != to else t for t in tokens]
+        values = pa.chunked_array(parts, type=to).combine_chunks()
+        return WideSets(csr_offsets(np.concatenate(lengths)), values)
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16)
     return SetBatch(csr_offsets(all_lengths), all_tokens.astype(np.uint16, copy=False))

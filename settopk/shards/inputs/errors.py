@@ -18,7 +18,9 @@ from ..location import Location
 __all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
 
 REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
-"""The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)``, in every format."""
+"""The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)`` where ids are
+taken as they are (the in-memory :class:`settopk.Index`); the readers map any token instead
+(:mod:`settopk.shards.inputs.vocabulary`)."""
 
 
 class InputError(ValueError, SettopkError):
@@ -70,7 +72,9 @@ class InputError(ValueError, SettopkError):
 
 @dataclass(frozen=True)
 class SetLimits:
-    """Bounds every set must respect: ids in ``[0, vocab_size)``, at most ``max_len`` distinct ids."""
+    """Bounds every set must respect: at most ``max_len`` distinct tokens. ``vocab_size`` is the
+    kernels' dense id space: sets whose tokens are all integers in ``[0, vocab_size)`` are read as
+    those ids, others as token values mapped later (:mod:`settopk.shards.inputs.vocabulary`)."""
 
     vocab_size: int = 65536
     max_len: int = 128

@@ -19,11 +19,13 @@ import pyarrow.parquet as pq
 
 from ..location import Location
 from .canonical import canonical, concat_sets, in_length_range, select_sets
-from .errors import REMAP_FIX, InputError, Rejects, SetLimits
+from .errors import InputError, Rejects, SetLimits
 from .files import file_stat, parquet_files, parquet_source, as_location
+from .vocabulary import dedup_values, kind_of_type, values_of
 
 __all__ = ["duplicate_error", "open_parquet", "read_parquet_sets", "validated_batches"]
 
+_TOKEN_TYPES = "list<integer>, list<string> or list<binary> (large_list, large_string and large_binary too)"
 _PARQUET_BATCH_ROWS = 1 << 17  # rows per record batch decoded at a time
 _MAX_READ_THREADS = 16  # row groups decoded at once
 
@@ -51,13 +53,13 @@ def _first(mask: np.ndarray) -> int:
 
 
 def check_schema(file: Location, schema: pa.Schema, id_column: str, id_kinds: str) -> None:
-    for column, wanted in ((id_column, id_kinds), ("tokens", "list<integer>")):
+    for column, wanted in ((id_column, id_kinds), ("tokens", _TOKEN_TYPES)):
         index = schema.get_field_index(column)
         if index < 0:
             raise InputError(file, f"a column '{column}' of type {wanted}", f"columns {schema.names}", f"add or rename the column to '{column}'")
         kind = schema.field(index).type
         if column == "tokens":
-            ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_integer(kind.value_type)
+            ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and kind_of_type(kind.value_type) is not None
         elif id_kinds == "integer":
             ok = pa.types.is_integer(kind)
         else:
@@ -85,14 +87,15 @@ def _parquet_batch_sets(file: Location, tokens: pa.Array, row_base: int, limits:
     if flat.null_count:
         row, number = row_and_id(_first(flat.is_null().to_numpy(zero_copy_only=False)))
         raise InputError(file, "token ids without nulls in column 'tokens'", f"a null at id #{number}", "drop the null ids from the list", row=row_base + row)
-    values = flat.to_numpy(zero_copy_only=False)
-    if values.dtype.kind != "u" or limits.vocab_size <= np.iinfo(values.dtype).max:  # else every value is in range
-        bad = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
-        if bad.any():
-            position = _first(bad)
-            row, number = row_and_id(position)
-            raise InputError(file, f"token ids in [0, {limits.vocab_size})", f"{int(values[position])} at id #{number}", REMAP_FIX, row=row_base + row)
-    lengths, set_tokens, repeated = canonical(values.astype(np.uint16, copy=False), counts)
+    if pa.types.is_integer(flat.type):
+        values = flat.to_numpy(zero_copy_only=False)
+        small = (values < limits.vocab_size).all() if values.dtype.kind == "u" else ((values >= 0) & (values < limits.vocab_size)).all()
+    else:
+        small = False
+    if small:  # every id fits the kernels as it is (today's form)
+        lengths, set_tokens, repeated = canonical(values.astype(np.uint16, copy=False), counts)
+    else:  # wide: any integer, string or binary token (settopk.shards.inputs.vocabulary)
+        lengths, set_tokens, repeated = dedup_values(values_of(flat), counts)
     too_long = lengths > limits.max_len
     if too_long.any():
         row = _first(too_long)
@@ -132,10 +135,7 @@ def _bad_rows(batch: pa.RecordBatch, id_column: str, limits: SetLimits) -> np.nd
     flat = pc.list_flatten(tokens)
     parents = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
     nulls = flat.is_null().to_numpy(zero_copy_only=False)
-    # 0 fits every integer type (vocab_size may not: list<uint16> holds at most 65535); the nulls are flagged apart.
-    values = pc.fill_null(flat, 0).to_numpy(zero_copy_only=False)
-    out = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
-    bad[parents[nulls | out]] = True
+    bad[parents[nulls]] = True  # every non-null value of a token type is a valid token
     counts = pc.fill_null(pc.list_value_length(tokens), 0).to_numpy(zero_copy_only=False)
     for row in np.flatnonzero((counts > limits.max_len) & ~bad):  # may still fit after de-duplication
         bad[row] = len(set(tokens[int(row)].as_py())) > limits.max_len
@@ -310,7 +310,36 @@ def read_parquet_sets(path, id_column: str, limits: SetLimits, length_range=None
             where.append((file, row_base, n_batch_rows))
             n_rows += n_batch_rows
     kept_rows = np.concatenate(kept).astype(np.int64) if kept else np.zeros(0, dtype=np.int64)
-    return files, ids, where, kept_rows, concat_sets(kept_lengths, kept_tokens), n_with_repeats
+    try:
+        sets = concat_sets(kept_lengths, kept_tokens)
+    except ValueError:
+        raise mixed_types_error([(where[i][0], t) for i, t in enumerate(kept_tokens)]) from None
+    return files, ids, where, kept_rows, sets, n_with_repeats
+
+
+def mixed_types_error(located) -> InputError:
+    """The error for tokens of kinds no one type holds, naming a file of each.
+
+    Parameters
+    ----------
+    located : list of (str, tokens)
+        Each block's file and tokens (a ``uint16`` array, or Arrow values).
+    """
+    def describe(tokens):
+        if isinstance(tokens, np.ndarray):
+            return "integer"
+        if pa.types.is_large_binary(tokens.type):
+            return "string/binary"
+        return "unsigned (>= 2**63)" if pa.types.is_uint64(tokens.type) else ("negative integer" if len(tokens) and pc.min(tokens).as_py() < 0 else "integer")
+
+    kinds = {}
+    for file, tokens in located:
+        if len(tokens):
+            kinds.setdefault(describe(tokens), file)
+    (first_kind, first_file), *rest = list(kinds.items()) or [("?", "?")]
+    other_kind, other_file = rest[-1] if rest else ("?", "?")
+    return InputError(other_file, f"tokens of one type across the input (found {first_kind} tokens in {first_file})",
+                      f"{other_kind} tokens", "write every file's tokens with one type: integers or strings, and integer ids all signed or all unsigned")
 
 
 def _locate(where, index: int) -> tuple[str, int]:

@@ -26,6 +26,7 @@ from .errors import InputError, Rejected, Rejects, SetLimits
 from .files import corpus_format, file_stat, parquet_files, as_location
 from .parquet import open_parquet
 from .readers import Corpus, read_corpus
+from .vocabulary import has_negative, token_type
 
 __all__ = ["CorpusPiece", "PieceSummary", "assemble_shard", "check_doc_ids", "group_pieces", "pieces_ordered", "plan_pieces", "read_piece"]
 
@@ -78,6 +79,12 @@ class PieceSummary:
         Docs that had a repeated id.
     rejected : tuple of Rejected
         Rows or lines set aside under ``on_invalid="quarantine"``.
+    token_type : str
+        ``"small"`` (every token an integer in ``[0, vocab_size)``: the docs are kernel ids),
+        else the wide values' Arrow type: ``"int64"``, ``"uint64"`` or ``"large_binary"``
+        (:mod:`settopk.shards.inputs.vocabulary`).
+    has_negative : bool
+        Some token is a negative integer.
     """
 
     index: int
@@ -88,6 +95,8 @@ class PieceSummary:
     id_max: int
     n_with_repeats: int
     rejected: tuple[Rejected, ...]
+    token_type: str = "small"
+    has_negative: bool = False
 
 
 def plan_pieces(path, target_rows: int) -> tuple[list[CorpusPiece], str, tuple[str, ...]]:
@@ -197,6 +206,8 @@ def read_piece(piece: CorpusPiece, limits: SetLimits, on_invalid: str = "error")
         id_max=int(ids[-1]) if len(ids) else -1,
         n_with_repeats=corpus.n_with_repeats,
         rejected=corpus.rejected,
+        token_type=token_type(corpus.docs.tokens),
+        has_negative=has_negative(corpus.docs.tokens),
     )
     return summary, corpus
 

@@ -23,12 +23,13 @@ import pyarrow as pa
 
 from settopk.kernels.sets import SetBatch
 
-from .canonical import concat_sets
+from .canonical import concat_sets, take_tokens
 from .errors import InputError, Rejects, SetLimits
 from .files import corpus_format, file_stat, parquet_files, queries_format, as_location
 from .parquet import duplicate_error, open_parquet, validated_batches
 from .readers import read_queries
 from .text import text_sets
+from .vocabulary import VocabCounter, WideSets
 
 __all__ = ["DocQueryStream", "QueryStream"]
 
@@ -124,6 +125,15 @@ class QueryStream:
         Files read.
     rejected : tuple of Rejected
         Lines, rows or files set aside under ``on_invalid="quarantine"``.
+    vocab : settopk.shards.inputs.vocabulary.Vocab
+        The queries' distinct tokens (counted by the validating pass).
+    token_types : dict of str to str
+        Token types seen, each with the first file holding it
+        (:attr:`settopk.shards.inputs.vocabulary.VocabCounter.types`).
+    longest : int
+        The most distinct tokens in one query.
+    token_map : settopk.shards.inputs.vocabulary.TokenMap or None
+        The run's mapping to dense ids, set by the job before :meth:`chunks`.
 
     Raises
     ------
@@ -140,10 +150,15 @@ class QueryStream:
         self.fmt = queries_format(path)
         self._whole = None
         self._drop = np.zeros(0, dtype=np.int64)  # global rows of later repeats of a query_id
+        self.token_map = None
         if self.fmt == "dir":
             self._whole = read_queries(path, limits, on_invalid)
             self.n_queries, self.n_with_repeats = self._whole.queries.n_sets, self._whole.n_with_repeats
             self.files, self.rejected = self._whole.files, self._whole.rejected
+            counter = VocabCounter(limits.vocab_size)
+            counter.add(self._whole.queries.tokens, self.path)
+            self.longest = int(self._whole.queries.lengths.max(initial=0))
+            self.vocab, self.token_types = counter.result(), counter.types
             return
         self._count_pass()
 
@@ -158,7 +173,11 @@ class QueryStream:
         keys = np.empty(sum(open_parquet(f).metadata.num_rows for f in self.files) if self.fmt == "parquet" else 0, dtype=np.int64)
         rows = []
         n_kept = n_repeats = 0
-        for ids, rows_kept, lengths, _, repeated in self._blocks(rejects):
+        counter = VocabCounter(self.limits.vocab_size)
+        self.longest = 0
+        for ids, rows_kept, lengths, tokens, repeated in self._blocks(rejects):
+            counter.add(tokens, self._file)
+            self.longest = max(self.longest, int(lengths.max(initial=0)))
             if self.fmt == "parquet":
                 keys[n_kept : n_kept + len(lengths)] = self._id_keys(ids).view(np.int64)
                 if self._KEEP_ROWS:
@@ -172,6 +191,9 @@ class QueryStream:
             self._drop = self._repeated_ids(keys[:n_kept], np.concatenate(rows) if rows else None, rejects)
         self.n_queries = n_kept - len(self._drop)
         self.rejected = tuple(rejects.records)
+        # The distinct tokens of the queries kept and of later repeats of a query_id (a
+        # repeat's tokens may then count as shared: harmless, the mapping stays exact).
+        self.vocab, self.token_types = counter.result(), counter.types
 
     @staticmethod
     def _id_keys(ids) -> np.ndarray:
@@ -187,12 +209,14 @@ class QueryStream:
         """Yield ``(ids, rows, lengths, tokens, repeated)`` per block of valid queries in input
         order: their ids (a list of str, or for text the line numbers, turned into strings only
         when a chunk is handed out), global row indices (0-based over all rows of all files), and sets."""
+        self._file = self.path
         if self.fmt == "text":
             for lines, lengths, tokens, repeated in text_sets(self.path, self.limits, rejects):
                 yield lines, lines, lengths, tokens, repeated
             return
         self._where, base = [], 0
         for file in self.files:
+            self._file = file
             batches = validated_batches(file, self._ID_COLUMN, self.limits, rejects, max_threads=_QUERY_THREADS, arrow_ids=True,
                                         batch_rows=_QUERY_BATCH_ROWS)
             for ids, (lengths, tokens, repeated), good, row_base, n_rows in batches:
@@ -223,7 +247,13 @@ class QueryStream:
                 drop.append(row)
         return np.asarray(drop, dtype=np.int64)
 
-    def chunks(self, chunk_size: int, skip: int = 0) -> Iterator[tuple[list[str], SetBatch]]:
+    def _mapped(self, sets) -> SetBatch:
+        """A chunk's sets as the kernels' dense ids (:attr:`token_map`)."""
+        # Without a map (a stream used on its own) the sets come as read: a SetBatch, or
+        # WideSets of token values that no kernel takes.
+        return self.token_map.queries(sets) if self.token_map is not None else sets
+
+    def chunks(self, chunk_size: int, skip: int = 0) -> Iterator[tuple[list[str], SetBatch | WideSets]]:
         """Yield ``(query_ids, queries)`` for consecutive chunks of ``chunk_size`` kept queries.
 
         Parameters
@@ -232,6 +262,10 @@ class QueryStream:
             Queries per chunk, ``>= 1``; the last chunk may be shorter.
         skip : int
             Leading chunks to read past without yielding them (already done).
+
+        Each chunk's sets are the kernels' dense ids where :attr:`token_map` is set
+        (:func:`settopk.jobs.vocabulary.settle_tokens`), else as read (a SetBatch, or
+        WideSets where some token is not a small id).
 
         Raises
         ------
@@ -245,7 +279,7 @@ class QueryStream:
             q = self._whole
             for lo in range(skip * chunk_size, q.queries.n_sets, chunk_size):
                 hi = min(lo + chunk_size, q.queries.n_sets)
-                yield q.query_ids[lo:hi], q.queries.take(np.arange(lo, hi))
+                yield q.query_ids[lo:hi], self._mapped(q.queries.take(np.arange(lo, hi)))
             return
         changed = [f for f, before in zip(self.files, self._stats) if file_stat(f) != before]
         if changed:
@@ -256,7 +290,7 @@ class QueryStream:
             if len(self._drop):
                 keep = ~np.isin(rows, self._drop)
                 ids = _select(ids, keep)  # only Parquet ids repeat
-                tokens, lengths = tokens[np.repeat(keep, lengths)], lengths[keep]
+                tokens, lengths = take_tokens(tokens, np.repeat(keep, lengths)), lengths[keep]
             offsets = np.concatenate([[0], np.cumsum(lengths)])
             total += len(lengths)
             start = 0
@@ -269,11 +303,11 @@ class QueryStream:
                 start += take
                 if held == chunk_size:
                     if seen >= skip:
-                        yield _ids(ids_buf), concat_sets(len_buf, tok_buf)
+                        yield _ids(ids_buf), self._mapped(concat_sets(len_buf, tok_buf))
                     seen += 1
                     ids_buf, len_buf, tok_buf, held = [], [], [], 0
         if held and seen >= skip:
-            yield _ids(ids_buf), concat_sets(len_buf, tok_buf)
+            yield _ids(ids_buf), self._mapped(concat_sets(len_buf, tok_buf))
         if total != self.n_queries:
             raise RuntimeError(f"{self.path}: the queries changed while the job ran (validated {self.n_queries}, "
                                f"read {total} now); rerun the job")
@@ -333,6 +367,7 @@ class DocQueryStream(QueryStream):
         self.path, self.limits, self.on_invalid = as_location(path), limits, on_invalid
         self.fmt = corpus_format(path)
         self._whole = None  # QueryStream.chunks reads the blocks again
+        self.token_map = None
         self._drop = np.zeros(0, dtype=np.int64)
         self._count_pass()
 

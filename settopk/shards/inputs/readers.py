@@ -18,7 +18,7 @@ import numpy as np
 from settopk.kernels.sets import SetBatch
 
 from ..location import Location
-from .canonical import NO_SETS, concat_sets, csr_offsets
+from .canonical import NO_SETS, concat_sets
 from .errors import InputError, Rejected, Rejects, SetLimits
 from .files import corpus_format, is_dir, is_hidden, list_dir, open_stream, queries_format, store_error, as_location
 from .parquet import duplicate_error, read_parquet_sets
@@ -37,8 +37,9 @@ class Corpus:
     ----------
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         Strictly increasing.
-    docs : SetBatch
-        Sets in ``doc_ids`` order.
+    docs : SetBatch or WideSets
+        Sets in ``doc_ids`` order: a :class:`SetBatch` where every token is an integer in
+        ``[0, vocab_size)``, else a :class:`settopk.shards.inputs.vocabulary.WideSets` of token values.
     n_with_repeats : int
         Docs read (before any ``length_range`` filter) that had a repeated id.
     fmt : str
@@ -68,7 +69,8 @@ class Queries:
     ----------
     query_ids : list of str
         In input order (sorted file names for ``"dir"``).
-    queries : SetBatch
+    queries : SetBatch or WideSets
+        As :attr:`Corpus.docs`.
     n_with_repeats : int
         Queries that had a repeated id.
     fmt : str
@@ -213,7 +215,7 @@ def _read_query_dir(path: Location, limits: SetLimits, rejects: Rejects) -> Quer
     kept_files = [files[i] for i in good]
     query_ids = [f.name for f in kept_files]
     in_file_order = tuple(sorted(rejects.records, key=lambda r: r.path))
-    return Queries(query_ids, SetBatch(csr_offsets(lengths), tokens), int(repeated.sum()), "dir", tuple(kept_files), in_file_order)
+    return Queries(query_ids, concat_sets([lengths], [tokens]), int(repeated.sum()), "dir", tuple(kept_files), in_file_order)
 
 
 def read_queries(path, limits: SetLimits = SetLimits(), on_invalid: str = "error") -> Queries:

@@ -19,17 +19,20 @@ import pyarrow.compute as pc
 
 from ..location import Location
 from .canonical import NO_SETS, canonical, concat_sets, in_length_range, select_sets
-from .errors import REMAP_FIX, InputError, Rejects, SetLimits
+from .errors import InputError, Rejects, SetLimits
 from .files import open_stream, store_error, as_location
+from .vocabulary import dedup_values
 
 __all__ = ["check_line", "first_bad_line", "parse_block", "read_text_sets", "text_sets"]
 
 _BLOCK_BYTES = 32 << 20  # text read block; a block always holds whole lines
 _MAX_LINE_BYTES = 256 << 20  # a valid line is a few kB: a longer one is not a text file of sets
 _SMALL_SLICE_LINES = 64  # a failing slice of a block this small is checked line by line
-_ALLOWED_TEXT = "comma-separated token ids (non-negative integers; spaces or tabs around an id are allowed)"
-_DIGITS_RE = re.compile(rb"[0-9]+")
-_NEGATIVE_RE = re.compile(rb"-[0-9]+")
+_ALLOWED_TEXT = "comma-separated token ids (decimal integers, '-' allowed; spaces or tabs around an id are allowed)"
+_INTEGER_RE = re.compile(rb"-?[0-9]+")
+_RANGE = "token ids in [-2**63, 2**64) (64-bit integers)"
+_RANGE_FIX = "hash or remap the ids into 64 bits"
+_MIXED = "token ids all in [-2**63, 2**63) or all in [0, 2**64) (negative ids and ids of 2**63 or more do not mix)"
 
 
 def _show(text: bytes, limit: int = 60) -> str:
@@ -65,13 +68,11 @@ def check_line(line: bytes, limits: SetLimits):
         text = field.strip(b" \t")
         if not text:
             return (_ALLOWED_TEXT, f"an empty field at id #{position} in {_show(line)}", "remove the extra comma (a set's ids are separated by single commas, with none before the first or after the last)")
-        if _NEGATIVE_RE.fullmatch(text):
-            return (f"token ids in [0, {limits.vocab_size})", f"the negative id {text.decode()} at id #{position}", REMAP_FIX)
-        if not _DIGITS_RE.fullmatch(text):
+        if not _INTEGER_RE.fullmatch(text):
             return (_ALLOWED_TEXT, f"{_show(text)} at id #{position}", "write each token id as a plain decimal integer")
         value = int(text)
-        if value >= limits.vocab_size:
-            return (f"token ids in [0, {limits.vocab_size})", f"{value} at id #{position}", REMAP_FIX)
+        if not -(2**63) <= value < 2**64:
+            return (_RANGE, f"{value} at id #{position}", _RANGE_FIX)
         ids.add(value)
     if len(ids) > limits.max_len:
         return (f"at most {limits.max_len} distinct ids per set", f"{len(ids)} distinct ids", "shorten this set, or raise max_len")
@@ -126,16 +127,49 @@ def parse_block(block, limits: SetLimits):
         counts = counts - np.bincount(np.searchsorted(line_end, empty), minlength=len(counts))
     try:
         values = pc.cast(fields, pa.uint16()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid:  # not a decimal integer, or >= 65536
-        return None
-    if limits.vocab_size < 65536 and len(values) and values.max() >= limits.vocab_size:
-        return None
+        if limits.vocab_size < 65536 and len(values) and values.max() >= limits.vocab_size:
+            values = None
+    except pa.ArrowInvalid:  # not a decimal integer, or outside [0, 65536)
+        values = None
+    if values is None:  # wide: any 64-bit integer (settopk.shards.inputs.vocabulary)
+        wide = _wide_values(fields)
+        if wide is None:
+            return None
+        lengths, tokens, repeated = dedup_values(wide, counts)
+        if len(lengths) and lengths.max() > limits.max_len:
+            return None
+        return lengths, tokens, repeated
     if len(counts) and counts.max() > limits.max_len:  # may still fit after de-duplication
         lengths, tokens, repeated = canonical(values, counts)
         if lengths.max() > limits.max_len:
             return None
         return lengths, tokens, repeated
     return canonical(values, counts)
+
+
+def _wide_values(fields: pa.Array) -> pa.Array | None:
+    """Trimmed fields as ``int64``, else ``uint64``; None if some field is neither."""
+    for to in (pa.int64(), pa.uint64()):
+        try:
+            return pc.cast(fields, to)
+        except pa.ArrowInvalid:
+            pass
+    return None
+
+
+def _first_huge_line(block: bytes, first_line: int):
+    """``(line, reason)`` for a block whose lines are each valid but whose ids mix negatives
+    with ids of ``2**63`` and more (no 64-bit type holds both): the first line holding a
+    huge id; None if the block does not mix them."""
+    lines = block.split(b"\n")[:-1]
+    values = [[int(f) for f in line.rstrip(b"\r").split(b",") if f.strip(b" \t")] for line in lines]
+    if not any(v < 0 for vs in values for v in vs):
+        return None
+    for i, vs in enumerate(values):
+        huge = [v for v in vs if v >= 2**63]
+        if huge:
+            return first_line + i, (_MIXED, f"{huge[0]} after a negative id", "write all ids as signed or all as unsigned 64-bit integers")
+    return None
 
 
 def first_bad_line(block, limits: SetLimits, first_line: int):
@@ -161,7 +195,8 @@ def first_bad_line(block, limits: SetLimits, first_line: int):
     RuntimeError
         If no line of the block is bad (the two parsers disagree: a bug).
     """
-    block = bytes(block)
+    block = whole = bytes(block)
+    whole_first = first_line
     lines_in = block.count(b"\n")
     while lines_in > _SMALL_SLICE_LINES:
         middle = block.find(b"\n", len(block) // 2)
@@ -179,6 +214,9 @@ def first_bad_line(block, limits: SetLimits, first_line: int):
         reason = check_line(line, limits)
         if reason is not None:
             return first_line + i, reason
+    mixed = _first_huge_line(whole, whole_first)  # each line valid, both halves too: ids of both signs mix
+    if mixed is not None:
+        return mixed
     raise RuntimeError(f"internal error: the vectorised text parser rejected lines {first_line + 1}..{first_line + lines_in} but no line in them is bad")
 
 
@@ -271,6 +309,9 @@ def text_sets(path, limits: SetLimits, rejects: Rejects):
             good, clean = _set_aside_bad_lines(path, block, limits, first_line, rejects)
             line_numbers = first_line + good
             parsed = parse_block(clean, limits) if len(good) else NO_SETS
+            mixed = _first_huge_line(clean, 0) if parsed is None else None
+            if mixed is not None:
+                raise InputError(path, *mixed[1], line=int(line_numbers[mixed[0]]) + 1)
             if parsed is None:
                 raise RuntimeError(f"internal error: {path}: lines that passed the line check failed the block parser")
         lengths, tokens, repeated = parsed
@@ -316,5 +357,10 @@ def read_text_sets(path, limits: SetLimits, length_range=None, rejects: Rejects 
         kept_lengths.append(lengths)
         kept_tokens.append(tokens)
     lines = np.concatenate(kept_lines) if kept_lines else np.zeros(0, dtype=np.int64)
-    return lines.astype(np.int64, copy=False), concat_sets(kept_lengths, kept_tokens), n_with_repeats
+    try:
+        sets = concat_sets(kept_lengths, kept_tokens)
+    except ValueError:  # signed blocks and unsigned blocks: no 64-bit type holds both
+        raise InputError(path, _MIXED, "negative ids and ids of 2**63 or more in one file",
+                         "write all ids as signed or all as unsigned 64-bit integers") from None
+    return lines.astype(np.int64, copy=False), sets, n_with_repeats
 
