@@ -61,18 +61,7 @@ def brute_force_topk(
     """
     if score not in _NAMES:
         raise ValueError(f"score must be one of {', '.join(_NAMES)}; found {score!r}")
-    ids = list(range(len(docs))) if doc_ids is None else list(doc_ids)
-    doc_sets = [set(d) for d in docs]
-    results = []
-    for q in queries:
-        qs = set(q)
-        scored = []
-        for did, ds in zip(ids, doc_sets):
-            ov = len(qs & ds)
-            scored.append((-_exact(ov, len(qs), len(ds), score), did, ov, len(ds)))
-        scored.sort()
-        results.append([(did, ov, dl) for _, did, ov, dl in scored[:k]])
-    return results
+    return [ranked[:k] for ranked in _ranked(queries, docs, doc_ids, score, None)]
 
 
 def brute_force_threshold(
@@ -114,6 +103,12 @@ def brute_force_threshold(
         raise ValueError(f"threshold must be a fractions.Fraction (exact), found {threshold!r}")
     # _exact gives cosine as its square, so its threshold is squared too (both sides are >= 0).
     bar = threshold * threshold if score == "cosine" else threshold
+    return [ranked[:k] for ranked in _ranked(queries, docs, doc_ids, score, bar)]
+
+
+def _ranked(queries, docs, doc_ids, score: str, bar) -> list[list[tuple[int, int, int]]]:
+    """Per query, every doc as ``(doc_id, overlap, doc_len)`` by exact score descending, then doc
+    id ascending; where ``bar`` is given, only those whose :func:`_exact` value reaches it."""
     ids = list(range(len(docs))) if doc_ids is None else list(doc_ids)
     doc_sets = [set(d) for d in docs]
     results = []
@@ -123,8 +118,8 @@ def brute_force_threshold(
         for did, ds in zip(ids, doc_sets):
             ov = len(qs & ds)
             value = _exact(ov, len(qs), len(ds), score)
-            if value >= bar:
+            if bar is None or value >= bar:
                 scored.append((-value, did, ov, len(ds)))
         scored.sort()
-        results.append([(did, ov, dl) for _, did, ov, dl in scored[:k]])
+        results.append([(did, ov, dl) for _, did, ov, dl in scored])
     return results
