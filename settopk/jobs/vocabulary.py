@@ -58,7 +58,7 @@ def token_types(pieces, summaries, query_types: dict) -> dict:
     return types
 
 
-def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: float = 0.25, map_docs: bool = True) -> TokenMap:
+def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: float = 0.0, map_docs: bool = True) -> TokenMap:
     """Make the run's :class:`TokenMap`, check it fits, and map the docs where they are wide.
 
     Parameters
@@ -72,7 +72,9 @@ def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: fl
     longest_doc : int
         The most distinct tokens in one doc.
     cpus : float
-        Ray CPUs each merge or mapping task reserves.
+        Ray CPUs each merge or mapping task reserves. 0 by default, as the job's merge tasks:
+        the shard actors have started by now and may hold every CPU of the cluster
+        (``cpus_per_shard: auto``), and a task that waits for a CPU would wait forever.
     map_docs : bool
         Map wide docs (False for ``--dry-run``: nothing is searched).
 
