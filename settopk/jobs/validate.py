@@ -28,7 +28,7 @@ from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLi
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
-from .threshold_job import check_threshold_job
+from .threshold_job import check_threshold_job, threshold_config
 from .output import check_dataset_root, check_output_dir, partition_dir, record_dir, rejected_paths
 
 __all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
@@ -184,6 +184,7 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
     check_threshold_job(cfg)  # before anything starts: a threshold run the job cannot do fails here
+    cfg = threshold_config(cfg, getattr(args, "k", None))  # only an explicit --k caps a threshold run
     target = _target(args, cfg, started)
     if not target.dataset_root.local:  # first: a store that cannot be reached fails here, with the reason
         check_writable("--out", target.dataset_root, file=False, creates_parents=True)
