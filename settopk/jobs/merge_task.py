@@ -4,7 +4,8 @@ It runs as a Ray task, so the driver never holds results: the shard actors' top-
 go from the object store straight into it. The task can start while its chunk is still
 being searched (:mod:`settopk.jobs.search`): it takes the lists batch by batch, in order,
 merging and writing each batch as soon as its lists exist, so only the last batch is
-written after the search.
+written after the search. A threshold run's task (:func:`merge_and_write_pairs`) does the same
+with the shards' pairs, and records each query's row count in the part's footer.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ shard lists then go, again directly, to a merge task (:mod:`settopk.jobs.merge_t
 the chunk's part, so the driver holds neither the corpus nor the results, and merging
 never stalls the search of the next chunk. The next chunk's first round is sent before
 the driver waits for the current one, so the actors never wait on the driver between chunks.
+
+A threshold run (``--threshold``) has one round: each batch goes once to the shards its queries
+can reach (:func:`settopk.jobs.threshold_job.shard_rows`), whose pairs go to
+:func:`settopk.jobs.merge_task.merge_and_write_pairs`.
 """
 
 from __future__ import annotations
