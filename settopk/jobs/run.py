@@ -26,7 +26,10 @@ With no docs/queries the job runs on the config's synthetic corpus. With a confi
 ``output.partition`` is ``dt`` (``nightly``), ``out`` is a dataset root and the run writes
 ``ROOT/dt=YYYY-MM-DD/``. A self-join searches every doc of the corpus against the corpus, read
 as queries chunk by chunk (:class:`settopk.shards.inputs.DocQueryStream`), leaving each doc out
-of its own results unless ``include_self``.
+of its own results unless ``include_self``. A threshold run (``--threshold``;
+:mod:`settopk.jobs.threshold_job`) writes every passing pair, a varying number per query; with
+``--dedup`` the commit also writes the groups (:mod:`settopk.jobs.dedup`) and renames
+``pairs/``, ``groups/`` and ``duplicates/`` into place together.
 
 The command line (:mod:`settopk.jobs.score`) and the library (:func:`settopk.score`) both call
 :func:`run` with the same arguments.
@@ -46,13 +49,15 @@ import settopk.configs
 from settopk.shards import plan_shards_from_counts
 from settopk.shards.inputs import InputError, fingerprint, plan_pieces, query_files
 from settopk.shards.inputs.files import file_stat
+from settopk.shards.location import Location
 from settopk.shards.searcher import ShardSearcher
 
 from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, read_part_pair_ids, resume_key
 from .cluster import Cluster, connect, shard_doc_cost
+from .dedup import stage_dedup
 from .dispatch import gather
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
-from .output import DEFAULT_OUT, REJECTED_SCHEMA, check_output_dir, commit_results, read_manifest, read_part_doc_ids, rejected_path, work_dir, write_tsv
+from .output import DEFAULT_OUT, REJECTED_SCHEMA, check_output_dir, commit_results, part_name, read_manifest, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
@@ -256,6 +261,15 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
 
     cfg, args, target, queries = job.cfg, job.args, job.target, valid.queries
     total_rows = check_parts(work.path, work.chunks, work.rows_per_query)
+    dedup_stage = dedup_section = None
+    if getattr(args, "dedup", False):
+        # Before the TSV and the manifest: the groups' counts go into it, and a failure here
+        # (too many pairs for one node) leaves the parts in place for a rerun.
+        drop_resume_key(work.path)
+        if args.tsv:
+            write_tsv(args.tsv, (read_part_pair_ids(work.path, c.index) for c in work.chunks))
+        dedup_stage, dedup_section = stage_dedup(Location.real(work.path), [part_name(c.index) for c in work.chunks],
+                                                 target.out_dir)
     clock.stamp_total()  # the commit itself is not counted in the manifest's total
     self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
     manifest = build_manifest(
@@ -285,6 +299,11 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
     if cfg.threshold is not None:
         manifest["threshold"] = threshold_section(cfg, args, total_rows)
         manifest["counts"]["pairs"] = total_rows
+    if dedup_section is not None:
+        manifest["dedup"] = dedup_section
+        commit_results(dedup_stage, target.out_dir, manifest, dataset_root=target.dataset_root,
+                       rejected=rejected if cfg.on_invalid == "quarantine" else None)
+        return manifest
     if args.tsv:
         # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
         # after a failed TSV write recomputes instead of skipping.
