@@ -16,6 +16,7 @@ from settopk.jobs import score
 from settopk.jobs.cluster import resolve_backend, resolve_cpus_per_shard
 from settopk.jobs.output import RESULT_SCHEMA, manifest_path, read_manifest, rejected_path
 from settopk.kernels import brute_force_topk
+from settopk.shards.inputs import InputError
 from tests.fault_helpers import crashing_searcher
 from tests.job_helpers import job_config as _config
 
@@ -494,8 +495,8 @@ def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
 
 
 def _touch_after(monkeypatch, name: str, path) -> None:
-    """Make ``score.<name>`` move ``path``'s modification time a second ahead once it returns."""
-    real = getattr(score, name)
+    """Make ``settopk.jobs.run.<name>`` move ``path``'s modification time a second ahead once it returns."""
+    real = getattr(job_run, name)
 
     def call_then_touch(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -577,7 +578,7 @@ def test_resolve_backend_counts_replicas_in_the_actors_it_needs():
     assert resolve_backend(JobConfig(backend="cupy"), gpus, 1) == ("cupy", 8)
     assert resolve_backend(JobConfig(backend="cupy"), gpus, 4) == ("cupy", 2)
     assert resolve_backend(JobConfig(backend="numpy", cpus_per_shard=2.0), gpus, 2) == ("numpy", 16)
-    with pytest.raises(score.InputError, match=r"3 shard\(s\) x 3 replica\(s\) need 9 GPU\(s\) and 9 CPU\(s\), the Ray cluster has 8"):
+    with pytest.raises(InputError, match=r"3 shard\(s\) x 3 replica\(s\) need 9 GPU\(s\) and 9 CPU\(s\), the Ray cluster has 8"):
         resolve_backend(JobConfig(backend="cupy", n_shards=3), gpus, 3)
     with pytest.raises(ConfigError, match="replicas must be an integer >= 1, found 0"):
         JobConfig(replicas=0)

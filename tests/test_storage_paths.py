@@ -8,7 +8,7 @@ import pytest
 
 from settopk.jobs.run import check_outputs_absolute_under_ray_job
 from settopk.jobs.guard import PathError, check_outputs_apart
-from settopk.jobs.validate import UsageError
+from settopk.jobs.validate import UsageError, locate_args
 
 
 @pytest.mark.parametrize("out, given", [
@@ -45,7 +45,7 @@ def test_a_file_uri_is_compared_as_the_local_path(tmp_path):
 
 
 def _args(out, tsv=None):
-    return argparse.Namespace(out=out, tsv=tsv)
+    return locate_args(argparse.Namespace(out=out, tsv=tsv))
 
 
 def test_a_uri_output_passes_under_a_ray_job(monkeypatch):

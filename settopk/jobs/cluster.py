@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from dataclasses import dataclass
 
 from settopk.kernels import search_cost_per_doc
@@ -47,8 +48,12 @@ def connect(job: Job) -> tuple[Job, Cluster]:
     if not ray.is_initialized():
         # No address: attaches to the cluster under `ray job submit`, else starts a local one.
         # --quiet: Ray's own start-up lines (INFO, and WARNINGs about a local instance) are
-        # not the job's warnings; its errors still show.
-        ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
+        # not the job's warnings; its errors still show. Nor is the FutureWarning some Rays (2.50
+        # among them) give on every start, about hiding GPUs from tasks that ask for none.
+        with warnings.catch_warnings():
+            if job.args.quiet:
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
+            ray.init(**({"logging_level": logging.ERROR} if job.args.quiet else {}))
     resources = ray.cluster_resources()
     check_gpus(job.args, resources)
     node_cpus = [float(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node.get("Alive")]

@@ -1,6 +1,6 @@
 """The benchmark: ``python -m settopk bench --config NAME|FILE`` (``settopk bench``), outside the product modules.
 
-Named configs live in ``settopk/configs/bench/`` and pick one of four runs:
+Named configs live in ``settopk/configs/bench/`` and pick one of five runs:
 
 * the phase run (``sti2-zipf``, ``sti2-uniform``, ``sti2-neardup``, ``smoke``;
   :mod:`settopk.jobs.bench.phases`): read, build, search, merge and write timed on one
@@ -10,10 +10,15 @@ Named configs live in ``settopk/configs/bench/`` and pick one of four runs:
 * the whole-job run (``job-1m``, ``job-1m-uniform``, ``job-1m-2gpu``, ``job-1m-4gpu``, ``job-10m-4gpu``, ``job-smoke``;
   :mod:`settopk.jobs.bench.throughput`): ``settopk.jobs.score`` end to end on each layout, against
   the kernel alone;
+* the Ray Data run (``ray-data-1m``, ``ray-data-1m-2gpu``, ``ray-data-smoke``;
+  :mod:`settopk.jobs.bench.ray_data`): ``read_parquet`` -> ``settopk.ray.search`` -> ``write_parquet``
+  against the job on the same inputs, every row compared;
 * the host-path run (``host-smoke``, ``host-1m``; :mod:`settopk.jobs.bench.host`): the same,
   with stand-in shards (:mod:`settopk.jobs.bench.standin`) answering at a GPU's pace, no GPU
   needed; every number is simulated, and every part is checked complete (the stand-ins'
-  rows are not the queries' true results, so no reference sample is compared).
+  rows are not the queries' true results, so no reference sample is compared);
+* the library run (``library-1m``, ``library-smoke``; :mod:`settopk.jobs.bench.library`):
+  ``settopk.Index.search`` in this process against the kernel alone, on the same data.
 
 Every other run generates the config's synthetic corpus once (into ``--data-dir`` or
 ``synthetic.cache_dir``) and checks its results against the NumPy reference on a

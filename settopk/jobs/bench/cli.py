@@ -2,7 +2,9 @@
 
 The config picks the run: a ``scaling`` section the scaling run (:mod:`settopk.jobs.bench.scale`),
 a ``throughput`` section the whole-job run (:mod:`settopk.jobs.bench.throughput`), a ``host`` section
-the host-path run with stand-in shards (:mod:`settopk.jobs.bench.host`), none the
+the host-path run with stand-in shards (:mod:`settopk.jobs.bench.host`), a ``library`` section
+``settopk.Index.search`` in-process against the kernel alone (:mod:`settopk.jobs.bench.library`), a
+``ray_data`` section the Ray Data pipeline against the job (:mod:`settopk.jobs.bench.ray_data`), none the
 phase run (:mod:`settopk.jobs.bench.phases`). The result is written as JSON and summed up in a
 printed table.
 
@@ -29,7 +31,9 @@ from settopk.shards.inputs import InputError
 from .common import ExactnessError, synthetic_spec
 from .config import bench_config_names, load_bench_config
 from .host import IncompleteOutputError, format_host_table, run_host
+from .library import format_library_table, run_library
 from .phases import format_phases_table, run_phases
+from .ray_data import format_ray_data_table, run_ray_data
 from .scale import format_scaling_table, run_scaling
 from .throughput import format_throughput_table, run_throughput
 
@@ -79,9 +83,15 @@ def run(args: argparse.Namespace) -> dict:
         t = time.perf_counter()
         docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
         log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
-        if cfg.host is not None:
+        if cfg.library is not None:
+            result = run_library(cfg, name, docs_path, queries_path)
+            table = format_library_table(result)
+        elif cfg.host is not None:
             result = run_host(cfg, name, docs_path, queries_path)
             table = format_host_table(result)
+        elif cfg.ray_data is not None:
+            result = run_ray_data(cfg, name, docs_path, queries_path)
+            table = format_ray_data_table(result)
         elif cfg.throughput is not None:
             result = run_throughput(cfg, name, docs_path, queries_path)
             table = format_throughput_table(result)

@@ -20,8 +20,10 @@ from settopk.kernels import SCORES
 from settopk.kernels.postings import ROUTINGS
 
 from .baselines import BASELINES
+from .library import LibraryConfig, section_fields as library_fields
 
-__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "RayDataConfig", "ScalingConfig",
+           "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
@@ -79,6 +81,24 @@ class ThroughputConfig:
     def layouts(self) -> list[tuple[int, int]]:
         """``(n_shards, replicas)`` of each run, in order."""
         return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
+
+
+@dataclass(frozen=True)
+class RayDataConfig:
+    """A Ray Data run (:mod:`settopk.jobs.bench.ray_data`): ``settopk.ray.search`` Parquet to Parquet against the job.
+
+    Attributes
+    ----------
+    replicas : list of int
+        Search actors (one shard, that many replicas) of each run, in order; each runs the job and
+        the pipeline on ``replicas`` GPUs (or CPU slots).
+    query_chunk_size : int
+        The job's queries per chunk (one part file each). The pipeline writes the job's rows
+        (``rows="per_rank"``), compared row for row.
+    """
+
+    replicas: List[int] = field(default_factory=lambda: [1])
+    query_chunk_size: int = 100_000
 
 
 #: One H200's kernel rate at k = 100 as ``job-1m`` measured it (docs/benchmarks.md): the default pace.
@@ -174,10 +194,17 @@ class BenchConfig(SearchConfig):
     host : HostPathConfig, optional
         Makes this a host-path run (:mod:`settopk.jobs.bench.host`), with stand-in shards; as for
         ``throughput``, ``n_shards``, ``warmup``, ``repetitions`` and the baselines are unused.
+    ray_data : RayDataConfig, optional
+        Makes this a Ray Data run (:mod:`settopk.jobs.bench.ray_data`): the pipeline against the job on
+        one shard; as for ``throughput``, ``n_shards``, ``warmup``, ``repetitions`` and the baselines are unused.
     throughput : ThroughputConfig, optional
         Makes this a whole-job throughput run (:mod:`settopk.jobs.bench.throughput`): ``n_shards``,
         ``warmup``, ``repetitions`` and the baselines are then unused; ``query_batch_size``
         must be >= 1.
+    library : LibraryConfig, optional
+        Makes this a library run (:mod:`settopk.jobs.bench.library`): ``settopk.Index.search`` in
+        this process against the kernel alone; ``n_shards``, ``query_batch_size`` and the
+        baselines are then unused.
     """
 
     query_batch_size: int = 0
@@ -194,9 +221,23 @@ class BenchConfig(SearchConfig):
     scaling: Optional[ScalingConfig] = None
     throughput: Optional[ThroughputConfig] = None
     host: Optional[HostPathConfig] = None
+    library: Optional[LibraryConfig] = None
+    ray_data: Optional[RayDataConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
+        if sum(x is not None for x in (self.scaling, self.throughput, self.host, self.library, self.ray_data)) > 1:
+            problems.append("a config has one of the scaling, throughput, host, library and ray_data sections, not several")
+        if self.library is not None:
+            problems += self.library.problems()
+        if self.ray_data is not None:
+            r = self.ray_data
+            if not r.replicas or any(n < 1 for n in r.replicas):
+                problems.append(f"ray_data.replicas must list replica counts >= 1, found {r.replicas}")
+            if r.query_chunk_size < 1:
+                problems.append(f"ray_data.query_chunk_size must be >= 1, found {r.query_chunk_size}")
+            if self.query_batch_size < 1:
+                problems.append(f"query_batch_size must be >= 1 in a ray_data run, found {self.query_batch_size}")
         if self.host is not None:
             h = self.host
             if self.scaling is not None or self.throughput is not None:
@@ -309,7 +350,8 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
         ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
             f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
-            f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)]
+            f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)] + library_fields() + [
+            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

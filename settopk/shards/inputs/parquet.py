@@ -50,7 +50,7 @@ def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def _check_schema(file: Location, schema: pa.Schema, id_column: str, id_kinds: str) -> None:
+def check_schema(file: Location, schema: pa.Schema, id_column: str, id_kinds: str) -> None:
     for column, wanted in ((id_column, id_kinds), ("tokens", "list<integer>")):
         index = schema.get_field_index(column)
         if index < 0:
@@ -142,7 +142,7 @@ def _bad_rows(batch: pa.RecordBatch, id_column: str, limits: SetLimits) -> np.nd
     return bad
 
 
-def _validate_batch(file: Location, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: Rejects,
+def validate_batch(file: Location, batch: pa.RecordBatch, id_column: str, row_base: int, limits: SetLimits, rejects: Rejects,
                     arrow_ids: bool = False):
     """Validate one Parquet record batch: ``(ids, (lengths, tokens, repeated), good)``.
 
@@ -223,7 +223,7 @@ def validated_batches(file, id_column: str, limits: SetLimits, rejects: Rejects,
     """
     file = as_location(file)
     parquet = open_parquet(file)
-    _check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
+    check_schema(file, parquet.schema_arrow, id_column, "integer" if id_column == "doc_id" else "string or integer")
     n_groups = parquet.metadata.num_row_groups
     groups = list(range(n_groups)) if row_groups is None else [int(g) for g in row_groups]
     if any(not 0 <= g < n_groups for g in groups):
@@ -245,7 +245,7 @@ def validated_batches(file, id_column: str, limits: SetLimits, rejects: Rejects,
                 raise InputError(file, "a readable Parquet file", f"unreadable data after row {row_base} ({e})", "re-write the file (it may be truncated or corrupt)") from e
             if batch is None:
                 return out, local.records
-            out.append((*_validate_batch(file, batch, id_column, row_base, limits, local, arrow_ids), row_base, batch.num_rows))
+            out.append((*validate_batch(file, batch, id_column, row_base, limits, local, arrow_ids), row_base, batch.num_rows))
             row_base += batch.num_rows
 
     # pa.cpu_count() follows OMP_NUM_THREADS, which Ray sets from the actor's num_cpus.

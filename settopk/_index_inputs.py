@@ -1,0 +1,294 @@
+"""What :class:`settopk.Index` accepts as docs and queries, read into validated CSR sets.
+
+Four kinds of input, each checked by the rules of :mod:`settopk.shards.inputs` (ids integers in
+``[0, vocab_size)``, a repeated id counted once, at most ``max_len`` distinct ids per set, ids
+unique), with the same :class:`settopk.shards.inputs.InputError` naming the row at fault:
+
+* a path or URI: read whole by :func:`settopk.shards.inputs.read_corpus` /
+  :func:`settopk.shards.inputs.read_queries`, the job's own readers (text, Parquet, a query
+  directory; local or any store PyArrow opens);
+* a :class:`pyarrow.Table` or :class:`pyarrow.RecordBatch` with ``tokens`` (a list of integers)
+  and optionally ``doc_id`` / ``query_id``, checked record batch by record batch by the Parquet
+  reader's own check, as if it were one Parquet file;
+* a :class:`settopk.kernels.SetBatch`, checked for ascending, distinct ids in range;
+* a sequence (or any iterable) of sets, each an iterable of ints (a Python ``set``, a list, a
+  NumPy array), sorted and de-duplicated.
+
+Nothing here imports Ray, CuPy or Numba.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from settopk.kernels.sets import SetBatch
+from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
+from settopk.shards.inputs.canonical import canonical, csr_offsets
+from settopk.shards.inputs.errors import REMAP_FIX, Rejects
+# The Parquet reader's schema and per-batch checks, reused so that an in-memory table obeys exactly the
+# rules (and gets exactly the messages) of a Parquet file holding it.
+from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error
+
+__all__ = ["TABLE", "SETS", "read_doc_sets", "read_query_sets"]
+
+TABLE = "<arrow table>"
+"""How errors name an Arrow table input (in place of a file path)."""
+SETS = "<sets>"
+"""How errors name a sequence of sets or a SetBatch input."""
+
+_BATCH_ROWS = 1 << 17  # rows of an Arrow table checked at a time (bounds the temporary arrays)
+
+
+def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, SetBatch]:
+    """The docs of ``docs``, validated, as ``(doc_ids, sets)`` sorted by doc id.
+
+    Parameters
+    ----------
+    docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, SetBatch or iterable of sets
+        See :meth:`settopk.Index.build`.
+    limits : SetLimits
+        Bounds on ids and set sizes.
+    doc_ids : array_like of int, shape (n_docs,), optional
+        Ids of the docs of a SetBatch or a sequence of sets (default: their positions).
+
+    Returns
+    -------
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing.
+    sets : SetBatch
+        In ``doc_ids`` order.
+
+    Raises
+    ------
+    InputError
+        For a bad set or id (naming the file and line, or the row), or a missing or unreadable file.
+    TypeError
+        If ``docs`` is none of the kinds above, or ``doc_ids`` is given with a path or a table.
+    """
+    if _is_path(docs) or isinstance(docs, (pa.Table, pa.RecordBatch)):
+        if doc_ids is not None:
+            raise TypeError("doc_ids= is for a SetBatch or a sequence of sets; a path or an Arrow table brings its "
+                            "own 'doc_id' (a table without one numbers its rows from 0)")
+        if _is_path(docs):
+            corpus = read_corpus(docs, limits)
+            return corpus.doc_ids, corpus.docs
+        ids, sets, where = _table_sets(docs, "doc_id", limits)
+        return _sorted_by_id(ids, sets, where)
+    sets = _plain_sets(docs, limits)
+    if doc_ids is None:
+        return np.arange(sets.n_sets, dtype=np.int64), sets
+    ids = _checked_doc_ids(doc_ids, sets.n_sets)
+    return _sorted_by_id(ids, sets, [(SETS, 0, sets.n_sets)])
+
+
+def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBatch]:
+    """The queries of ``queries``, validated, in input order.
+
+    Parameters
+    ----------
+    queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, SetBatch or iterable of sets
+        See :meth:`settopk.Index.search`.
+    limits : SetLimits
+        The index's bounds: ids below its ``vocab_size``, at most its ``max_len`` ids.
+
+    Returns
+    -------
+    query_ids : list of str or None
+        The ids a file or a table with ``query_id`` names its queries by; None for inputs without
+        ids (their rows are numbered from 0).
+    sets : SetBatch
+
+    Raises
+    ------
+    InputError
+        For a bad set or a repeated query id (naming the file and line, or the row), or a missing
+        or unreadable file.
+    TypeError
+        If ``queries`` is none of the kinds above.
+    """
+    if _is_path(queries):
+        read = read_queries(queries, limits)
+        return read.query_ids, read.queries
+    if isinstance(queries, (pa.Table, pa.RecordBatch)):
+        has_ids = "query_id" in queries.schema.names
+        ids, sets, where = _table_sets(queries, "query_id", limits)
+        if not has_ids:
+            return None, sets
+        seen: dict[str, int] = {}
+        for index, query_id in enumerate(ids):
+            first = seen.setdefault(query_id, index)
+            if first != index:
+                raise duplicate_error(where, "query_id", query_id, first, index)
+        return ids, sets
+    return None, _plain_sets(queries, limits)
+
+
+def _is_path(value) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def _table_sets(table, id_column: str, limits: SetLimits):
+    """Ids (int64 array, or list of str for ``query_id``), sets and record-batch locations of an
+    Arrow table or record batch, checked as the Parquet reader checks a file."""
+    if id_column not in table.schema.names:  # rows numbered from 0, as the text format numbers lines
+        ids = pa.array(np.arange(table.num_rows, dtype=np.int64))
+        table = table.append_column(id_column, ids) if isinstance(table, pa.Table) else pa.RecordBatch.from_arrays(
+            [*table.columns, ids], names=[*table.schema.names, id_column])
+    check_schema(TABLE, table.schema, id_column, "integer" if id_column == "doc_id" else "string or integer")
+    if isinstance(table, pa.Table):
+        batches = table.select([id_column, "tokens"]).to_batches(max_chunksize=_BATCH_ROWS)
+    else:
+        batches = [table.select([id_column, "tokens"])]
+    rejects = Rejects("error")  # the first bad row raises, as the job's default on_invalid
+    ids, lengths, tokens, where, row_base = [], [], [], [], 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        batch_ids, (batch_lengths, batch_tokens, _), _ = validate_batch(TABLE, batch, id_column, row_base, limits, rejects)
+        ids.append(batch_ids)
+        lengths.append(batch_lengths)
+        tokens.append(batch_tokens)
+        where.append((TABLE, row_base, batch.num_rows))
+        row_base += batch.num_rows
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    sets = SetBatch(csr_offsets(all_lengths), np.concatenate(tokens).astype(np.uint16) if tokens else np.zeros(0, np.uint16))
+    if id_column == "doc_id":
+        return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sets, where
+    return [q for batch_ids in ids for q in batch_ids], sets, where
+
+
+def _sorted_by_id(ids: np.ndarray, sets: SetBatch, where) -> tuple[np.ndarray, SetBatch]:
+    """Docs sorted by id; a repeated id raises, naming the first repeat in input order and its original."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    again = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+    if len(again):
+        repeats = order[1:][again]
+        index = int(repeats.min())  # the first repeat in input order
+        first = int(order[np.searchsorted(sorted_ids, ids[index])])  # stable sort: the earliest row with that id
+        raise duplicate_error(where, "doc_id", int(ids[index]), first, index)
+    if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
+        return sorted_ids, sets.take(order)
+    return ids, sets
+
+
+def _checked_doc_ids(doc_ids, n_docs: int) -> np.ndarray:
+    """``doc_ids`` as int64, checked: one per doc, integers in ``[0, 2**63)``."""
+    array = np.asarray(doc_ids)
+    if array.shape != (n_docs,):
+        raise ValueError(f"doc_ids must have shape ({n_docs},), one id per doc, found shape {array.shape}")
+    if n_docs and array.dtype.kind not in "iu":
+        raise TypeError(f"doc_ids must be integers, found dtype {array.dtype}")
+    if array.dtype == np.uint64 and n_docs and (array > np.iinfo(np.int64).max).any():
+        row = int(np.flatnonzero(array > np.iinfo(np.int64).max)[0])
+        raise InputError(SETS, "doc_id values in [0, 2**63)", f"{int(array[row])}", "renumber the docs", row=row)
+    array = array.astype(np.int64)
+    if n_docs and (array < 0).any():
+        row = int(np.flatnonzero(array < 0)[0])
+        raise InputError(SETS, "non-negative doc_id values", f"{int(array[row])}", "renumber the docs with ids >= 0", row=row)
+    return array
+
+
+def _plain_sets(sets, limits: SetLimits) -> SetBatch:
+    """A SetBatch, checked, or an iterable of sets made one (each sorted and de-duplicated), checked."""
+    if isinstance(sets, SetBatch):
+        return _checked_set_batch(sets, limits)
+    if isinstance(sets, (bytes, bytearray, dict)) or not _iterable(sets):
+        raise TypeError(f"expected a path or URI, an Arrow table, a SetBatch or a sequence of sets; found {type(sets).__name__}")
+    rows = list(sets)
+    counts = np.zeros(len(rows), dtype=np.int64)
+    for i, row in enumerate(rows):
+        if isinstance(row, (str, bytes, dict)) or not _iterable(row):
+            raise InputError(SETS, "each set an iterable of integer token ids (a set, list or array)",
+                             f"{type(row).__name__} {_show(row)}", "pass a sequence of sets, e.g. [[1, 2], [3]]", row=i)
+        if not hasattr(row, "__len__"):
+            rows[i] = row = list(row)
+        counts[i] = len(row)
+    if rows and all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "iu" and r.dtype != np.uint64
+                    for r in rows):  # integer arrays: joined without a Python object per id
+        values, flat = np.concatenate([r.astype(np.int64, copy=False) for r in rows]), None
+    else:
+        flat = list(itertools.chain.from_iterable(rows))
+        try:
+            values = np.array(flat) if flat else np.zeros(0, dtype=np.int64)
+        except (OverflowError, ValueError):
+            values = np.array(flat, dtype=object)
+    if values.dtype.kind not in "iu" or values.ndim != 1:
+        position = _first_non_integer(flat)
+        row, number = _row_of(counts, position)
+        raise InputError(SETS, "integer token ids", f"{_show(flat[position])} at id #{number}",
+                         "pass ints (no floats, strings or nested lists)", row=row)
+    bad = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
+    if bad.any():
+        position = int(np.flatnonzero(bad)[0])
+        row, number = _row_of(counts, position)
+        raise InputError(SETS, f"token ids in [0, {limits.vocab_size})", f"{int(values[position])} at id #{number}", REMAP_FIX, row=row)
+    lengths, tokens, _ = canonical(values.astype(np.uint16), counts)
+    _check_lengths(lengths, limits)
+    return SetBatch(csr_offsets(lengths), tokens)
+
+
+def _checked_set_batch(sets: SetBatch, limits: SetLimits) -> SetBatch:
+    """``sets`` itself, once every set is found ascending and repeat-free with ids below
+    ``vocab_size`` and at most ``max_len`` of them (a SetBatch's constructor checks none of it)."""
+    lengths = sets.lengths
+    if len(lengths) and lengths.min() < 0:
+        raise InputError(SETS, "non-decreasing SetBatch.offsets", f"a set of length {int(lengths.min())}",
+                         "build the SetBatch with SetBatch.from_lists", row=int(np.argmin(lengths)))
+    tokens = sets.tokens
+    if len(tokens) > 1:
+        increasing = tokens[1:] > tokens[:-1]
+        starts = sets.offsets[1:-1]
+        starts = starts[(starts > 0) & (starts < len(tokens))]
+        increasing[starts - 1] = True  # a set may start below where the one before ends
+        if not increasing.all():
+            position = int(np.flatnonzero(~increasing)[0]) + 1
+            row, number = _row_of(lengths, position)
+            raise InputError(SETS, "ids ascending and distinct within each set of a SetBatch",
+                             f"{int(tokens[position])} after {int(tokens[position - 1])} at id #{number}",
+                             "build the SetBatch with SetBatch.from_lists, which sorts and de-duplicates", row=row)
+    if len(tokens) and limits.vocab_size < 65536 and int(tokens.max()) >= limits.vocab_size:
+        position = int(np.flatnonzero(tokens >= limits.vocab_size)[0])
+        row, number = _row_of(lengths, position)
+        raise InputError(SETS, f"token ids in [0, {limits.vocab_size})", f"{int(tokens[position])} at id #{number}", REMAP_FIX, row=row)
+    _check_lengths(lengths, limits)
+    return sets
+
+
+def _check_lengths(lengths: np.ndarray, limits: SetLimits) -> None:
+    if len(lengths) and lengths.max() > limits.max_len:
+        row = int(np.flatnonzero(lengths > limits.max_len)[0])
+        raise InputError(SETS, f"at most {limits.max_len} distinct ids per set", f"{int(lengths[row])} distinct ids",
+                         f"shorten this set, or build the Index with max_len >= {int(lengths.max())}", row=row)
+
+
+def _iterable(value) -> bool:
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _row_of(counts: np.ndarray, position: int) -> tuple[int, int]:
+    """The set holding flat value ``position`` and the value's 1-based number within it."""
+    ends = np.cumsum(counts)
+    row = int(np.searchsorted(ends, position, side="right"))
+    return row, int(position - (ends[row] - counts[row]) + 1)
+
+
+def _first_non_integer(values: list) -> int:
+    for i, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            return i
+    # Every value an int, yet no integer array: some lie beyond int64 (and uint64, or mixed with negatives).
+    return next((i for i, value in enumerate(values) if not -(2**63) <= int(value) < 2**63), 0)
+
+
+def _show(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,247 @@
+"""The Ray Data pipeline against the job: ``settopk.ray.search`` Parquet to Parquet, beside ``settopk score``.
+
+Run by ``python -m settopk bench --config ray-data-1m`` (or any config with a ``ray_data``
+section). The config's synthetic corpus and queries are generated once; then, for each replica
+count of ``ray_data.replicas``, two processes run one after the other, each with its own Ray
+instance, as a user runs them:
+
+* the job (``settopk score``, one shard, that many replicas; :func:`settopk.jobs.bench.throughput.run_job`);
+* the pipeline (``python -m settopk.jobs.bench.ray_data``): ``ray.data.read_parquet(queries)`` ->
+  ``settopk.ray.search(..., replicas=N)`` -> ``write_parquet``, zstd as the job writes.
+
+Queries per second are taken as the job's are: the queries over the search, from the moment every
+search actor holds its index (the job's ``search_s``; for the pipeline, from the last pool actor's
+index built to the write's end). The table also gives each one's whole process (wall), their ratio,
+and each driver's peak resident memory (the job's manifest; the pipeline's ``getrusage``).
+
+Exactness: the two results hold the same rows (DuckDB ``EXCEPT ALL`` both ways is empty, or, where
+DuckDB is not installed, the two tables sorted by query and rank are equal); any difference
+stops the run before a number is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from .common import ExactnessError
+from .config import BenchConfig
+from .throughput import job_config, run_job
+
+__all__ = ["format_ray_data_table", "main", "run_pipeline", "run_ray_data"]
+
+log = logging.getLogger("settopk.bench")
+
+
+def _pipeline_settings(cfg: BenchConfig, replicas: int) -> dict:
+    """What the pipeline process passes to ``settopk.ray.search``, from the benchmark's search settings."""
+    return {"k": cfg.k, "score": cfg.score, "backend": cfg.backend, "routing": cfg.routing, "max_len": cfg.max_len,
+            "vocab_size": cfg.vocab_size, "replicas": replicas, "batch_size": cfg.query_batch_size,
+            # A GPU actor needs one CPU: the others run Ray Data's read, row-building and write tasks.
+            "num_cpus": 1.0 if cfg.backend == "cupy" else float(cfg.cpus_per_shard), "num_gpus": float(cfg.gpus_per_shard) if cfg.backend in ("cupy", "auto") else None}
+
+
+def run_pipeline(docs: Path, queries: Path, out: Path, settings: dict, scratch: Path, tag: str) -> dict:
+    """Run the Ray Data pipeline in its own process; its measurements.
+
+    Raises
+    ------
+    RuntimeError
+        If the process exits non-zero (the message holds the end of its log).
+    """
+    settings_path, result_path, log_path = (scratch / f"ray-data{tag}.{ext}" for ext in ("settings.json", "result.json", "log"))
+    settings_path.write_text(json.dumps(settings))
+    command = [sys.executable, "-m", "settopk.jobs.bench.ray_data", "--docs", str(docs), "--queries", str(queries),
+               "--out", str(out), "--settings", str(settings_path), "--result", str(result_path)]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a fresh local cluster, as the job's
+    start = time.perf_counter()
+    with open(log_path, "w") as log_file:
+        code = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    wall_s = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f"the Ray Data pipeline ({settings['replicas']} replica(s)) exited {code}; its log ends:\n"
+                           f"{log_path.read_text()[-4000:]}")
+    return {**json.loads(result_path.read_text()), "wall_s": wall_s}
+
+
+def _rows_differing(a: Path, b: Path) -> tuple[int, int]:
+    """Rows of result ``a`` not in ``b`` and of ``b`` not in ``a`` (as multisets)."""
+    try:
+        import duckdb
+    except ImportError:
+        duckdb = None
+    if duckdb is not None:
+        x, y = f"read_parquet('{a}/*.parquet')", f"read_parquet('{b}/*.parquet')"
+        return tuple(duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {p} EXCEPT ALL SELECT * FROM {q})").fetchall()[0][0]
+                     for p, q in ((x, y), (y, x)))
+    import pyarrow.dataset as ds
+
+    def ordered(path):
+        table = ds.dataset(str(path), format="parquet").to_table()
+        return table.sort_by([("query_id", "ascending"), ("rank", "ascending")]).replace_schema_metadata(None)
+
+    first, second = ordered(a), ordered(b)
+    same = first.num_rows == second.num_rows and first.equals(second)
+    return (0, 0) if same else (max(first.num_rows, 1), max(second.num_rows, 1))
+
+
+def run_ray_data(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> dict:
+    """Run the job and the pipeline for every replica count of ``cfg.ray_data``; returns the result.
+
+    Raises
+    ------
+    ExactnessError
+        If a pipeline's rows differ from the job's.
+    RuntimeError
+        If a job or pipeline run fails.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="settopk-bench-ray-data-"))
+    runs = []
+    try:
+        for replicas in cfg.ray_data.replicas:
+            job_out, pipeline_out = scratch / f"job-{replicas}", scratch / f"ray-data-{replicas}"
+            log.info("ray_data: settopk score on 1 shard x %d replica(s)", replicas)
+            job = run_job(cfg, 1, replicas, docs, queries, job_out, scratch,
+                          job_cfg=job_config(cfg, 1, replicas, cfg.ray_data.query_chunk_size))
+            log.info("ray_data: the Ray Data pipeline on %d replica(s)", replicas)
+            pipeline = run_pipeline(docs, queries, pipeline_out, _pipeline_settings(cfg, replicas), scratch, f"-{replicas}")
+            only_pipeline, only_job = _rows_differing(pipeline_out, job_out)
+            if only_pipeline or only_job:
+                raise ExactnessError([{"replicas": replicas, "rows_only_in_ray_data": only_pipeline, "rows_only_in_job": only_job}])
+            shutil.rmtree(job_out)
+            shutil.rmtree(pipeline_out)  # a 1 M-query result takes gigabytes: one pair at a time
+            runs.append({
+                "replicas": replicas,
+                "n_queries": job["n_queries"],
+                "rows": job["rows"],
+                "job": {key: job[key] for key in ("wall_s", "search_s", "queries_per_s", "driver_max_rss_bytes")},
+                "ray_data": pipeline,
+                "queries_per_s_ratio": pipeline["queries_per_s"] / job["queries_per_s"] if job["queries_per_s"] > 0 else 0.0,
+                "wall_ratio": pipeline["wall_s"] / job["wall_s"] if job["wall_s"] > 0 else 0.0,
+                "driver_rss_ratio": pipeline["driver_max_rss_bytes"] / max(job["driver_max_rss_bytes"], 1),
+            })
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "benchmark": "settopk.bench.ray_data",
+        "config": name,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": cfg.to_dict(),
+        "n_queries": runs[0]["n_queries"],
+        "runs": runs,
+        "exactness": {"compared": "every row, DuckDB EXCEPT ALL both ways (else sorted tables)", "identical": True},
+    }
+
+
+def format_ray_data_table(result: dict) -> str:
+    """The printed summary of a Ray Data result."""
+    lines = [
+        f"settopk bench {result['config']}: Ray Data pipeline (read_parquet -> settopk.ray.search -> write_parquet) "
+        f"against the job, {result['n_queries']:,} queries, backend {result['settings']['backend']}",
+        f"{'replicas':>8}{'job_q/s':>12}{'ray_q/s':>12}{'ratio':>7}{'job_wall':>9}{'ray_wall':>9}{'job_rss_GB':>11}{'ray_rss_GB':>11}",
+    ]
+    for r in result["runs"]:
+        job, ray_data = r["job"], r["ray_data"]
+        lines.append(
+            f"{r['replicas']:>8}{job['queries_per_s']:>12,.0f}{ray_data['queries_per_s']:>12,.0f}{r['queries_per_s_ratio']:>7.2f}"
+            f"{job['wall_s']:>9.1f}{ray_data['wall_s']:>9.1f}{job['driver_max_rss_bytes'] / 1e9:>11.2f}"
+            f"{ray_data['driver_max_rss_bytes'] / 1e9:>11.2f}")
+    lines.append("q/s: queries over the search, from every actor holding its index to the last row written; "
+                 "ratio: Ray Data's over the job's (target >= 0.9); wall: each whole process, Ray's start included; "
+                 "rss: the driver's peak")
+    lines.append("exact: every row of each pipeline's result equals the job's (EXCEPT ALL both ways empty)")
+    return "\n".join(lines)
+
+
+# --- the pipeline process: python -m settopk.jobs.bench.ray_data ---------------------------------
+
+
+def _timed_search_class(clock_name: str):
+    """A :class:`settopk.ray.ShardSearch` that tells the named clock actor when its index is built."""
+    import ray
+
+    from settopk.ray import ShardSearch
+
+    class TimedShardSearch(ShardSearch):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            ray.get(ray.get_actor(clock_name).ready.remote(time.time()))
+
+    return TimedShardSearch
+
+
+def _clock_class():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Clock:
+        """When each pool actor's index was built (wall clock, seconds since the epoch; one node)."""
+
+        def __init__(self):
+            self.times = []
+
+        def ready(self, at: float) -> None:
+            self.times.append(at)
+
+        def all(self) -> list:
+            return list(self.times)
+
+    return Clock
+
+
+def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
+    """Run read_parquet -> settopk.ray.search -> write_parquet on a fresh local Ray; its measurements."""
+    import pyarrow.parquet as pq
+    import ray
+
+    import settopk.ray
+
+    start = time.perf_counter()
+    ray.init(logging_level=logging.WARNING)
+    clock_name = f"settopk-bench-clock-{uuid.uuid4().hex}"
+    clock = _clock_class().options(name=clock_name).remote()
+    replicas = settings.pop("replicas")
+    loaded = time.perf_counter()
+    dataset = settopk.ray.search(ray.data.read_parquet(queries), docs, replicas=replicas,
+                                 searcher_cls=_timed_search_class(clock_name), **settings)
+    load_s = time.perf_counter() - loaded
+    dataset.write_parquet(out, compression="zstd")
+    end = time.time()
+    ready = ray.get(clock.all.remote())
+    n_queries = pq.ParquetFile(queries).metadata.num_rows if os.path.isfile(queries) else ray.data.read_parquet(queries).count()
+    search_s = end - max(ready[:replicas])  # from the last actor's first index: the job's search phase starts so
+    return {
+        "read_docs_s": load_s,
+        "pipeline_s": time.perf_counter() - loaded - load_s,
+        "search_s": search_s,
+        "queries_per_s": n_queries / search_s if search_s > 0 else float("inf"),
+        "actor_starts": len(ready),
+        "driver_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
+        "process_s": time.perf_counter() - start,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the pipeline process (``python -m settopk.jobs.bench.ray_data``); writes its result JSON."""
+    p = argparse.ArgumentParser(prog="python -m settopk.jobs.bench.ray_data", description="The Ray Data side of settopk bench ray_data.")
+    for name in ("--docs", "--queries", "--out", "--settings", "--result"):
+        p.add_argument(name, required=True)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s settopk %(levelname)s %(message)s", stream=sys.stderr)
+    result = _pipeline(args.docs, args.queries, args.out, json.loads(Path(args.settings).read_text()))
+    Path(args.result).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+""":func:`search`: exact top-k of every query of a Ray Data dataset, as a dataset of result rows."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+
+import ray
+
+from settopk.configs import AUTO_QUERY_BATCH_SIZE
+
+from .corpus import CorpusHandle, check_search_settings, load_corpus, resolve_backend
+from .stage import ROWS, ShardSearch, result_rows
+
+__all__ = ["search"]
+
+log = logging.getLogger("settopk")
+# Settings of the corpus: taken from a CorpusHandle when one is passed as docs, so they may not be passed again.
+_CORPUS_SETTINGS = ("k", "score", "n_shards", "backend", "routing", "max_len", "vocab_size", "on_invalid")
+_GPU_CALLS_AT_ONCE = 2  # as settopk.jobs.shard_pool's GPU actors
+_DEFAULTS = {"k": 100, "score": "braun_blanquet", "n_shards": 1, "backend": "auto", "routing": "scan", "max_len": 128,
+             "vocab_size": 65536, "on_invalid": "error"}
+
+
+def search(queries, docs, *, k: int | None = None, score: str | None = None, replicas: int = 1, n_shards: int | None = None,
+           backend: str | None = None, rows: str = "per_rank", batch_size: int | None = None, num_cpus: float = 1.0,
+           num_gpus: float | None = None, id_column: str = "query_id", tokens_column: str = "tokens",
+           routing: str | None = None, max_len: int | None = None, vocab_size: int | None = None,
+           on_invalid: str | None = None, searcher_cls: type = ShardSearch):
+    """Exact top-k set-similarity search of every query of a dataset against a corpus, on pools of Ray actors.
+
+    The corpus is read now, by Ray tasks, into the object store (:func:`settopk.ray.load_corpus`);
+    the queries are searched when the returned dataset runs (``write_parquet``, ``take``, ...). Each
+    of the ``n_shards`` length-bucket shards is a ``map_batches`` stage on a fixed pool of
+    ``replicas`` actors (:class:`settopk.ray.ShardSearch`), each holding its shard's index, built
+    once from the object store; each stage merges its lists into the previous stages' exactly.
+    Results equal the job's (``settopk score``) on the same inputs: ranked by ``score`` descending,
+    then doc id ascending. Rows come in no particular order (Ray Data's default); each carries its
+    ``query_id``. A pool actor that dies is restarted and its batches searched again.
+
+    Parameters
+    ----------
+    queries : ray.data.Dataset
+        One row per query: ``id_column`` (string or integer, written as strings; not checked for
+        uniqueness) and ``tokens_column`` (list of integer token ids; order and repeats do not matter).
+    docs : str, os.PathLike or CorpusHandle
+        The corpus in one of the job's formats (``docs.txt``, or Parquet with ``doc_id`` and ``tokens``),
+        a local path or a URI; or a :class:`settopk.ray.CorpusHandle` already loaded (its settings
+        then apply, and ``k``, ``score``, ``n_shards``, ``backend``, ``routing``, ``max_len``,
+        ``vocab_size`` and ``on_invalid`` may not be passed).
+    k : int
+        Results per query, in ``[1, 32767]`` (default 100).
+    score : str
+        What to rank by, one of :data:`settopk.kernels.SCORES` (default ``"braun_blanquet"``).
+    replicas : int
+        Actors in each shard's pool (each holds the whole shard and searches a share of the batches).
+    n_shards : int
+        Most length-bucket shards (default 1): more when the corpus does not fit one actor's memory.
+    backend : str
+        ``"auto"`` (default: ``"cupy"`` on a cluster with GPUs, else ``"cpu"``), ``"cupy"``, ``"cpu"`` or ``"numpy"``.
+    rows : str
+        ``"per_rank"`` (default): one row per (query, rank) with the job's columns and types
+        (:data:`settopk.jobs.output.RESULT_SCHEMA`); ``"per_query"``: one row per query with list
+        columns (:data:`settopk.ray.PER_QUERY_SCHEMA`).
+    batch_size : int, optional
+        Queries per call to an actor (default: the job's for the backend: 4096 cupy, 512 cpu, 256 numpy).
+    num_cpus : float
+        CPUs each actor reserves (default 1; also the threads of a ``"cpu"`` index). Leave some of
+        the cluster's CPUs to Ray Data's read and write tasks.
+    num_gpus : float, optional
+        GPUs each actor reserves (default 1 for ``"cupy"``, else 0).
+    id_column, tokens_column : str
+        The query columns.
+    routing : str
+        One of :data:`settopk.kernels.postings.ROUTINGS` (default ``"scan"``).
+    max_len, vocab_size : int
+        Every set holds at most ``max_len`` (default 128, at most 255) distinct ids, each in
+        ``[0, vocab_size)`` (default 65536).
+    on_invalid : str
+        Bad docs: ``"error"`` (default) or ``"quarantine"`` (left out). A bad query always raises.
+    searcher_cls : type
+        :class:`settopk.ray.ShardSearch` or a subclass of it (to instrument the actors).
+
+    Returns
+    -------
+    ray.data.Dataset
+        Lazy: the search runs when the dataset is consumed.
+
+    Raises
+    ------
+    ValueError
+        A setting out of its range, or more CPUs or GPUs asked for than the cluster has (the
+        message says which and what to lower).
+    TypeError
+        ``queries`` not a Dataset, ``docs`` neither a path nor a CorpusHandle, or ``searcher_cls``
+        not a ShardSearch.
+    settopk.shards.inputs.InputError
+        A bad doc (the file and row or line named), a missing corpus or an empty one. A bad
+        query raises when the dataset runs, naming the column.
+    """
+    if not isinstance(queries, ray.data.Dataset):
+        raise TypeError(f"queries must be a ray.data.Dataset with columns '{id_column}' and '{tokens_column}', "
+                        f"found {type(queries).__name__}; make one with ray.data.read_parquet or ray.data.from_items")
+    if not (isinstance(searcher_cls, type) and issubclass(searcher_cls, ShardSearch)):
+        raise TypeError(f"searcher_cls must be settopk.ray.ShardSearch or a subclass of it, found {searcher_cls!r}")
+    if rows not in ROWS:
+        raise ValueError(f"rows must be one of {', '.join(ROWS)}, found {rows!r}")
+    for name, value in (("replicas", replicas), ("batch_size", batch_size)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, found {value!r}")
+    if not num_cpus >= 0 or (num_gpus is not None and not num_gpus >= 0):
+        raise ValueError(f"num_cpus and num_gpus must be >= 0, found {num_cpus!r} and {num_gpus!r}")
+    _check_columns(queries, id_column, tokens_column)
+    given = {name: value for name, value in zip(_CORPUS_SETTINGS, (k, score, n_shards, backend, routing, max_len, vocab_size, on_invalid))
+             if value is not None}
+    if isinstance(docs, CorpusHandle):
+        if given:
+            raise ValueError(f"docs is a CorpusHandle, whose settings apply; do not pass {sorted(given)} as well "
+                             "(load the corpus again with settopk.ray.load_corpus to change them)")
+        corpus = docs
+        num_gpus = (1.0 if corpus.backend == "cupy" else 0.0) if num_gpus is None else num_gpus
+        _check_resources(corpus.n_shards * replicas, num_cpus, num_gpus)
+    else:
+        settings = {**_DEFAULTS, **given}
+        check_search_settings(*(settings[name] for name in ("k", "score", "backend", "routing", "max_len", "vocab_size")))
+        if not ray.is_initialized():
+            ray.init()
+        settings["backend"] = resolve_backend(settings["backend"])
+        num_gpus = (1.0 if settings["backend"] == "cupy" else 0.0) if num_gpus is None else num_gpus
+        if isinstance(settings["n_shards"], int):  # else load_corpus says what is wrong with it
+            # Before the corpus is read: the plan has at most n_shards shards.
+            _check_resources(settings["n_shards"] * replicas, num_cpus, num_gpus)
+        corpus = load_corpus(docs, threads=max(1, int(num_cpus)), **settings)
+    batch_size = batch_size or AUTO_QUERY_BATCH_SIZE.get(corpus.backend, 512)
+    # Blocks of one batch each: a pool gets as many tasks as batches, spread over its actors (a
+    # block is one task, and a file read as one block would keep one actor busy and the others idle).
+    dataset = queries.repartition(target_num_rows_per_block=batch_size)
+    for shard in range(corpus.n_shards):
+        options = {"num_gpus": num_gpus} if num_gpus else {}
+        compute = _pool(replicas, _GPU_CALLS_AT_ONCE if corpus.backend == "cupy" else 1, options)  # may add to options
+        # Ray Data restarts a pool actor that dies and sends its batches again (its defaults:
+        # max_restarts=-1, max_task_retries=-1); the new actor takes its shard from the holder.
+        dataset = dataset.map_batches(
+            searcher_cls,
+            fn_constructor_kwargs={"corpus": corpus, "shard": shard, "id_column": id_column, "tokens_column": tokens_column},
+            compute=compute,
+            batch_size=batch_size,
+            batch_format="pyarrow",
+            zero_copy_batch=True,
+            num_cpus=num_cpus,
+            **options,
+        )
+    # Tasks, not the search actors: expanding k rows per query and scoring them runs on other CPUs.
+    return dataset.map_batches(functools.partial(result_rows, score=corpus.score, rows=rows), batch_format="pyarrow",
+                               batch_size=None, zero_copy_batch=True)
+
+
+def _pool(size: int, calls_at_once: int, options: dict):
+    """A fixed pool of ``size`` actors, each taking ``calls_at_once`` batches at once.
+
+    Two calls at once on a GPU, as the job's GPU actors take: one's Arrow work (parsing the
+    queries, building the output) runs while the other's kernels do. Ray 2.60 names this
+    ``max_concurrent_calls_per_actor``; before, it was the actor's ``max_concurrency`` (added to ``options``).
+    """
+    if calls_at_once > 1:
+        if "max_concurrent_calls_per_actor" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
+            return ray.data.ActorPoolStrategy(size=size, max_concurrent_calls_per_actor=calls_at_once)
+        options["max_concurrency"] = calls_at_once
+    return ray.data.ActorPoolStrategy(size=size)
+
+
+def _check_columns(queries, id_column: str, tokens_column: str) -> None:
+    """Check the query columns where the dataset's schema is known without running it."""
+    try:
+        schema = queries.schema(fetch_if_missing=False)
+    except Exception:  # a schema Ray Data cannot tell without running the dataset: the actors check each batch
+        return
+    names = list(getattr(schema, "names", None) or [])
+    if schema is None or not names:
+        return
+    missing = [c for c in (id_column, tokens_column) if c not in names]
+    if missing:
+        raise ValueError(f"queries: expected columns '{id_column}' (ids) and '{tokens_column}' (token ids), "
+                         f"missing {missing}, found columns {names}; rename them or pass id_column=/tokens_column=")
+
+
+def _check_resources(n_actors: int, num_cpus: float, num_gpus: float) -> None:
+    """The pools must fit the cluster, leaving a CPU to Ray Data's read and write tasks (else it waits forever)."""
+    resources = ray.cluster_resources()
+    cpus, gpus = float(resources.get("CPU", 0)), float(resources.get("GPU", 0))
+    if n_actors * num_gpus > gpus + 1e-9 or n_actors * num_cpus > cpus - min(1.0, cpus / 2) + 1e-9:
+        raise ValueError(
+            f"{n_actors} search actor(s) (shards x replicas) at {num_cpus:g} CPU and {num_gpus:g} GPU each need "
+            f"{n_actors * num_cpus:g} CPU(s) and {n_actors * num_gpus:g} GPU(s); the cluster has {cpus:g} and {gpus:g}, "
+            f"and Ray Data's read and write tasks need {min(1.0, cpus / 2):g} CPU(s) besides; lower replicas, n_shards, "
+            "num_cpus or num_gpus (fractions are allowed)")
