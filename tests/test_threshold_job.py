@@ -167,12 +167,15 @@ def test_cupy_threshold_is_refused_at_the_start(tmp_path, corpus, caplog):
     assert "cupy (GPU) backend does not have" in caplog.text and not (tmp_path / "out").exists()
 
 
-def test_a_query_with_more_pairs_than_the_rank_column_holds_is_refused_by_name(tmp_path):
-    """No silent truncation: 32,768 docs pass T = 0 for the one query; --k caps it instead."""
+def test_a_query_with_more_pairs_than_the_rank_column_holds_is_refused_by_name(tmp_path, caplog):
+    """No silent truncation: 32,768 docs pass T = 0 for the one query (exit 2: a rerun fails the same
+    way); --k caps it instead."""
     docs = [[i % 7] for i in range(32_768)]
     files = (write_sets(tmp_path / "d.txt", docs), write_sets(tmp_path / "q.txt", [[1]]))
     out = tmp_path / "out"
-    assert _run(tmp_path, files, out, "--threshold", "0", n_shards=1, query_batch_size=1) == 1
+    with caplog.at_level(logging.ERROR, logger="settopk"):
+        assert _run(tmp_path, files, out, "--threshold", "0", n_shards=1, query_batch_size=1) == 2
+    assert "query '0' has more than 32767 pairs" in caplog.text and "raise --threshold" in caplog.text
     assert not out.exists()
     assert _run(tmp_path, files, out, "--threshold", "0", "--k", "5", n_shards=1) == 0
     assert [r[2] for r in result_rows(out)] == [1, 8, 15, 22, 29]

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from settopk.errors import SettopkError
 from settopk.shards import split_rounds
 
 from .dispatch import gather
@@ -271,7 +272,12 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     def settle(limit: int) -> None:
         while len(in_flight) > limit:
             ref, n = in_flight.pop(0)
-            out = ray.get(ref)
+            try:
+                out = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, SettopkError):  # a user's error (too many pairs): its message alone
+                    raise exc.cause from None
+                raise
             totals["merge_s"] += out["merge_s"]
             totals["write_s"] += out["write_s"]
             if bar is not None:

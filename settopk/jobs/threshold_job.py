@@ -24,12 +24,13 @@ import numpy as np
 import pyarrow as pa
 
 import settopk.configs
+from settopk.errors import SettopkError
 from settopk.kernels import ThresholdPairs, need_table, parse_threshold, score_key, score_value
 from settopk.kernels.threshold import reachable_lengths
 
 from .output import RESULT_SCHEMA
 
-__all__ = ["ThresholdSearchUnsupported", "check_threshold_job", "threshold_config", "threshold_cap", "threshold_section", "shard_rows",
+__all__ = ["ThresholdSearchUnsupported", "TooManyPairs", "check_threshold_job", "threshold_config", "threshold_cap", "threshold_section", "shard_rows",
            "merge_pairs_table"]
 
 
@@ -37,6 +38,11 @@ class ThresholdSearchUnsupported(settopk.configs.ConfigError, NotImplementedErro
     """A threshold run the job cannot do (yet). A :class:`settopk.configs.ConfigError`, so the
     command exits with the bad-input code (2) and no traceback; a ``NotImplementedError`` to say
     that the request is valid and the capability is what is missing."""
+
+
+class TooManyPairs(ValueError, SettopkError):
+    """A query has more pairs at or above ``T`` than the int16 ``rank`` column holds and no ``--k``
+    caps them: a rerun with the same arguments fails the same way, so the command exits 2."""
 
 
 def check_threshold_job(cfg, backend: str | None = None) -> None:
@@ -162,9 +168,9 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
 
     Raises
     ------
-    ValueError
+    TooManyPairs
         If a query has more than :data:`settopk.configs.MAX_K` pairs and no ``k`` caps them: the
-        ``rank`` column is int16, and no pair is ever dropped unasked.
+        ``rank`` column is int16, and no pair is ever dropped unasked (a ``ValueError``).
     """
     query_len = np.asarray(query_len, dtype=np.int64)
     n = len(query_len)
@@ -189,7 +195,7 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
         q_row, doc_ids, overlap, doc_len, rank = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep], rank[keep]
     if len(rank) and rank.max() > settopk.configs.MAX_K:
         worst = int(q_row[np.argmax(rank)])
-        raise ValueError(f"query {query_ids[worst]!r} has more than {settopk.configs.MAX_K} pairs at or above the "
+        raise TooManyPairs(f"query {query_ids[worst]!r} has more than {settopk.configs.MAX_K} pairs at or above the "
                          f"threshold, more than the result's rank column (int16) holds; raise --threshold, or cap "
                          f"each query's pairs with --k")
     ids = pa.array(list(query_ids), pa.string())
