@@ -121,3 +121,29 @@ def test_read_ahead_raises_the_error_where_its_item_would_come_and_closes_midway
     endless = ReadAhead(iter(int, 1))  # never ends: close must stop it anyway
     assert next(iter(endless)) == 0
     endless.close()
+
+
+def test_check_parts_of_a_threshold_run_checks_each_querys_recorded_row_count(tmp_path):
+    """A threshold part records its rows per query in its footer: the check counts them, ranks 1..n
+    per query (queries without pairs have no rows), and names a part whose counts or ranks disagree."""
+    import pyarrow as pa
+
+    from settopk.jobs.chunks import Chunk, check_parts, pair_counts_metadata, read_part_pair_ids
+    from settopk.jobs.output import RESULT_SCHEMA, PartWriter
+
+    def part(index, counts, recorded):
+        rows = [(str(q), r, q * 10 + r, 1.0, 1, 1, 1) for q, n in enumerate(counts) for r in range(1, n + 1)]
+        table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(zip(*rows), RESULT_SCHEMA)], schema=RESULT_SCHEMA)
+        writer = PartWriter(tmp_path, index)
+        writer.write(table)
+        writer.add_metadata(pair_counts_metadata(recorded))
+        writer.close()
+
+    part(0, [2, 0, 3, 0, 0, 1], [2, 0, 3, 0, 0, 1])
+    assert check_parts(tmp_path, [Chunk(0, 0, 6)], None) == 6
+    assert [ids.tolist() for ids in read_part_pair_ids(tmp_path, 0)] == [[1, 2], [], [21, 22, 23], [], [], [51]]
+    with pytest.raises(RuntimeError, match="cover 6 queries, expected 5 for queries 0..4"):
+        check_parts(tmp_path, [Chunk(0, 0, 5)], None)
+    part(1, [2, 0, 3, 0, 0, 1], [2, 0, 2, 0, 0, 2])  # as many rows, other queries'
+    with pytest.raises(RuntimeError, match="part-00001.parquet: ranks are not 1..n for every query"):
+        check_parts(tmp_path, [Chunk(1, 0, 6)], None)

@@ -208,19 +208,31 @@ def test_threshold_is_a_result_setting():
     assert "threshold" in RESULT_SETTINGS  # a rerun with another T is not the same run
 
 
-@pytest.mark.parametrize("backend, words", [("cupy", "cupy \\(GPU\\) backend does not have"),
-                                            ("cpu", "carry top-k rows only"), ("numpy", "carry top-k rows only")])
-def test_job_refuses_threshold_runs_it_cannot_do(backend, words):
+@pytest.mark.parametrize("backend", ["cpu", "numpy", "cupy"])
+def test_job_refuses_threshold_runs_only_on_cupy(backend):
     from settopk.configs import ConfigError, load_config
     from settopk.jobs.threshold_job import ThresholdSearchUnsupported, check_threshold_job
 
     cfg = load_config("local", {"threshold": "0.5", "backend": backend})
-    with pytest.raises(ThresholdSearchUnsupported, match=words) as info:
-        check_threshold_job(cfg)
-    assert isinstance(info.value, NotImplementedError) and isinstance(info.value, ConfigError)
+    if backend != "cupy":
+        check_threshold_job(cfg)  # the CPU backends run it
+    else:
+        with pytest.raises(ThresholdSearchUnsupported, match="cupy \\(GPU\\) backend does not have") as info:
+            check_threshold_job(cfg)
+        assert isinstance(info.value, NotImplementedError) and isinstance(info.value, ConfigError)
     check_threshold_job(load_config("local", {"backend": backend}))  # top-k: nothing to refuse
     with pytest.raises(ThresholdSearchUnsupported, match="cupy"):
         check_threshold_job(load_config("local", {"threshold": "0.5"}), backend="cupy")  # auto resolved to cupy
+
+
+def test_only_an_explicit_k_caps_a_threshold_run():
+    from settopk.configs import MAX_K, load_config
+    from settopk.jobs.threshold_job import threshold_config
+
+    cfg = load_config("local", {"threshold": "0.5"})
+    assert cfg.k == 100 and threshold_config(cfg, None).k == MAX_K  # the config's k does not cap
+    assert threshold_config(load_config("local", {"threshold": "0.5", "k": 7}), 7).k == 7
+    assert threshold_config(load_config("local", {}), None).k == 100  # top-k runs keep their k
 
 
 def test_score_command_exits_2_on_threshold(tmp_path):

@@ -14,9 +14,11 @@ The work directory may be a local path or a URI (a prefix on an object store).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -28,9 +30,10 @@ from settopk.shards.location import Location
 from .output import part_name
 
 __all__ = ["Chunk", "ReadAhead", "TAIL_MIN_QUERIES", "TAIL_SHARE", "chunk_stream", "plan_chunks", "resume_key", "open_work_dir",
-           "drop_resume_key", "check_parts"]
+           "drop_resume_key", "check_parts", "pair_counts_metadata", "read_pair_counts", "read_part_pair_ids"]
 
 _KEY_FILE = "_resume.json"
+_COUNTS_KEY = "settopk.pair_counts"  # a threshold part's rows per query: int32 little-endian, zlib, base64
 _CHECK_THREADS = min(8, os.cpu_count() or 1)  # parts checked at once before the commit
 _CHECK_BATCH_ROWS = 1 << 20  # ranks read at a time per part (a few MB)
 
@@ -197,9 +200,40 @@ def drop_resume_key(path) -> None:
     (Location.real(path) / _KEY_FILE).delete(missing_ok=True)
 
 
-def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
+def pair_counts_metadata(counts) -> dict:
+    """The footer metadata that records a threshold part's rows per query (:func:`read_pair_counts`):
+    a query's pairs are not fixed in number, so the part says how many each query has, and
+    :func:`check_parts` checks the part against it (compressed: most counts are small or zero)."""
+    raw = np.asarray(counts, dtype="<i4").tobytes()
+    return {_COUNTS_KEY: base64.b64encode(zlib.compress(raw, 6)).decode("ascii"), "settopk.queries": str(len(counts))}
+
+
+def read_pair_counts(metadata) -> np.ndarray | None:
+    """Rows per query recorded in a part's footer (:func:`pair_counts_metadata`); None where absent
+    (a top-k part). ``metadata``: ``pyarrow.parquet.FileMetaData.metadata`` (bytes keys)."""
+    value = (metadata or {}).get(_COUNTS_KEY.encode())
+    if value is None:
+        return None
+    return np.frombuffer(zlib.decompress(base64.b64decode(value)), dtype="<i4").astype(np.int64)
+
+
+def read_part_pair_ids(directory, index: int) -> list[np.ndarray]:
+    """Doc ids of a threshold part, one array per query of its chunk (empty where a query has no pair)."""
+    part = Location.real(directory) / part_name(index)
+    with part.fs.open_input_file(part.path) as handle:
+        parquet = pq.ParquetFile(handle)
+        counts = read_pair_counts(parquet.metadata.metadata)
+        ids = parquet.read(columns=["doc_id"], use_threads=False)["doc_id"].to_numpy()
+    if counts is None:
+        raise RuntimeError(f"{part}: no {_COUNTS_KEY} in its footer, expected a threshold run's part; rerun with --force")
+    return np.split(ids, np.cumsum(counts)[:-1])
+
+
+def check_parts(path, chunks: list[Chunk], rows_per_query: int | None) -> int:
     """Check every part before the commit: present, and exactly ``rows_per_query`` rows per
-    query with ranks ``1..rows_per_query`` in order.
+    query with ranks ``1..rows_per_query`` in order; for a threshold run (``rows_per_query``
+    None), exactly the rows per query its footer records (:func:`pair_counts_metadata`), one
+    count per query of its chunk, with ranks ``1..n`` per query in order.
 
     The parts are read on several threads (Arrow decodes without the GIL): at 10 M queries the
     check reads a billion ranks.
@@ -223,21 +257,38 @@ def check_parts(path, chunks: list[Chunk], rows_per_query: int) -> int:
     return sum(outcomes)
 
 
-def _check_part(work: Location, c: Chunk, rows_per_query: int) -> int | str:
+def _check_part(work: Location, c: Chunk, rows_per_query: int | None) -> int | str:
     """Rows of chunk ``c``'s part, or what is wrong with it. Reads the ranks a batch at a time, so
     that several parts are checked at once in little memory."""
     file = work / part_name(c.index)
     if not file.is_file():
         return f"{file}: part of queries {c.lo}..{c.hi - 1} is missing; rerun the job to compute it"
-    expected = (c.hi - c.lo) * rows_per_query
     with file.fs.open_input_file(file.path) as handle:
         parquet = pq.ParquetFile(handle)
+        if rows_per_query is None:
+            counts = read_pair_counts(parquet.metadata.metadata)
+            if counts is None or len(counts) != c.hi - c.lo:
+                found = "none" if counts is None else f"{len(counts)} queries"
+                return (f"{file}: its footer's rows per query ({_COUNTS_KEY}) cover {found}, expected "
+                        f"{c.hi - c.lo} for queries {c.lo}..{c.hi - 1}; rerun with --force")
+            starts = np.cumsum(counts) - counts  # each query's first row
+        else:
+            counts = np.full(c.hi - c.lo, rows_per_query, dtype=np.int64)
+            starts = None
+        expected = int(counts.sum())
         if parquet.metadata.num_rows != expected:
             return f"{file}: {parquet.metadata.num_rows} rows, expected {expected} for queries {c.lo}..{c.hi - 1}; rerun with --force"
         seen = 0
         for batch in parquet.iter_batches(batch_size=_CHECK_BATCH_ROWS, columns=["rank"], use_threads=False):
             ranks = batch.column(0).to_numpy()
-            if not np.array_equal(ranks, np.arange(seen, seen + len(ranks)) % rows_per_query + 1):
-                return f"{file}: ranks are not 1..{rows_per_query} for every query; rerun with --force"
+            position = np.arange(seen, seen + len(ranks))
+            if starts is None:
+                want = position % rows_per_query + 1
+            else:  # the query of each row: the last one starting at or before it (empty queries start nowhere)
+                nonempty = np.flatnonzero(counts)
+                want = position - starts[nonempty][np.searchsorted(starts[nonempty], position, side="right") - 1] + 1
+            if not np.array_equal(ranks, want):
+                what = rows_per_query if starts is None else "n"
+                return f"{file}: ranks are not 1..{what} for every query; rerun with --force"
             seen += len(ranks)
     return expected

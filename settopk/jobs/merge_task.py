@@ -4,7 +4,8 @@ It runs as a Ray task, so the driver never holds results: the shard actors' top-
 go from the object store straight into it. The task can start while its chunk is still
 being searched (:mod:`settopk.jobs.search`): it takes the lists batch by batch, in order,
 merging and writing each batch as soon as its lists exist, so only the last batch is
-written after the search.
+written after the search. A threshold run's task (:func:`merge_and_write_pairs`) does the same
+with the shards' pairs, and records each query's row count in the part's footer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from settopk.shards import drop_own_docs, merge_topk, scatter_rounds
 
 from .output import PartWriter, results_table
 
-__all__ = ["BatchLayout", "merge_and_write_chunk"]
+__all__ = ["BatchLayout", "merge_and_write_chunk", "merge_and_write_pairs"]
 
 
 @dataclass(frozen=True)
@@ -154,3 +155,70 @@ def _fetched(results: list) -> list:
     for i, value in zip(refs, values):
         out[i] = value
     return out
+
+
+def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarray, cap: int | None, max_len: int,
+                          layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list,
+                          score: str = DEFAULT_SCORE, self_join: bool = False, include_self: bool = False) -> dict:
+    """A threshold run's :func:`merge_and_write_chunk`: merge one chunk's shard pairs exactly and
+    commit them as part ``index``, batch by batch (a chunk's pairs are never all in memory).
+
+    Parameters
+    ----------
+    work, index, query_ids, query_len, max_len, layouts, metadata, row_group_rows, score
+        As :func:`merge_and_write_chunk`.
+    cap : int or None
+        ``--k``: each query's best ``cap`` pairs; None keeps every pair (a query with more than
+        :data:`settopk.configs.MAX_K` is refused, never cut).
+    results : list of settopk.kernels.ThresholdPairs or ray.ObjectRef
+        Each shard call's pairs (CSR over the rows its layout names), batch after batch.
+    self_join, include_self : bool
+        A self-join's rule (:func:`settopk.jobs.threshold_job.merge_pairs_table`): no doc paired
+        with itself unless ``include_self``, each unordered pair once (under the lower id's query)
+        for every score but containment.
+
+    Returns
+    -------
+    dict
+        ``rows`` written, ``merge_s`` and ``write_s`` (seconds).
+
+    Raises
+    ------
+    ValueError
+        If the layouts do not consume exactly ``results``, or a query has more than
+        :data:`settopk.configs.MAX_K` pairs and no ``cap`` (the message names it).
+    """
+    from .chunks import pair_counts_metadata
+    from .threshold_job import merge_pairs_table
+
+    named = sum(len(layout.shard_lists) for layout in layouts)
+    if named != len(results):
+        raise ValueError(f"the layouts name {named} results, {len(results)} were passed")
+    merge_s = write_s = 0.0
+    position = 0
+    metadata = {**metadata, "settopk.score": score_definition(score)}
+    writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
+    own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if self_join else None
+    counts = []
+    try:
+        for layout in layouts:
+            fetched = _fetched(results[position : position + len(layout.shard_lists)])
+            position += len(layout.shard_lists)
+            start = time.perf_counter()
+            lo, hi = layout.lo, layout.hi
+            table, n = merge_pairs_table(query_ids[lo:hi], query_len[lo:hi],
+                                         [(rows, pairs) for (_, rows), pairs in zip(layout.shard_lists, fetched)],
+                                         max_len, score, k=cap, own_ids=None if own_ids is None else own_ids[lo:hi],
+                                         include_self=include_self, with_counts=True)
+            counts.append(n)
+            middle = time.perf_counter()
+            writer.write(table)
+            merge_s += middle - start
+            write_s += time.perf_counter() - middle
+        counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        writer.add_metadata(pair_counts_metadata(counts))
+        write_s += _timed(writer.close)
+    except BaseException:
+        writer.abort()
+        raise
+    return {"rows": int(counts.sum()), "merge_s": merge_s, "write_s": write_s}

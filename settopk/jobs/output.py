@@ -506,6 +506,14 @@ class PartWriter:
         rest = rows.slice(n_rows)
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
 
+    def add_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Footer metadata known only once the rows are written (a threshold part's row counts);
+        call before :meth:`close`. Keys must start with ``settopk.``."""
+        bad = sorted(key for key in metadata if not key.startswith("settopk."))
+        if bad:
+            raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
+        self._writer.add_key_value_metadata({k: str(v) for k, v in metadata.items()})
+
     def close(self):
         """Write the rows still held, close the file and move it into place; returns its path (or URI)."""
         try:

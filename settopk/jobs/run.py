@@ -26,7 +26,10 @@ With no docs/queries the job runs on the config's synthetic corpus. With a confi
 ``output.partition`` is ``dt`` (``nightly``), ``out`` is a dataset root and the run writes
 ``ROOT/dt=YYYY-MM-DD/``. A self-join searches every doc of the corpus against the corpus, read
 as queries chunk by chunk (:class:`settopk.shards.inputs.DocQueryStream`), leaving each doc out
-of its own results unless ``include_self``.
+of its own results unless ``include_self``. A threshold run (``--threshold``;
+:mod:`settopk.jobs.threshold_job`) writes every passing pair, a varying number per query; with
+``--dedup`` the commit also writes the groups (:mod:`settopk.jobs.dedup`) and renames
+``pairs/``, ``groups/`` and ``duplicates/`` into place together.
 
 The command line (:mod:`settopk.jobs.score`) and the library (:func:`settopk.score`) both call
 :func:`run` with the same arguments.
@@ -46,17 +49,20 @@ import settopk.configs
 from settopk.shards import plan_shards_from_counts
 from settopk.shards.inputs import InputError, fingerprint, plan_pieces, query_files
 from settopk.shards.inputs.files import file_stat
+from settopk.shards.location import Location
 from settopk.shards.searcher import ShardSearcher
 
-from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, resume_key
+from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, read_part_pair_ids, resume_key
 from .cluster import Cluster, connect, shard_doc_cost
+from .dedup import stage_dedup
 from .dispatch import gather
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
-from .output import DEFAULT_OUT, REJECTED_SCHEMA, check_output_dir, commit_results, read_manifest, read_part_doc_ids, rejected_path, work_dir, write_tsv
+from .output import DEFAULT_OUT, REJECTED_SCHEMA, check_output_dir, commit_results, part_name, read_manifest, read_part_doc_ids, rejected_path, work_dir, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
+from .threshold_job import threshold_cap, threshold_section
 from .vocabulary import tokens_for_run
 from .validate import Job, NoOp, UsageError, Validated, ValidationThread, check_unchanged_since, locate_args, self_join_note, settle
 
@@ -106,7 +112,7 @@ class _Work:
     path: object  # a pathlib.Path, or a Location on a store
     chunks: list
     done: set
-    rows_per_query: int
+    rows_per_query: int | None  # None: a threshold run, whose queries get their pairs, however many
 
 
 def _docs_fingerprint(job: Job) -> str:
@@ -187,6 +193,8 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     chunks = plan_chunks(valid.queries.n_queries, cfg.query_chunk_size)
     # Excluding self, a query ranks the n_docs - 1 other docs.
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
+    if cfg.threshold is not None:
+        rows_per_query = None
     path = work_dir(target.out_dir, target.dataset_root)
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
     # The output by its key: no credentials, so a rerun after a key rotation resumes.
@@ -234,6 +242,12 @@ def _search(job: Job, cluster: Cluster, plan: list, stream: ReadAhead, work: _Wo
     # query's own doc (exact: see settopk.shards.drop_own_docs).
     # Sized by the rows a query can get (min(k, n_docs)), not by k: a large k on a small corpus
     # costs nothing.
+    if cfg.threshold is not None:
+        cap = threshold_cap(job.args)
+        metadata = {"settopk.run_id": job.run_id, "settopk.threshold": cfg.threshold, "settopk.k": str(cap)}
+        timings = search_chunks(actors, infos, plan, stream, cfg, cluster.backend, work.path, metadata, bar, cap=cap)
+        bar.close()
+        return timings
     search_cfg = dataclasses.replace(cfg, k=work.rows_per_query + 1 if job.exclude_self else work.rows_per_query)
     metadata = {"settopk.run_id": job.run_id, "settopk.k": str(cfg.k)}
     timings = search_chunks(actors, infos, plan, stream, search_cfg, cluster.backend, work.path, metadata, bar)
@@ -249,6 +263,15 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
 
     cfg, args, target, queries = job.cfg, job.args, job.target, valid.queries
     total_rows = check_parts(work.path, work.chunks, work.rows_per_query)
+    dedup_stage = dedup_section = None
+    if getattr(args, "dedup", False):
+        # Before the TSV and the manifest: the groups' counts go into it, and a failure here
+        # (too many pairs for one node) leaves the parts in place for a rerun.
+        drop_resume_key(work.path)
+        if args.tsv:
+            write_tsv(args.tsv, (read_part_pair_ids(work.path, c.index) for c in work.chunks))
+        dedup_stage, dedup_section = stage_dedup(Location.real(work.path), [part_name(c.index) for c in work.chunks],
+                                                 target.out_dir)
     clock.stamp_total()  # the commit itself is not counted in the manifest's total
     self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
     manifest = build_manifest(
@@ -263,7 +286,7 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         counts={
             "n_docs": facts.n_docs,
             "n_queries": queries.n_queries,
-            "k": cfg.k,
+            "k": cfg.k if cfg.threshold is None else threshold_cap(args),
             "rows": total_rows,
             "docs_with_repeated_ids": facts.n_with_repeats,
             "queries_with_repeated_ids": queries.n_with_repeats,
@@ -276,10 +299,21 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         config_source=args.config, config=cfg.to_dict(), timings=clock.timings, max_rss_bytes=max_rss_bytes(),
         max_rss_by_phase=clock.peaks,
     )
+    if cfg.threshold is not None:
+        manifest["threshold"] = threshold_section(cfg, args, total_rows)
+        manifest["counts"]["pairs"] = total_rows
+    if dedup_section is not None:
+        manifest["dedup"] = dedup_section
+        commit_results(dedup_stage, target.out_dir, manifest, dataset_root=target.dataset_root,
+                       rejected=rejected if cfg.on_invalid == "quarantine" else None)
+        return manifest
     if args.tsv:
         # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
         # after a failed TSV write recomputes instead of skipping.
-        write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
+        if work.rows_per_query is None:  # a threshold run: each query's line lists its pairs' docs
+            write_tsv(args.tsv, (read_part_pair_ids(work.path, c.index) for c in work.chunks))
+        else:
+            write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
     drop_resume_key(work.path)
     commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root,
                    rejected=rejected if cfg.on_invalid == "quarantine" else None)
@@ -470,8 +504,8 @@ def _log_done(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _
     """The run's last log line: what was searched, where the result went, and the phase times."""
     phases = ("validate_s", "connect_s", "read_s", "load_s", "search_s", "merge_s", "write_s", "commit_s", "total_s")
     log.info(
-        "done: run %s: %d queries x %d docs, k=%d, %d rows -> %s | backend %s, %d shard(s) | %s",
-        job.run_id, valid.queries.n_queries, facts.n_docs, job.cfg.k, total_rows, shown_absolute(job.target.out_dir),
+        "done: run %s: %d queries x %d docs, %s, %d rows -> %s | backend %s, %d shard(s) | %s",
+        job.run_id, valid.queries.n_queries, facts.n_docs, _what(job), total_rows, shown_absolute(job.target.out_dir),
         cluster.backend, len(plan),
         " ".join(f"{key}={timings[key]:.3f}" for key in phases) + f" driver_max_rss_bytes={max_rss_bytes()}",
     )
@@ -480,8 +514,17 @@ def _log_done(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _
 def _plan_lines(plan, backend: str, cfg: settopk.configs.JobConfig, n_docs: int, n_queries: int) -> list[str]:
     copies = f" x {cfg.replicas} replicas" if cfg.replicas > 1 else ""
     join = self_join_note(cfg) if cfg.self_join else ""
-    lines = [f"plan: {n_docs} docs, {n_queries} queries{join}, k={cfg.k}, score {cfg.score}, routing {cfg.routing}, "
+    what = f"k={cfg.k}" if cfg.threshold is None else f"threshold {cfg.threshold}"
+    lines = [f"plan: {n_docs} docs, {n_queries} queries{join}, {what}, score {cfg.score}, routing {cfg.routing}, "
              f"backend {backend}, {len(plan)} shard(s){copies}"]
     for s in plan:
         lines.append(f"  shard {s.shard_id}: lengths {s.min_len}..{s.max_len}, {s.n_docs} docs, {s.n_tokens} ids")
     return lines
+
+
+def _what(job: Job) -> str:
+    """What the run searched for, for the last log line: ``k=K``, or the threshold and its cap."""
+    if job.cfg.threshold is None:
+        return f"k={job.cfg.k}"
+    cap = threshold_cap(job.args)
+    return f"threshold {job.cfg.threshold}" + (f" (at most {cap} per query)" if cap is not None else "")

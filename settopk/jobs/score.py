@@ -80,6 +80,11 @@ def build_parser(parser_class: type = argparse.ArgumentParser) -> argparse.Argum
         "(config key threshold; CPU backends only)",
     )
     p.add_argument(
+        "--dedup", action="store_true",
+        help="with --self-join and --threshold: near-duplicate groups by connected components; --out DIR gets "
+        "DIR/pairs/, DIR/groups/ and DIR/duplicates/, committed together (a local or shared-filesystem --out)",
+    )
+    p.add_argument(
         "--backend", choices=settopk.configs.BACKENDS,
         help="search backend: cupy (GPUs), cpu (compiled, CPUs), numpy (CPUs) or auto (cupy where the cluster has GPUs, else cpu) (config key backend)",
     )

@@ -8,6 +8,10 @@ shard lists then go, again directly, to a merge task (:mod:`settopk.jobs.merge_t
 the chunk's part, so the driver holds neither the corpus nor the results, and merging
 never stalls the search of the next chunk. The next chunk's first round is sent before
 the driver waits for the current one, so the actors never wait on the driver between chunks.
+
+A threshold run (``--threshold``) has one round: each batch goes once to the shards its queries
+can reach (:func:`settopk.jobs.threshold_job.shard_rows`), whose pairs go to
+:func:`settopk.jobs.merge_task.merge_and_write_pairs`.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import time
 
 import numpy as np
 
+from settopk.errors import SettopkError
 from settopk.shards import split_rounds
 
 from .dispatch import gather
-from .merge_task import BatchLayout, merge_and_write_chunk
+from .merge_task import BatchLayout, merge_and_write_chunk, merge_and_write_pairs
+from .threshold_job import shard_rows
 
 __all__ = ["prestart_merge_workers", "search_chunks"]
 
@@ -98,6 +104,13 @@ def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes:
     return receipt
 
 
+def _search_pairs(actor, results: dict, key, batch, threshold: str, k, rows):
+    """Send one threshold search; keep its pairs' reference under ``key`` and return the receipt reference."""
+    receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(batch, threshold, k, rows)
+    results[key] = pairs
+    return receipt
+
+
 class _ChunkSearch:
     """One chunk's searches: its first round is sent on creation, :meth:`wait` waits for both rounds.
 
@@ -110,8 +123,11 @@ class _ChunkSearch:
     results that succeeded (a retried call stores its new TopK in ``results``).
     """
 
-    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_merge, first_batch: int = 0):
+    def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_merge, first_batch: int = 0,
+                 threshold: tuple | None = None):
         import ray
+
+        self.threshold = threshold  # (T, each shard's cap or None): one round, to the shards a query can reach
 
         self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
         self.start_merge = start_merge
@@ -123,8 +139,13 @@ class _ChunkSearch:
         for lo in range(0, chunk.hi - chunk.lo, size):
             hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
-            first, second = split_rounds(plan, self.query_len[lo:hi]) if exchange else (
-                [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan))
+            if threshold is not None:
+                first = shard_rows(plan, self.query_len[lo:hi], threshold[0], cfg.max_len, cfg.score)
+                second = [np.zeros(0, dtype=np.int64)] * len(plan)
+            elif exchange:
+                first, second = split_rounds(plan, self.query_len[lo:hi])
+            else:
+                first, second = [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan)
             self.layouts.append((lo, hi, batch, first, second))
         self.what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
         self.results: dict[tuple[int, int, int], object] = {}
@@ -147,8 +168,13 @@ class _ChunkSearch:
                 homes = [] if round_index == 0 else home_keys
                 # The call binds the results dict, not self: no reference cycle keeps a finished
                 # chunk (and the result references it pins) alive until the cyclic GC runs.
-                calls.append(((self.first_batch + b) % self.replicas * n_shards + s, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes, results=self.results: _search(
-                    a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
+                actor = (self.first_batch + b) % self.replicas * n_shards + s
+                if self.threshold is not None:
+                    calls.append((actor, lambda a, key=key, batch=batch, rows=rows, results=self.results, t=self.threshold: _search_pairs(
+                        a, results, key, batch, t[0], t[1], rows)))
+                else:
+                    calls.append((actor, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes, results=self.results: _search(
+                        a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
                 self.entries.append((b, s, rows, key))
         return calls
 
@@ -182,7 +208,8 @@ class _ChunkSearch:
         return self._start_merge()[0]
 
 
-def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata: dict, bar=None) -> dict:
+def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata: dict, bar=None,
+                  cap: int | None = None) -> dict:
     """Search every chunk (two rounds per batch) and commit each as a part file through a merge task.
 
     The actors search chunk ``c + 1`` while the driver waits for chunk ``c`` and starts
@@ -213,6 +240,11 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         Parquet footer metadata of every part.
     bar : progress bar, optional
         Advanced by each chunk's queries when its part is written.
+    cap : int, optional
+        A threshold run (``cfg.threshold`` set): ``--k``, the pairs kept per query at most; None
+        keeps all. Each batch goes once to the shards its queries can reach
+        (:func:`settopk.jobs.threshold_job.shard_rows`), and each chunk's pairs to
+        :func:`settopk.jobs.merge_task.merge_and_write_pairs`.
 
     Returns
     -------
@@ -226,6 +258,13 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
 
     exchange = cfg.threshold_exchange if isinstance(cfg.threshold_exchange, bool) else backend != "cupy"
     merge = ray.remote(**_MERGE_OPTIONS)(merge_and_write_chunk)
+    pairs_merge = ray.remote(**_MERGE_OPTIONS)(merge_and_write_pairs)
+    threshold = None
+    if cfg.threshold is not None:
+        # A self-join's merge drops pairs (own doc, the higher id's copy of a symmetric pair):
+        # its shards must not cut before it, so they return every pair; otherwise a shard's best
+        # `cap` pairs of each query hold that query's best `cap` over all shards.
+        threshold = (cfg.threshold, None if cfg.self_join else cap)
     window = _merge_window(len(actors))
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}
@@ -233,7 +272,12 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     def settle(limit: int) -> None:
         while len(in_flight) > limit:
             ref, n = in_flight.pop(0)
-            out = ray.get(ref)
+            try:
+                out = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, SettopkError):  # a user's error (too many pairs): its message alone
+                    raise exc.cause from None
+                raise
             totals["merge_s"] += out["merge_s"]
             totals["write_s"] += out["write_s"]
             if bar is not None:
@@ -243,6 +287,10 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
 
     def start_merge(chunk, query_ids, query_len, layouts, refs):
         # The references travel inside a list, so the task starts before the searches end.
+        if threshold is not None:
+            return pairs_merge.remote(str(work), chunk.index, query_ids, query_len, cap, cfg.max_len, layouts, metadata,
+                                      cfg.output.row_group_rows, refs, score=cfg.score, self_join=cfg.self_join,
+                                      include_self=cfg.include_self)
         return merge.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
                             layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score,
                             exclude_self=cfg.self_join and not cfg.include_self)
@@ -268,7 +316,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
             break
         make_room()
         start = time.perf_counter()
-        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches))
+        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches, threshold=threshold))
         batches += len(searching[-1].layouts)
         totals["send_s"] += time.perf_counter() - start
         if sum(c.chunk.hi - c.chunk.lo for c in list(searching)[1:]) >= _CHUNKS_AHEAD * cfg.query_chunk_size:

@@ -1,32 +1,48 @@
-"""The job's threshold search (``--threshold T``, config key ``threshold``; issue 32): what it can run.
+"""The job's threshold search (``--threshold T``, config key ``threshold``; issue 32).
 
-The kernels of the CPU backends answer threshold searches exactly
-(:meth:`settopk.kernels.NumpyShardIndex.threshold_search`,
-:meth:`settopk.kernels.numba_index.NumbaShardIndex.threshold_search`); the job's shard actors,
-merge tasks and result writer still carry top-k rows only. Until they carry threshold pairs, a
-threshold run stops at its start with :class:`ThresholdSearchUnsupported`, before any input is
-read or any actor starts: never a silent top-k in its place. The GPU backend (``cupy``) has no
-threshold kernel at all, and says so by name.
+The CPU backends (``cpu``, ``numpy``) run it end to end: each batch goes once to the shards whose
+length range it can reach (:func:`shard_rows`; no threshold exchange: every shard's floor is ``T``
+from the start), each shard returns its passing pairs
+(:meth:`settopk.shards.searcher.ShardSearcher.threshold_search`), and the chunk's merge task ranks
+each query's pairs over the shards (:func:`merge_pairs_table`) and writes them
+(:func:`settopk.jobs.pairs_task.merge_and_write_pairs`). The GPU backend (``cupy``) has no threshold
+kernel: a threshold run there stops at its start with :class:`ThresholdSearchUnsupported`, never
+a silent top-k in its place.
+
+**The cap.** Only an explicit ``--k`` (the ``k=`` keyword of :func:`settopk.score`) caps a
+threshold run; the config's ``k`` (100 by default) does not. An uncapped run carries
+``k = MAX_K`` (32,767) in its config, so that its reruns and resumes compare as a run capped at
+``MAX_K`` would (their results are equal wherever both exist: an uncapped run refuses a query
+with more than ``MAX_K`` pairs instead of writing it), and its manifest says ``k_cap: null``.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pyarrow as pa
 
 import settopk.configs
+from settopk.errors import SettopkError
 from settopk.kernels import ThresholdPairs, need_table, parse_threshold, score_key, score_value
 from settopk.kernels.threshold import reachable_lengths
 
 from .output import RESULT_SCHEMA
 
-__all__ = ["ThresholdSearchUnsupported", "check_threshold_job", "shard_rows", "merge_pairs_table"]
+__all__ = ["ThresholdSearchUnsupported", "TooManyPairs", "check_threshold_job", "threshold_config", "threshold_cap", "threshold_section", "shard_rows",
+           "merge_pairs_table"]
 
 
 class ThresholdSearchUnsupported(settopk.configs.ConfigError, NotImplementedError):
     """A threshold run the job cannot do (yet). A :class:`settopk.configs.ConfigError`, so the
     command exits with the bad-input code (2) and no traceback; a ``NotImplementedError`` to say
     that the request is valid and the capability is what is missing."""
+
+
+class TooManyPairs(ValueError, SettopkError):
+    """A query has more pairs at or above ``T`` than the int16 ``rank`` column holds and no ``--k``
+    caps them: a rerun with the same arguments fails the same way, so the command exits 2."""
 
 
 def check_threshold_job(cfg, backend: str | None = None) -> None:
@@ -43,8 +59,7 @@ def check_threshold_job(cfg, backend: str | None = None) -> None:
     Raises
     ------
     ThresholdSearchUnsupported
-        With the GPU backend (no threshold kernel on CuPy), and for now with every backend: the
-        job's search, merge and writer carry top-k rows only.
+        With the GPU backend: CuPy has no threshold kernel.
     """
     if cfg.threshold is None:
         return
@@ -53,10 +68,42 @@ def check_threshold_job(cfg, backend: str | None = None) -> None:
         raise ThresholdSearchUnsupported(
             f"threshold: {cfg.threshold} asks for a threshold search, which the cupy (GPU) backend does not have; "
             "run it with --backend cpu or --backend numpy, or drop --threshold for a top-k search on GPUs")
-    raise ThresholdSearchUnsupported(
-        f"threshold: {cfg.threshold} asks for a threshold search; the CPU kernels answer it "
-        "(settopk.kernels NumpyShardIndex/NumbaShardIndex .threshold_search), but the job's shard actors, merge "
-        "and writer carry top-k rows only so far (issue 32, step 3); drop --threshold, or call the kernels directly")
+
+
+def threshold_config(cfg, explicit_k):
+    """``cfg`` as a threshold run carries it: ``k`` is the explicit cap, or ``MAX_K`` where none was
+    given (the config's own ``k`` never caps; see the module's docstring). A top-k run's ``cfg``
+    is returned as it is.
+
+    Parameters
+    ----------
+    cfg : settopk.configs.JobConfig
+    explicit_k : int or None
+        ``--k`` as given on the command line (or the ``k=`` keyword); None where absent.
+    """
+    if cfg.threshold is None or explicit_k is not None:
+        return cfg
+    return dataclasses.replace(cfg, k=settopk.configs.MAX_K)
+
+
+def threshold_cap(args) -> int | None:
+    """The pairs a threshold run keeps per query at most: ``--k`` where given, else None (all)."""
+    return getattr(args, "k", None)
+
+
+def threshold_section(cfg, args, pairs: int) -> dict:
+    """The manifest's ``threshold`` section: ``T`` (exact fraction text), the cap (``k_cap``: ``--k``,
+    or null: every pair), and the pairs written."""
+    return {
+        "T": cfg.threshold,
+        "k_cap": threshold_cap(args),
+        "pairs": pairs,
+        "cap_rule": "only an explicit --k caps a threshold run; the config's k does not (an uncapped run "
+                    f"carries k = {settopk.configs.MAX_K} in its config)",
+        "self_join_rule": None if not cfg.self_join else (
+            "ordered pairs (containment is not symmetric)" if cfg.score == "containment"
+            else "each unordered pair once, under the lower doc id as query_id"),
+    }
 
 
 def shard_rows(plan, query_len, threshold, max_len: int, score: str) -> list[np.ndarray]:
@@ -89,7 +136,7 @@ def shard_rows(plan, query_len, threshold, max_len: int, score: str) -> list[np.
 
 
 def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: str, k: int | None = None,
-                      own_ids=None, include_self: bool = False) -> pa.Table:
+                      own_ids=None, include_self: bool = False, with_counts: bool = False):
     """One batch's result rows from the shards' threshold pairs: each query's pairs over all shards,
     best first, ranked ``1..n``.
 
@@ -111,16 +158,19 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     include_self : bool
         With ``own_ids``: keep each doc's pair with itself.
 
+    with_counts : bool
+        Also return each query's row count.
+
     Returns
     -------
-    pyarrow.Table
-        :data:`settopk.jobs.output.RESULT_SCHEMA`, rows in query order then rank.
+    pyarrow.Table, or (pyarrow.Table, numpy.ndarray of int64 of shape (n_queries,)) with ``with_counts``
+        :data:`settopk.jobs.output.RESULT_SCHEMA`, rows in query order then rank; and the rows of each query.
 
     Raises
     ------
-    ValueError
+    TooManyPairs
         If a query has more than :data:`settopk.configs.MAX_K` pairs and no ``k`` caps them: the
-        ``rank`` column is int16, and no pair is ever dropped unasked.
+        ``rank`` column is int16, and no pair is ever dropped unasked (a ``ValueError``).
     """
     query_len = np.asarray(query_len, dtype=np.int64)
     n = len(query_len)
@@ -145,7 +195,7 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
         q_row, doc_ids, overlap, doc_len, rank = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep], rank[keep]
     if len(rank) and rank.max() > settopk.configs.MAX_K:
         worst = int(q_row[np.argmax(rank)])
-        raise ValueError(f"query {query_ids[worst]!r} has more than {settopk.configs.MAX_K} pairs at or above the "
+        raise TooManyPairs(f"query {query_ids[worst]!r} has more than {settopk.configs.MAX_K} pairs at or above the "
                          f"threshold, more than the result's rank column (int16) holds; raise --threshold, or cap "
                          f"each query's pairs with --k")
     ids = pa.array(list(query_ids), pa.string())
@@ -159,4 +209,5 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
         pa.array(qlen.astype(np.int16)),
         pa.array(doc_len.astype(np.int16)),
     ]
-    return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
+    table = pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
+    return (table, np.bincount(q_row, minlength=n).astype(np.int64)) if with_counts else table

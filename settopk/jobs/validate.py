@@ -28,8 +28,8 @@ from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLi
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
-from .threshold_job import check_threshold_job
-from .output import check_dataset_root, check_output_dir, partition_dir, record_dir, rejected_paths
+from .threshold_job import check_threshold_job, threshold_config
+from .output import check_dataset_root, check_output_dir, partition_dir, read_manifest, record_dir, rejected_paths
 
 __all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
            "check_unchanged_since", "self_join_note"]
@@ -89,6 +89,21 @@ def _check_self_join_args(args) -> None:
             f"--queries {args.queries} was given with a self-join (--self-join, or self_join: true in the config): "
             "a self-join takes its queries from the corpus (--docs); drop --queries, or drop the self-join to search those queries"
         )
+
+
+def _check_dedup_args(args, cfg: settopk.configs.JobConfig, target) -> None:
+    """``--dedup`` groups a threshold self-join's pairs: refuse it without both, or where its three
+    datasets cannot be committed together (one rename of a local directory)."""
+    missing = [flag for flag, on in (("--self-join", cfg.self_join), ("--threshold", cfg.threshold is not None)) if not on]
+    if missing:
+        raise UsageError(f"--dedup groups the pairs of a threshold self-join, so it needs --self-join and --threshold; "
+                         f"found no {' and no '.join(missing)}; add {' and '.join(missing)} (e.g. --self-join "
+                         "--threshold 0.8 --score jaccard), or drop --dedup")
+    if target.day is not None or not target.out_dir.renames:
+        where = "a partitioned (dt=) config" if target.day is not None else f"--out {target.out_dir} on object storage"
+        raise UsageError(f"--dedup commits DIR/pairs, DIR/groups and DIR/duplicates together by renaming one local "
+                         f"directory; found {where}; give a local or shared-filesystem --out DIR, with an "
+                         "unpartitioned config (e.g. a dated --out for a nightly run)")
 
 
 @dataclass
@@ -184,7 +199,10 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
     check_threshold_job(cfg)  # before anything starts: a threshold run the job cannot do fails here
+    cfg = threshold_config(cfg, getattr(args, "k", None))  # only an explicit --k caps a threshold run
     target = _target(args, cfg, started)
+    if getattr(args, "dedup", False):
+        _check_dedup_args(args, cfg, target)
     if not target.dataset_root.local:  # first: a store that cannot be reached fails here, with the reason
         check_writable("--out", target.dataset_root, file=False, creates_parents=True)
     if target.day is not None:
@@ -196,7 +214,7 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     lock = None if args.dry_run else lock_output(target.out_dir, target.dataset_root, run_id)
     try:
         if not args.dry_run and check_output_dir(target.out_dir, args.force):
-            _check_same_run(target, inputs, cfg)
+            _check_same_run(target, inputs, cfg, bool(getattr(args, "dedup", False)))
             log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
                      "(use --force to recompute)", target.out_dir)
             lock.release()
@@ -277,7 +295,7 @@ def _check_output_paths(args, target: Target, inputs: Inputs) -> None:
     check_writable("--out", target.dataset_root, file=False, creates_parents=True)
 
 
-def _check_same_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig) -> None:
+def _check_same_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig, dedup: bool = False) -> None:
     """Refuse to skip a finished result made from other inputs or settings."""
     out_dir = target.out_dir
     # The files set aside are recorded as shown; compared by key, without credentials, so that a
@@ -291,6 +309,12 @@ def _check_same_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConf
         queries = fingerprint([f for f in query_files(inputs.queries_path) if f.key not in rejected], inputs.queries_path)
     settings = {key: getattr(cfg, key) for key in RESULT_SETTINGS}
     diffs = differences(out_dir, target.dataset_root, {"docs": docs, "queries": queries}, settings)
+    try:
+        dedup_there = "dedup" in read_manifest(out_dir, target.dataset_root)
+    except (OSError, ValueError):  # differences() has said why it could not be read
+        dedup_there = dedup
+    if dedup_there != dedup:
+        diffs.append(f"--dedup (a{'' if dedup_there else ' no'} dedup result there, {'' if dedup else 'no '}--dedup now)")
     if diffs:
         raise PathError(
             f"--out {out_dir}: expected a finished result of the same inputs and settings (a rerun is then a no-op), "

@@ -255,6 +255,53 @@ class ShardSearcher:
         result = self.search(queries, k, rows, home_rows, *home_results)
         return len(result.doc_ids), result
 
+    def threshold_search(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None):
+        """Every doc of the shard whose score with a query of the batch reaches ``threshold``.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            The batch (``n_queries`` sets, host memory).
+        threshold : str
+            ``T`` as the config carries it (canonical fraction text), read exactly.
+        k : int, optional
+            Keep each query's ``k`` best passing docs of this shard; None keeps all.
+        rows : numpy.ndarray of int64, optional
+            The batch rows to search (default: all): those that can reach the shard's lengths
+            (:func:`settopk.jobs.threshold_job.shard_rows`).
+
+        Returns
+        -------
+        settopk.kernels.ThresholdPairs
+            CSR over ``rows``, each query's pairs best first (unbounded unless ``k``).
+
+        Raises
+        ------
+        NotImplementedError
+            If the index has no threshold search (the GPU backend; the job refuses such a run
+            before it starts).
+        """
+        search = getattr(self.index, "threshold_search", None)
+        if search is None:
+            raise NotImplementedError(f"the {self.backend} backend has no threshold search; use --backend cpu or numpy")
+        start = self._enter()
+        rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        subset = queries if len(rows) == queries.n_sets else queries.take(rows)
+        skipped = posted = 0
+        try:
+            result = search(subset, threshold, k)
+            skipped = int(getattr(self.index, "last_skipped", 0))
+            posted = int(getattr(self.index, "last_routing", {}).get("postings", 0))
+        finally:
+            self._leave(start, len(rows), skipped, posted)
+        return result
+
+    def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None):
+        """:meth:`threshold_search` for an actor call with two returns: ``(n_pairs, ThresholdPairs)``;
+        the driver waits on the small first one, the pairs go straight to the merge task."""
+        result = self.threshold_search(queries, threshold, k, rows)
+        return len(result.doc_ids), result
+
     @contextlib.contextmanager
     def _out_of_memory(self, doing: str, fix: str):
         """Turn a GPU out-of-memory error into one that says where it happened and what to lower."""
