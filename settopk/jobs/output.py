@@ -1,4 +1,5 @@
-"""Result output: the Parquet schema, the atomic dataset write, and the TSV.
+"""Result output: where a result goes, its run record, and the atomic commit of its parts
+(the parts themselves: :mod:`settopk.jobs.parts`).
 
 A reader never sees a partial result: the dataset is written into a staging (work)
 directory beside the dataset root (same filesystem, outside the root, so
@@ -34,19 +35,18 @@ import os
 import pathlib
 import re
 import uuid
-from typing import Mapping, Sequence
+from typing import Mapping
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from settopk.errors import SettopkError
-from settopk.kernels import DEFAULT_SCORE, TopK, score_definition, score_value
-
 from settopk.shards.location import Location
+
+# The parts' names are part of this module's surface: every caller finds the result's pieces here.
+from .parts import RESULT_SCHEMA, ROW_GROUP_ROWS, PartWriter, part_name, read_part_doc_ids, results_table, write_part, write_tsv
 
 __all__ = [
     "DEFAULT_OUT",
@@ -72,44 +72,18 @@ __all__ = [
     "rejected_path",
     "read_manifest",
     "rejected_paths",
+    "read_part_doc_ids",
 ]
-
-RESULT_SCHEMA = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("rank", pa.int16(), nullable=False),
-        pa.field("doc_id", pa.int64(), nullable=False),
-        pa.field("score", pa.float64(), nullable=False),
-        pa.field("overlap", pa.int16(), nullable=False),
-        pa.field("query_len", pa.int16(), nullable=False),
-        pa.field("doc_len", pa.int16(), nullable=False),
-    ],
-    metadata={
-        b"settopk.score": score_definition(DEFAULT_SCORE).encode(),
-        b"settopk.schema_version": b"1",
-    },
-)
-"""Schema of the result dataset: one row per (query, rank), rank 1 is best.
-
-Signed integer types only (unsigned Parquet integers need Spark >= 3.2). Each
-written file adds ``settopk.run_id`` and ``settopk.k`` to this metadata, and
-replaces ``settopk.score`` (the default score's name and definition) with the
-run's (:func:`settopk.kernels.score_definition`)."""
 
 PARTITION_KEY = "dt"
 DT_PARTITIONING = ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), flavor="hive")
 """Hive partitioning of a nightly dataset root, with ``dt`` pinned to ``date32``
 (pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date)."""
 
-ROW_GROUP_ROWS = 131_072
-"""Default target rows per row group (config ``output.row_group_rows``)."""
-
 SUCCESS = "_SUCCESS"  # empty: Polars skips empty files in a directory scan, and fails on others
 RECORD_SUFFIX = ".run"  # the run record of ROOT is ROOT.run, beside it
 MANIFEST = "manifest.json"
 REJECTED = "rejected.parquet"
-_PART_TEMPLATE = "part-{i}.parquet"
-
 REJECTED_SCHEMA = pa.schema(
     [
         pa.field("input", pa.string(), nullable=False),  # "docs" or "queries"
@@ -121,10 +95,6 @@ REJECTED_SCHEMA = pa.schema(
 )
 """Schema of the run record's ``rejected.parquet`` (:func:`rejected_path`): the input lines and
 rows set aside under ``on_invalid: quarantine``, with why."""
-# Dictionaries only where they pay (measured on 10 M rows of k = 100): doc ids are nearly all
-# distinct within a row group, and query_id, rank and query_len come in runs (each query's k rows),
-# which zstd packs smaller and faster without one; score, overlap and doc_len keep theirs.
-_DICTIONARY_COLUMNS = ["score", "overlap", "doc_len"]
 _PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 
@@ -296,56 +266,6 @@ def open_results(path) -> ds.Dataset:
     return ds.dataset(place.path, filesystem=place.fs, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
 
 
-def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK, score: str = DEFAULT_SCORE) -> pa.Table:
-    """Rows of the result dataset for a batch of queries, in query order then rank.
-
-    Parameters
-    ----------
-    query_ids : sequence of str, length n_queries
-    query_len : numpy.ndarray of int, shape (n_queries,)
-    topk : TopK
-        Shape ``(n_queries, k)``, host memory; ``-1`` padding is dropped.
-    score : str
-        The score ``topk`` is ranked by (one of :data:`settopk.kernels.SCORES`); its float64
-        value (:func:`settopk.kernels.score_value`) fills the ``score`` column.
-
-    Returns
-    -------
-    pyarrow.Table
-        With schema :data:`RESULT_SCHEMA`.
-
-    Raises
-    ------
-    ValueError
-        If ``score`` is unknown.
-    """
-    n_queries, k = topk.doc_ids.shape
-    query_len = np.asarray(query_len, dtype=np.int16)
-    valid = topk.doc_ids >= 0
-    if valid.all():  # the common case (n_docs >= k): every row full, no mask copies
-        rows_q = np.repeat(np.arange(n_queries, dtype=np.int32), k)
-        rank = np.tile(np.arange(1, k + 1, dtype=np.int16), n_queries)
-        doc_ids, overlap, doc_len = (a.reshape(-1) for a in topk)
-        qlen = np.repeat(query_len, k)
-    else:
-        rows_q, rows_r = np.nonzero(valid)
-        rows_q = rows_q.astype(np.int32)
-        rank = (rows_r + 1).astype(np.int16)
-        doc_ids, overlap, doc_len = (a[valid] for a in topk)
-        qlen = query_len[rows_q]
-    ids = pa.array(list(query_ids), pa.string())
-    columns = [
-        ids.take(pa.array(rows_q)) if len(ids) else pa.array([], pa.string()),
-        pa.array(rank),
-        pa.array(doc_ids.astype(np.int64, copy=False)),
-        pa.array(score_value(overlap, qlen, doc_len, score)),
-        pa.array(overlap.astype(np.int16, copy=False)),
-        pa.array(qlen),
-        pa.array(doc_len.astype(np.int16, copy=False)),
-    ]
-    return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
-
-
 def write_results(
     out_dir: str | os.PathLike,
     table: pa.Table,
@@ -412,11 +332,6 @@ def _out_and_root(out_dir, dataset_root) -> tuple[Location, Location]:
     return out, root
 
 
-def part_name(index: int) -> str:
-    """File name of result part ``index``: ``part-00000.parquet``, ``part-00001.parquet``, ..."""
-    return _PART_TEMPLATE.format(i=f"{index:05d}")
-
-
 def work_dir(out_dir, dataset_root=None):
     """The directory (or store prefix) where a run's parts accumulate before the commit: beside
     the dataset root (never inside it, so scans of the root never see it), named after
@@ -431,144 +346,6 @@ def work_dir(out_dir, dataset_root=None):
     name = str(out.shown) if out.local else ":".join(out.key)  # no credentials: a rotated key finds the same parts
     tag = hashlib.sha256(name.encode()).hexdigest()[:12]
     return root.sibling(f".{root.name}.work-{tag}").shown
-
-
-class PartWriter:
-    """Writes result part ``index`` into ``directory`` table by table, atomically.
-
-    Rows go to a temporary file as they come, in row groups of whole queries
-    (``row_group_rows`` rounded down to the rows per query, the largest ``rank``
-    of the first rows written), every group full but the last; :meth:`close`
-    moves the file into place (a rename on a local disk, a server-side copy on a store).
-    A merge task writes a chunk's batches as their searches end, so only the last batch
-    is written after the chunk's search.
-
-    Parameters
-    ----------
-    directory : path or str
-        A staging or work directory (not yet visible to readers): a local path or a URI.
-    index : int
-        Part number; the file is :func:`part_name` ``(index)``.
-    metadata : mapping of str to str, optional
-        Extra Parquet schema metadata; keys must start with ``settopk.``.
-    row_group_rows : int
-        Target rows per row group.
-
-    Raises
-    ------
-    ValueError
-        If a metadata key is not namespaced, or ``row_group_rows < 1``.
-    """
-
-    def __init__(self, directory, index: int, *, metadata: Mapping[str, str] | None = None,
-                 row_group_rows: int = ROW_GROUP_ROWS):
-        extra = dict(metadata or {})
-        bad = sorted(key for key in extra if not key.startswith("settopk."))
-        if bad:
-            raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
-        if row_group_rows < 1:
-            raise ValueError(f"row_group_rows must be >= 1, found {row_group_rows}")
-        where = Location.real(directory)
-        self.final = where / part_name(index)
-        self.tmp = where / f".tmp-{uuid.uuid4().hex}.parquet"
-        file_metadata = {**RESULT_SCHEMA.metadata, **{k.encode(): str(v).encode() for k, v in extra.items()}}
-        self._schema = RESULT_SCHEMA.with_metadata(file_metadata)
-        self._writer = pq.ParquetWriter(self.tmp.path, self._schema, filesystem=self.tmp.fs, compression="zstd",
-                                        use_dictionary=_DICTIONARY_COLUMNS)
-        self._row_group_rows = row_group_rows
-        self._group = 0  # rows per group, fixed by the first rows written
-        self._pending: list[pa.Table] = []
-        self._pending_rows = 0
-
-    def write(self, table: pa.Table) -> None:
-        """Append rows with :data:`RESULT_SCHEMA`, in query order then rank, after those written.
-
-        Raises
-        ------
-        ValueError
-            If ``table`` does not have :data:`RESULT_SCHEMA`.
-        """
-        if not table.schema.equals(RESULT_SCHEMA, check_metadata=False):
-            raise ValueError(f"result table schema differs from RESULT_SCHEMA:\n{table.schema}")
-        if table.num_rows == 0:
-            return
-        if not self._group:
-            rows_per_query = max(1, int(pc.max(table["rank"]).as_py()))
-            self._group = max(1, self._row_group_rows // rows_per_query) * rows_per_query
-        self._pending.append(table.replace_schema_metadata(self._schema.metadata))
-        self._pending_rows += table.num_rows
-        if self._pending_rows >= self._group:
-            self._flush(self._pending_rows - self._pending_rows % self._group)
-
-    def _flush(self, n_rows: int) -> None:
-        rows = pa.concat_tables(self._pending)
-        self._writer.write_table(rows.slice(0, n_rows), row_group_size=self._group)
-        rest = rows.slice(n_rows)
-        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
-
-    def add_metadata(self, metadata: Mapping[str, str]) -> None:
-        """Footer metadata known only once the rows are written (a threshold part's row counts);
-        call before :meth:`close`. Keys must start with ``settopk.``."""
-        bad = sorted(key for key in metadata if not key.startswith("settopk."))
-        if bad:
-            raise ValueError(f"Parquet metadata keys must start with 'settopk.', found {bad}; rename them")
-        self._writer.add_key_value_metadata({k: str(v) for k, v in metadata.items()})
-
-    def close(self):
-        """Write the rows still held, close the file and move it into place; returns its path (or URI)."""
-        try:
-            if self._pending_rows:
-                self._flush(self._pending_rows)
-            self._writer.close()
-            self.tmp.move_to(self.final)
-        finally:
-            self.tmp.delete(missing_ok=True)
-        return self.final.shown
-
-    def abort(self) -> None:
-        """Drop the temporary file (after an error); nothing appears under the part's name."""
-        try:
-            self._writer.close()
-        finally:
-            self.tmp.delete(missing_ok=True)
-
-
-def write_part(directory, index: int, table: pa.Table, *, metadata: Mapping[str, str] | None = None,
-               row_group_rows: int = ROW_GROUP_ROWS):
-    """Write result part ``index`` into ``directory`` in one call, atomically (:class:`PartWriter`).
-
-    Parameters
-    ----------
-    directory : path or str
-        A staging or work directory (not yet visible to readers): a local path or a URI.
-    index : int
-        Part number; the file is :func:`part_name` ``(index)``.
-    table : pyarrow.Table
-        Rows with :data:`RESULT_SCHEMA`, in query order then rank (kept as given).
-    metadata : mapping of str to str, optional
-        Extra Parquet schema metadata; keys must start with ``settopk.``.
-    row_group_rows : int
-        Target rows per row group, rounded down to whole queries (rows per query =
-        the largest ``rank``), so every group but the last has the same size.
-
-    Returns
-    -------
-    pathlib.Path or settopk.shards.location.Location
-        The part file.
-
-    Raises
-    ------
-    ValueError
-        If ``table`` does not have :data:`RESULT_SCHEMA`, a metadata key is not
-        namespaced, or ``row_group_rows < 1``.
-    """
-    writer = PartWriter(directory, index, metadata=metadata, row_group_rows=row_group_rows)
-    try:
-        writer.write(table)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.close()
 
 
 def _write_rejected(place: Location, table: pa.Table) -> None:
@@ -659,36 +436,6 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
         (out / SUCCESS).write_bytes(b"")  # last
         stage.delete_tree()
     return out.shown
-
-
-def read_part_doc_ids(directory, index: int, rows_per_query: int) -> np.ndarray:
-    """Doc ids of part ``index`` as an int64 array of shape ``(n_queries_in_part, rows_per_query)``."""
-    part = Location.real(directory) / part_name(index)
-    ids = pq.read_table(part.path, filesystem=part.fs, columns=["doc_id"])["doc_id"].to_numpy()
-    return ids.reshape(-1, max(rows_per_query, 1)) if rows_per_query else np.zeros((0, 0), np.int64)
-
-
-def write_tsv(path, blocks) -> None:
-    """Write the competition's result format, atomically: one line per query in query
-    order, its doc ids tab-separated (``-1`` padding left out).
-
-    Parameters
-    ----------
-    path : path or str
-        The TSV file, a local path or a URI.
-    blocks : iterable of numpy.ndarray of int64, shape (n_queries_in_block, k)
-        Doc ids of consecutive queries (e.g. one :func:`read_part_doc_ids` per part,
-        or ``[topk.doc_ids]``).
-    """
-    final = Location.real(path)
-    tmp = final.sibling(f".{final.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        with tmp.fs.open_output_stream(tmp.path) as f:
-            for block in blocks:
-                f.write("".join("\t".join(map(str, row[row >= 0].tolist())) + "\n" for row in block).encode())
-        tmp.move_to(final)
-    finally:
-        tmp.delete(missing_ok=True)
 
 
 def _fsync_dir(place: Location) -> None:
