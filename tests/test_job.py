@@ -198,8 +198,8 @@ def test_golden_corpus_matches_expected(tmp_path, golden_dir):
     "docs_text, where, reason",
     [
         ("1,2\n3,x\n", ":2", "x"),
-        ("1,2\n\n70000\n", ":3", "70000"),
-        ("1,-4\n", ":1", "-4"),
+        ("1,2\n\n7.5\n", ":3", "7.5"),
+        ("1,18446744073709551616\n", ":1", "18446744073709551616"),
     ],
 )
 def test_bad_input_fails_before_actors_and_writes_nothing(tmp_path, monkeypatch, caplog, docs_text, where, reason):
@@ -476,8 +476,8 @@ def test_shard_that_keeps_failing_stops_the_run_naming_node(tmp_path, tie_corpus
 
 def test_quarantine_sets_bad_lines_aside_and_reports_them(tmp_path, caplog):
     docs = [[1, 2], [2, 3], [3], [1, 2, 3]]
-    (tmp_path / "docs.txt").write_text("1,2\nbad\n2,3\n3\n-1\n1,2,3\n")  # lines 2 and 5 are bad
-    (tmp_path / "q.txt").write_text("2\n1,2\n70000\n")
+    (tmp_path / "docs.txt").write_text("1,2\nbad\n2,3\n3\n1.5\n1,2,3\n")  # lines 2 and 5 are bad
+    (tmp_path / "q.txt").write_text("2\n1,2\n7e4\n")
     cfg = _config(tmp_path, on_invalid="quarantine", n_shards=2)
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="settopk"):

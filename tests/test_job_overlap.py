@@ -136,7 +136,7 @@ def test_bad_queries_are_reported_before_a_bad_corpus(tmp_path, caplog, ray_clus
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     (tmp_path / "docs.txt").write_text(open(docs).read() + "4,y\n")
     queries = tmp_path / "q.txt"
-    queries.write_text("1,2\n-3\n")
+    queries.write_text("1,2\n3.5\n")
     with caplog.at_level(logging.ERROR, logger="settopk"):
         code = score.main(["--docs", docs, "--queries", str(queries), "--out", str(tmp_path / "out"),
                            "--config", job_config(tmp_path), "--quiet"])

@@ -52,8 +52,8 @@ def _table(n_queries=3, k=2):
 
 
 def _names(s3, prefix):
-    """Every object under ``prefix`` (a URI), relative to it."""
-    path = prefix.split("://", 1)[1]
+    """Every object under ``prefix`` (a URI or its Location), relative to it."""
+    path = os.fspath(prefix.full if isinstance(prefix, Location) else prefix).split("://", 1)[1]
     infos = s3.filesystem().get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     return sorted(i.path[len(path) + 1:] for i in infos if i.type == pafs.FileType.File)
 
