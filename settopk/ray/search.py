@@ -19,6 +19,8 @@ log = logging.getLogger("settopk")
 # Settings of the corpus: taken from a CorpusHandle when one is passed as docs, so they may not be passed again.
 _CORPUS_SETTINGS = ("k", "score", "n_shards", "backend", "routing", "max_len", "vocab_size", "on_invalid")
 _GPU_CALLS_AT_ONCE = 2  # as settopk.jobs.shard_pool's GPU actors
+_RUN_AHEAD_BLOCKS = 32  # least blocks the repartition task may yield ahead of the executor (Ray's default: 2)
+_MISSING = object()
 _DEFAULTS = {"k": 100, "score": "braun_blanquet", "n_shards": 1, "backend": "auto", "routing": "scan", "max_len": 128,
              "vocab_size": 65536, "on_invalid": "error"}
 
@@ -136,6 +138,7 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     # Blocks of one batch each: a pool gets as many tasks as batches, spread over its actors (a
     # block is one task, and a file read as one block would keep one actor busy and the others idle).
     dataset = queries.repartition(target_num_rows_per_block=batch_size)
+    _let_repartition_run_ahead(dataset, replicas * (_GPU_CALLS_AT_ONCE if corpus.backend == "cupy" else 1))
     for shard in range(corpus.n_shards):
         options = {"num_gpus": num_gpus} if num_gpus else {}
         compute = _pool(replicas, _GPU_CALLS_AT_ONCE if corpus.backend == "cupy" else 1, options)  # may add to options
@@ -154,6 +157,30 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     # Tasks, not the search actors: expanding k rows per query and scoring them runs on other CPUs.
     return dataset.map_batches(functools.partial(result_rows, score=corpus.score, rows=rows), batch_format="pyarrow",
                                batch_size=None, zero_copy_batch=True)
+
+
+def _let_repartition_run_ahead(dataset, calls_at_once: int) -> None:
+    """Let the streaming repartition's task yield enough blocks ahead to keep every pool actor busy.
+
+    A query file read as one block is split by one repartition task, a streaming generator that
+    Ray Data lets hold only ``DataContext._max_num_blocks_in_streaming_gen_buffer`` (2) blocks
+    not yet taken by the executor; the executor takes them once per loop of its scheduler (ray.wait
+    for up to 0.1 s). That capped the pool's input near 20 blocks a second, whatever the number
+    of actors (82 k q/s on one GPU and on two, at 4096 queries a block). A run-ahead of a few
+    blocks per call the pools take at once lifts the cap; a block of queries is small (about 1 MB
+    at 4096 queries), so the object store holds little more.
+
+    The dataset's context is shared with the datasets it was derived from (the queries); the
+    setting is only raised, never lowered. It is a private attribute of Ray Data (2.50 and 2.60):
+    where it is missing, the default is left and a debug line says so.
+    """
+    context = dataset.context
+    wanted = max(_RUN_AHEAD_BLOCKS, 4 * calls_at_once)
+    current = getattr(context, "_max_num_blocks_in_streaming_gen_buffer", _MISSING)
+    if current is _MISSING:
+        log.debug("Ray Data has no _max_num_blocks_in_streaming_gen_buffer; the repartition's run-ahead is its default")
+    elif current is not None and current < wanted:  # None: Ray Data applies no such limit
+        context._max_num_blocks_in_streaming_gen_buffer = wanted
 
 
 def _pool(size: int, calls_at_once: int, options: dict):
