@@ -10,7 +10,6 @@ import shlex
 import subprocess
 import sys
 
-import duckdb
 import pytest
 
 
@@ -35,6 +34,7 @@ def test_library_section_runs_as_written(tmp_path):
     """In a fresh process whose working directory holds the corpus, as a user's notebook would:
     Ray's workers resolve the relative paths there too. Only Ray's start is the test's own (a
     small object store, no dashboard), before the README's blocks."""
+    duckdb = pytest.importorskip("duckdb")
     section = _library_section()
     command = re.search(r"`python -m settopk make-corpus ([^`]*)`", section).group(1)
     subprocess.run([sys.executable, "-m", "settopk", "make-corpus", *shlex.split(command)], cwd=tmp_path, check=True, timeout=300)
