@@ -86,7 +86,7 @@ def runs(s3, tmp_path_factory):
     (tmp / "in").mkdir()
     write_sets(tmp / "in" / "docs.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(2000)])
     write_sets(tmp / "in" / "queries.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(N_QUERIES)])
-    (tmp / "in" / "bad.txt").write_text("1,2\n3\n4,-5\n")
+    (tmp / "in" / "bad.txt").write_text("1,2\n3\n4,5.5\n")
     bucket = s3.bucket("secret-job")
     upload(s3, tmp / "in", f"{bucket}/in")
     cfg = tmp / "c.yaml"  # one query per batch, 20 per chunk: many small parts, so a kill lands mid-run

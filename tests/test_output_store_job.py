@@ -60,8 +60,9 @@ def _run_all(runs: list[list[str]]) -> list[int]:
     return json.loads(lines[-1][len("RESULTS "):])
 
 
-def _objects(s3, prefix: str) -> list[str]:
-    path = prefix.split("://", 1)[1]
+def _objects(s3, prefix) -> list[str]:
+    """Every object under ``prefix`` (a URI or its Location), relative to it."""
+    path = (prefix.full if isinstance(prefix, Location) else prefix).split("://", 1)[1]
     infos = s3.filesystem().get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     return sorted(i.path[len(path) + 1:] for i in infos if i.type == pafs.FileType.File)
 
