@@ -54,4 +54,4 @@ def test_library_section_runs_as_written(tmp_path):
         extra = duckdb.sql(f"SELECT * FROM read_parquet('{a}/*.parquet') EXCEPT ALL "
                            f"SELECT * FROM read_parquet('{b}/*.parquet')").fetchall()
         assert extra == []
-    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{job}/*.parquet')").fetchone()[0] == 50 * 10
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{job}/*.parquet')").fetchall() == [(50 * 10,)]
