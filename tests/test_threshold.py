@@ -1,5 +1,7 @@
 """Threshold search (issue 32): the exact threshold semantics, the need tables against exact
-fractions, and the CPU backends' threshold_search against the brute-force oracle, ties included."""
+fractions, and every backend's threshold_search against the brute-force oracle, ties included
+(the GPU's with a candidate buffer of 2 slots under the postings routing, so that most queries
+take its exact-size re-emission, and the default one under the scan)."""
 
 import math
 from fractions import Fraction
@@ -20,7 +22,7 @@ from settopk.kernels import (
 )
 from settopk.kernels.oracle import _exact
 
-BACKENDS = ["numpy", "cpu"]
+BACKENDS = ["numpy", "cpu", pytest.param("cupy", marks=pytest.mark.gpu)]
 ROUTINGS = ("scan", "postings")
 
 
@@ -29,6 +31,11 @@ def _index(backend, docs, ids, max_len, score, routing):
     ids = np.asarray(ids, dtype=np.int64)
     if backend == "numpy":
         return NumpyShardIndex(batch, ids, max_len, score, routing=routing)
+    if backend == "cupy":
+        from settopk.kernels.cuda import CupyShardIndex
+
+        return CupyShardIndex(batch, ids, max_len, score=score, routing=routing,
+                              capacity=2 if routing == "postings" else None)
     pytest.importorskip("numba")
     from settopk.kernels.numba_index import NumbaShardIndex
 
@@ -161,6 +168,33 @@ def test_zero_one_empty_identical(backend, score):
             assert _rows(one)[0] == [(10, 3, 3), (11, 3, 3)]  # identical sets score exactly 1
 
 
+def test_threshold_floors_admit_exactly_the_passing_pairs():
+    """The GPU's key floor per query: key >= F exactly when score >= T, for every achievable pair
+    (exhaustive over lengths up to 9, each score, thresholds on and off achievable scores), and -2
+    where the shard's lengths leave nothing to pass."""
+    from settopk.kernels import score_key
+    from settopk.kernels.cuda.threshold import threshold_floors
+
+    max_len = 9
+    present = np.ones(max_len + 1, dtype=bool)
+    present[[0, 4]] = False  # lengths the shard lacks count for nothing
+    qlen = np.arange(max_len + 1)
+    for score in SCORES:
+        for t in [Fraction(0), Fraction(1), Fraction(1, 2), Fraction(2, 3), Fraction(4, 5), Fraction(5, 7),
+                  Fraction(1, 3) + Fraction(1, 10**12)] + ([Fraction(3), Fraction(9)] if score == "overlap" else []):
+            floor = threshold_floors(t, qlen, present, max_len, score)
+            for ql in range(max_len + 1):
+                passing = []
+                for dl in np.flatnonzero(present).tolist():
+                    for o in range(min(ql, dl) + 1):
+                        key = int(score_key(o, ql, dl, max_len, score))
+                        passes = _passes(o, ql, dl, score, t)
+                        if floor[ql] >= 0:
+                            assert (key >= floor[ql]) == passes, (score, t, ql, dl, o)
+                        passing.append(passes)
+                assert (floor[ql] == -2) == (not any(passing)), (score, t, ql)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_docs_and_no_queries(backend):
     index = _index(backend, [], [], 4, "jaccard", "scan")
@@ -208,23 +242,6 @@ def test_threshold_is_a_result_setting():
     assert "threshold" in RESULT_SETTINGS  # a rerun with another T is not the same run
 
 
-@pytest.mark.parametrize("backend", ["cpu", "numpy", "cupy"])
-def test_job_refuses_threshold_runs_only_on_cupy(backend):
-    from settopk.configs import ConfigError, load_config
-    from settopk.jobs.threshold_job import ThresholdSearchUnsupported, check_threshold_job
-
-    cfg = load_config("local", {"threshold": "0.5", "backend": backend})
-    if backend != "cupy":
-        check_threshold_job(cfg)  # the CPU backends run it
-    else:
-        with pytest.raises(ThresholdSearchUnsupported, match="cupy \\(GPU\\) backend does not have") as info:
-            check_threshold_job(cfg)
-        assert isinstance(info.value, NotImplementedError) and isinstance(info.value, ConfigError)
-    check_threshold_job(load_config("local", {"backend": backend}))  # top-k: nothing to refuse
-    with pytest.raises(ThresholdSearchUnsupported, match="cupy"):
-        check_threshold_job(load_config("local", {"threshold": "0.5"}), backend="cupy")  # auto resolved to cupy
-
-
 def test_only_an_explicit_k_caps_a_threshold_run():
     from settopk.configs import MAX_K, load_config
     from settopk.jobs.threshold_job import threshold_config
@@ -233,17 +250,6 @@ def test_only_an_explicit_k_caps_a_threshold_run():
     assert cfg.k == 100 and threshold_config(cfg, None).k == MAX_K  # the config's k does not cap
     assert threshold_config(load_config("local", {"threshold": "0.5", "k": 7}), 7).k == 7
     assert threshold_config(load_config("local", {}), None).k == 100  # top-k runs keep their k
-
-
-def test_score_command_exits_2_on_threshold(tmp_path):
-    from settopk.jobs import score
-
-    docs = tmp_path / "docs.txt"
-    docs.write_text("1 2 3\n2 3 4\n")
-    code = score.main(["--docs", str(docs), "--self-join", "--threshold", "0.5", "--backend", "cupy",
-                       "--out", str(tmp_path / "out")])
-    assert code == score.EXIT_BAD_INPUT
-    assert not (tmp_path / "out").exists()
 
 
 # --- the job's logic: shard pruning and the merge into result rows ------------------------------

@@ -1,5 +1,5 @@
 """``--threshold T`` end to end (issue 32): ``settopk.jobs.score.main`` on the session's Ray cluster
-against :func:`settopk.kernels.brute_force_threshold`, on the cpu and numpy backends, with and
+against :func:`settopk.kernels.brute_force_threshold`, on every backend (cupy on the GPU machine), with and
 without ``--k``, on two shards, the self-join's rules, resume, no-op rerun and refusals."""
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def test_every_score_at_an_achievable_threshold_matches_the_oracle(tmp_path, cor
     assert result_rows(tmp_path / "k") == _expected(docs, queries, t, score, k=3)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "numpy"])
-def test_t0_and_t1_on_both_backends(tmp_path, corpus, backend):
+@pytest.mark.parametrize("backend", ["cpu", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_t0_and_t1_on_every_backend(tmp_path, corpus, backend):
     """T = 0: every (query, doc) pair, more than the config's k = 100 for each query (no silent cap);
     T = 1: the identical sets only (jaccard)."""
     docs, queries, *files = corpus
@@ -160,11 +160,29 @@ def test_interrupted_run_resumes_then_reruns_as_a_no_op_and_another_t_is_refused
     assert read_manifest(out)["run_id"] == run_id
 
 
-def test_cupy_threshold_is_refused_at_the_start(tmp_path, corpus, caplog):
-    _, _, *files = corpus
-    with caplog.at_level(logging.ERROR, logger="settopk"):
-        assert _run(tmp_path, files, tmp_path / "out", "--threshold", "0.5", backend="cupy") == 2
-    assert "cupy (GPU) backend does not have" in caplog.text and not (tmp_path / "out").exists()
+@pytest.mark.gpu
+@pytest.mark.parametrize("score", SCORES)
+def test_cupy_threshold_self_join_and_dedup_match_the_oracle(tmp_path, corpus, score):
+    """The GPU backend on two shards: the self-join's pairs at a threshold on achievable scores
+    (ties at T), with and without --k, and --dedup's groups, equal to the oracle's."""
+    docs, _, *files = corpus
+    values = _achievable(docs, docs, score)
+    t = values[len(values) // 2] if score != "overlap" else Fraction(3)
+    text = f"{t.numerator}/{t.denominator}" if t.denominator != 1 else str(t.numerator)
+    out = tmp_path / "out"
+    assert _run(tmp_path, files, out, "--self-join", "--threshold", text, "--score", score, backend="cupy") == 0
+    expected = _expected(docs, docs, t, score, self_join="exclude")
+    assert result_rows(out) == expected and read_manifest(out)["backend"] == "cupy"
+    assert _run(tmp_path, files, tmp_path / "k", "--threshold", text, "--score", score, "--k", "2",
+                backend="cupy") == 0
+    assert result_rows(tmp_path / "k") == _expected(docs, corpus[1], t, score, k=2)
+    if score == "jaccard":
+        dedup = tmp_path / "dedup"
+        assert _run(tmp_path, files, dedup, "--self-join", "--threshold", text, "--score", score, "--dedup",
+                    backend="cupy") == 0
+        group = _union_find_groups(len(docs), [(int(r[0]), r[2]) for r in expected])
+        (groups, _dups), pairs = _dedup_outputs(dedup)
+        assert pairs == expected and {g["doc_id"]: g["group_id"] for g in groups} == group
 
 
 def test_a_query_with_more_pairs_than_the_rank_column_holds_is_refused_by_name(tmp_path, caplog):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from settopk.kernels import search_cost_per_doc
 from settopk.shards.inputs import InputError
 
-from .threshold_job import check_threshold_job
 from .validate import Job, check_gpus
 
 __all__ = ["Cluster", "connect", "resolve_backend", "resolve_cpus_per_shard", "shard_doc_cost"]
@@ -58,7 +57,6 @@ def connect(job: Job) -> tuple[Job, Cluster]:
     check_gpus(job.args, resources)
     node_cpus = [float(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node.get("Alive")]
     backend, n_shards = resolve_backend(job.cfg, resources, job.cfg.replicas, node_cpus)
-    check_threshold_job(job.cfg, backend)  # `auto` on a GPU cluster is known to be cupy only here
     cpus = resolve_cpus_per_shard(job.cfg, backend, node_cpus, job.cfg.replicas)
     if job.cfg.cpus_per_shard == "auto":
         log.info("cpus_per_shard auto: %g per shard actor (backend %s)", cpus, backend)

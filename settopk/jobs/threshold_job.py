@@ -1,13 +1,12 @@
 """The job's threshold search (``--threshold T``, config key ``threshold``; issue 32).
 
-The CPU backends (``cpu``, ``numpy``) run it end to end: each batch goes once to the shards whose
-length range it can reach (:func:`shard_rows`; no threshold exchange: every shard's floor is ``T``
-from the start), each shard returns its passing pairs
+Every backend runs it end to end (``cpu``, ``numpy``, and ``cupy`` through the count kernel with
+its floors fixed at ``T``: :mod:`settopk.kernels.cuda.threshold`): each batch goes once to the
+shards whose length range it can reach (:func:`shard_rows`; no threshold exchange: every shard's
+floor is ``T`` from the start), each shard returns its passing pairs
 (:meth:`settopk.shards.searcher.ShardSearcher.threshold_search`), and the chunk's merge task ranks
 each query's pairs over the shards (:func:`merge_pairs_table`) and writes them
-(:func:`settopk.jobs.pairs_task.merge_and_write_pairs`). The GPU backend (``cupy``) has no threshold
-kernel: a threshold run there stops at its start with :class:`ThresholdSearchUnsupported`, never
-a silent top-k in its place.
+(:func:`settopk.jobs.pairs_task.merge_and_write_pairs`).
 
 **The cap.** Only an explicit ``--k`` (the ``k=`` keyword of :func:`settopk.score`) caps a
 threshold run; the config's ``k`` (100 by default) does not. An uncapped run carries
@@ -25,49 +24,18 @@ import pyarrow as pa
 
 import settopk.configs
 from settopk.errors import SettopkError
-from settopk.kernels import ThresholdPairs, need_table, parse_threshold, score_key, score_value
+from settopk.kernels import need_table, parse_threshold, score_key, score_value
 from settopk.kernels.threshold import reachable_lengths
 
 from .output import RESULT_SCHEMA
 
-__all__ = ["ThresholdSearchUnsupported", "TooManyPairs", "check_threshold_job", "threshold_config", "threshold_cap", "threshold_section", "shard_rows",
+__all__ = ["TooManyPairs", "threshold_config", "threshold_cap", "threshold_section", "shard_rows",
            "merge_pairs_table"]
-
-
-class ThresholdSearchUnsupported(settopk.configs.ConfigError, NotImplementedError):
-    """A threshold run the job cannot do (yet). A :class:`settopk.configs.ConfigError`, so the
-    command exits with the bad-input code (2) and no traceback; a ``NotImplementedError`` to say
-    that the request is valid and the capability is what is missing."""
 
 
 class TooManyPairs(ValueError, SettopkError):
     """A query has more pairs at or above ``T`` than the int16 ``rank`` column holds and no ``--k``
     caps them: a rerun with the same arguments fails the same way, so the command exits 2."""
-
-
-def check_threshold_job(cfg, backend: str | None = None) -> None:
-    """Refuse a threshold run (``cfg.threshold`` set) that the job cannot do; nothing for top-k runs.
-
-    Parameters
-    ----------
-    cfg : settopk.configs.JobConfig
-        The run's config (``threshold``, ``backend``).
-    backend : str, optional
-        The resolved backend (``cfg.backend`` may be ``"auto"``, which becomes ``"cupy"`` on a GPU
-        cluster); None: check ``cfg.backend`` only.
-
-    Raises
-    ------
-    ThresholdSearchUnsupported
-        With the GPU backend: CuPy has no threshold kernel.
-    """
-    if cfg.threshold is None:
-        return
-    chosen = backend or cfg.backend
-    if chosen == "cupy":
-        raise ThresholdSearchUnsupported(
-            f"threshold: {cfg.threshold} asks for a threshold search, which the cupy (GPU) backend does not have; "
-            "run it with --backend cpu or --backend numpy, or drop --threshold for a top-k search on GPUs")
 
 
 def threshold_config(cfg, explicit_k):

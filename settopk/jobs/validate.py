@@ -28,7 +28,7 @@ from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLi
 
 from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
-from .threshold_job import check_threshold_job, threshold_config
+from .threshold_job import threshold_config
 from .output import check_dataset_root, check_output_dir, partition_dir, read_manifest, record_dir, rejected_paths
 
 __all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
@@ -198,7 +198,6 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
         cfg = settopk.configs.load_config(args.config, {**overrides, **gpu_layout(args, cfg)})
     if cfg.self_join:
         _check_self_join_args(args)  # before the no-op check: a wrong command fails whatever --out holds
-    check_threshold_job(cfg)  # before anything starts: a threshold run the job cannot do fails here
     cfg = threshold_config(cfg, getattr(args, "k", None))  # only an explicit --k caps a threshold run
     target = _target(args, cfg, started)
     if getattr(args, "dedup", False):

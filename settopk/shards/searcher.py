@@ -275,21 +275,14 @@ class ShardSearcher:
         settopk.kernels.ThresholdPairs
             CSR over ``rows``, each query's pairs best first (unbounded unless ``k``).
 
-        Raises
-        ------
-        NotImplementedError
-            If the index has no threshold search (the GPU backend; the job refuses such a run
-            before it starts).
         """
-        search = getattr(self.index, "threshold_search", None)
-        if search is None:
-            raise NotImplementedError(f"the {self.backend} backend has no threshold search; use --backend cpu or numpy")
         start = self._enter()
         rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         subset = queries if len(rows) == queries.n_sets else queries.take(rows)
         skipped = posted = 0
         try:
-            result = search(subset, threshold, k)
+            with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
+                result = self.index.threshold_search(subset, threshold, k)
             skipped = int(getattr(self.index, "last_skipped", 0))
             posted = int(getattr(self.index, "last_routing", {}).get("postings", 0))
         finally:

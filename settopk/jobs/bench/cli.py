@@ -4,7 +4,8 @@ The config picks the run: a ``scaling`` section the scaling run (:mod:`settopk.j
 a ``throughput`` section the whole-job run (:mod:`settopk.jobs.bench.throughput`), a ``host`` section
 the host-path run with stand-in shards (:mod:`settopk.jobs.bench.host`), a ``library`` section
 ``settopk.Index.search`` in-process against the kernel alone (:mod:`settopk.jobs.bench.library`), a
-``ray_data`` section the Ray Data pipeline against the job (:mod:`settopk.jobs.bench.ray_data`), none the
+``ray_data`` section the Ray Data pipeline against the job (:mod:`settopk.jobs.bench.ray_data`), a
+``self_join`` section the threshold self-join against the top-k one (:mod:`settopk.jobs.bench.self_join`), none the
 phase run (:mod:`settopk.jobs.bench.phases`). The result is written as JSON and summed up in a
 printed table.
 
@@ -35,6 +36,7 @@ from .library import format_library_table, run_library
 from .phases import format_phases_table, run_phases
 from .ray_data import format_ray_data_table, run_ray_data
 from .scale import format_scaling_table, run_scaling
+from .self_join import format_self_join_table, run_self_join
 from .throughput import format_throughput_table, run_throughput
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_MISMATCH", "EXIT_OK", "build_parser", "main", "run"]
@@ -86,6 +88,9 @@ def run(args: argparse.Namespace) -> dict:
         if cfg.library is not None:
             result = run_library(cfg, name, docs_path, queries_path)
             table = format_library_table(result)
+        elif cfg.self_join is not None:
+            result = run_self_join(cfg, name, docs_path, queries_path)
+            table = format_self_join_table(result)
         elif cfg.host is not None:
             result = run_host(cfg, name, docs_path, queries_path)
             table = format_host_table(result)

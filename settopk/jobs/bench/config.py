@@ -21,6 +21,7 @@ from settopk.kernels.postings import ROUTINGS
 
 from .baselines import BASELINES
 from .library import LibraryConfig, section_fields as library_fields
+from .self_join import SelfJoinConfig, section_fields as self_join_fields
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "RayDataConfig", "ScalingConfig",
            "ThroughputConfig", "bench_config_names", "load_bench_config"]
@@ -205,6 +206,10 @@ class BenchConfig(SearchConfig):
         Makes this a library run (:mod:`settopk.jobs.bench.library`): ``settopk.Index.search`` in
         this process against the kernel alone; ``n_shards``, ``query_batch_size`` and the
         baselines are then unused.
+    self_join : SelfJoinConfig, optional
+        Makes this a self-join run (:mod:`settopk.jobs.bench.self_join`): the threshold self-join and
+        its components against the top-k self-join, in this process; ``n_shards``,
+        ``query_batch_size`` and the baselines are then unused.
     """
 
     query_batch_size: int = 0
@@ -223,13 +228,17 @@ class BenchConfig(SearchConfig):
     host: Optional[HostPathConfig] = None
     library: Optional[LibraryConfig] = None
     ray_data: Optional[RayDataConfig] = None
+    self_join: Optional[SelfJoinConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
-        if sum(x is not None for x in (self.scaling, self.throughput, self.host, self.library, self.ray_data)) > 1:
-            problems.append("a config has one of the scaling, throughput, host, library and ray_data sections, not several")
-        if self.library is not None:
-            problems += self.library.problems()
+        sections = (self.scaling, self.throughput, self.host, self.library, self.ray_data, self.self_join)
+        if sum(x is not None for x in sections) > 1:
+            problems.append("a config has one of the scaling, throughput, host, library, ray_data and self_join "
+                            "sections, not several")
+        for section in (self.library, self.self_join):
+            if section is not None:
+                problems += section.problems()
         if self.ray_data is not None:
             r = self.ray_data
             if not r.replicas or any(n < 1 for n in r.replicas):
@@ -351,7 +360,7 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
         ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
             f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
             f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)] + library_fields() + [
-            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)]
+            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)] + self_join_fields()
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

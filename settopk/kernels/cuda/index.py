@@ -28,6 +28,7 @@ from ..topk import TopK, empty_topk
 from .levels import CHUNK_SLOTS, DEFAULT_SHARED_LIMIT, SORT_MAX, LevelSearch
 from .modules import load_kernels
 from .postings import GpuPostings
+from .threshold import ThresholdSearch
 
 __all__ = ["CupyShardIndex", "warm_up"]
 
@@ -83,10 +84,6 @@ def _kernels(device_id: int) -> dict:
     return out
 
 
-def _no_routing() -> dict:
-    return {"scan": 0, "postings": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
-
-
 def _upload(pieces: list):
     """Device CSR arrays ``(offsets int64, tokens uint16)`` of the concatenation of host SetBatches.
 
@@ -123,12 +120,14 @@ def _check_set_batch(batch, what: str, max_len: int) -> None:
             raise ValueError(f"{what}.{name} must be C-contiguous")
 
 
-class CupyShardIndex(LevelSearch):
+class CupyShardIndex(LevelSearch, ThresholdSearch):
     """One shard's docs in GPU memory, searched exactly with the bit-sliced kernel.
 
     Implements :class:`settopk.kernels.ShardIndex` (``build_index("cupy", ...)``):
     ``search`` returns the :class:`settopk.kernels.TopK` of :class:`settopk.kernels.NumpyShardIndex`,
-    identical. The search of each batch is :class:`settopk.kernels.cuda.levels.LevelSearch`'s.
+    identical. The search of each batch is :class:`settopk.kernels.cuda.levels.LevelSearch`'s;
+    ``threshold_search`` (:class:`settopk.kernels.cuda.threshold.ThresholdSearch`) returns its
+    :class:`settopk.kernels.ThresholdPairs`, identical too.
 
     Parameters
     ----------
@@ -277,7 +276,7 @@ class CupyShardIndex(LevelSearch):
         self.routing = routing
         self.rescans = 0
         self.last_skipped = 0
-        self.last_routing = _no_routing()
+        self.last_routing = self._fresh_routing()
         self.postings_bytes = 0
         self._postings = None
         self._scale = key_scale(max_len, score)
@@ -428,16 +427,12 @@ class CupyShardIndex(LevelSearch):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k must be an integer >= 1, found {k!r}")
         k = int(k)
-        _check_set_batch(queries, "queries", self.max_len)
+        self._check_queries(queries)
         lengths = queries.lengths
-        if len(lengths) and (lengths.min() < 0 or lengths.max() > self.max_len):
-            raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")
-        if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
-            raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         self.rescans = 0
         self.last_skipped = 0
-        self.last_routing = _no_routing()
+        self.last_routing = self._fresh_routing()
         if self.n_docs == 0 or queries.n_sets == 0:
             return empty_topk(queries.n_sets, k)
         if floor is None:
@@ -465,3 +460,12 @@ class CupyShardIndex(LevelSearch):
                     self._search_batch(batch, k, floor[rows], part)
                     out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
+
+    def _check_queries(self, queries: SetBatch) -> None:
+        """Raise ValueError unless ``queries`` is a host SetBatch of sets of at most ``max_len`` ids below ``vocab_size``."""
+        _check_set_batch(queries, "queries", self.max_len)
+        lengths = queries.lengths
+        if len(lengths) and (lengths.min() < 0 or lengths.max() > self.max_len):
+            raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")
+        if len(queries.tokens) and int(queries.tokens.max()) >= self.vocab_size:
+            raise ValueError(f"queries hold id {int(queries.tokens.max())}, not below vocab_size={self.vocab_size}")

@@ -109,6 +109,11 @@ class LevelSearch:
     add to ``last_routing`` and ``rescans``.
     """
 
+    @staticmethod
+    def _fresh_routing() -> dict:
+        """``last_routing`` before a search: no query on any path yet."""
+        return {"scan": 0, "postings": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
+
     def _capacity(self, k: int) -> int:
         if self.capacity is not None:
             return self.capacity
@@ -224,8 +229,7 @@ class LevelSearch:
                 self._rescan(scanned, counts, query_arrays, bound_key, k, top)
             if len(posted):  # the same path again, so the same candidates
                 self._rescan(posted, counts, query_arrays, bound_key, k, top,
-                             emit=lambda members, cnt, base, cap, buf: self._emit_postings(
-                                 members, self.n_docs, query_arrays, bound_key, cnt, base, cap, buf))
+                             emit=self._postings_emitter(query_arrays, bound_key))
 
         doc_ids = cupy.empty((n_q, k), dtype=np.int64)
         overlap = cupy.empty((n_q, k), dtype=np.int16)
@@ -328,6 +332,17 @@ class LevelSearch:
         self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos,
                             self._len_by_pos, self._scale, self._score_code, count, cand_base, cand_cap, cand)
 
+    def _postings_emitter(self, query_arrays, bound_key):
+        """``emit(members, count, cand_base, cand_cap, cand)`` of :meth:`_reemit` through the postings
+        over the whole shard (members: host int query indices, sorted order)."""
+        import cupy
+
+        def emit(members, count, cand_base, cand_cap, cand):
+            self._emit_postings(cupy.asarray(np.asarray(members).astype(np.int32)), self.n_docs, query_arrays,
+                                bound_key, count, cand_base, cand_cap, cand)
+
+        return emit
+
     def _select_level(self, batch, rows_dev, *, update: bool) -> None:
         _qoff, _qtok, qlen, thr_ge, thr_gt, tie_pos = batch.query_arrays
         self._select(batch.cand, batch.cand_base, batch.cand_cap, batch.count, rows_dev, len(rows_dev), batch.k,
@@ -407,14 +422,61 @@ class LevelSearch:
         """Scan the whole shard again for the overflowed queries with exact-size buffers, then select.
 
         The thresholds are those of the last level, so the kernel emits the
-        same docs again: exactly ``counts[q]`` of them, which is checked.
-        ``emit(members, count, cand_base, cand_cap, cand)`` (members: device
-        int32 query indices) replaces the scan for queries whose last level
+        same docs again (:meth:`_reemit`). ``emit(members, count, cand_base, cand_cap, cand)``
+        (members: host int64 query indices) replaces the scan for queries whose last level
         ran through the postings.
         """
         import cupy
 
         qlen, tie_pos, thr_ge, thr_gt = query_arrays[2], query_arrays[5], query_arrays[3], query_arrays[4]
+        if emit is None:
+            emit = self._scan_emitter(query_arrays)
+        for members, bases, sizes, cand, count in self._reemit(overflowed, counts, emit):
+            small = members[sizes <= SORT_MAX]
+            if len(small):
+                sort_size = _pow2_at_least(int(sizes[sizes <= SORT_MAX].max()))
+                self._select(cand, cupy.asarray(_scatter(len(counts), members, bases, np.int64)),
+                             cupy.asarray(_scatter(len(counts), members, sizes, np.int32)), count,
+                             cupy.asarray(small.astype(np.int32)), len(small), k, sort_size, top, update=False,
+                             bound_key=bound_key, tie_pos=tie_pos, qlen=qlen, thr_ge=thr_ge, thr_gt=thr_gt)
+            for q, base, size in zip(members.tolist(), bases.tolist(), sizes.tolist()):
+                if size <= SORT_MAX:
+                    continue
+                best = cupy.sort(cand[base : base + size])[::-1][:k]  # too long for the shared-memory sort
+                top[q] = 0
+                top[q, : len(best)] = best
+
+    def _scan_emitter(self, query_arrays):
+        """``emit(members, count, cand_base, cand_cap, cand)`` of :meth:`_reemit` through the count
+        kernel over the whole shard (members: host int query indices, sorted order)."""
+
+        def emit(members, count, cand_base, cand_cap, cand):
+            group_query, n_groups = self._groups_of(members)
+            self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
+
+        return emit
+
+    def _reemit(self, overflowed, counts, emit):
+        """Emit the candidates of the ``overflowed`` queries again, into buffers of their exact size.
+
+        The bounds and tables are unchanged, so the kernel emits the same docs again: exactly
+        ``counts[q]`` of them, which is checked. Queries go in batches whose buffers fit
+        ``redo_bytes`` (a query larger than that alone).
+
+        Yields
+        ------
+        (members, bases, sizes, cand, count)
+            Host int64 query indices, each one's first slot and candidate count (host int64), the
+            device uint64 buffer (query ``members[i]``'s candidates at ``cand[bases[i]:bases[i] +
+            sizes[i]]``, unordered) and the device int32 counters, per batch.
+
+        Raises
+        ------
+        RuntimeError
+            If a query emits a different number of candidates than its first scan counted.
+        """
+        import cupy
+
         n_q = len(counts)
         budget = max(1, self.redo_bytes // 8)
         batch: list[int] = []
@@ -431,33 +493,21 @@ class LevelSearch:
             members = np.asarray(batch, dtype=np.int64)
             sizes = counts[members].astype(np.int64)
             bases = np.cumsum(sizes) - sizes
-            cand_base = np.zeros(n_q, dtype=np.int64)
-            cand_cap = np.zeros(n_q, dtype=np.int32)
-            cand_base[members] = bases
-            cand_cap[members] = sizes
-            cand_base, cand_cap = cupy.asarray(cand_base), cupy.asarray(cand_cap)
             cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
             count = cupy.zeros(n_q, dtype=np.int32)
-            if emit is None:
-                group_query, n_groups = self._groups_of(members)
-                self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
-            else:
-                emit(cupy.asarray(members.astype(np.int32)), count, cand_base, cand_cap, cand)
+            emit(members, count, cupy.asarray(_scatter(n_q, members, bases, np.int64)),
+                 cupy.asarray(_scatter(n_q, members, sizes, np.int32)), cand)
             again = count.get()[members]
             if not np.array_equal(again, sizes):
                 raise RuntimeError(
                     f"re-scan emitted {again.tolist()} candidates where the first scan counted {sizes.tolist()}; "
                     "the GPU results are not reproducible (a kernel bug or a hardware fault)"
                 )
-            small = members[sizes <= SORT_MAX]
-            if len(small):
-                sort_size = _pow2_at_least(int(sizes[sizes <= SORT_MAX].max()))
-                self._select(cand, cand_base, cand_cap, count, cupy.asarray(small.astype(np.int32)), len(small), k,
-                             sort_size, top, update=False, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen,
-                             thr_ge=thr_ge, thr_gt=thr_gt)
-            for q, base, size in zip(members.tolist(), bases.tolist(), sizes.tolist()):
-                if size <= SORT_MAX:
-                    continue
-                best = cupy.sort(cand[base : base + size])[::-1][:k]  # too long for the shared-memory sort
-                top[q] = 0
-                top[q, : len(best)] = best
+            yield members, bases, sizes, cand, count
+
+
+def _scatter(n: int, rows: np.ndarray, values: np.ndarray, dtype) -> np.ndarray:
+    """Host array of ``n`` zeros of ``dtype`` with ``values`` at ``rows``."""
+    out = np.zeros(n, dtype=dtype)
+    out[rows] = values
+    return out
