@@ -79,6 +79,8 @@ def corpus(tmp_path_factory):
 def _run(tmp_path, corpus_files, out, *extra, backend="numpy", **cfg) -> int:
     docs_path, queries_path = corpus_files
     inputs = ["--docs", docs_path] + ([] if "--self-join" in extra else ["--queries", queries_path])
+    if backend == "cupy":
+        cfg.setdefault("gpus_per_shard", 0.5)  # two shards share the GPU machine's one GPU
     return job.main(inputs + ["--out", str(out), "--config", _config(tmp_path, backend=backend, **cfg), "--quiet", *extra])
 
 
