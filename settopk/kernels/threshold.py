@@ -171,6 +171,14 @@ def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
     """
     key_scale(max_len, score)
     t = threshold if isinstance(threshold, Fraction) else parse_threshold(threshold, score)
+    # One row per distinct length, then one per query: the exact table costs Python integers, at
+    # most (max_len + 1)**2 of them, however many queries.
+    lengths, row_of = np.unique(np.asarray(query_lens, dtype=np.int64).reshape(-1), return_inverse=True)
+    return _need_rows(t, lengths, max_len, score)[row_of.reshape(-1)]
+
+
+def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) -> np.ndarray:
+    """:func:`need_table` for distinct ``query_lens``, in Python integers."""
     a, b = t.numerator, t.denominator
     q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1).astype(object)
     d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1).astype(object)

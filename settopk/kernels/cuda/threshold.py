@@ -69,14 +69,14 @@ def threshold_floors(threshold, query_len, doc_lengths_present, max_len: int, sc
         ``F`` in ``[0, max_key]``, or ``-2`` where no doc length of the shard can pass.
     """
     query_len = np.asarray(query_len, dtype=np.int64)
-    need = need_table(threshold, query_len, max_len, score)
-    reach = reachable_lengths(need, query_len) & np.asarray(doc_lengths_present, dtype=bool)[None, :]
-    lengths = np.broadcast_to(np.arange(max_len + 1, dtype=np.int64)[None, :], need.shape)
-    overlap = np.minimum(need, np.minimum(query_len[:, None], lengths))  # in range where unreachable (masked)
-    keys = score_key(overlap, np.broadcast_to(query_len[:, None], need.shape), lengths, max_len, score)
+    lengths = np.arange(max_len + 1, dtype=np.int64)  # floors per query length, then per query
+    need = need_table(threshold, lengths, max_len, score)
+    reach = reachable_lengths(need, lengths) & np.asarray(doc_lengths_present, dtype=bool)[None, :]
+    overlap = np.minimum(need, np.minimum(lengths[:, None], lengths[None, :]))  # in range where unreachable (masked)
+    keys = score_key(overlap, lengths[:, None], lengths[None, :], max_len, score)
     keys = np.where(reach, keys.astype(np.int64), np.iinfo(np.int64).max)
-    floor = keys.min(axis=1) if len(query_len) else np.zeros(0, np.int64)
-    return np.where(reach.any(axis=1), floor, _NO_FLOOR).astype(np.int64)
+    floor = np.where(reach.any(axis=1), keys.min(axis=1), _NO_FLOOR).astype(np.int64)
+    return floor[query_len]
 
 
 class ThresholdSearch:
