@@ -193,6 +193,12 @@ def test_threshold_floors_admit_exactly_the_passing_pairs():
                             assert (key >= floor[ql]) == passes, (score, t, ql, dl, o)
                         passing.append(passes)
                 assert (floor[ql] == -2) == (not any(passing)), (score, t, ql)
+            # from each query's own length on (a symmetric self-join): the least passing key of those lengths
+            own = threshold_floors(t, qlen, present, max_len, score, min_doc_len=qlen)
+            for ql in range(max_len + 1):
+                keys = [int(score_key(o, ql, dl, max_len, score)) for dl in np.flatnonzero(present).tolist()
+                        if dl >= ql for o in range(min(ql, dl) + 1) if _passes(o, ql, dl, score, t)]
+                assert own[ql] == (min(keys) if keys else -2), (score, t, ql)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -209,13 +215,22 @@ def test_no_docs_and_no_queries(backend):
 @given(docs=st.lists(st.lists(st.integers(0, 9), max_size=6), min_size=1, max_size=12), text=_thresholds)
 @settings(max_examples=10, deadline=None)
 def test_self_join(backend, score, docs, text):
+    """Each unordered pair once, under its shorter doc (the lower id at equal lengths), for the
+    symmetric scores; ordered pairs for containment. The search from each query's own length
+    (min_doc_len, as the job runs a symmetric self-join) gives the same pairs as the full one."""
     t = parse_threshold(text, score)
     ids = list(range(5, 5 + len(docs)))
     index = _index(backend, docs, ids, 6, score, "postings")
-    got = _rows(self_join_pairs(index.threshold_search(SetBatch.from_lists(docs), t), ids, score))
+    batch = SetBatch.from_lists(docs)
     full = brute_force_threshold(docs, docs, t, doc_ids=ids, score=score)
-    keep = (lambda q, d: d != q) if score == "containment" else (lambda q, d: d > q)
-    assert got == [[p for p in row if keep(qid, p[0])] for qid, row in zip(ids, full)]
+    size = dict(zip(ids, (len(set(d)) for d in docs)))
+    keep = (lambda q, d: d != q) if score == "containment" else (lambda q, d: (size[d], d) > (size[q], q))
+    want = [[p for p in row if keep(qid, p[0])] for qid, row in zip(ids, full)]
+    assert _rows(self_join_pairs(index.threshold_search(batch, t), ids, batch.lengths, score)) == want
+    if score != "containment":
+        half = index.threshold_search(batch, t, min_doc_len=batch.lengths)
+        assert all(dl >= ql for ql, row in zip(batch.lengths, _rows(half)) for _, _, dl in row)
+        assert _rows(self_join_pairs(half, ids, batch.lengths, score)) == want
 
 
 def test_kernel_refuses_bad_k():
@@ -295,7 +310,8 @@ def test_sharded_merge_matches_oracle(score, docs, queries, text, k, self_join, 
             if score == "containment":
                 row = [p for p in row if include_self or p[0] != qid]
             else:
-                row = [p for p in row if p[0] > qid or (include_self and p[0] == qid)]
+                size = {i: len(set(d)) for i, d in zip(ids, docs)}
+                row = [p for p in row if (size[p[0]], p[0]) > (size[qid], qid) or (include_self and p[0] == qid)]
         want += [(str(qid), r + 1, d, o, dl) for r, (d, o, dl) in enumerate(row[:k])]
     got = list(zip(*(table[c].to_pylist() for c in ("query_id", "rank", "doc_id", "overlap", "doc_len"))))
     assert got == want

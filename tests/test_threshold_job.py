@@ -26,10 +26,11 @@ def _config(tmp_path, name="c", **values):
 def _expected(docs, queries, threshold, score, k=None, self_join=None):
     """The oracle's rows; ``self_join``: None, ``"exclude"`` or ``"include"`` (queries = docs, ids = positions)."""
     rows = []
+    size = [len(set(d)) for d in docs]
     for qi, (q, pairs) in enumerate(zip(queries, brute_force_threshold(docs, queries, threshold, score=score))):
-        if self_join is not None:
+        if self_join is not None:  # symmetric scores: each pair under its shorter doc, the lower id at equal lengths
             pairs = [p for p in pairs if (p[0] != qi or self_join == "include")
-                     and (score == "containment" or p[0] >= qi)]
+                     and (score == "containment" or (size[p[0]], p[0]) >= (size[qi], qi))]
         if k is not None:
             pairs = pairs[:k]
         ql = len(set(q))

@@ -26,8 +26,9 @@ def test_self_join_matches_setsimilaritysearch(score, name, threshold):
     sets = _corpus()
     ids = np.arange(len(sets), dtype=np.int64)
     index = NumpyShardIndex(SetBatch.from_lists(sets), ids, 16, score, routing="postings")
-    pairs = self_join_pairs(index.threshold_search(SetBatch.from_lists(sets), threshold), ids, score)
-    ours = {(q, d) for q in range(pairs.n_queries) for d, _, _ in pairs.row(q)}
+    batch = SetBatch.from_lists(sets)
+    pairs = self_join_pairs(index.threshold_search(batch, threshold), ids, batch.lengths, score)
+    ours = {(min(q, d), max(q, d)) for q in range(pairs.n_queries) for d, _, _ in pairs.row(q)}
     theirs = {(min(a, b), max(a, b)) for a, b, _ in
               ssearch.all_pairs(sets, similarity_func_name=name, similarity_threshold=float(Fraction(threshold)))}
     # SetSimilaritySearch compares floats; pairs whose score is within rounding of T may differ: check exactly.
@@ -46,8 +47,9 @@ def test_minhash_lsh_candidates_recall():
     sets = _corpus()
     ids = np.arange(len(sets), dtype=np.int64)
     index = NumpyShardIndex(SetBatch.from_lists(sets), ids, 16, "jaccard", routing="postings")
-    pairs = self_join_pairs(index.threshold_search(SetBatch.from_lists(sets), "0.8"), ids, "jaccard")
-    exact = {(q, d) for q in range(pairs.n_queries) for d, _, _ in pairs.row(q)}
+    batch = SetBatch.from_lists(sets)
+    pairs = self_join_pairs(index.threshold_search(batch, "0.8"), ids, batch.lengths, "jaccard")
+    exact = {(min(q, d), max(q, d)) for q in range(pairs.n_queries) for d, _, _ in pairs.row(q)}
     lsh = datasketch.MinHashLSH(threshold=0.8, num_perm=128)
     hashes = []
     for i, s in enumerate(sets):

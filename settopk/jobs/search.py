@@ -104,9 +104,10 @@ def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes:
     return receipt
 
 
-def _search_pairs(actor, results: dict, key, batch, threshold: str, k, rows):
-    """Send one threshold search; keep its pairs' reference under ``key`` and return the receipt reference."""
-    receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(batch, threshold, k, rows)
+def _search_pairs(actor, results: dict, key, batch, threshold: tuple, rows):
+    """Send one threshold search (``threshold``: T, the shard's cap, from own length); keep its pairs'
+    reference under ``key`` and return the receipt reference."""
+    receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(batch, *threshold[:2], rows, threshold[2])
     results[key] = pairs
     return receipt
 
@@ -127,7 +128,8 @@ class _ChunkSearch:
                  threshold: tuple | None = None):
         import ray
 
-        self.threshold = threshold  # (T, each shard's cap or None): one round, to the shards a query can reach
+        # (T, each shard's cap or None, from own length): one round, to the shards a query can reach
+        self.threshold = threshold
 
         self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
         self.start_merge = start_merge
@@ -140,7 +142,8 @@ class _ChunkSearch:
             hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
             if threshold is not None:
-                first = shard_rows(plan, self.query_len[lo:hi], threshold[0], cfg.max_len, cfg.score)
+                first = shard_rows(plan, self.query_len[lo:hi], threshold[0], cfg.max_len, cfg.score,
+                                   min_doc_len=self.query_len[lo:hi] if threshold[2] else None)
                 second = [np.zeros(0, dtype=np.int64)] * len(plan)
             elif exchange:
                 first, second = split_rounds(plan, self.query_len[lo:hi])
@@ -171,7 +174,7 @@ class _ChunkSearch:
                 actor = (self.first_batch + b) % self.replicas * n_shards + s
                 if self.threshold is not None:
                     calls.append((actor, lambda a, key=key, batch=batch, rows=rows, results=self.results, t=self.threshold: _search_pairs(
-                        a, results, key, batch, t[0], t[1], rows)))
+                        a, results, key, batch, t, rows)))
                 else:
                     calls.append((actor, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes, results=self.results: _search(
                         a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
@@ -261,10 +264,12 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     pairs_merge = ray.remote(**_MERGE_OPTIONS)(merge_and_write_pairs)
     threshold = None
     if cfg.threshold is not None:
-        # A self-join's merge drops pairs (own doc, the higher id's copy of a symmetric pair):
+        # A self-join's merge drops pairs (own doc, the longer doc's copy of a symmetric pair):
         # its shards must not cut before it, so they return every pair; otherwise a shard's best
-        # `cap` pairs of each query hold that query's best `cap` over all shards.
-        threshold = (cfg.threshold, None if cfg.self_join else cap)
+        # `cap` pairs of each query hold that query's best `cap` over all shards. A symmetric
+        # self-join keeps each pair under its shorter doc, so a query searches the docs at least
+        # as long as itself only (settopk.kernels.self_join_keep).
+        threshold = (cfg.threshold, None if cfg.self_join else cap, cfg.self_join and cfg.score != "containment")
     window = _merge_window(len(actors))
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}

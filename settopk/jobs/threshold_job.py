@@ -24,8 +24,8 @@ import pyarrow as pa
 
 import settopk.configs
 from settopk.errors import SettopkError
-from settopk.kernels import need_table, parse_threshold, score_key, score_value
-from settopk.kernels.threshold import reachable_lengths
+from settopk.kernels import parse_threshold, score_key, score_value
+from settopk.kernels.threshold import query_need, reachable_lengths, self_join_keep
 
 from .output import RESULT_SCHEMA
 
@@ -70,11 +70,11 @@ def threshold_section(cfg, args, pairs: int) -> dict:
                     f"carries k = {settopk.configs.MAX_K} in its config)",
         "self_join_rule": None if not cfg.self_join else (
             "ordered pairs (containment is not symmetric)" if cfg.score == "containment"
-            else "each unordered pair once, under the lower doc id as query_id"),
+            else "each unordered pair once, under its shorter doc as query_id (the lower id of two of the same length)"),
     }
 
 
-def shard_rows(plan, query_len, threshold, max_len: int, score: str) -> list[np.ndarray]:
+def shard_rows(plan, query_len, threshold, max_len: int, score: str, min_doc_len=None) -> list[np.ndarray]:
     """Per shard of ``plan``, the batch rows whose query can pass ``threshold`` with some doc length
     of the shard's range (length filtering at the driver: a shard gets no query it cannot answer).
 
@@ -91,6 +91,8 @@ def shard_rows(plan, query_len, threshold, max_len: int, score: str) -> list[np.
         ``T`` (:func:`settopk.kernels.parse_threshold`).
     max_len, score
         The run's bound on set sizes and score.
+    min_doc_len : numpy.ndarray of int, shape (n_queries,), optional
+        Per query, the shortest doc length it searches (a symmetric self-join: its own length).
 
     Returns
     -------
@@ -98,7 +100,8 @@ def shard_rows(plan, query_len, threshold, max_len: int, score: str) -> list[np.
         One per shard, ascending rows (possibly empty).
     """
     query_len = np.asarray(query_len, dtype=np.int64)
-    reach = reachable_lengths(need_table(parse_threshold(threshold, score), query_len, max_len, score), query_len)
+    need = query_need(parse_threshold(threshold, score), query_len, max_len, score, min_doc_len)
+    reach = reachable_lengths(need, query_len)
     counts = np.cumsum(np.concatenate([np.zeros((len(query_len), 1), np.int64), reach], axis=1), axis=1)
     return [np.flatnonzero(counts[:, s.max_len + 1] - counts[:, s.min_len] > 0).astype(np.int64) for s in plan]
 
@@ -122,7 +125,8 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     own_ids : numpy.ndarray of int64, shape (n_queries,), optional
         Self-join: each query's doc id. A doc is never paired with itself unless ``include_self``,
         and for every score but containment (the only asymmetric one) each unordered pair is
-        written once, under the lower id's query (``doc_id > query's id``).
+        written once, under its shorter doc's query, or the lower id's of two of the same length
+        (:func:`settopk.kernels.self_join_keep`).
     include_self : bool
         With ``own_ids``: keep each doc's pair with itself.
 
@@ -148,11 +152,8 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     doc_ids, overlap, doc_len = (np.concatenate([getattr(p, f) for _, p in parts] + [np.zeros(0, t)])
                                  for f, t in (("doc_ids", np.int64), ("overlap", np.int32), ("doc_len", np.int32)))
     if own_ids is not None:
-        own = np.asarray(own_ids, dtype=np.int64)[q_row]
-        if score == "containment":
-            keep = doc_ids != own if not include_self else np.ones(len(own), bool)
-        else:
-            keep = doc_ids >= own if include_self else doc_ids > own
+        keep = self_join_keep(np.asarray(own_ids, dtype=np.int64)[q_row], query_len[q_row], doc_ids, doc_len, score,
+                              include_self)
         q_row, doc_ids, overlap, doc_len = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep]
     key = score_key(overlap, query_len[q_row], doc_len, max_len, score).astype(np.int64)
     order = np.lexsort((doc_ids, -key, q_row))  # exact: keys order as the score does; ties by lower doc id

@@ -34,7 +34,7 @@ from .keys import (
 from .numpy_index import NumpyShardIndex
 from .oracle import brute_force_threshold, brute_force_topk
 from .sets import SetBatch
-from .threshold import ThresholdPairs, need_table, parse_threshold, self_join_pairs
+from .threshold import ThresholdPairs, need_table, parse_threshold, self_join_keep, self_join_pairs
 from .topk import TopK, empty_topk, order_candidates
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "score_key",
     "score_value",
     "search_cost_per_doc",
+    "self_join_keep",
     "self_join_pairs",
     "unregister_backend",
     "warm_up_backend",

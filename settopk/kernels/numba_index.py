@@ -253,11 +253,12 @@ class NumbaShardIndex:
                 self._scan_groups(queries, floor, k, groups[first:first + self.threads], out)
         return out
 
-    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None):
+    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None, *, min_doc_len=None):
         """Every doc whose score with a query reaches ``threshold`` (inclusive), exactly, best first.
 
         Same contract and result as :meth:`settopk.kernels.NumpyShardIndex.threshold_search`
-        (:class:`settopk.kernels.ThresholdPairs`, CSR by query, unbounded unless ``k`` is given),
+        (:class:`settopk.kernels.ThresholdPairs`, CSR by query, unbounded unless ``k`` is given;
+        ``min_doc_len`` leaves out each query's shorter docs),
         compiled (:mod:`settopk.kernels.numba_threshold`) and run on ``threads`` threads: each query
         counts only the docs of the lengths that can pass, and with postings (``routing`` other
         than ``"scan"``) is prefix filtered where that is cheaper (always with ``"postings"``).
@@ -265,11 +266,12 @@ class NumbaShardIndex:
         Raises
         ------
         ValueError
-            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), or ``k < 1``.
+            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), ``k < 1``, or
+            ``min_doc_len`` does not have one entry per query.
         """
         from .numba_threshold import numba_threshold_search
 
-        return numba_threshold_search(self, queries, threshold, k)
+        return numba_threshold_search(self, queries, threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from .sets import SetBatch
-from .threshold import ThresholdPairs, need_table, order_pairs, parse_threshold, reachable_lengths
+from .threshold import ThresholdPairs, order_pairs, parse_threshold, query_need, reachable_lengths
 
 __all__ = ["numba_threshold_search", "threshold_part"]
 
@@ -157,12 +157,13 @@ def threshold_part(doc_tokens, doc_offsets, doc_len, by_len, len_start, q_tokens
     return out_q[:n], out_pos[:n], out_ov[:n], n_prefix
 
 
-def numba_threshold_search(index, queries: SetBatch, threshold, k: int | None = None) -> ThresholdPairs:
+def numba_threshold_search(index, queries: SetBatch, threshold, k: int | None = None,
+                           min_doc_len=None) -> ThresholdPairs:
     """:meth:`settopk.kernels.numba_index.NumbaShardIndex.threshold_search` (see there)."""
     t = parse_threshold(threshold, index.score)
     n_q, max_len = queries.n_sets, index.max_len
     qlen = queries.lengths
-    need = need_table(t, qlen, max_len, index.score)
+    need = query_need(t, qlen, max_len, index.score, min_doc_len)
     counts = np.bincount(index._doc_len64, minlength=max_len + 1)
     reach = np.ascontiguousarray(reachable_lengths(need, qlen) & (counts > 0)[None, :])
     if getattr(index, "_by_len", None) is None:  # built on the first threshold search, kept for the next

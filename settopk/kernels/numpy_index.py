@@ -241,7 +241,7 @@ class NumpyShardIndex:
             out.doc_len[qi, :take] = self.doc_len[best]
         return out
 
-    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None):
+    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None, *, min_doc_len=None):
         """Every doc whose score with a query reaches ``threshold`` (inclusive), exactly, best first.
 
         Parameters
@@ -253,6 +253,9 @@ class NumpyShardIndex:
             the float 0.8 is 4/5); a pair passes when ``score >= T``, ties included.
         k : int, optional
             Keep only each query's ``k`` best passing docs; None (default) keeps all.
+        min_doc_len : array_like of int, shape (n_queries,), optional
+            Per query, search only the docs at least this long (a symmetric self-join passes the
+            queries' own lengths: :func:`settopk.kernels.self_join_keep`); None: every doc.
 
         Returns
         -------
@@ -264,7 +267,8 @@ class NumpyShardIndex:
         Raises
         ------
         ValueError
-            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), or ``k < 1``.
+            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), ``k < 1``, or
+            ``min_doc_len`` does not have one entry per query.
 
         Notes
         -----
@@ -275,7 +279,7 @@ class NumpyShardIndex:
         """
         from .threshold import numpy_threshold_search
 
-        return numpy_threshold_search(self, queries, threshold, k)
+        return numpy_threshold_search(self, queries, threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

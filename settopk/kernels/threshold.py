@@ -54,6 +54,8 @@ __all__ = [
     "need_table",
     "reachable_lengths",
     "order_pairs",
+    "query_need",
+    "self_join_keep",
     "self_join_pairs",
     "numpy_threshold_search",
 ]
@@ -263,20 +265,80 @@ def order_pairs(n_queries: int, q_row, position, overlap, doc_len, query_len, do
     return ThresholdPairs(offsets, np.asarray(doc_ids, dtype=np.int64)[position], overlap, doc_len)
 
 
-def self_join_pairs(pairs: ThresholdPairs, query_ids, score: str) -> ThresholdPairs:
-    """A self-join's pairs from a search of the corpus against itself: no doc paired with itself, and
-    each unordered pair once (``doc_id > query_id``) where the score is symmetric.
+def query_need(threshold, query_lens, max_len: int, score: str, min_doc_len=None) -> np.ndarray:
+    """:func:`need_table` per query, with the doc lengths below ``min_doc_len[i]`` made unreachable.
 
-    Containment (``|q ∩ d| / |q|``) is not symmetric, so both orders are kept for it; every
-    other score gives ``(a, b)`` and ``(b, a)`` the same value and keeps the pair whose query id is
-    the lower.
+    Parameters
+    ----------
+    threshold, query_lens, max_len, score
+        As :func:`need_table`.
+    min_doc_len : array_like of int, shape (n,), optional
+        Per query, the shortest doc length to search (a symmetric self-join passes the query's own
+        length: :func:`self_join_keep`); None: every length.
+
+    Returns
+    -------
+    numpy.ndarray of int32, shape (n, max_len + 1)
+        As :func:`need_table`, ``max_len + 1`` (unreachable) at the lengths left out.
+
+    Raises
+    ------
+    ValueError
+        As :func:`need_table`, or if ``min_doc_len`` has the wrong shape.
+    """
+    need = need_table(threshold, query_lens, max_len, score)
+    if min_doc_len is not None:
+        min_doc_len = np.asarray(min_doc_len, dtype=np.int64)
+        if min_doc_len.shape != (need.shape[0],):
+            raise ValueError(f"min_doc_len must have shape ({need.shape[0]},) (one per query), found {min_doc_len.shape}")
+        need[np.arange(max_len + 1)[None, :] < min_doc_len[:, None]] = max_len + 1
+    return need
+
+
+def self_join_keep(own_ids, own_len, doc_ids, doc_len, score: str, include_self: bool = False) -> np.ndarray:
+    """Which (query, doc) pairs of a self-join are written: bool of the pairs' shape.
+
+    Containment (``|q ∩ d| / |q|``) is not symmetric: every ordered pair is kept but a doc's pair
+    with itself (unless ``include_self``). Every other score gives ``(a, b)`` and ``(b, a)`` the
+    same value, so each unordered pair is kept once, under its *shorter* doc, or the lower id of
+    two of the same length: ``(|d|, doc_id) > (|q|, query_id)``. Under that rule a query needs only
+    the docs at least as long as itself, which halves a self-join's threshold search
+    (``min_doc_len`` of :meth:`settopk.kernels.NumpyShardIndex.threshold_search`), as the all-pairs
+    algorithms do (Bayardo, Ma, Srikant, "Scaling up all pairs similarity search", WWW 2007).
+
+    Parameters
+    ----------
+    own_ids, own_len : array_like of int64
+        Each pair's query, as a doc id, and its length.
+    doc_ids, doc_len : array_like of int64
+        Each pair's doc and its length (all four broadcastable).
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+    include_self : bool
+        Keep a doc's pair with itself.
+    """
+    own_ids, doc_ids = np.asarray(own_ids, dtype=np.int64), np.asarray(doc_ids, dtype=np.int64)
+    if check_score(score) == "containment":
+        return np.ones(np.broadcast(own_ids, doc_ids).shape, bool) if include_self else doc_ids != own_ids
+    own_len, doc_len = np.asarray(own_len, dtype=np.int64), np.asarray(doc_len, dtype=np.int64)
+    later = (doc_ids >= own_ids) if include_self else (doc_ids > own_ids)
+    return (doc_len > own_len) | ((doc_len == own_len) & later)
+
+
+def self_join_pairs(pairs: ThresholdPairs, query_ids, query_len, score: str) -> ThresholdPairs:
+    """A self-join's pairs from a search of the corpus against itself (:func:`self_join_keep`): no
+    doc paired with itself; each unordered pair once, under its shorter doc, where the score is
+    symmetric; every ordered pair for containment.
 
     Parameters
     ----------
     pairs : ThresholdPairs
-        A threshold search whose queries are docs of the same corpus.
+        A threshold search whose queries are docs of the same corpus (searched with or without
+        ``min_doc_len`` set to the queries' lengths: the result is the same).
     query_ids : array_like of int64, shape (n_queries,)
         The doc id of each query.
+    query_len : array_like of int, shape (n_queries,)
+        The length of each query.
     score : str
         One of :data:`settopk.kernels.SCORES`.
 
@@ -286,23 +348,24 @@ def self_join_pairs(pairs: ThresholdPairs, query_ids, score: str) -> ThresholdPa
         The kept pairs, in the same order.
     """
     query_ids = np.asarray(query_ids, dtype=np.int64)
-    if query_ids.shape != (pairs.n_queries,):
-        raise ValueError(f"query_ids must have shape ({pairs.n_queries},) (one doc id per query), "
-                         f"found {query_ids.shape}")
+    query_len = np.asarray(query_len, dtype=np.int64)
+    for name, value in (("query_ids", query_ids), ("query_len", query_len)):
+        if value.shape != (pairs.n_queries,):
+            raise ValueError(f"{name} must have shape ({pairs.n_queries},) (one per query), found {value.shape}")
     row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
-    owner = query_ids[row]
-    keep = pairs.doc_ids != owner if check_score(score) == "containment" else pairs.doc_ids > owner
+    keep = self_join_keep(query_ids[row], query_len[row], pairs.doc_ids, pairs.doc_len, score)
     offsets = np.zeros_like(pairs.offsets)
     np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
     return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])
 
 
-def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = None) -> ThresholdPairs:
+def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = None,
+                           min_doc_len=None) -> ThresholdPairs:
     """:meth:`settopk.kernels.NumpyShardIndex.threshold_search` (see there)."""
     t = parse_threshold(threshold, index.score)
     n_q, n = queries.n_sets, index.n_docs
     qlen = queries.lengths
-    need = need_table(t, qlen, index.max_len, index.score)
+    need = query_need(t, qlen, index.max_len, index.score, min_doc_len)
     present = np.bincount(index.doc_len.astype(np.int64), minlength=index.max_len + 1) > 0
     reach = reachable_lengths(need, qlen) & present[None, :]
     found = []  # (q_row, position, overlap) per piece

@@ -255,7 +255,8 @@ class ShardSearcher:
         result = self.search(queries, k, rows, home_rows, *home_results)
         return len(result.doc_ids), result
 
-    def threshold_search(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None):
+    def threshold_search(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
+                         from_own_length: bool = False):
         """Every doc of the shard whose score with a query of the batch reaches ``threshold``.
 
         Parameters
@@ -269,12 +270,15 @@ class ShardSearcher:
         rows : numpy.ndarray of int64, optional
             The batch rows to search (default: all): those that can reach the shard's lengths
             (:func:`settopk.jobs.threshold_job.shard_rows`).
+        from_own_length : bool
+            Search each query against the docs at least as long as itself only (a symmetric
+            self-join, whose merge keeps each pair under its shorter doc:
+            :func:`settopk.kernels.self_join_keep`).
 
         Returns
         -------
         settopk.kernels.ThresholdPairs
             CSR over ``rows``, each query's pairs best first (unbounded unless ``k``).
-
         """
         start = self._enter()
         rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
@@ -282,17 +286,19 @@ class ShardSearcher:
         skipped = posted = 0
         try:
             with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
-                result = self.index.threshold_search(subset, threshold, k)
+                result = self.index.threshold_search(subset, threshold, k,
+                                                     min_doc_len=subset.lengths if from_own_length else None)
             skipped = int(getattr(self.index, "last_skipped", 0))
             posted = int(getattr(self.index, "last_routing", {}).get("postings", 0))
         finally:
             self._leave(start, len(rows), skipped, posted)
         return result
 
-    def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None):
+    def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
+                               from_own_length: bool = False):
         """:meth:`threshold_search` for an actor call with two returns: ``(n_pairs, ThresholdPairs)``;
         the driver waits on the small first one, the pairs go straight to the merge task."""
-        result = self.threshold_search(queries, threshold, k, rows)
+        result = self.threshold_search(queries, threshold, k, rows, from_own_length)
         return len(result.doc_ids), result
 
     @contextlib.contextmanager

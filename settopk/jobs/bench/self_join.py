@@ -10,8 +10,9 @@ built over it (the planted sets are counted in ``n_planted``). Then, repetition 
 ``self_join.n_queries`` sets) searched against itself:
 
 - **top-k self-join**: ``index.search(queries, k)``, the job's self-join at the kernel;
-- **threshold self-join**: ``index.threshold_search(queries, T)`` and
-  :func:`settopk.kernels.self_join_pairs` (each unordered pair once);
+- **threshold self-join**: ``index.threshold_search(queries, T, min_doc_len=...)`` from each
+  query's own length, and :func:`settopk.kernels.self_join_pairs` (each unordered pair once, under
+  its shorter doc), as the job runs it;
 - **components**: :func:`settopk.jobs.dedup.components` over those pairs (``--dedup``'s groups),
   timed apart.
 
@@ -134,7 +135,7 @@ def _check(sets, ids, queries, cfg, t, pairs, top, sample) -> list[dict]:
 
     reference = NumpyShardIndex(sets, ids, cfg.max_len, cfg.score, routing="scan")
     sampled = queries.take(sample)
-    want = self_join_pairs(reference.threshold_search(sampled, t), ids[sample], cfg.score)
+    want = self_join_pairs(reference.threshold_search(sampled, t), ids[sample], sampled.lengths, cfg.score)
     mismatches = []
     for i, q in enumerate(sample.tolist()):
         if pairs.row(q) != want.row(i):
@@ -204,6 +205,9 @@ def run_self_join(cfg, name: str, docs: Path, queries: Path) -> dict:
     log.info("self-join: %d sets, %d queries, backend %s; read %.1f s, build %.1f s", sets.n_sets, n_queries,
              cfg.backend, read_s, build_s)
 
+    # A symmetric score keeps each pair under its shorter doc, so each query searches the docs at
+    # least as long as itself, as the job does (settopk.kernels.self_join_keep).
+    own_length = None if cfg.score == "containment" else query_sets.lengths
     runs: dict[str, list[float]] = {"topk": [], "threshold": [], "components": []}
     top = pairs = None
     for rep in range(cfg.warmup + cfg.repetitions):
@@ -214,7 +218,8 @@ def run_self_join(cfg, name: str, docs: Path, queries: Path) -> dict:
         log.info("self-join: repetition %d: top-k %.3f s", rep + 1, topk_s)
         pairs = None
         start = time.perf_counter()
-        pairs = self_join_pairs(index.threshold_search(query_sets, t), ids[:n_queries], cfg.score)
+        pairs = self_join_pairs(index.threshold_search(query_sets, t, min_doc_len=own_length), ids[:n_queries],
+                                query_sets.lengths, cfg.score)
         threshold_s = time.perf_counter() - start
         left, right, *_ = _pair_arrays(pairs, ids[:n_queries])
         start = time.perf_counter()

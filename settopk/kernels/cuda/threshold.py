@@ -40,7 +40,7 @@ from ..cost import cupy_route_mask
 from ..keys import least_overlap, score_key
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, need_table, order_pairs, parse_threshold, reachable_lengths
-from .floors import floor_tables
+from .floors import NEVER_LEN, floor_tables
 
 __all__ = ["THRESHOLD_CAPACITY", "ThresholdSearch", "threshold_floors"]
 
@@ -49,7 +49,8 @@ _LAST_POSITION = 2**31 - 1  # the bound's tie position that admits every doc of 
 _NO_FLOOR = -2  # a query no doc length of the shard can pass
 
 
-def threshold_floors(threshold, query_len, doc_lengths_present, max_len: int, score: str) -> np.ndarray:
+def threshold_floors(threshold, query_len, doc_lengths_present, max_len: int, score: str,
+                     min_doc_len=None) -> np.ndarray:
     """The key floor ``F`` per query with ``key >= F`` exactly when ``score >= threshold``.
 
     Parameters
@@ -62,28 +63,36 @@ def threshold_floors(threshold, query_len, doc_lengths_present, max_len: int, sc
         The doc lengths the shard holds.
     max_len, score
         The key scale and the score (:func:`settopk.kernels.score_key`).
+    min_doc_len : numpy.ndarray of int, shape (n_queries,), optional
+        Per query, the shortest doc length searched; None: every length.
 
     Returns
     -------
     numpy.ndarray of int64, shape (n_queries,)
-        ``F`` in ``[0, max_key]``, or ``-2`` where no doc length of the shard can pass.
+        ``F`` in ``[0, max_key]``: the least key of a passing pair over the lengths searched; or
+        ``-2`` where none of them can pass.
     """
     query_len = np.asarray(query_len, dtype=np.int64)
-    lengths = np.arange(max_len + 1, dtype=np.int64)  # floors per query length, then per query
+    lengths = np.arange(max_len + 1, dtype=np.int64)  # per (query length, doc length), then per query
     need = need_table(threshold, lengths, max_len, score)
     reach = reachable_lengths(need, lengths) & np.asarray(doc_lengths_present, dtype=bool)[None, :]
     overlap = np.minimum(need, np.minimum(lengths[:, None], lengths[None, :]))  # in range where unreachable (masked)
     keys = score_key(overlap, lengths[:, None], lengths[None, :], max_len, score)
     keys = np.where(reach, keys.astype(np.int64), np.iinfo(np.int64).max)
-    floor = np.where(reach.any(axis=1), keys.min(axis=1), _NO_FLOOR).astype(np.int64)
-    return floor[query_len]
+    # from_len[l, m]: the least key over doc lengths >= m (a suffix minimum), max_len + 1 columns + 1
+    from_len = np.concatenate([np.minimum.accumulate(keys[:, ::-1], axis=1)[:, ::-1],
+                               np.full((max_len + 1, 1), np.iinfo(np.int64).max)], axis=1)
+    start = np.zeros_like(query_len) if min_doc_len is None else np.clip(min_doc_len, 0, max_len + 1)
+    floor = from_len[query_len, start]
+    return np.where(floor == np.iinfo(np.int64).max, _NO_FLOOR, floor).astype(np.int64)
 
 
 class ThresholdSearch:
     """The threshold search of :class:`settopk.kernels.cuda.CupyShardIndex`, a base class beside
     :class:`settopk.kernels.cuda.levels.LevelSearch`, whose launchers and re-emission it uses."""
 
-    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None) -> ThresholdPairs:
+    def threshold_search(self, queries: SetBatch, threshold, k: int | None = None, *,
+                         min_doc_len=None) -> ThresholdPairs:
         """Every doc whose score with a query reaches ``threshold`` (inclusive), exactly, best first.
 
         Same contract and result as :meth:`settopk.kernels.NumpyShardIndex.threshold_search`; the
@@ -98,6 +107,9 @@ class ThresholdSearch:
             ``T``, read exactly from its decimal text (:func:`settopk.kernels.parse_threshold`).
         k : int, optional
             Keep only each query's ``k`` best passing docs; None (default) keeps all.
+        min_doc_len : array_like of int, shape (n_queries,), optional
+            Per query, search only the docs at least this long (the count kernel's tables make the
+            shorter lengths unreachable, so their tiles are skipped); None: every doc.
 
         Returns
         -------
@@ -107,8 +119,9 @@ class ThresholdSearch:
         Raises
         ------
         ValueError
-            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), ``k < 1``, or the
-            queries are malformed (as :meth:`search`).
+            If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), ``k < 1``,
+            ``min_doc_len`` does not have one entry per query, or the queries are malformed (as
+            :meth:`search`).
         RuntimeError
             If a re-emission does not reproduce its first count (a kernel or hardware fault).
 
@@ -123,12 +136,17 @@ class ThresholdSearch:
         if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
             raise ValueError(f"k must be an integer >= 1 (or None for every passing pair), found {k!r}")
         self._check_queries(queries)
+        if min_doc_len is not None:
+            min_doc_len = np.asarray(min_doc_len, dtype=np.int64)
+            if min_doc_len.shape != (queries.n_sets,):
+                raise ValueError(f"min_doc_len must have shape ({queries.n_sets},) (one per query), "
+                                 f"found {min_doc_len.shape}")
         self.rescans = 0
         self.last_routing = self._fresh_routing()
         n_q = queries.n_sets
         lengths = queries.lengths
         if self.n_docs and n_q:
-            floor = threshold_floors(t, lengths, self._lengths_present(), self.max_len, self.score)
+            floor = threshold_floors(t, lengths, self._lengths_present(), self.max_len, self.score, min_doc_len)
         else:
             floor = np.full(n_q, _NO_FLOOR, np.int64)
         active = np.flatnonzero(floor != _NO_FLOOR)
@@ -138,7 +156,8 @@ class ThresholdSearch:
             for lo in range(0, len(active), self.query_batch):
                 rows = active[lo : lo + self.query_batch]
                 batch = queries if len(rows) == n_q else queries.take(rows)
-                q_row, *rest = self._threshold_batch(batch, floor[rows])
+                q_row, *rest = self._threshold_batch(batch, floor[rows],
+                                                     None if min_doc_len is None else min_doc_len[rows])
                 found.append((rows[q_row], *rest))
         if found:
             q_row, position, overlap, doc_len = (np.concatenate([f[i] for f in found]) for i in range(4))
@@ -155,8 +174,9 @@ class ThresholdSearch:
             self._present = counts[: self.max_len + 1] > 0
         return self._present
 
-    def _threshold_batch(self, batch: SetBatch, floor: np.ndarray):
-        """Every pair of one batch with ``key >= floor[q]`` (host int64, each ``>= 0``).
+    def _threshold_batch(self, batch: SetBatch, floor: np.ndarray, min_doc_len: np.ndarray | None):
+        """Every pair of one batch with ``key >= floor[q]`` (host int64, each ``>= 0``) and, where
+        given, a doc at least ``min_doc_len[q]`` long.
 
         Returns host arrays ``(q_row, position, overlap, doc_len)`` of int64, one entry per pair,
         unordered (``q_row``: the batch's row; ``position``: the doc's position in the shard)."""
@@ -172,6 +192,10 @@ class ThresholdSearch:
         bound_key = cupy.asarray(floor)
         tie_pos = cupy.full(n_q, _LAST_POSITION, dtype=np.int32)
         thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, self._longest + 1, self.max_len, self.score)
+        if min_doc_len is not None:  # shorter lengths unreachable: their tiles and warps are skipped
+            shorter = cupy.arange(self._longest + 1)[None, :] < cupy.asarray(min_doc_len[order])[:, None]
+            thr_ge[shorter] = NEVER_LEN
+            thr_gt[shorter] = NEVER_LEN
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
         capacity = self.capacity or THRESHOLD_CAPACITY
         cand = cupy.empty(n_q * capacity, dtype=np.uint64)
