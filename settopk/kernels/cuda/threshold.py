@@ -232,6 +232,10 @@ class ThresholdSearch:
         position = ((values & 0xFFFFFFFF) ^ 0xFFFFFFFF).astype(np.int64)  # the encoding: (key << 32) | ~position
         key = (values >> 32).astype(np.int64)
         doc_len = self._len_by_pos[position].astype(np.int64)
-        pair_qlen = qlen[cupy.asarray(q_sorted)].astype(np.int64)
-        overlap = least_overlap(cupy, key - 1, pair_qlen, doc_len, self.max_len, self.score)
-        return order[q_sorted].astype(np.int64), position.get(), overlap.get().astype(np.int64), doc_len.get()
+        q_dev = cupy.asarray(q_sorted)
+        overlap = least_overlap(cupy, key - 1, qlen[q_dev].astype(np.int64), doc_len, self.max_len, self.score)
+        q_row = order[q_sorted].astype(np.int64)
+        if min_doc_len is not None:  # the postings kernel emits by key alone: its shorter docs go here
+            keep = (doc_len >= cupy.asarray(min_doc_len[order])[q_dev]).get()
+            return q_row[keep], position[keep].get(), overlap[keep].get().astype(np.int64), doc_len[keep].get()
+        return q_row, position.get(), overlap.get().astype(np.int64), doc_len.get()
