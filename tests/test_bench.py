@@ -239,6 +239,7 @@ def test_a_tiny_gpu_run_holds_every_variant_and_times_them_in_turn(ray_cluster, 
     assert exact["identical"] and {f"settopk[{s}, auto]" for s in SCORES} | {"settopk[overlap, scan]"} <= set(exact["checked"])
 
 
+@pytest.mark.slow
 def test_a_tiny_cpu_zipf_run_times_scores_routings_and_baselines(ray_cluster, tmp_path, capsys):
     from settopk.kernels import SCORES
 

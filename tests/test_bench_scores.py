@@ -61,6 +61,7 @@ def test_bench_shard_ranks_by_its_score(score):
                 shard.baseline_build(name)
 
 
+@pytest.mark.slow
 def test_a_bench_run_with_another_score(ray_cluster, tmp_path):
     config = tmp_path / "cos.yaml"
     config.write_text(

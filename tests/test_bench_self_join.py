@@ -39,7 +39,8 @@ def test_bad_self_join_sections_are_rejected(tmp_path):
         load_bench_config(str(bad))
 
 
-@pytest.mark.parametrize("backend", ["cpu", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("numpy", marks=pytest.mark.slow),
+                                     pytest.param("cupy", marks=pytest.mark.gpu)])
 def test_smoke_run_is_exact_on_every_backend(tmp_path, capsys, backend):
     config = tmp_path / f"self-join-{backend}.yaml"
     text = (bench.config.BENCH_DIR / "self-join-smoke.yaml").read_text().replace("backend: cpu", f"backend: {backend}")

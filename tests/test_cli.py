@@ -141,6 +141,7 @@ def test_relative_output_under_a_ray_job_is_refused(tmp_path, monkeypatch, caplo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt"]  # nothing written
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_summary_line_names_the_absolute_result_path_and_quiet_stays_silent(tmp_path, monkeypatch, caplog, capsys):
     docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3], [4]])

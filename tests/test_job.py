@@ -79,6 +79,7 @@ def test_text_inputs_match_oracle_with_any_shard_count(tmp_path, tie_corpus, n_s
     assert (out / "_SUCCESS").exists()
 
 
+@pytest.mark.slow
 def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
     _, _, docs_path, queries_path = tie_corpus
     tables = []
@@ -90,6 +91,7 @@ def test_many_shards_and_one_shard_give_identical_output(tmp_path, tie_corpus):
     assert tables[0].equals(tables[1])
 
 
+@pytest.mark.slow
 def test_chunks_cut_smaller_near_the_end_give_the_oracle_rows(tmp_path, tie_corpus, monkeypatch):
     """The run's chunks shrink toward its end (parts written at once at the end of the search);
     the parts hold the oracle's rows, in query order."""
@@ -107,7 +109,7 @@ def test_chunks_cut_smaller_near_the_end_give_the_oracle_rows(tmp_path, tie_corp
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], 10)
 
 
-@pytest.mark.parametrize("n_shards, replicas", [(1, 3), (2, 2)])
+@pytest.mark.parametrize("n_shards, replicas", [(1, 3), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpus, n_shards, replicas):
     """Every shard held by several actors; batches take turns among the replicas (with the
     threshold exchange on, as numpy's auto does), and the table is still the oracle's."""
@@ -387,6 +389,7 @@ def test_partitioned_run_refuses_a_root_holding_other_files(tmp_path, tie_corpus
     assert not [p for p in flat.iterdir() if p.name.startswith("dt=")]
 
 
+@pytest.mark.slow
 def test_manifest_run_id_fingerprint_and_file_metadata(tmp_path, tie_corpus):
     _, _, docs_path, queries_path = tie_corpus
     out = tmp_path / "out"
@@ -526,6 +529,7 @@ def test_corpus_changed_before_the_readers_read_it_stops_the_run(tmp_path, monke
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id_order(tmp_path, monkeypatch):
     """Docs in descending doc id order over 3 files of small row groups, read as 6 pieces whose id
     ranges overlap; 3 shards. Two rounds with floors and one round without give the same table, the
@@ -603,7 +607,7 @@ def test_cpus_per_shard_auto_gives_the_cpu_backend_whole_nodes():
 
 
 
-@pytest.mark.parametrize("routing", ["scan", "auto"])
+@pytest.mark.parametrize("routing", ["scan", pytest.param("auto", marks=pytest.mark.slow)])
 def test_compiled_cpu_backend_gives_the_oracle_rows(tmp_path, tie_corpus, routing):
     """``backend: cpu`` (the Numba index, one thread per actor here) end to end, ties included."""
     docs, queries, docs_path, queries_path = tie_corpus

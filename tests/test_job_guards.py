@@ -210,6 +210,7 @@ def test_hidden_files_in_a_query_directory_are_skipped(tmp_path, ray_cluster):
 
 # (6) a rerun on a finished result: same is a no-op, different is refused, --force replaces
 
+@pytest.mark.slow
 def test_rerun_with_other_inputs_or_settings_is_refused_naming_what_differs(tmp_path, ray_cluster, caplog):
     docs, queries = _inputs(tmp_path)
     cfg = job_config(tmp_path)
@@ -342,6 +343,7 @@ def test_repeated_query_id_in_uint16_parquet_is_exit_2_with_file_and_row(tmp_pat
              f"{queries} row 2 (0-based row)", "query_id 'a' again")
 
 
+@pytest.mark.slow
 def test_quarantine_on_uint16_parquet_sets_the_bad_rows_aside(tmp_path, ray_cluster):
     import pyarrow.parquet as pq
 

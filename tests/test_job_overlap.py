@@ -84,6 +84,7 @@ def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_noth
     _assert_stopped_and_nothing_written(actors, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_large_corpus_is_read_while_the_actors_start_and_gives_the_oracle_rows(tmp_path, monkeypatch, ray_cluster, overlapped):
     """The actors start before the read and wait for their shards. The plan finds 3 distinct
     lengths for 4 shards asked, so 2 of the 8 actors started are stopped unused."""
@@ -145,6 +146,7 @@ def test_bad_queries_are_reported_before_a_bad_corpus(tmp_path, caplog, ray_clus
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_manifest_times_the_overlapped_pass_and_each_phase_memory(tmp_path, caplog, ray_cluster, overlapped):
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     queries = write_sets(tmp_path / "q.txt", [[1, 2], [3, 7], [9]])
@@ -197,6 +199,7 @@ print("RESULTS " + json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_gpus_sets_the_shards_and_a_cluster_without_them_fails_naming_the_flag(tmp_path):
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     cfg = job_config(tmp_path, backend="auto", cpus_per_shard=0)

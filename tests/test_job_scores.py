@@ -42,7 +42,7 @@ def corpus(tmp_path_factory):
     return docs, queries, _write(tmp / "docs.txt", docs), _write(tmp / "q.txt", queries)
 
 
-@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("score", [s if s == "braun_blanquet" else pytest.param(s, marks=pytest.mark.slow) for s in SCORES])
 def test_every_score_from_the_cli_matches_the_oracle(tmp_path, corpus, score):
     """Two shards with the threshold exchange on (numpy's auto): floors and merge in the score's keys."""
     docs, queries, docs_path, queries_path = corpus
@@ -58,6 +58,7 @@ def test_every_score_from_the_cli_matches_the_oracle(tmp_path, corpus, score):
     assert sum(s["queries_skipped"] for s in manifest["shards"]) > 0  # the floors pruned in this score's keys
 
 
+@pytest.mark.slow
 def test_score_from_the_config_and_cli_overrides_it(tmp_path, corpus):
     docs, queries, docs_path, queries_path = corpus
     cfg = _config(tmp_path, score="dice", n_shards=1)
@@ -100,6 +101,7 @@ def test_bad_score_on_the_cli_exits_2_listing_the_names(tmp_path, corpus, capsys
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_run_interrupted_under_one_score_is_not_resumed_under_another(tmp_path, corpus, monkeypatch):
     """The resume key hashes the config, score included: parts ranked by braun_blanquet are discarded
     when the rerun asks for jaccard, and kept when it asks for braun_blanquet again."""

@@ -147,6 +147,7 @@ def test_s3_endpoint_specific_setting_wins(s3, monkeypatch):
     assert fs.get_file_info(path).type == pafs.FileType.Directory
 
 
+@pytest.mark.slow
 def test_s3_unreachable_endpoint_is_described(s3, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     fs, path = resolve("s3://some-bucket/k")

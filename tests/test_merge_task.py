@@ -77,6 +77,7 @@ def test_layouts_must_consume_every_result(tmp_path):
         merge_and_write_chunk(str(tmp_path), 0, ["a"] * 4, np.ones(4), 3, 128, 1, layouts, {}, 10, [None, None])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_prestarted_merge_workers_are_held_until_the_shards_load(ray_cluster):
     """The prestart tasks keep their workers busy until the refs they wait on (the shards' load) are

@@ -15,6 +15,7 @@ from settopk.jobs.output import read_manifest, work_dir
 from tests.job_helpers import write_sets as _write
 
 
+@pytest.mark.slow
 def test_changed_inputs_discard_an_interrupted_run(tmp_path, ray_cluster):
     docs = _write(tmp_path / "docs.txt", [[1, 2], [2, 3], [4]])
     queries = _write(tmp_path / "q.txt", [[2], [4], [1, 2]])

@@ -162,7 +162,7 @@ def tie_corpus(tmp_path_factory):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard", "cosine", "overlap"])
+@pytest.mark.parametrize("score", ["jaccard"] + [pytest.param(s, marks=pytest.mark.slow) for s in ("braun_blanquet", "cosine", "overlap")])
 def test_self_join_excluding_self_matches_the_oracle(tmp_path, ray_cluster, tie_corpus, score):
     """Two shards, the threshold exchange on (numpy's auto), chunks of 40 queries: each doc's
     rows are the top-k of the corpus without it, ties and duplicates of itself included."""
@@ -181,6 +181,7 @@ def test_self_join_excluding_self_matches_the_oracle(tmp_path, ray_cluster, tie_
     assert counts["n_queries"] == counts["n_docs"] == len(docs) and counts["rows"] == len(rows) == len(docs) * 12
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_include_self_keeps_each_doc_in_its_own_results(tmp_path, ray_cluster, tie_corpus):
     docs, docs_path = tie_corpus
@@ -191,6 +192,7 @@ def test_include_self_keeps_each_doc_in_its_own_results(tmp_path, ray_cluster, t
     assert read_manifest(out)["inputs"]["queries"]["include_self"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_k_at_least_n_docs_gives_every_other_doc(tmp_path, ray_cluster):
     docs = [[1, 2], [2], [], [1, 2], [7]]
@@ -208,6 +210,7 @@ def test_k_at_least_n_docs_gives_every_other_doc(tmp_path, ray_cluster):
     assert (tmp_path / "rFalse.tsv").read_text().splitlines()[0] == "3\t1\t2\t4"  # doc 0: its duplicate 3 first
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_parquet_self_join_with_quarantined_and_repeated_docs(tmp_path, ray_cluster):
     """Query ids are the doc ids the readers keep: bad rows and later repeats of a doc_id are
@@ -240,6 +243,7 @@ def test_parquet_self_join_with_quarantined_and_repeated_docs(tmp_path, ray_clus
     assert rejected["input"] == ["docs", "docs"] and sorted(rejected["row"]) == [15, 20]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_self_join_runs_on_the_synthetic_corpus(tmp_path, ray_cluster):
     cfg = tmp_path / "c.yaml"

@@ -104,7 +104,7 @@ def test_every_score_at_an_achievable_threshold_matches_the_oracle(tmp_path, cor
     assert result_rows(tmp_path / "k") == _expected(docs, queries, t, score, k=3)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("numpy", marks=pytest.mark.slow), pytest.param("cupy", marks=pytest.mark.gpu)])
 def test_t0_and_t1_on_every_backend(tmp_path, corpus, backend):
     """T = 0: every (query, doc) pair, more than the config's k = 100 for each query (no silent cap);
     T = 1: the identical sets only (jaccard)."""
@@ -131,6 +131,7 @@ def test_self_join_writes_unordered_pairs_once_and_containment_ordered(tmp_path,
     assert result_rows(tmp_path / "inc") == _expected(docs, docs, t, score, k=4, self_join="include")
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_then_reruns_as_a_no_op_and_another_t_is_refused(tmp_path, corpus, monkeypatch, caplog):
     docs, queries, *files = corpus
     out = tmp_path / "out"
