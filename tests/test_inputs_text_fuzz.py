@@ -1,5 +1,6 @@
 """The fuzz target's check, run under hypothesis on every CI run (atheris runs it longer by hand)."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

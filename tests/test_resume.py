@@ -10,6 +10,8 @@ import json
 
 import pyarrow.parquet as pq
 
+import pytest
+
 from settopk.jobs import score
 from settopk.jobs.output import read_manifest, work_dir
 from tests.job_helpers import write_sets as _write
