@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
-
 import pytest
 
 from settopk.jobs import score
