@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import platform
 import statistics
 import time
 from typing import Callable, Sequence
@@ -22,6 +23,7 @@ __all__ = [
     "ExactnessError",
     "compare_scores",
     "compare_topk",
+    "cpu_model",
     "load_shards",
     "merge_batches",
     "reference_topk",
@@ -63,6 +65,18 @@ class ExactnessError(RuntimeError):
         else:
             message = f"{len(mismatches)} result(s) differ; first: {first}"
         super().__init__(message)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def timing_stats(runs: list[float]) -> dict:

@@ -22,6 +22,7 @@ from settopk.shards.inputs import SetLimits
 from settopk.shards.searcher import load_shard
 
 from .baselines import BASELINES
+from .common import cpu_model
 
 __all__ = ["BenchShard", "BenchShardActor"]
 
@@ -95,7 +96,7 @@ class BenchShard:
             "cpus_visible": _cpus(),
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
         }
         if self.backend == "cpu":
             import numba
@@ -243,18 +244,6 @@ class BenchShard:
 
 def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (Linux ``/proc/cpuinfo``), or the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _make_actor():
