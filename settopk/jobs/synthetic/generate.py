@@ -14,7 +14,7 @@ from .laws import (
     STREAM_QUERY_IDS,
     STREAM_QUERY_PLAN,
     IdLaw,
-    distinct_rows,
+    edited_rows,
     fill_lengths,
     stream_rng,
 )
@@ -113,12 +113,7 @@ def generate_queries(spec: SyntheticSpec, docs: SetBatch, *, workers: int | None
             r = rows[lo : lo + per_chunk]
             crng = stream_rng(spec.seed, STREAM_NEAR_IDS, length, j)
             src = docs.tokens[docs.offsets[source[r]][:, None] + np.arange(length)]
-            # A seeded random subset of n_fresh positions per row is dropped.
-            order = np.argsort(crng.random((len(r), length)), axis=1)
-            drop = np.zeros((len(r), length), dtype=bool)
-            np.put_along_axis(drop, order, np.arange(length) < n_fresh[r][:, None], axis=1)
-            ids = distinct_rows(crng, law, length + n_fresh[r], length, prefix=src, drop=drop)
-            tokens[offsets[r][:, None] + np.arange(length)] = ids
+            tokens[offsets[r][:, None] + np.arange(length)] = edited_rows(crng, law, src, n_fresh[r])
 
     if len(random_lengths):
         rand = fill_lengths(random_lengths, law, spec.seed, STREAM_QUERY_IDS, workers)

@@ -34,6 +34,7 @@ __all__ = [
     "STREAM_QUERY_IDS",
     "STREAM_QUERY_PLAN",
     "distinct_rows",
+    "edited_rows",
     "fill_lengths",
     "stream_rng",
 ]
@@ -286,6 +287,35 @@ def distinct_rows(
             )
         # Extend the same sequences (not redraw them), so short rows stay exact.
         draws = np.concatenate([draws[short], law.sample(rng, (len(rows), draws.shape[1]))], axis=1)
+
+
+def edited_rows(rng: np.random.Generator, law: IdLaw, source: np.ndarray, n_fresh: np.ndarray) -> np.ndarray:
+    """Rows of ``source`` with ``n_fresh`` ids each replaced by fresh ids of the law that the row does not hold.
+
+    A seeded random subset of ``n_fresh[i]`` positions of row ``i`` is dropped, and the first
+    ``n_fresh[i]`` distinct draws of the law outside the row take their place (the dropped ids
+    still block repeats), so row ``i`` keeps its length and shares exactly
+    ``length - n_fresh[i]`` ids with its source.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    law : IdLaw
+    source : numpy.ndarray of uint16, shape (m, length)
+        Rows of distinct ids, all of one length.
+    n_fresh : numpy.ndarray of int64, shape (m,)
+        Ids to replace per row, in ``[0, length]``.
+
+    Returns
+    -------
+    numpy.ndarray of uint16, shape (m, length)
+        Each row ascending and distinct.
+    """
+    m, length = source.shape
+    order = np.argsort(rng.random((m, length)), axis=1)
+    drop = np.zeros((m, length), dtype=bool)
+    np.put_along_axis(drop, order, np.arange(length) < n_fresh[:, None], axis=1)
+    return distinct_rows(rng, law, length + n_fresh, length, prefix=source, drop=drop)
 
 
 def fill_lengths(
