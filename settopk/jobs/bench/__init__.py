@@ -1,6 +1,6 @@
 """The benchmark: ``python -m settopk bench --config NAME|FILE`` (``settopk bench``), outside the product modules.
 
-Named configs live in ``settopk/configs/bench/`` and pick one of five runs:
+Named configs live in ``settopk/configs/bench/`` and pick one of these runs:
 
 * the phase run (``sti2-zipf``, ``sti2-uniform``, ``sti2-neardup``, ``smoke``;
   :mod:`settopk.jobs.bench.phases`): read, build, search, merge and write timed on one
@@ -18,10 +18,13 @@ Named configs live in ``settopk/configs/bench/`` and pick one of five runs:
   needed; every number is simulated, and every part is checked complete (the stand-ins'
   rows are not the queries' true results, so no reference sample is compared);
 * the library run (``library-1m``, ``library-smoke``; :mod:`settopk.jobs.bench.library`):
-  ``settopk.Index.search`` in this process against the kernel alone, on the same data.
+  ``settopk.Index.search`` in this process against the kernel alone, on the same data;
+* the peers run (``threshold-peers``, ``threshold-peers-smoke``; :mod:`settopk.jobs.bench.peers`):
+  the exact threshold self-join against SetSimilaritySearch and datasketch's MinHash LSH, on a
+  corpus with planted near-duplicates made in the process (:mod:`settopk.jobs.bench.peers_corpus`).
 
-Every other run generates the config's synthetic corpus once (into ``--data-dir`` or
-``synthetic.cache_dir``) and checks its results against the NumPy reference on a
+Every other run but the peers run (its pairs are checked against SetSimilaritySearch's)
+generates the config's synthetic corpus once (into ``--data-dir`` or ``synthetic.cache_dir``) and checks its results against the NumPy reference on a
 seeded sample of queries before it reports a number. Modules: :mod:`.cli` (the
 command line), :mod:`.config` (the config, sharing :class:`settopk.configs.SearchConfig`
 with the job's), :mod:`.common` (timing, the exactness check, corpus and actors),

@@ -5,12 +5,13 @@ a ``throughput`` section the whole-job run (:mod:`settopk.jobs.bench.throughput`
 the host-path run with stand-in shards (:mod:`settopk.jobs.bench.host`), a ``library`` section
 ``settopk.Index.search`` in-process against the kernel alone (:mod:`settopk.jobs.bench.library`), a
 ``ray_data`` section the Ray Data pipeline against the job (:mod:`settopk.jobs.bench.ray_data`), a
-``self_join`` section the threshold self-join against the top-k one (:mod:`settopk.jobs.bench.self_join`), none the
-phase run (:mod:`settopk.jobs.bench.phases`). The result is written as JSON and summed up in a
-printed table.
+``self_join`` section the threshold self-join against the top-k one (:mod:`settopk.jobs.bench.self_join`), a
+``peers`` section the exact threshold self-join against SetSimilaritySearch and datasketch
+(:mod:`settopk.jobs.bench.peers`), none the phase run (:mod:`settopk.jobs.bench.phases`). The result
+is written as JSON and summed up in a printed table.
 
 Exit codes: 0 done; 1 results differ from the reference (or a host-path part is not
-complete), or another failure;
+complete, or a peer the peers run times is not installed), or another failure;
 2 bad config or input.
 """
 
@@ -33,6 +34,7 @@ from .common import ExactnessError, synthetic_spec
 from .config import bench_config_names, load_bench_config
 from .host import IncompleteOutputError, format_host_table, run_host
 from .library import format_library_table, run_library
+from .peers import MissingPeerError, format_peers_table, run_peers
 from .phases import format_phases_table, run_phases
 from .ray_data import format_ray_data_table, run_ray_data
 from .scale import format_scaling_table, run_scaling
@@ -70,7 +72,10 @@ def run(args: argparse.Namespace) -> dict:
         Bad config or inputs.
     ExactnessError
         A result differs from the NumPy reference (for the phase run, the JSON file then
-        holds the mismatches and no timings).
+        holds the mismatches and no timings), or the peers run's pairs from SetSimilaritySearch's
+        (likewise).
+    MissingPeerError
+        The peers run's SetSimilaritySearch or datasketch is not installed.
     RuntimeError
         A whole-job run failed.
     """
@@ -81,6 +86,13 @@ def run(args: argparse.Namespace) -> dict:
     if cfg.scaling is not None:
         result = run_scaling(cfg, name, data_dir)
         table = format_scaling_table(result)
+    elif cfg.peers is not None:  # its corpus is made in the process: no cache
+        try:
+            result = run_peers(cfg, name)
+        except ExactnessError as exc:
+            write_json(out_path, exc.result)
+            raise
+        table = format_peers_table(result)
     else:
         t = time.perf_counter()
         docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
@@ -137,5 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_MISMATCH
     except IncompleteOutputError as exc:
         log.error("no timings printed: a part is not complete: %s", exc)
+        return EXIT_MISMATCH
+    except MissingPeerError as exc:
+        log.error("%s", exc)
         return EXIT_MISMATCH
     return EXIT_OK

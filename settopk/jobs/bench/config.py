@@ -22,9 +22,10 @@ from settopk.kernels.postings import ROUTINGS
 from .baselines import BASELINES
 from .library import LibraryConfig, section_fields as library_fields
 from .self_join import SelfJoinConfig, section_fields as self_join_fields
+from .peers import PeersConfig, section_fields as peers_fields
 
-__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "RayDataConfig", "ScalingConfig",
-           "ThroughputConfig", "bench_config_names", "load_bench_config"]
+__all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "PeersConfig", "RayDataConfig",
+           "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
 
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
@@ -210,6 +211,11 @@ class BenchConfig(SearchConfig):
         Makes this a self-join run (:mod:`settopk.jobs.bench.self_join`): the threshold self-join and
         its components against the top-k self-join, in this process; ``n_shards``,
         ``query_batch_size`` and the baselines are then unused.
+    peers : PeersConfig, optional
+        Makes this a peers run (:mod:`settopk.jobs.bench.peers`): settopk's exact threshold
+        self-join against SetSimilaritySearch and datasketch on a corpus made in the process from
+        ``synthetic`` (no cache); needs backend ``cpu`` and score ``jaccard``; ``n_shards``,
+        ``k``, ``query_batch_size``, ``verify_queries`` and the baselines are then unused.
     """
 
     query_batch_size: int = 0
@@ -229,16 +235,19 @@ class BenchConfig(SearchConfig):
     library: Optional[LibraryConfig] = None
     ray_data: Optional[RayDataConfig] = None
     self_join: Optional[SelfJoinConfig] = None
+    peers: Optional[PeersConfig] = None
 
     def __post_init__(self) -> None:
         problems = []
-        sections = (self.scaling, self.throughput, self.host, self.library, self.ray_data, self.self_join)
+        sections = (self.scaling, self.throughput, self.host, self.library, self.ray_data, self.self_join, self.peers)
         if sum(x is not None for x in sections) > 1:
-            problems.append("a config has one of the scaling, throughput, host, library, ray_data and self_join "
-                            "sections, not several")
+            problems.append("a config has one of the scaling, throughput, host, library, ray_data, self_join and "
+                            "peers sections, not several")
         for section in (self.library, self.self_join):
             if section is not None:
                 problems += section.problems()
+        if self.peers is not None:
+            problems += self.peers.problems(self)
         if self.ray_data is not None:
             r = self.ray_data
             if not r.replicas or any(n < 1 for n in r.replicas):
@@ -360,7 +369,7 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
         ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
             f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
             f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)] + library_fields() + [
-            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)] + self_join_fields()
+            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)] + self_join_fields() + peers_fields()
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None
