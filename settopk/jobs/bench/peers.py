@@ -347,14 +347,15 @@ def run_peers(cfg, name: str) -> dict:
         index = NumbaShardIndex(batch, ids, cfg.max_len, "jaccard", routing=cfg.routing, threads=peers.threads)
         build_s = time.perf_counter() - start
         threads = index.threads
+        join_s = {}
         for t in peers.thresholds:
-            join_s, ours[t] = _settopk_join(index, batch, t, n)
-            if rep >= cfg.warmup:
-                joins[t].append(join_s)
+            join_s[t], ours[t] = _settopk_join(index, batch, t, n)
         if rep >= cfg.warmup:
             builds.append(build_s)
-        log.info("peers: settopk repetition %d: build %.3f s, join %s", rep + 1, build_s,
-                 ", ".join(f"{t}: {joins[t][-1] if rep >= cfg.warmup else join_s:.3f} s" for t in peers.thresholds))
+            for t in peers.thresholds:
+                joins[t].append(join_s[t])
+        log.info("peers: settopk %s: build %.3f s, join %s", f"repetition {rep + 1 - cfg.warmup}" if rep >= cfg.warmup
+                 else f"warm-up {rep + 1}", build_s, ", ".join(f"{t}: {join_s[t]:.3f} s" for t in peers.thresholds))
         del index
 
     reps = cfg.baseline_repetitions or cfg.repetitions
