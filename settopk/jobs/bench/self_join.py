@@ -18,7 +18,7 @@ built over it (the planted sets are counted in ``n_planted``). Then, repetition 
 
 The ratio threshold / top-k is the issue's target (at most 0.5). Also reported: pairs/s, the
 groups, and the recall that MinHash LSH with ``lsh_bands x lsh_rows`` (NeMo Curator's 20 x 13)
-would reach on the exact pairs (:func:`lsh_recall`).
+would reach on the exact pairs (:func:`settopk.jobs.bench.lsh.lsh_recall`).
 
 Exactness: for a seeded sample of ``verify_queries`` queries, the threshold pairs and the top-k
 equal the NumPy reference (:class:`settopk.kernels.NumpyShardIndex` on the whole corpus), and the
@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+
+from .lsh import lsh_recall
 
 __all__ = ["SelfJoinConfig", "format_self_join_table", "lsh_recall", "run_self_join"]
 
@@ -77,32 +79,6 @@ class SelfJoinConfig:
         if self.lsh_bands < 1 or self.lsh_rows < 1:
             problems.append(f"self_join.lsh_bands and lsh_rows must be >= 1, found {self.lsh_bands} x {self.lsh_rows}")
         return problems
-
-
-def lsh_recall(jaccard, bands: int = 20, rows: int = 13) -> float:
-    """Expected share of pairs that MinHash LSH with ``bands x rows`` makes candidates.
-
-    A pair of Jaccard similarity ``J`` collides in one band of ``rows`` MinHash values with
-    probability ``J**rows``, so in at least one of ``bands`` bands with ``1 - (1 - J**rows)**bands``
-    (Leskovec, Rajaraman, Ullman, *Mining of Massive Datasets*, ch. 3.4, the S-curve). The mean over
-    the exact pairs is the recall LSH would reach on them, before any verification.
-
-    Parameters
-    ----------
-    jaccard : array_like of float, shape (n_pairs,)
-        Each exact pair's Jaccard similarity, in ``[0, 1]``.
-    bands, rows : int
-        The banding (NeMo Curator's fuzzy dedup: 20 x 13, a threshold near ``(1/20)**(1/13)``, about 0.79).
-
-    Returns
-    -------
-    float
-        Recall in ``[0, 1]``; ``nan`` where there are no pairs.
-    """
-    j = np.asarray(jaccard, dtype=np.float64)
-    if len(j) == 0:
-        return float("nan")
-    return float(np.mean(1.0 - (1.0 - j**rows) ** bands))
 
 
 def _concat(a, b):
