@@ -61,6 +61,16 @@ class SetBatch:
         return SetBatch(offsets, self.tokens[positions])
 
     @classmethod
+    def concat(cls, batches: Sequence["SetBatch"]) -> "SetBatch":
+        """The sets of ``batches``, one batch after the other, as one batch (host memory)."""
+        batches = list(batches)
+        if not batches:
+            return cls(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint16))
+        starts = np.cumsum([0] + [len(b.tokens) for b in batches[:-1]])
+        offsets = np.concatenate([batches[0].offsets[:1]] + [b.offsets[1:] + s for b, s in zip(batches, starts)])
+        return cls(offsets.astype(np.int64), np.concatenate([b.tokens for b in batches]))
+
+    @classmethod
     def from_lists(cls, sets: Iterable[Sequence[int]]) -> "SetBatch":
         """Build from Python iterables of ids; each set is sorted and de-duplicated.
 

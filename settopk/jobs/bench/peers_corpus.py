@@ -82,7 +82,7 @@ def planted_corpus(n_sets: int, min_len: int, max_len: int, vocab_size: int, id_
     where = np.empty(n_sets, dtype=np.int64)
     where[order] = np.arange(n_sets)
     pairs = np.stack([where[source], where[n_base + np.arange(n_planted)]], axis=1)
-    return _concat(base, copies).take(order), pairs
+    return SetBatch.concat([base, copies]).take(order), pairs
 
 
 def _near_duplicates(base: SetBatch, source: np.ndarray, edit_fraction: float, law: IdLaw, seed: int) -> SetBatch:
@@ -98,7 +98,3 @@ def _near_duplicates(base: SetBatch, source: np.ndarray, edit_fraction: float, l
         src = base.tokens[base.offsets[source[rows]][:, None] + np.arange(length)]
         tokens[offsets[rows][:, None] + np.arange(length)] = edited_rows(rng, law, src, n_fresh[rows])
     return SetBatch(offsets, tokens)
-
-
-def _concat(a: SetBatch, b: SetBatch) -> SetBatch:
-    return SetBatch(np.concatenate([a.offsets, a.offsets[-1] + b.offsets[1:]]), np.concatenate([a.tokens, b.tokens]))

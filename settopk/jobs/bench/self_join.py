@@ -81,14 +81,6 @@ class SelfJoinConfig:
         return problems
 
 
-def _concat(a, b):
-    """One SetBatch of ``a``'s sets then ``b``'s (host memory)."""
-    from settopk.kernels import SetBatch
-
-    offsets = np.concatenate([a.offsets, b.offsets[1:] + a.offsets[-1]])
-    return SetBatch(offsets, np.concatenate([a.tokens, b.tokens]))
-
-
 def _topk(index, queries, k: int, backend: str):
     if backend != "numpy":
         return index.search(queries, k)
@@ -157,7 +149,7 @@ def run_self_join(cfg, name: str, docs: Path, queries: Path) -> dict:
         If a sampled query's pairs or top-k differ from the NumPy reference, or the groups from a union-find.
     """
     from settopk.jobs.dedup import components
-    from settopk.kernels import build_index, parse_threshold, score_value, self_join_pairs
+    from settopk.kernels import SetBatch, build_index, parse_threshold, score_value, self_join_pairs
     from settopk.shards.inputs import SetLimits, read_corpus, read_queries
 
     from .common import ExactnessError, timing_stats, verify_sample
@@ -167,7 +159,7 @@ def run_self_join(cfg, name: str, docs: Path, queries: Path) -> dict:
     limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
     start = time.perf_counter()
     corpus = read_corpus(docs, limits).docs
-    sets = _concat(corpus, read_queries(queries, limits).queries)
+    sets = SetBatch.concat([corpus, read_queries(queries, limits).queries])
     n_planted = sets.n_sets - corpus.n_sets
     del corpus
     read_s = time.perf_counter() - start
