@@ -87,6 +87,7 @@ def test_a_missing_peer_stops_the_run_naming_the_test_extra(monkeypatch):
         run_peers(load_bench_config("threshold-peers-smoke"), "threshold-peers-smoke")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_threshold_peers_smoke_end_to_end(tmp_path, capsys):
     ssearch = pytest.importorskip("SetSimilaritySearch")

@@ -24,7 +24,7 @@ PARSERS = {"score": score.build_parser, "verify": verify.build_parser, "make_cor
            "bench": bench.build_parser}
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", [c if c == COMMANDS[0] else pytest.param(c, marks=pytest.mark.slow) for c in COMMANDS])
 def test_console_script_help_and_version_show_its_own_name(command):
     script = BIN / "settopk"
     if not script.exists():

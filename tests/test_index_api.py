@@ -264,7 +264,7 @@ def test_cupy_without_a_gpu_fails_at_build_and_auto_takes_the_cpu():
 
 # ---- the job's result, and a cheap import -------------------------------------------------------
 
-@pytest.mark.parametrize("score, k", [("braun_blanquet", 15), ("cosine", 60)])
+@pytest.mark.parametrize("score, k", [("braun_blanquet", 15), pytest.param("cosine", 60, marks=pytest.mark.slow)])
 def test_index_equals_the_jobs_parquet(ray_cluster, tmp_path, score, k):
     from settopk.jobs import score as job
 

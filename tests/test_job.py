@@ -63,7 +63,7 @@ def tie_corpus(tmp_path_factory):
     return docs, queries, _write_text_sets(tmp / "docs.txt", docs), _write_text_sets(tmp / "queries.txt", queries)
 
 
-@pytest.mark.parametrize("n_shards", [1, 4])
+@pytest.mark.parametrize("n_shards", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_text_inputs_match_oracle_with_any_shard_count(tmp_path, tie_corpus, n_shards):
     docs, queries, docs_path, queries_path = tie_corpus
     k = 30
@@ -109,7 +109,7 @@ def test_chunks_cut_smaller_near_the_end_give_the_oracle_rows(tmp_path, tie_corp
     assert _as_rows(_read_rows(out)) == _expected_rows(docs, queries, [str(i) for i in range(len(queries))], 10)
 
 
-@pytest.mark.parametrize("n_shards, replicas", [(1, 3), pytest.param(2, 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n_shards, replicas", [pytest.param(1, 3, marks=pytest.mark.slow), (2, 2)])
 def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpus, n_shards, replicas):
     """Every shard held by several actors; batches take turns among the replicas (with the
     threshold exchange on, as numpy's auto does), and the table is still the oracle's."""
@@ -126,7 +126,7 @@ def test_replicas_split_the_queries_and_give_the_oracle_rows(tmp_path, tie_corpu
     assert sum(s["queries_searched"] for s in shards if s["shard_id"] == 0) >= len(queries)
 
 
-@pytest.mark.parametrize("routing", ["auto", "postings"])
+@pytest.mark.parametrize("routing", [pytest.param("auto", marks=pytest.mark.slow), "postings"])
 def test_routing_to_the_postings_gives_the_oracle_rows(tmp_path, tie_corpus, routing, capsys):
     docs, queries, docs_path, queries_path = tie_corpus
     k = 30
@@ -175,6 +175,7 @@ def test_parquet_and_directory_inputs(tmp_path):
         assert [got.get(q, []) for q in qids] == [[r[0] for r in e] for e in expected]
 
 
+@pytest.mark.slow
 def test_k_larger_than_corpus(tmp_path):
     docs_path = _write_text_sets(tmp_path / "docs.txt", [[1, 2], [2], []])
     q_path = _write_text_sets(tmp_path / "q.txt", [[2], [7]])
@@ -294,6 +295,7 @@ def test_rerun_is_a_no_op_unless_forced(tmp_path, tie_corpus):
     assert manifest_path(out).stat().st_mtime_ns != stamp
 
 
+@pytest.mark.slow
 def test_synthetic_default_corpus(tmp_path):
     cfg = _config(tmp_path, n_shards=2, synthetic={"n_docs": 3000, "n_queries": 25, "seed": 1, "cache_dir": str(tmp_path / "cache")})
     out = tmp_path / "out"
@@ -347,6 +349,7 @@ def test_cupy_job_on_synthetic_corpus(tmp_path):
     assert tables["cupy"].num_rows == 150 * 100
 
 
+@pytest.mark.slow
 def test_nightly_partition_date_rerun_and_default_today(tmp_path, tie_corpus):
     import datetime
 
@@ -378,6 +381,7 @@ def test_date_needs_a_partitioned_config_and_a_valid_date(tmp_path, tie_corpus, 
     assert err.value.code == 2 and "expected a date YYYY-MM-DD" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_partitioned_run_refuses_a_root_holding_other_files(tmp_path, tie_corpus, caplog):
     _, _, docs_path, queries_path = tie_corpus
     flat = tmp_path / "flat"

@@ -233,6 +233,7 @@ def test_rerun_with_other_inputs_or_settings_is_refused_naming_what_differs(tmp_
     assert read_manifest(out)["config"]["k"] == 3
 
 
+@pytest.mark.slow
 def test_rerun_under_quarantine_with_a_rejected_query_file_is_a_no_op(tmp_path, ray_cluster):
     docs, queries = _inputs(tmp_path)
     (pathlib.Path(queries) / "bad").write_text("1,x\n")
@@ -278,6 +279,7 @@ def test_second_run_on_a_locked_output_is_refused_naming_the_holder(tmp_path, ca
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path, ray_cluster):
     docs, queries = _inputs(tmp_path)
     out = tmp_path / "out"

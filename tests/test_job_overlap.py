@@ -61,6 +61,7 @@ def _assert_stopped_and_nothing_written(actors: list, tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "docs.txt", "q.txt"], "nothing may be written"
 
 
+@pytest.mark.slow
 def test_bad_queries_found_while_the_corpus_loads_stop_the_actors_and_write_nothing(tmp_path, monkeypatch, caplog, ray_cluster, overlapped):
     docs = write_sets(tmp_path / "docs.txt", DOCS)
     queries = tmp_path / "q.txt"

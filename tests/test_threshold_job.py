@@ -104,7 +104,8 @@ def test_every_score_at_an_achievable_threshold_matches_the_oracle(tmp_path, cor
     assert result_rows(tmp_path / "k") == _expected(docs, queries, t, score, k=3)
 
 
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("numpy", marks=pytest.mark.slow), pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=pytest.mark.slow) for b in ("cpu", "numpy")]
+                         + [pytest.param("cupy", marks=pytest.mark.gpu)])
 def test_t0_and_t1_on_every_backend(tmp_path, corpus, backend):
     """T = 0: every (query, doc) pair, more than the config's k = 100 for each query (no silent cap);
     T = 1: the identical sets only (jaccard)."""
@@ -189,6 +190,7 @@ def test_cupy_threshold_self_join_and_dedup_match_the_oracle(tmp_path, corpus, s
         assert pairs == expected and {g["doc_id"]: g["group_id"] for g in groups} == group
 
 
+@pytest.mark.slow
 def test_a_query_with_more_pairs_than_the_rank_column_holds_is_refused_by_name(tmp_path, caplog):
     """No silent truncation: 32,768 docs pass T = 0 for the one query (exit 2: a rerun fails the same
     way); --k caps it instead."""
