@@ -194,3 +194,12 @@ def test_warm_up_backend_calls_the_registered_hook_once_per_call():
             warm_up_backend("absent", 16)
     finally:
         unregister_backend("warmed")
+
+
+def test_set_batch_take_and_concat_keep_each_set():
+    a = SetBatch.from_lists([[1, 2], [3], [], [4, 5, 6]])
+    b = SetBatch.from_lists([[7], [8, 9]])
+    assert a.take(np.array([3, 0, 3, 2])).to_lists() == [[4, 5, 6], [1, 2], [4, 5, 6], []]
+    both = SetBatch.concat([a, b])
+    assert both.to_lists() == a.to_lists() + b.to_lists() and both.offsets.dtype == np.int64
+    assert SetBatch.concat([]).n_sets == 0 and SetBatch.concat([b]).to_lists() == b.to_lists()
