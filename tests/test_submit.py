@@ -124,13 +124,32 @@ class Head:
                 raise RuntimeError(f"`ray start --head` exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
                 self.client().get_version()
-                return
+                break
             except Exception as exc:  # not up yet: connection refused, 5xx while modules load
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the Jobs API at {self.address} did not answer in {HEAD_START_TIMEOUT_S} s ({exc}):\n{self.log_tail()}"
                     ) from exc
                 time.sleep(0.5)
+        self._wait_for_the_job_agent(deadline)
+
+    def _wait_for_the_job_agent(self, deadline: float) -> None:
+        """The Jobs API answers before the head's job agent has registered; until then a submission fails
+        with "No available agent to submit job, please try again later" (seen on a loaded 2-core machine).
+        Submit a no-op job until one is taken, and wait for it to end."""
+        client = self.client()
+        while True:
+            try:
+                probe = client.submit_job(entrypoint="true")
+                break
+            except Exception as exc:
+                if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                    raise RuntimeError(f"the head at {self.address} took no job ({exc}):\n{self.log_tail()}") from exc
+                time.sleep(1)
+        while str(client.get_job_status(probe).value) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the head's probe job {probe} did not end in {HEAD_START_TIMEOUT_S} s:\n{self.log_tail()}")
+            time.sleep(0.5)
 
     def client(self):
         from unittest import mock
