@@ -431,14 +431,13 @@ class LevelSearch:
         qlen, tie_pos, thr_ge, thr_gt = query_arrays[2], query_arrays[5], query_arrays[3], query_arrays[4]
         if emit is None:
             emit = self._scan_emitter(query_arrays)
-        for members, bases, sizes, cand, count in self._reemit(overflowed, counts, emit):
+        for members, bases, sizes, cand, count, cand_base, cand_cap in self._reemit(overflowed, counts, emit):
             small = members[sizes <= SORT_MAX]
             if len(small):
                 sort_size = _pow2_at_least(int(sizes[sizes <= SORT_MAX].max()))
-                self._select(cand, cupy.asarray(_scatter(len(counts), members, bases, np.int64)),
-                             cupy.asarray(_scatter(len(counts), members, sizes, np.int32)), count,
-                             cupy.asarray(small.astype(np.int32)), len(small), k, sort_size, top, update=False,
-                             bound_key=bound_key, tie_pos=tie_pos, qlen=qlen, thr_ge=thr_ge, thr_gt=thr_gt)
+                self._select(cand, cand_base, cand_cap, count, cupy.asarray(small.astype(np.int32)), len(small), k,
+                             sort_size, top, update=False, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen,
+                             thr_ge=thr_ge, thr_gt=thr_gt)
             for q, base, size in zip(members.tolist(), bases.tolist(), sizes.tolist()):
                 if size <= SORT_MAX:
                     continue
@@ -465,10 +464,11 @@ class LevelSearch:
 
         Yields
         ------
-        (members, bases, sizes, cand, count)
+        (members, bases, sizes, cand, count, cand_base, cand_cap)
             Host int64 query indices, each one's first slot and candidate count (host int64), the
             device uint64 buffer (query ``members[i]``'s candidates at ``cand[bases[i]:bases[i] +
-            sizes[i]]``, unordered) and the device int32 counters, per batch.
+            sizes[i]]``, unordered), the device int32 counters, and the device slot bases (int64)
+            and capacities (int32) per query of the batch as the kernels take them, per batch.
 
         Raises
         ------
@@ -495,15 +495,16 @@ class LevelSearch:
             bases = np.cumsum(sizes) - sizes
             cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
             count = cupy.zeros(n_q, dtype=np.int32)
-            emit(members, count, cupy.asarray(_scatter(n_q, members, bases, np.int64)),
-                 cupy.asarray(_scatter(n_q, members, sizes, np.int32)), cand)
+            cand_base = cupy.asarray(_scatter(n_q, members, bases, np.int64))
+            cand_cap = cupy.asarray(_scatter(n_q, members, sizes, np.int32))
+            emit(members, count, cand_base, cand_cap, cand)
             again = count.get()[members]
             if not np.array_equal(again, sizes):
                 raise RuntimeError(
                     f"re-scan emitted {again.tolist()} candidates where the first scan counted {sizes.tolist()}; "
                     "the GPU results are not reproducible (a kernel bug or a hardware fault)"
                 )
-            yield members, bases, sizes, cand, count
+            yield members, bases, sizes, cand, count, cand_base, cand_cap
 
 
 def _scatter(n: int, rows: np.ndarray, values: np.ndarray, dtype) -> np.ndarray:

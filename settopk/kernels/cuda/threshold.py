@@ -225,7 +225,7 @@ class ThresholdSearch:
         for posted, emit in emitters.items():
             rows = overflowed[routed[overflowed] == posted]
             if len(rows):
-                for members, _bases, sizes, buf, _count in self._reemit(rows, counts, emit):
+                for members, _bases, sizes, buf, *_ in self._reemit(rows, counts, emit):
                     parts.append((np.repeat(members, sizes), buf[: int(sizes.sum())]))
         q_sorted = np.concatenate([p[0] for p in parts])
         values = cupy.concatenate([p[1] for p in parts])
