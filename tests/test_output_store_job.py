@@ -76,7 +76,7 @@ def job(s3, tmp_path_factory):
     queries = write_sets(tmp / "q.txt", [rng.choice(40, size=rng.integers(0, 12), replace=False).tolist() for _ in range(N_QUERIES)])
     cfg = tmp / "c.yaml"
     # One query per batch and 25 per chunk: many small parts, so a kill lands mid-run.
-    cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 1\nquery_chunk_size: 25\n")
+    cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 5\nquery_chunk_size: 25\n")
     nightly = tmp / "nightly.yaml"
     nightly.write_text("backend: numpy\nn_shards: 1\ncpus_per_shard: 0.5\nquery_chunk_size: 200\noutput:\n  partition: dt\n")
     bucket = s3.bucket("store-job")

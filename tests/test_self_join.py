@@ -306,7 +306,7 @@ def test_killed_self_join_resumes_to_an_identical_result(tmp_path, ray_cluster):
     docs_path = _write(tmp_path / "docs.txt", docs)
     n_parts = n_docs // 25  # query_chunk_size 25: the kill lands with most parts still to come
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 1\nquery_chunk_size: 25\n")
+    cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 5\nquery_chunk_size: 25\n")
     args = ["--self-join", "--docs", docs_path, "--k", "10", "--config", str(cfg), "--run-id", "sj-1", "--quiet"]
     out = tmp_path / "out"
     committed = kill_driver_mid_run(args, out)

@@ -130,7 +130,7 @@ def test_killed_run_with_string_tokens_resumes_to_the_plain_result(tmp_path):
     d = _parquet(tmp_path / "d.parquet", "doc_id", list(range(len(docs))), docs, pa.string(), lambda x: f"w{x}")
     q = _parquet(tmp_path / "q.parquet", "query_id", ids, queries, pa.string(), lambda x: f"w{x}")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 1\nquery_chunk_size: 20\nmax_len: 40\n")
+    cfg.write_text("backend: numpy\nn_shards: 2\ncpus_per_shard: 0.5\nquery_batch_size: 5\nquery_chunk_size: 20\nmax_len: 40\n")
     args = ["--docs", d, "--queries", q, "--k", "10", "--config", str(cfg), "--run-id", "tok-1", "--quiet"]
     out = tmp_path / "out"
     committed = kill_driver_mid_run(args, out)
