@@ -159,6 +159,11 @@ def format_ray_data_table(result: dict) -> str:
     lines.append("q/s: queries over the search, from every actor holding its index to the last row written; "
                  "ratio: Ray Data's over the job's (target >= 0.9); wall: each whole process, Ray's start included; "
                  "rss: the driver's peak")
+    for r in result["runs"]:
+        peaks = r["ray_data"].get("driver_memory_peaks") or {}
+        if peaks:
+            lines.append(f"ray_data driver peaks, {r['replicas']} replica(s): " + ", ".join(
+                f"{field} {peak['bytes'] / 1e9:.2f} GB ({peak['phase']})" for field, peak in peaks.items()))
     lines.append("exact: every row of each pipeline's result equals the job's (EXCEPT ALL both ways empty)")
     return "\n".join(lines)
 
@@ -199,6 +204,46 @@ def _clock_class():
     return Clock
 
 
+_MEMORY_FIELDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+
+
+class _MemorySampler:
+    """Peaks of this process's resident memory by kind (``/proc/self/status``: ``RssAnon`` is its
+    own heap, ``RssShmem`` object-store pages it maps, ``RssFile`` mapped files), sampled every
+    ``interval_s`` in a daemon thread, each with the phase it was seen in. Linux only; elsewhere
+    the peaks stay empty."""
+
+    def __init__(self, interval_s: float = 0.2):
+        import threading
+
+        self.phase = "start"
+        self.peaks: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        try:
+            with open("/proc/self/status") as f:
+                values = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split(":")[0] in _MEMORY_FIELDS}
+        except OSError:
+            return
+        for field, value in values.items():
+            if value > self.peaks.get(field, {}).get("bytes", -1):
+                self.peaks[field] = {"bytes": value, "phase": self.phase}
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self._sample()
+
+    def stop(self) -> dict:
+        """Stop sampling; ``{field: {"bytes": peak, "phase": where}}``."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return self.peaks
+
+
 def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
     """Run read_parquet -> settopk.ray.search -> write_parquet on a fresh local Ray; its measurements."""
     import pyarrow.parquet as pq
@@ -206,17 +251,21 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
 
     import settopk.ray
 
+    memory = _MemorySampler()
     start = time.perf_counter()
     ray.init(logging_level=logging.WARNING)
     clock_name = f"settopk-bench-clock-{uuid.uuid4().hex}"
     clock = _clock_class().options(name=clock_name).remote()
     replicas = settings.pop("replicas")
     loaded = time.perf_counter()
+    memory.phase = "load_corpus"
     dataset = settopk.ray.search(ray.data.read_parquet(queries), docs, replicas=replicas,
                                  searcher_cls=_timed_search_class(clock_name), **settings)
     load_s = time.perf_counter() - loaded
+    memory.phase = "write_parquet"
     dataset.write_parquet(out, compression="zstd")
     end = time.time()
+    memory.phase = "end"
     ready = ray.get(clock.all.remote())
     n_queries = pq.ParquetFile(queries).metadata.num_rows if os.path.isfile(queries) else ray.data.read_parquet(queries).count()
     search_s = end - max(ready[:replicas])  # from the last actor's first index: the job's search phase starts so
@@ -227,6 +276,7 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
         "queries_per_s": n_queries / search_s if search_s > 0 else float("inf"),
         "actor_starts": len(ready),
         "driver_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
+        "driver_memory_peaks": memory.stop(),
         "process_s": time.perf_counter() - start,
     }
 
