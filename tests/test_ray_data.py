@@ -230,11 +230,13 @@ def test_ray_data_bench_configs_load_and_are_checked(tmp_path):
     one, two, smoke = (load_bench_config(n) for n in ("ray-data-1m", "ray-data-1m-2gpu", "ray-data-smoke"))
     assert (one.backend, one.synthetic.n_queries, one.k, one.ray_data.replicas) == ("cupy", 1_000_000, 100, [1])
     assert two.ray_data.replicas == [1, 2] and smoke.backend == "numpy"
+    assert (one.ray_data.batch_size, two.ray_data.batch_size, smoke.ray_data.batch_size) == (None, None, 100)
     path = tmp_path / "b.yaml"
-    path.write_text("query_batch_size: 0\nray_data:\n  replicas: [0]\nthroughput:\n  shards: [1]\n")
+    path.write_text("query_batch_size: 0\nray_data:\n  replicas: [0]\n  batch_size: 0\nthroughput:\n  shards: [1]\n")
     with pytest.raises(ConfigError) as err:
         load_bench_config(str(path))
-    for message in ("not several", "ray_data.replicas must list replica counts >= 1", "query_batch_size must be >= 1 in a ray_data run"):
+    for message in ("not several", "ray_data.replicas must list replica counts >= 1", "query_batch_size must be >= 1 in a ray_data run",
+                    "ray_data.batch_size must be >= 1 (or left out for the default), found 0"):
         assert message in str(err.value)
 
 
@@ -254,5 +256,9 @@ def test_ray_data_bench_smoke_runs_the_job_and_the_pipeline_and_compares_every_r
     for side in ("job", "ray_data"):
         assert run[side]["queries_per_s"] > 0 and run[side]["driver_max_rss_bytes"] > 0 and run[side]["wall_s"] > 0
     assert run["queries_per_s_ratio"] == pytest.approx(run["ray_data"]["queries_per_s"] / run["job"]["queries_per_s"])
+    peaks = run["ray_data"]["driver_memory_peaks"]
+    assert {"VmHWM", "VmRSS", "RssAnon"} <= set(peaks) and peaks["VmHWM"]["bytes"] >= peaks["RssAnon"]["bytes"] > 0
+    # The pipeline's driver peak is its own (the kernel's high-water mark), not its parent's.
+    assert run["ray_data"]["driver_max_rss_bytes"] >= peaks["VmHWM"]["bytes"] > 0
     printed = capsys.readouterr().out
-    assert "Ray Data pipeline" in printed and "exact:" in printed
+    assert "Ray Data pipeline" in printed and "exact:" in printed and "ray_data driver peaks, 1 replica(s): VmHWM" in printed

@@ -21,6 +21,11 @@ _CORPUS_SETTINGS = ("k", "score", "n_shards", "backend", "routing", "max_len", "
 _GPU_CALLS_AT_ONCE = 2  # as settopk.jobs.shard_pool's GPU actors
 _RUN_AHEAD_BLOCKS = 32  # least blocks the repartition task may yield ahead of the executor (Ray's default: 2)
 _MISSING = object()
+# Queries per block on a GPU pool: each block pays Ray Data's per-block steps (a task, its result
+# put and taken by the row-building task) on top of the index's per-batch steps. On 2 x H200
+# (job-1m's 1 M queries, 2026-11-27) blocks of 16,384 gave 89,550 q/s on one actor against
+# 87,158 with the job's 4096, and 159,874 against 143,840 on two (docs/benchmarks.md).
+_GPU_BLOCK_QUERIES = 16_384
 _DEFAULTS = {"k": 100, "score": "braun_blanquet", "n_shards": 1, "backend": "auto", "routing": "scan", "max_len": 128,
              "vocab_size": 65536, "on_invalid": "error"}
 
@@ -66,7 +71,9 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
         (:data:`settopk.jobs.output.RESULT_SCHEMA`); ``"per_query"``: one row per query with list
         columns (:data:`settopk.ray.PER_QUERY_SCHEMA`).
     batch_size : int, optional
-        Queries per call to an actor (default: the job's for the backend: 4096 cupy, 512 cpu, 256 numpy).
+        Queries per call to an actor, one block each (default: 16,384 with cupy, fewer and larger blocks
+        than the job's 4096 since each block also pays Ray Data's own steps; the job's 512 with cpu
+        and 256 with numpy).
     num_cpus : float
         CPUs each actor reserves (default 1; also the threads of a ``"cpu"`` index). Leave some of
         the cluster's CPUs to Ray Data's read and write tasks.
@@ -134,7 +141,7 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
             # Before the corpus is read: the plan has at most n_shards shards.
             _check_resources(settings["n_shards"] * replicas, num_cpus, num_gpus)
         corpus = load_corpus(docs, threads=max(1, int(num_cpus)), **settings)
-    batch_size = batch_size or AUTO_QUERY_BATCH_SIZE.get(corpus.backend, 512)
+    batch_size = batch_size or (_GPU_BLOCK_QUERIES if corpus.backend == "cupy" else AUTO_QUERY_BATCH_SIZE.get(corpus.backend, 512))
     # Blocks of one batch each: a pool gets as many tasks as batches, spread over its actors (a
     # block is one task, and a file read as one block would keep one actor busy and the others idle).
     dataset = queries.repartition(target_num_rows_per_block=batch_size)

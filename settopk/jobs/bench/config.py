@@ -97,10 +97,14 @@ class RayDataConfig:
     query_chunk_size : int
         The job's queries per chunk (one part file each). The pipeline writes the job's rows
         (``rows="per_rank"``), compared row for row.
+    batch_size : int, optional
+        The pipeline's queries per block (``settopk.ray.search``'s ``batch_size``); None: its
+        default for the backend. The job's batch is ``query_batch_size``.
     """
 
     replicas: List[int] = field(default_factory=lambda: [1])
     query_chunk_size: int = 100_000
+    batch_size: Optional[int] = None
 
 
 #: One H200's kernel rate at k = 100 as ``job-1m`` measured it (docs/benchmarks.md): the default pace.
@@ -254,6 +258,8 @@ class BenchConfig(SearchConfig):
                 problems.append(f"ray_data.replicas must list replica counts >= 1, found {r.replicas}")
             if r.query_chunk_size < 1:
                 problems.append(f"ray_data.query_chunk_size must be >= 1, found {r.query_chunk_size}")
+            if r.batch_size is not None and r.batch_size < 1:
+                problems.append(f"ray_data.batch_size must be >= 1 (or left out for the default), found {r.batch_size}")
             if self.query_batch_size < 1:
                 problems.append(f"query_batch_size must be >= 1 in a ray_data run, found {self.query_batch_size}")
         if self.host is not None:

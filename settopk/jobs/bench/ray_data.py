@@ -25,7 +25,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from settopk.jobs.progress import max_rss_bytes
 
 from .common import ExactnessError
 from .config import BenchConfig
@@ -46,7 +47,7 @@ log = logging.getLogger("settopk.bench")
 def _pipeline_settings(cfg: BenchConfig, replicas: int) -> dict:
     """What the pipeline process passes to ``settopk.ray.search``, from the benchmark's search settings."""
     return {"k": cfg.k, "score": cfg.score, "backend": cfg.backend, "routing": cfg.routing, "max_len": cfg.max_len,
-            "vocab_size": cfg.vocab_size, "replicas": replicas, "batch_size": cfg.query_batch_size,
+            "vocab_size": cfg.vocab_size, "replicas": replicas, "batch_size": cfg.ray_data.batch_size,
             # A GPU actor needs one CPU: the others run Ray Data's read, row-building and write tasks.
             "num_cpus": 1.0 if cfg.backend == "cupy" else float(cfg.cpus_per_shard), "num_gpus": float(cfg.gpus_per_shard) if cfg.backend in ("cupy", "auto") else None}
 
@@ -204,11 +205,12 @@ def _clock_class():
     return Clock
 
 
-_MEMORY_FIELDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+_MEMORY_FIELDS = ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")
 
 
 class _MemorySampler:
-    """Peaks of this process's resident memory by kind (``/proc/self/status``: ``RssAnon`` is its
+    """Peaks of this process's resident memory by kind (``/proc/self/status``: ``VmHWM`` the kernel's own
+    high-water mark, whose phase is where it last rose; ``RssAnon`` is its
     own heap, ``RssShmem`` object-store pages it maps, ``RssFile`` mapped files), sampled every
     ``interval_s`` in a daemon thread, each with the phase it was seen in. Linux only; elsewhere
     the peaks stay empty."""
@@ -275,7 +277,11 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
         "search_s": search_s,
         "queries_per_s": n_queries / search_s if search_s > 0 else float("inf"),
         "actor_starts": len(ready),
-        "driver_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
+        # The kernel's high-water mark of this process, as the job's manifest reports it. Not
+        # getrusage's ru_maxrss: a process started by subprocess (vfork, then exec) begins with its
+        # parent's peak there, and the bench's parent had held gigabytes of results (13 GB read as
+        # the pipeline's peak with 2 actors when the driver itself never passed 0.27 GB).
+        "driver_max_rss_bytes": max_rss_bytes(),
         "driver_memory_peaks": memory.stop(),
         "process_s": time.perf_counter() - start,
     }
