@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -104,10 +105,18 @@ def _search(actor, results: dict, key, batch, k: int, rows, extra: tuple, homes:
     return receipt
 
 
-def _search_pairs(actor, results: dict, key, batch, threshold: tuple, rows):
-    """Send one threshold search (``threshold``: T, the shard's cap, from own length); keep its pairs'
-    reference under ``key`` and return the receipt reference."""
-    receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(batch, *threshold[:2], rows, threshold[2])
+class _Threshold(NamedTuple):
+    """What every shard call of a threshold run takes."""
+
+    threshold: float  # the score a pair must reach
+    cap: int | None  # the most pairs a shard keeps per query; None: every pair (a self-join merges them first)
+    from_own_length: bool  # search only the docs at least as long as the query (a symmetric self-join)
+
+
+def _search_pairs(actor, results: dict, key, batch, threshold: _Threshold, rows):
+    """Send one threshold search; keep its pairs' reference under ``key`` and return the receipt reference."""
+    receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(
+        batch, threshold.threshold, threshold.cap, rows, threshold.from_own_length)
     results[key] = pairs
     return receipt
 
@@ -125,11 +134,10 @@ class _ChunkSearch:
     """
 
     def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_merge, first_batch: int = 0,
-                 threshold: tuple | None = None):
+                 threshold: _Threshold | None = None):
         import ray
 
-        # (T, each shard's cap or None, from own length): one round, to the shards a query can reach
-        self.threshold = threshold
+        self.threshold = threshold  # a threshold run: one round, to the shards a query can reach
 
         self.actors, self.plan, self.chunk, self.query_ids, self.cfg = actors, plan, chunk, query_ids, cfg
         self.start_merge = start_merge
@@ -142,8 +150,8 @@ class _ChunkSearch:
             hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
             if threshold is not None:
-                first = shard_rows(plan, self.query_len[lo:hi], threshold[0], cfg.max_len, cfg.score,
-                                   min_doc_len=self.query_len[lo:hi] if threshold[2] else None)
+                first = shard_rows(plan, self.query_len[lo:hi], threshold.threshold, cfg.max_len, cfg.score,
+                                   min_doc_len=self.query_len[lo:hi] if threshold.from_own_length else None)
                 second = [np.zeros(0, dtype=np.int64)] * len(plan)
             elif exchange:
                 first, second = split_rounds(plan, self.query_len[lo:hi])
@@ -269,7 +277,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         # `cap` pairs of each query hold that query's best `cap` over all shards. A symmetric
         # self-join keeps each pair under its shorter doc, so a query searches the docs at least
         # as long as itself only (settopk.kernels.self_join_keep).
-        threshold = (cfg.threshold, None if cfg.self_join else cap, cfg.self_join and cfg.score != "containment")
+        threshold = _Threshold(cfg.threshold, None if cfg.self_join else cap, cfg.self_join and cfg.score != "containment")
     window = _merge_window(len(actors))
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}
