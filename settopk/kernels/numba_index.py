@@ -38,7 +38,7 @@ import numpy as np
 
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
-from .sets import SetBatch, check_shard_docs
+from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
 from .topk import TopK, empty_topk
 
 __all__ = ["NumbaShardIndex", "warm_up"]
@@ -92,7 +92,8 @@ class NumbaShardIndex:
     routing : str, default "scan"
         ``"scan"``: every query is counted against every doc (bit-sliced).
         ``"auto"``: the postings (:mod:`settopk.kernels.postings`, about
-        ``4 n_tokens + 8 * 65536 + 6 n_docs`` more host bytes) are built too,
+        ``4 n_tokens + 8 n_ids + 6 n_docs`` more host bytes, ``n_ids`` 65536 for ``uint16``
+        docs, else the largest doc id + 1) are built too,
         and the queries whose postings are short (uniform ids) go through them
         when the cost model (module constants) says that is cheaper than the
         scan they would share. ``"postings"``: every query goes through the
@@ -149,6 +150,9 @@ class NumbaShardIndex:
         self._top = max_key(max_len, score)
         self._n_planes = max(3, (max_len + 1).bit_length())
         self._tokens = np.ascontiguousarray(docs.tokens)
+        # Tables by id cover the docs' ids (65536 for uint16 docs); queries' ids are folded below
+        # n_ids + max_len (settopk.kernels.sets.fold_query_ids).
+        self._n_ids = index_ids(docs)
         self._offsets = np.ascontiguousarray(docs.offsets)
         self._doc_len64 = lengths.astype(np.int64)
         self._lengths, self._len_index = np.unique(self._doc_len64, return_inverse=True)
@@ -165,7 +169,8 @@ class NumbaShardIndex:
             order = np.arange(self.n_docs) if self._ordered else np.argsort(self._doc_len64, kind="stable")
             self._rank_pos = order.astype(np.int32)
             self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
-            self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos))
+            self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos),
+                                           self._n_ids + max_len + 1)
             # ScanCount counts blocks of ranks at a time; the least and largest length of each block.
             self._block = min(_POSTINGS_BLOCK, max(self.n_docs, 1))
             lens, starts = self._rank_len.astype(np.int64), np.arange(0, self.n_docs, self._block)
@@ -196,7 +201,7 @@ class NumbaShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids) of at most ``max_len`` ids.
         k : int
             Results per query, ``>= 1``.
         floor_key : numpy.ndarray of int, shape (n_queries,), optional
@@ -222,6 +227,7 @@ class NumbaShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
+        queries = fold_query_ids(queries, self._n_ids)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -271,7 +277,7 @@ class NumbaShardIndex:
         """
         from .numba_threshold import numba_threshold_search
 
-        return numba_threshold_search(self, queries, threshold, k, min_doc_len)
+        return numba_threshold_search(self, fold_query_ids(queries, self._n_ids), threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
@@ -312,7 +318,7 @@ class NumbaShardIndex:
 
         def scan(rows):
             group = queries.take(rows)
-            slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+            slot_of, table = nk.build_group_table(group.tokens, group.offsets, self._slot_table(group))
             return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, 0,
                                  self.n_docs, slot_of, table, group.lengths.astype(np.int64),
                                  np.ascontiguousarray(floor[rows], dtype=np.int64), self._score_code, self._scale,
@@ -335,7 +341,7 @@ class NumbaShardIndex:
         nk = self._nk
         group = queries.take(rows)
         n_group, threads = group.n_sets, self.threads
-        slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+        slot_of, table = nk.build_group_table(group.tokens, group.offsets, self._slot_table(group))
         q_len = group.lengths.astype(np.int64)
         floor_t, need, planes, _, valid = nk.scan_tables(q_len, np.ascontiguousarray(floor[rows], dtype=np.int64),
                                                          self._lengths, self._score_code, self._scale, self._top,
@@ -382,6 +388,11 @@ class NumbaShardIndex:
             self._map(offer, [(o,) for o in range(len(lanes))])
             part = min(2 * part, longest)
         self._write_heaps(heap[:, :cap], heap_ov[:, :cap], size, k, rows, out)
+
+    def _slot_table(self, group: SetBatch) -> np.ndarray:
+        """A zeroed int32 ``slot_of`` for :func:`settopk.kernels.numba_kernels.build_group_table`: one entry
+        per id of the docs and of ``group``."""
+        return np.zeros(max(self._n_ids, group.id_bound), np.int32)
 
     def _write_heaps(self, heap: np.ndarray, heap_ov: np.ndarray, size: np.ndarray, k: int, rows: np.ndarray,
                      out: TopK) -> None:

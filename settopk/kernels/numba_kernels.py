@@ -196,7 +196,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
 
     Parameters
     ----------
-    doc_tokens : uint16 array, shape (n_tokens,); doc_offsets : int64 array, shape (n_docs + 1,)
+    doc_tokens : uint16 or uint32 array, shape (n_tokens,); doc_offsets : int64 array, shape (n_docs + 1,)
         The shard's docs (CSR), in position order.
     doc_len : int64 array, shape (n_docs,); len_index : int64 array, shape (n_docs,)
         Each doc's length and the index of that length in ``lengths``.
@@ -204,7 +204,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         The distinct doc lengths of the shard.
     lo, hi : int
         The positions this call scans.
-    slot_of : int32 array, shape (65536,); table : uint64 array, shape (n_slots, 8)
+    slot_of : int32 array, shape (n_ids,); table : uint64 array, shape (n_slots, 8)
         Row ``slot_of[t]`` of ``table`` holds the group's membership bits of id ``t``
         (row 0, all zero, for ids no query of the group holds): :func:`build_group_table`.
     q_len, q_floor : int64 arrays, shape (n_group,)
@@ -361,17 +361,21 @@ def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes
 
 
 @njit(**_JIT)
-def build_group_table(q_tokens, q_offsets):
-    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, at most 512 queries).
+def build_group_table(q_tokens, q_offsets, slot_of):
+    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, ``uint16`` or ``uint32``
+    ids, at most 512 queries).
+
+    ``slot_of`` (int32, all zero, one entry per id below the index's id bound and the group's
+    largest id + 1: 65536 for ``uint16`` sets) is filled here: the caller allocates it, so that a
+    wide table comes as lazily zeroed pages (``numpy.zeros``) and costs only the pages touched.
 
     Returns
     -------
-    slot_of : int32 array, shape (65536,)
+    slot_of : int32 array
         Row of each id in ``table``; 0 (an all-zero row) for ids no query holds.
     table : uint64 array, shape (n_slots, 8)
         Bit ``j`` of word ``w`` of an id's row: query ``64 w + j`` holds the id.
     """
-    slot_of = np.zeros(65536, np.int32)
     n_slots = 1
     for i in range(len(q_tokens)):
         t = q_tokens[i]

@@ -1,6 +1,8 @@
 """Vectorised NumPy search: the CPU backend (``backend="numpy"``) and the test oracle for the GPU kernels.
 
-Lane-packed lookup: a table maps each token id to a uint64 word whose byte ``j``
+Lane-packed lookup: a table maps each token id (below the index's id bound,
+:func:`settopk.kernels.sets.index_ids`: 65536 for ``uint16`` docs, else the largest doc id + 1)
+to a uint64 word whose byte ``j``
 (or 16-bit lane ``j`` when ``max_len > 255``) is 1 if query ``j`` holds the id.
 Summing the words of a doc's ids adds all lanes at once without carries
 (an overlap never exceeds ``max_len``), so one gather and one add count a doc
@@ -17,14 +19,13 @@ import numpy as np
 from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
-from .sets import SetBatch, check_shard_docs
+from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
 from .topk import TopK, empty_topk
 
 __all__ = ["NumpyShardIndex"]
 
 _GATHER_ELEMENTS = 1 << 20  # ids gathered per step: keeps the uint64 temporary at 8 MiB
 _BAND = 8  # doc lengths per group: at most 7 padding ids per doc
-_TABLE_SIZE = 65536
 _log = logging.getLogger("settopk.kernels")
 
 
@@ -46,7 +47,8 @@ class NumpyShardIndex:
     routing : str, default "scan"
         ``"scan"``: every query is counted against every doc (the lane-packed
         lookup). ``"auto"``: an inverted index (:mod:`settopk.kernels.postings`, about
-        ``4 n_tokens + 8 * 65536`` more host bytes) is built too, and each query
+        ``4 n_tokens + 8 n_ids`` more host bytes, ``n_ids`` 65536 for ``uint16`` docs, else the
+        largest doc id + 1) is built too, and each query
         takes the path the cost model (:func:`settopk.kernels.cost.numpy_postings_cheaper`)
         says is cheaper: ScanCount through the postings when its ids' postings are
         short (uniform ids), the scan otherwise (Zipf ids). ``"postings"``: every
@@ -91,7 +93,9 @@ class NumpyShardIndex:
         self.routing = routing
         self.last_routing = _no_routing()
         self._docs = docs if routing != "scan" else None
-        self.postings = build_postings(docs) if routing != "scan" else None
+        # Ids at or above n_ids are held by no doc: queries' ids are folded below n_ids + max_len.
+        self._n_ids = index_ids(docs)
+        self.postings = build_postings(docs, self._n_ids + max_len + 1) if routing != "scan" else None
         self.postings_bytes = self.postings.nbytes if self.postings is not None else 0
         # Shard length range: a query whose floor no length in it can reach is skipped.
         self._shortest = int(lengths.min()) if len(lengths) else 0
@@ -100,13 +104,13 @@ class NumpyShardIndex:
         # Docs grouped by length in bands of _BAND lengths: one dense (n, width) matrix per band,
         # rows padded with id 0 up to the band's longest doc. Bands keep the NumPy calls few on
         # small shards; the padding's counts are taken back out in overlaps().
-        self._groups = []  # (positions, (n, width) uint16 matrix, (n,) pad count) per band
+        self._groups = []  # (positions, (n, width) matrix of the docs' token dtype, (n,) pad count) per band
         band = np.minimum(lengths, max_len) // _BAND if len(lengths) else lengths
         for b in np.unique(band):
             rows = np.flatnonzero(band == b)
             row_len = lengths[rows]
             width = int(row_len.max())
-            matrix = np.zeros((len(rows), width), dtype=np.uint16)
+            matrix = np.zeros((len(rows), width), dtype=docs.tokens.dtype)
             matrix[np.arange(width) < row_len[:, None]] = docs.take(rows).tokens  # row-major, as take() lays them out
             self._groups.append((rows, matrix, (width - row_len).astype(np.uint64)))
 
@@ -121,7 +125,7 @@ class NumpyShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids).
 
         Returns
         -------
@@ -129,10 +133,15 @@ class NumpyShardIndex:
         """
         lanes = 64 // self._lane_bits
         lane_dtype = np.dtype("<u1") if self._lane_bits == 8 else np.dtype("<u2")
+        queries = fold_query_ids(queries, self._n_ids)
         out = np.zeros((queries.n_sets, self.n_docs), dtype=np.int16)
+        # One table for every group: only the entries a group set are cleared after it (np.zeros
+        # hands out zero pages lazily, so a 2**24-entry table costs only the pages the ids touch).
+        table = np.zeros(max(self._n_ids, queries.id_bound), dtype="<u8")
         for first in range(0, queries.n_sets, lanes):
             group = range(first, min(first + lanes, queries.n_sets))
-            table = np.zeros(_TABLE_SIZE, dtype="<u8")
+            if first:
+                table[queries.tokens[queries.offsets[first - lanes] : queries.offsets[first]]] = 0
             for lane, qi in enumerate(group):
                 table[queries[qi]] |= np.uint64(1) << np.uint64(self._lane_bits * lane)
             counts = np.zeros((self.n_docs, lanes), dtype=lane_dtype)
@@ -153,7 +162,7 @@ class NumpyShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids) of at most ``max_len`` ids.
         k : int
             Results per query, ``>= 1``.
         floor_key : numpy.ndarray of int, shape (n_queries,), optional
@@ -186,6 +195,7 @@ class NumpyShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
+        queries = fold_query_ids(queries, self._n_ids)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -247,7 +257,7 @@ class NumpyShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids) of at most ``max_len`` ids.
         threshold : str, int, float or fractions.Fraction
             ``T``, read exactly from its decimal text (:func:`settopk.kernels.parse_threshold`:
             the float 0.8 is 4/5); a pair passes when ``score >= T``, ties included.
@@ -279,7 +289,7 @@ class NumpyShardIndex:
         """
         from .threshold import numpy_threshold_search
 
-        return numpy_threshold_search(self, queries, threshold, k, min_doc_len)
+        return numpy_threshold_search(self, fold_query_ids(queries, self._n_ids), threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .keys import DEFAULT_SCORE, check_floor_key, key_scale, min_overlap_above, score_key
-from .sets import SetBatch
+from .sets import MAX_VOCAB, SetBatch
 from .topk import TopK, empty_topk
 
 __all__ = ["ROUTINGS", "Postings", "build_postings", "check_routing", "postings_cost", "postings_search"]
@@ -97,7 +97,9 @@ def build_postings(docs: SetBatch, vocab_size: int = 65536) -> Postings:
     docs : SetBatch
         ``n_docs`` sets (positions ``0 .. n_docs - 1``), ids below ``vocab_size``.
     vocab_size : int
-        Token ids lie in ``[0, vocab_size)``, at most 65536.
+        Token ids lie in ``[0, vocab_size)``; the offsets cover every id below it, so queries'
+        ids must be below it too. The host indexes pass their id bound plus ``max_len + 1``
+        (:func:`settopk.kernels.sets.fold_query_ids`); at most ``2**24 + 2**15``.
 
     Returns
     -------
@@ -106,11 +108,11 @@ def build_postings(docs: SetBatch, vocab_size: int = 65536) -> Postings:
     Raises
     ------
     ValueError
-        If ``vocab_size`` is not in ``[1, 65536]``, an id is ``>= vocab_size``,
+        If ``vocab_size`` is not in ``[1, 2**24 + 2**15]``, an id is ``>= vocab_size``,
         or there are ``2**31`` docs or more.
     """
-    if not 1 <= vocab_size <= 65536:
-        raise ValueError(f"vocab_size must be in [1, 65536], found {vocab_size}")
+    if not 1 <= vocab_size <= MAX_VOCAB + 2**15:
+        raise ValueError(f"vocab_size must be in [1, {MAX_VOCAB + 2**15}], found {vocab_size}")
     if docs.n_sets >= 2**31:
         raise ValueError(f"postings hold at most 2**31 - 1 docs, found {docs.n_sets}")
     tokens = docs.tokens
