@@ -139,3 +139,71 @@ def test_cupy_index_refuses_wide_tokens_with_a_clear_message():
 
     with pytest.raises(ValueError, match="65536 dense ids.*backend 'cpu' or 'numpy'"):
         _check_set_batch(SetBatch.from_lists([[70000]]), "docs", 8)
+
+
+# --- inputs: readers, the token map, settopk.Index ------------------------------------------------
+
+def test_readers_take_ids_of_a_wide_vocabulary_as_uint32(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from settopk.shards.inputs import SetLimits, read_corpus
+
+    sets = [[70000, 3, 3], [65535], [MAX_VOCAB - 1, 0]]
+    pq.write_table(pa.table({"doc_id": [0, 1, 2], "tokens": pa.array(sets, pa.list_(pa.int64()))}), tmp_path / "d.parquet")
+    (tmp_path / "d.txt").write_text("70000,3,3\n65535\n16777215,0\n")
+    for name in ("d.parquet", "d.txt"):
+        corpus = read_corpus(str(tmp_path / name), SetLimits(vocab_size=MAX_VOCAB, max_len=8))
+        assert corpus.docs.tokens.dtype == np.uint32, name
+        assert corpus.docs.to_lists() == [[3, 70000], [65535], [0, MAX_VOCAB - 1]], name
+        narrow = read_corpus(str(tmp_path / name), SetLimits(vocab_size=MAX_VOCAB, max_len=8), length_range=(1, 1))
+        assert narrow.docs.to_lists() == [[65535]]
+
+
+def test_token_map_gives_uint32_sets_above_65536_and_uint16_below():
+    import pyarrow as pa
+
+    from settopk.shards.inputs.vocabulary import WideSets, build_token_map, vocab_of
+
+    def wide(sets):
+        lengths = np.array([len(s) for s in sets])
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return WideSets(offsets, pa.array([x for s in sets for x in s], pa.int64()))
+
+    docs = wide([[10**12, 10**12 + 1], [10**12 + 2]])
+    queries = wide([[10**12 + 1, 5], [10**12 + 2, 10**12]])
+    for vocab_size, dtype in ((65536, np.uint16), (1_000_000, np.uint32)):
+        token_map = build_token_map(vocab_of(docs.tokens, vocab_size), vocab_of(queries.tokens, vocab_size), vocab_size,
+                                    pa.int64())
+        d, q = token_map.docs(docs), token_map.queries(queries)
+        assert d.tokens.dtype == dtype and q.tokens.dtype == dtype
+        assert max(int(d.tokens.max()), int(q.tokens.max())) < vocab_size
+        assert d.lengths.tolist() == [2, 1] and q.lengths.tolist() == [2, 2]
+        # The overlaps of the original tokens: doc 0 meets query 0 in one token, query 1 in one.
+        index = NumpyShardIndex(d, np.arange(2), 8, "overlap")
+        assert index.overlaps(q).tolist() == [[1, 0], [1, 1]]
+
+
+def test_vocabulary_error_tells_the_user_to_raise_vocab_size():
+    from settopk.shards.inputs.vocabulary import VocabularyError
+
+    assert "raise vocab_size (up to 16777216 with backend cpu or numpy" in str(VocabularyError(70000, 65000, 65536, 536))
+
+
+def test_index_takes_wide_ids_on_cpu_and_numpy_and_refuses_gpu_backends():
+    from settopk import Index
+
+    docs = [[1, 70000, MAX_VOCAB - 1], [70000], [2, 3]]
+    queries = [[70000, MAX_VOCAB - 1], [5_000_000], [2]]
+    want = brute_force_topk(docs, queries, 2, score="jaccard")
+    for backend in ("numpy", "cpu"):
+        for given in (docs, SetBatch.from_lists(docs)):
+            index = Index(given, backend=backend, vocab_size=MAX_VOCAB, score="jaccard")
+            got = index.search(queries, 2)
+            assert [[(int(d), int(o), int(l)) for d, o, l in zip(*row) if d >= 0]
+                    for row in zip(got.doc_ids, got.overlap, got.doc_len)] == want, backend
+    for backend in ("cupy", "auto"):
+        with pytest.raises(ValueError, match="at most 65536 dense ids; build with backend='cpu'"):
+            Index(docs, backend=backend, vocab_size=1_000_000)
+    with pytest.raises(ValueError, match="token ids in \\[0, 65536\\)"):
+        Index(SetBatch.from_lists(docs), backend="numpy")  # uint32 ids past the default vocab_size

@@ -62,7 +62,8 @@ class SyntheticConfig:
     seed : int
         Seed of the generator; the same config always gives the same corpus.
     vocab_size : int
-        Token ids are drawn from ``[0, vocab_size)``; the competition has 50001.
+        Token ids are drawn from ``[0, vocab_size)``; the competition has 50001. Up to 2**24;
+        above 65536 the tokens must be stored as ``int64`` or ``string`` (``token_type``).
     id_dist : str
         ``"zipf"`` or ``"uniform"`` law of token ids.
     zipf_s : float
@@ -195,7 +196,10 @@ def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]
     if synthetic.id_dist not in ("zipf", "uniform"):
         problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {synthetic.id_dist!r}")
     if synthetic.vocab_size > vocab_size:
-        problems.append("synthetic.vocab_size must not exceed vocab_size")
+        problems.append(f"synthetic.vocab_size must not exceed vocab_size, found {synthetic.vocab_size} > {vocab_size}")
+    if synthetic.vocab_size > NARROW_VOCAB and synthetic.token_type == "uint16":
+        problems.append(f"synthetic.token_type 'uint16' holds ids below {NARROW_VOCAB}, found synthetic.vocab_size "
+                        f"{synthetic.vocab_size}; use token_type 'int64' (or 'string') for a larger vocabulary")
     if synthetic.token_type not in ("uint16", "int64", "string"):
         problems.append(f"synthetic.token_type must be 'uint16', 'int64' or 'string', found {synthetic.token_type!r}")
     if synthetic.token_offset and synthetic.token_type == "uint16":
