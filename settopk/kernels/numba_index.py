@@ -38,6 +38,7 @@ import numpy as np
 
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
+from .dense import LocalIds
 from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
 from .topk import TopK, empty_topk
 
@@ -132,6 +133,8 @@ class NumbaShardIndex:
         check_routing(routing)
         self._scale = key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
         doc_ids, lengths = check_shard_docs(docs, doc_ids, max_len)
+        # uint32 docs are renumbered to local ids, most frequent first (settopk.kernels.dense).
+        self._local, docs = LocalIds.of(docs)
         threads = _usable_cpus() if threads is None else int(threads)
         if threads < 1:
             raise ValueError(f"threads must be >= 1, found {threads}")
@@ -152,7 +155,7 @@ class NumbaShardIndex:
         self._tokens = np.ascontiguousarray(docs.tokens)
         # Tables by id cover the docs' ids (65536 for uint16 docs); queries' ids are folded below
         # n_ids + max_len (settopk.kernels.sets.fold_query_ids).
-        self._n_ids = index_ids(docs)
+        self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self._offsets = np.ascontiguousarray(docs.offsets)
         self._doc_len64 = lengths.astype(np.int64)
         self._lengths, self._len_index = np.unique(self._doc_len64, return_inverse=True)
@@ -227,7 +230,7 @@ class NumbaShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
-        queries = fold_query_ids(queries, self._n_ids)
+        queries = self._local_queries(queries)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -277,7 +280,15 @@ class NumbaShardIndex:
         """
         from .numba_threshold import numba_threshold_search
 
-        return numba_threshold_search(self, fold_query_ids(queries, self._n_ids), threshold, k, min_doc_len)
+        return numba_threshold_search(self, self._local_queries(queries), threshold, k, min_doc_len)
+
+    def _local_queries(self, queries: SetBatch) -> SetBatch:
+        """``queries`` in the ids of the index's tables: the local ids of ``uint32`` docs
+        (:class:`settopk.kernels.dense.LocalIds`), else with the ids no doc holds folded
+        (:func:`settopk.kernels.sets.fold_query_ids`)."""
+        if self._local is not None:
+            return self._local.queries(queries)
+        return fold_query_ids(queries, self._n_ids)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

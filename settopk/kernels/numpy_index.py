@@ -19,6 +19,7 @@ import numpy as np
 from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
+from .dense import LocalIds
 from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
 from .topk import TopK, empty_topk
 
@@ -85,6 +86,8 @@ class NumpyShardIndex:
         check_routing(routing)
         key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
         doc_ids, lengths = check_shard_docs(docs, doc_ids, max_len)
+        # uint32 docs are renumbered to local ids, most frequent first (settopk.kernels.dense).
+        self._local, docs = LocalIds.of(docs)
         self.doc_ids = doc_ids
         self.doc_len = lengths.astype(np.int16)
         self.max_len = max_len
@@ -94,7 +97,7 @@ class NumpyShardIndex:
         self.last_routing = _no_routing()
         self._docs = docs if routing != "scan" else None
         # Ids at or above n_ids are held by no doc: queries' ids are folded below n_ids + max_len.
-        self._n_ids = index_ids(docs)
+        self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self.postings = build_postings(docs, self._n_ids + max_len + 1) if routing != "scan" else None
         self.postings_bytes = self.postings.nbytes if self.postings is not None else 0
         # Shard length range: a query whose floor no length in it can reach is skipped.
@@ -131,9 +134,12 @@ class NumpyShardIndex:
         -------
         numpy.ndarray of int16, shape (n_queries, n_docs)
         """
+        return self._overlaps(self._local_queries(queries))
+
+    def _overlaps(self, queries: SetBatch) -> np.ndarray:
+        """:meth:`overlaps` of queries already in the tables' ids (:meth:`_local_queries`)."""
         lanes = 64 // self._lane_bits
         lane_dtype = np.dtype("<u1") if self._lane_bits == 8 else np.dtype("<u2")
-        queries = fold_query_ids(queries, self._n_ids)
         out = np.zeros((queries.n_sets, self.n_docs), dtype=np.int16)
         # One table for every group: only the entries a group set are cleared after it (np.zeros
         # hands out zero pages lazily, so a 2**24-entry table costs only the pages the ids touch).
@@ -195,7 +201,7 @@ class NumpyShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
-        queries = fold_query_ids(queries, self._n_ids)
+        queries = self._local_queries(queries)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -225,7 +231,7 @@ class NumpyShardIndex:
                 return out
         self.last_routing["scan"] = len(active)
         searched = queries if len(active) == queries.n_sets else queries.take(active)
-        overlap = self.overlaps(searched)
+        overlap = self._overlaps(searched)
         key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len, self.score)
         # Unique sort value per doc: key first, then the lower position (= lower doc id) wins. Keys are
         # below 2**32 for every score (settopk.kernels.keys), so key << 31 stays below 2**63.
@@ -289,7 +295,15 @@ class NumpyShardIndex:
         """
         from .threshold import numpy_threshold_search
 
-        return numpy_threshold_search(self, fold_query_ids(queries, self._n_ids), threshold, k, min_doc_len)
+        return numpy_threshold_search(self, self._local_queries(queries), threshold, k, min_doc_len)
+
+    def _local_queries(self, queries: SetBatch) -> SetBatch:
+        """``queries`` in the ids of the index's tables: the local ids of ``uint32`` docs
+        (:class:`settopk.kernels.dense.LocalIds`), else with the ids no doc holds folded
+        (:func:`settopk.kernels.sets.fold_query_ids`)."""
+        if self._local is not None:
+            return self._local.queries(queries)
+        return fold_query_ids(queries, self._n_ids)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -378,7 +378,7 @@ def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
     scanned = np.setdiff1d(active, routed)
     for lo in range(0, len(scanned), _QUERY_CHUNK):
         rows = scanned[lo : lo + _QUERY_CHUNK]
-        overlap = index.overlaps(queries.take(rows)).astype(np.int32)
+        overlap = index._overlaps(queries.take(rows)).astype(np.int32)  # queries already in the tables' ids
         # need[row, |d|] per pair: unreachable lengths hold need > min(|q|, |d|) >= overlap.
         hit_row, hit_pos = np.nonzero(overlap >= np.take(need[rows], doc_len, axis=1))
         found.append((rows[hit_row], hit_pos, overlap[hit_row, hit_pos]))
