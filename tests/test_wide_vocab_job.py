@@ -20,15 +20,16 @@ _K = 12
 
 
 def _corpus():
-    """1500 docs over 70,000 distinct tokens (the last 100 copies of earlier docs: ties), 280 queries
-    holding 240 tokens of 5 docs' 250 each (67,200 shared tokens in all) and 10 query-only tokens."""
+    """300 docs: 274 blocks of 250 tokens (68,500 distinct) and 26 random parts of them (other
+    lengths, ties); 274 queries holding 240 tokens of one block each (65,760 shared tokens in all,
+    more than 65536) and 10 query-only tokens."""
     rng = np.random.default_rng(31)
-    base = [list(range(50 * i, 50 * i + int(rng.integers(1, 51)))) for i in range(1400)]
-    docs = base + [base[int(i)] for i in rng.integers(0, 1400, 100)]
+    base = [list(range(250 * i, 250 * i + 250)) for i in range(274)]
+    docs = base + [sorted(rng.choice(base[int(i)], int(rng.integers(1, 251)), replace=False).tolist())
+                   for i in rng.integers(0, 274, 26)]
     queries = []
-    for j in range(280):
-        pool = np.arange(250 * j, 250 * j + 250)
-        picked = rng.choice(pool, 240, replace=False).tolist()
+    for j in range(274):
+        picked = rng.choice(base[j], 240, replace=False).tolist()
         queries.append(sorted(picked) + [10**6 + 10 * j + t for t in range(10)])
     return docs, queries
 
@@ -63,7 +64,7 @@ def test_wide_shared_vocabulary_runs_on_cpu_exactly(tmp_path, name, f, dense_ids
     got = list(zip(*(table[c] for c in ("query_id", "rank", "doc_id", "score", "overlap", "query_len", "doc_len"))))
     assert got == _expected(docs, queries, f)
     tokens = read_manifest(out)["inputs"]["tokens"]
-    assert tokens["distinct_shared_tokens"] == 67_200 > 65536
+    assert tokens["distinct_shared_tokens"] == 65_760 > 65536
     assert tokens["dense_ids"] == dense_ids and tokens["vocab_size"] == 1_000_000
 
 

@@ -201,7 +201,6 @@ class NumpyShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
-        queries = self._local_queries(queries)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -217,11 +216,13 @@ class NumpyShardIndex:
             self.last_skipped = queries.n_sets - len(active)
             if len(active) == 0:
                 return out
-        routed = self._route(queries, active)
+        # The postings take the queries in the tables' ids; the scan (overlaps) maps its own.
+        local = self._local_queries(queries) if self.routing != "scan" else None
+        routed = self._route(local, active)
         if self.routing != "scan":
             _log.debug("routing %s: %d of %d queries to the postings", self.routing, len(routed), len(active))
         if len(routed):
-            sub = queries.take(routed)
+            sub = local.take(routed)
             part, paths = postings_search(self._docs, self.doc_ids, self.postings, sub, k, self.max_len, self.score,
                                           floor_key=None if floor is None else floor[routed])
             out.doc_ids[routed], out.overlap[routed], out.doc_len[routed] = part
@@ -231,7 +232,7 @@ class NumpyShardIndex:
                 return out
         self.last_routing["scan"] = len(active)
         searched = queries if len(active) == queries.n_sets else queries.take(active)
-        overlap = self._overlaps(searched)
+        overlap = self.overlaps(searched)
         key = score_key(overlap, searched.lengths[:, None], self.doc_len[None, :], self.max_len, self.score)
         # Unique sort value per doc: key first, then the lower position (= lower doc id) wins. Keys are
         # below 2**32 for every score (settopk.kernels.keys), so key << 31 stays below 2**63.
