@@ -296,7 +296,7 @@ class NumbaShardIndex:
             return active[:0]
         if self.routing == "postings":
             return active
-        entries = postings_cost(queries.take(active), self.postings.doc_freq)
+        entries = postings_cost(queries.take(active), self.postings)
         cost = (_POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_DOC * np.minimum(entries, self.n_docs)
                 + _POSTINGS_S_PER_QUERY)
         order = np.argsort(cost, kind="stable")

@@ -312,7 +312,7 @@ class NumpyShardIndex:
             return active[:0]
         if self.routing == "postings":
             return active
-        entries = postings_cost(queries.take(active), self.postings.doc_freq)
+        entries = postings_cost(queries.take(active), self.postings)
         return active[numpy_postings_cheaper(entries, len(self._docs.tokens))]
 
 
