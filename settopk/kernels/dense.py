@@ -7,7 +7,7 @@ permuted vocabulary) nearly every doc id would miss every cache. So an index ove
 docs renumbers their ids once, at build: the distinct doc ids by descending doc frequency (ties
 by id) become ``0 .. n_local - 1``, so the frequent ids share a few hot cache lines at the front
 of the table, and the table has one entry per distinct doc id, not per possible id. Each
-search maps its queries' ids the same way (a binary search per query id); an id no doc holds
+search maps its queries' ids the same way (one lookup per id, in a table of 4 bytes per id up to the largest doc id); an id no doc holds
 becomes ``n_ids + j`` (``j`` its position in its set), as :func:`settopk.kernels.sets.fold_query_ids`
 does. Overlaps and lengths, and so every result, are unchanged: the map is one-to-one on the
 docs' ids and sends no other id onto one of them. The queries' sets are re-sorted after the map;
@@ -41,17 +41,14 @@ class LocalIds:
 
     Attributes
     ----------
-    ids : numpy.ndarray of uint32, shape (n_local,)
-        The docs' distinct ids, ascending.
-    local : numpy.ndarray of int32, shape (n_local,)
-        The local id of ``ids[i]``.
+    by_id : numpy.ndarray of int32, shape (largest doc id + 1,)
+        The local id + 1 of each id a doc holds, 0 for the others.
     n_ids : int
         ``max(n_local, 1)``: the local docs' id bound; queries' ids no doc holds are mapped at
         or above it, below ``n_ids + max_len``.
     """
 
-    ids: np.ndarray
-    local: np.ndarray
+    by_id: np.ndarray
     n_ids: int
 
     @classmethod
@@ -73,8 +70,11 @@ class LocalIds:
         # Each doc keeps its ids' order (ascending by id, not by local id): no kernel needs the
         # docs' sets ascending, and re-sorting 10**7 ids would double the build.
         local_docs = SetBatch(docs.offsets, by_id[docs.tokens].astype(token_dtype(len(ids))))
+        # Kept for the queries: one lookup per query id (4 bytes per id up to the largest doc id:
+        # a binary search in the distinct ids would miss the cache at each of its ~24 steps).
+        by_id[ids] = local + 1  # 0: no doc holds the id
         # Tables cover the local ids only (not 65536 for uint16 local docs: they are ids of this index).
-        return cls(ids.astype(np.uint32), local, max(len(ids), 1)), local_docs
+        return cls(by_id, max(len(ids), 1)), local_docs
 
     def queries(self, queries: SetBatch) -> SetBatch:
         """``queries`` in local ids: a doc's id becomes its local id, any other ``n_ids + j``
@@ -82,13 +82,14 @@ class LocalIds:
         if len(queries.tokens) == 0:
             return queries
         tokens = queries.tokens
-        at = np.minimum(np.searchsorted(self.ids, tokens), max(len(self.ids) - 1, 0))
-        held = (self.ids[at] == tokens) if len(self.ids) else np.zeros(len(tokens), dtype=bool)
+        found = np.zeros(len(tokens), dtype=np.int64)
+        inside = tokens < len(self.by_id)
+        found[inside] = self.by_id[tokens[inside]]
         position = np.arange(len(tokens), dtype=np.int64) - np.repeat(queries.offsets[:-1], queries.lengths)
-        mapped = np.where(held, self.local[at] if len(self.ids) else 0, self.n_ids + position)
+        mapped = np.where(found > 0, found - 1, self.n_ids + position)
         return _sorted_sets(queries.offsets, mapped, token_dtype(int(mapped.max()) + 1))
 
     @property
     def nbytes(self) -> int:
         """Host bytes of the map."""
-        return int(self.ids.nbytes + self.local.nbytes)
+        return int(self.by_id.nbytes)
