@@ -329,9 +329,10 @@ class NumbaShardIndex:
 
         def scan(rows):
             group = queries.take(rows)
-            slot_of, table = nk.build_group_table(group.tokens, group.offsets, self._slot_table(group))
+            slot_of, bits = self._slot_table(group)
+            slot_of, table = nk.build_group_table(group.tokens, group.offsets, slot_of, bits)
             return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, 0,
-                                 self.n_docs, slot_of, table, group.lengths.astype(np.int64),
+                                 self.n_docs, slot_of, bits, table, group.lengths.astype(np.int64),
                                  np.ascontiguousarray(floor[rows], dtype=np.int64), self._score_code, self._scale,
                                  self._top, self.max_len, self._n_planes, min(k, self.n_docs), _REFRESH_AFTER)
 
@@ -352,7 +353,8 @@ class NumbaShardIndex:
         nk = self._nk
         group = queries.take(rows)
         n_group, threads = group.n_sets, self.threads
-        slot_of, table = nk.build_group_table(group.tokens, group.offsets, self._slot_table(group))
+        slot_of, bits = self._slot_table(group)
+        slot_of, table = nk.build_group_table(group.tokens, group.offsets, slot_of, bits)
         q_len = group.lengths.astype(np.int64)
         floor_t, need, planes, _, valid = nk.scan_tables(q_len, np.ascontiguousarray(floor[rows], dtype=np.int64),
                                                          self._lengths, self._score_code, self._scale, self._top,
@@ -377,7 +379,7 @@ class NumbaShardIndex:
 
             def count(t):
                 return nk.scan_hits(self._tokens, self._offsets, self._len_index, int(bounds[t]), int(bounds[t + 1]),
-                                    slot_of, table, planes, reach_all, valid, self._n_planes, self.max_len,
+                                    slot_of, bits, table, planes, reach_all, valid, self._n_planes, self.max_len,
                                     hit_doc[t], hit_lane[t], hit_ov[t])
 
             taken = np.zeros(threads, dtype=np.int64)  # pairs of each part that the owners take
@@ -400,10 +402,14 @@ class NumbaShardIndex:
             part = min(2 * part, longest)
         self._write_heaps(heap[:, :cap], heap_ov[:, :cap], size, k, rows, out)
 
-    def _slot_table(self, group: SetBatch) -> np.ndarray:
-        """A zeroed int32 ``slot_of`` for :func:`settopk.kernels.numba_kernels.build_group_table`: one entry
-        per id of the docs and of ``group``."""
-        return np.zeros(max(self._n_ids, group.id_bound), np.int32)
+    def _slot_table(self, group: SetBatch) -> tuple[np.ndarray, np.ndarray]:
+        """A zeroed int32 ``slot_of`` for :func:`settopk.kernels.numba_kernels.build_group_table`, one entry
+        per id of the docs and of ``group``, and its ``bits``: a bit per id where the docs' ids are
+        local (``uint32`` docs: a slot table of up to 2**24 entries outgrows the caches, the bits do
+        not), else empty (65536 slots stay in the L2 cache; the scan is as before)."""
+        size = max(self._n_ids, group.id_bound)
+        bits = np.zeros((size + 63) // 64 if self._local is not None else 0, np.uint64)
+        return np.zeros(size, np.int32), bits
 
     def _write_heaps(self, heap: np.ndarray, heap_ov: np.ndarray, size: np.ndarray, k: int, rows: np.ndarray,
                      out: TopK) -> None:
