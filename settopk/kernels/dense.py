@@ -11,8 +11,8 @@ search maps its queries' ids the same way (one lookup per id, in a table of 4 by
 becomes ``n_ids + j`` (``j`` its position in its set), as :func:`settopk.kernels.sets.fold_query_ids`
 does. Overlaps and lengths, and so every result, are unchanged: the map is one-to-one on the
 docs' ids and sends no other id onto one of them. The queries' sets are re-sorted after the map;
-the docs' keep their order (no kernel needs a doc's ids ascending; re-sorting them would double the
-build).
+the docs' keep their order (no kernel needs a doc's ids ascending; re-sorting them would add a sort
+of every doc id to the build).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class LocalIds:
         by_id = np.zeros(len(freq), dtype=np.int32)
         by_id[ids] = local
         # Each doc keeps its ids' order (ascending by id, not by local id): no kernel needs the
-        # docs' sets ascending, and re-sorting 10**7 ids would double the build.
+        # docs' sets ascending, and re-sorting them would add a sort of every doc id to the build.
         local_docs = SetBatch(docs.offsets, by_id[docs.tokens].astype(token_dtype(len(ids))))
         # Kept for the queries: one lookup per query id (4 bytes per id up to the largest doc id:
         # a binary search in the distinct ids would miss the cache at each of its ~24 steps).
