@@ -7,8 +7,8 @@ permuted vocabulary) nearly every doc id would miss every cache. So an index ove
 docs renumbers their ids once, at build: the distinct doc ids by descending doc frequency (ties
 by id) become ``0 .. n_local - 1``, so the frequent ids share a few hot cache lines at the front
 of the table, and the table has one entry per distinct doc id, not per possible id. Each
-search maps its queries' ids the same way (one lookup per id, in a table of 4 bytes per id up to the largest doc id); an id no doc holds
-becomes ``n_ids + j`` (``j`` its position in its set), as :func:`settopk.kernels.sets.fold_query_ids`
+search maps its queries' ids the same way (one lookup per id, in a table of 4 bytes per id up to
+the largest doc id); an id no doc holds becomes ``n_ids + j`` (``j`` its position in its set), as :func:`settopk.kernels.sets.fold_query_ids`
 does. Overlaps and lengths, and so every result, are unchanged: the map is one-to-one on the
 docs' ids and sends no other id onto one of them. The queries' sets are re-sorted after the map;
 the docs' keep their order (no kernel needs a doc's ids ascending; re-sorting them would add a sort

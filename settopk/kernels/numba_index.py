@@ -94,7 +94,7 @@ class NumbaShardIndex:
         ``"scan"``: every query is counted against every doc (bit-sliced).
         ``"auto"``: the postings (:mod:`settopk.kernels.postings`, about
         ``4 n_tokens + 8 n_ids + 6 n_docs`` more host bytes, ``n_ids`` 65536 for ``uint16``
-        docs, else the largest doc id + 1) are built too,
+        docs, else the number of distinct doc ids) are built too,
         and the queries whose postings are short (uniform ids) go through them
         when the cost model (module constants) says that is cheaper than the
         scan they would share. ``"postings"``: every query goes through the
@@ -153,8 +153,8 @@ class NumbaShardIndex:
         self._top = max_key(max_len, score)
         self._n_planes = max(3, (max_len + 1).bit_length())
         self._tokens = np.ascontiguousarray(docs.tokens)
-        # Tables by id cover the docs' ids (65536 for uint16 docs); queries' ids are folded below
-        # n_ids + max_len (settopk.kernels.sets.fold_query_ids).
+        # Tables by id cover the docs' ids (65536 for uint16 docs, else their local ids); queries'
+        # ids are mapped below n_ids + max_len (_local_queries).
         self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self._offsets = np.ascontiguousarray(docs.offsets)
         self._doc_len64 = lengths.astype(np.int64)

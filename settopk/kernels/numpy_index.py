@@ -1,7 +1,8 @@
 """Vectorised NumPy search: the CPU backend (``backend="numpy"``) and the test oracle for the GPU kernels.
 
 Lane-packed lookup: a table maps each token id (below the index's id bound,
-:func:`settopk.kernels.sets.index_ids`: 65536 for ``uint16`` docs, else the largest doc id + 1)
+:func:`settopk.kernels.sets.index_ids`: 65536 for ``uint16`` docs; ``uint32`` docs are renumbered to
+local ids, one per distinct doc id, :class:`settopk.kernels.dense.LocalIds`)
 to a uint64 word whose byte ``j``
 (or 16-bit lane ``j`` when ``max_len > 255``) is 1 if query ``j`` holds the id.
 Summing the words of a doc's ids adds all lanes at once without carries
@@ -49,7 +50,7 @@ class NumpyShardIndex:
         ``"scan"``: every query is counted against every doc (the lane-packed
         lookup). ``"auto"``: an inverted index (:mod:`settopk.kernels.postings`, about
         ``4 n_tokens + 8 n_ids`` more host bytes, ``n_ids`` 65536 for ``uint16`` docs, else the
-        largest doc id + 1) is built too, and each query
+        number of distinct doc ids) is built too, and each query
         takes the path the cost model (:func:`settopk.kernels.cost.numpy_postings_cheaper`)
         says is cheaper: ScanCount through the postings when its ids' postings are
         short (uniform ids), the scan otherwise (Zipf ids). ``"postings"``: every
