@@ -181,7 +181,8 @@ def _table_sets(table, id_column: str, limits: SetLimits):
         where.append((TABLE, row_base, batch.num_rows))
         row_base += batch.num_rows
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    sets = SetBatch(csr_offsets(all_lengths), np.concatenate(tokens).astype(np.uint16) if tokens else np.zeros(0, np.uint16))
+    # Blocks are uint16, or uint32 where ids reach 65536 (vocab_size above it): joined, the widest.
+    sets = SetBatch(csr_offsets(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, np.uint16))
     if id_column == "doc_id":
         return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sets, where
     return [q for batch_ids in ids for q in batch_ids], sets, where
@@ -253,7 +254,8 @@ def _plain_sets(sets, limits: SetLimits) -> SetBatch:
         position = int(np.flatnonzero(bad)[0])
         row, number = _row_of(counts, position)
         raise InputError(SETS, f"token ids in [0, {limits.vocab_size})", f"{int(values[position])} at id #{number}", REMAP_FIX, row=row)
-    lengths, tokens, _ = canonical(values.astype(np.uint16), counts)
+    dense = np.uint32 if len(values) and int(values.max()) >= 65536 else np.uint16  # uint16 wherever it holds the ids
+    lengths, tokens, _ = canonical(values.astype(dense), counts)
     _check_lengths(lengths, limits)
     return SetBatch(csr_offsets(lengths), tokens)
 
@@ -277,7 +279,7 @@ def _checked_set_batch(sets: SetBatch, limits: SetLimits) -> SetBatch:
             raise InputError(SETS, "ids ascending and distinct within each set of a SetBatch",
                              f"{int(tokens[position])} after {int(tokens[position - 1])} at id #{number}",
                              "build the SetBatch with SetBatch.from_lists, which sorts and de-duplicates", row=row)
-    if len(tokens) and limits.vocab_size < 65536 and int(tokens.max()) >= limits.vocab_size:
+    if len(tokens) and (sets.wide or limits.vocab_size < 65536) and int(tokens.max()) >= limits.vocab_size:
         position = int(np.flatnonzero(tokens >= limits.vocab_size)[0])
         row, number = _row_of(lengths, position)
         raise InputError(SETS, f"token ids in [0, {limits.vocab_size})", f"{int(tokens[position])} at id #{number}", REMAP_FIX, row=row)

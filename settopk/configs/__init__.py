@@ -18,6 +18,7 @@ import yaml
 from settopk.errors import SettopkError
 from settopk.kernels.keys import SCORES
 from settopk.kernels.postings import ROUTINGS
+from settopk.kernels.sets import MAX_VOCAB, NARROW_VOCAB
 from settopk.kernels.threshold import parse_threshold
 
 __all__ = [
@@ -41,6 +42,8 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 BACKENDS = ("auto", "cpu", "numpy", "cupy")
 PARTITIONS = ("none", "dt")
 MAX_K = 32767
+#: Largest ``vocab_size`` per backend: the GPU kernel takes uint16 dense ids; the host ones up to 2**24.
+MAX_VOCAB_SIZE = {"cupy": NARROW_VOCAB, "auto": NARROW_VOCAB, "cpu": MAX_VOCAB, "numpy": MAX_VOCAB}
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 
 
@@ -59,7 +62,8 @@ class SyntheticConfig:
     seed : int
         Seed of the generator; the same config always gives the same corpus.
     vocab_size : int
-        Token ids are drawn from ``[0, vocab_size)``; the competition has 50001.
+        Token ids are drawn from ``[0, vocab_size)``; the competition has 50001. Up to 2**24;
+        above 65536 the tokens must be stored as ``int64`` or ``string`` (``token_type``).
     id_dist : str
         ``"zipf"`` or ``"uniform"`` law of token ids.
     zipf_s : float
@@ -127,7 +131,10 @@ class SearchConfig:
     max_len : int
         Most ids a doc or query may have (after de-duplication), in [1, 255].
     vocab_size : int
-        Token ids must lie in ``[0, vocab_size)``, ``vocab_size <= 65536``.
+        The kernels' dense ids: ``[0, vocab_size)``. At most 65,536 for ``cupy`` and ``auto``
+        (the GPU kernel takes uint16 ids), at most 16,777,216 (2**24) for ``cpu`` and ``numpy``
+        (uint32 ids above 65,536). Tokens that are not integers in ``[0, vocab_size)`` are mapped
+        to dense ids; only the distinct tokens found in both queries and docs must fit.
     synthetic : SyntheticConfig
         The corpus generated when a job gets no inputs; a benchmark's corpus.
     """
@@ -166,9 +173,21 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
     if not 1 <= cfg.max_len <= 255:
         problems.append(f"max_len must be in [1, 255], found {cfg.max_len}")
-    if not 1 <= cfg.vocab_size <= 65536:
-        problems.append(f"vocab_size must be in [1, 65536], found {cfg.vocab_size}")
+    problems += vocab_size_problems(cfg.vocab_size, cfg.backend)
     return problems
+
+
+def vocab_size_problems(vocab_size: int, backend: str) -> list[str]:
+    """What is wrong with ``vocab_size`` for ``backend`` (empty if nothing): see :data:`MAX_VOCAB_SIZE`."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= MAX_VOCAB:
+        return [f"vocab_size must be an integer in [1, {MAX_VOCAB}] (2**24, the cpu and numpy backends' limit), "
+                f"found {vocab_size!r}"]
+    if backend in ("cupy", "auto") and vocab_size > NARROW_VOCAB:
+        return [f"vocab_size {vocab_size} needs backend 'cpu' or 'numpy': the GPU kernel (backend 'cupy', which "
+                f"backend {backend!r} {'is' if backend == 'cupy' else 'picks where there is a GPU'}) takes at most "
+                f"{NARROW_VOCAB} dense ids; set backend: cpu (or numpy) for up to {MAX_VOCAB} ids, or vocab_size "
+                f"<= {NARROW_VOCAB} for the GPU"]
+    return []
 
 
 def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:
@@ -177,7 +196,10 @@ def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]
     if synthetic.id_dist not in ("zipf", "uniform"):
         problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {synthetic.id_dist!r}")
     if synthetic.vocab_size > vocab_size:
-        problems.append("synthetic.vocab_size must not exceed vocab_size")
+        problems.append(f"synthetic.vocab_size must not exceed vocab_size, found {synthetic.vocab_size} > {vocab_size}")
+    if synthetic.vocab_size > NARROW_VOCAB and synthetic.token_type == "uint16":
+        problems.append(f"synthetic.token_type 'uint16' holds ids below {NARROW_VOCAB}, found synthetic.vocab_size "
+                        f"{synthetic.vocab_size}; use token_type 'int64' (or 'string') for a larger vocabulary")
     if synthetic.token_type not in ("uint16", "int64", "string"):
         problems.append(f"synthetic.token_type must be 'uint16', 'int64' or 'string', found {synthetic.token_type!r}")
     if synthetic.token_offset and synthetic.token_type == "uint16":

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of every random stream (default 0)")
     p.add_argument("--id-dist", choices=("zipf", "uniform"), default="zipf", help="law of token ids (default zipf)")
     p.add_argument("--zipf-s", type=float, default=1.0, help="Zipf exponent (default 1.0)")
-    p.add_argument("--vocab-size", type=int, default=50001, help="ids lie in [0, vocab_size) (default 50001)")
+    p.add_argument("--vocab-size", type=int, default=50001,
+                   help="ids lie in [0, vocab_size), at most 16777216; above 65536 use --token-type int64 or string (default 50001)")
     p.add_argument(
         "--near-duplicate-fraction", type=float, default=0.5,
         help="share of queries that perturb a random doc; they come first (default 0.5)",

@@ -157,7 +157,7 @@ class _Backend(NamedTuple):
 
 
 def _numpy_index(doc_ids, docs, *, max_len, vocab_size, score, routing, threads):
-    # vocab_size is not needed: the lookup table covers every uint16 id; NumPy picks its own threads.
+    # vocab_size is not needed: the lookup tables cover the docs' ids (uint16 or uint32); NumPy picks its own threads.
     return NumpyShardIndex(docs, doc_ids, max_len, score, routing=routing)
 
 
@@ -279,11 +279,13 @@ def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_
         Global doc ids, strictly increasing.
     docs : SetBatch or list of SetBatch
         The ``n_docs`` sets in ``doc_ids`` order, host memory; for ``"cupy"`` also a list of
-        SetBatch pieces, concatenated on the GPU in order.
+        SetBatch pieces, concatenated on the GPU in order. ``"numpy"`` and ``"cpu"`` take
+        ``uint16`` or ``uint32`` tokens (ids below ``2**24``); ``"cupy"`` takes ``uint16`` only.
     max_len : int
         Bound on set sizes (``"cupy"``: at most 255).
     vocab_size : int, default 65536
-        Token ids are below this (checked by ``"cupy"``).
+        Token ids are below this (checked by ``"cupy"``, at most 65536 there; up to ``2**24``
+        for ``"numpy"`` and ``"cpu"``, whose tables are sized by the docs' ids instead).
     score : str, default "braun_blanquet"
         What the index ranks by, one of :data:`settopk.kernels.SCORES`.
     routing : str, default "scan"

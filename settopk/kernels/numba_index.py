@@ -38,7 +38,8 @@ import numpy as np
 
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
-from .sets import SetBatch, check_shard_docs
+from .dense import LocalIds
+from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
 from .topk import TopK, empty_topk
 
 __all__ = ["NumbaShardIndex", "warm_up"]
@@ -92,7 +93,8 @@ class NumbaShardIndex:
     routing : str, default "scan"
         ``"scan"``: every query is counted against every doc (bit-sliced).
         ``"auto"``: the postings (:mod:`settopk.kernels.postings`, about
-        ``4 n_tokens + 8 * 65536 + 6 n_docs`` more host bytes) are built too,
+        ``4 n_tokens + 8 n_ids + 6 n_docs`` more host bytes, ``n_ids`` 65536 for ``uint16``
+        docs, else the number of distinct doc ids) are built too,
         and the queries whose postings are short (uniform ids) go through them
         when the cost model (module constants) says that is cheaper than the
         scan they would share. ``"postings"``: every query goes through the
@@ -131,6 +133,8 @@ class NumbaShardIndex:
         check_routing(routing)
         self._scale = key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
         doc_ids, lengths = check_shard_docs(docs, doc_ids, max_len)
+        # uint32 docs are renumbered to local ids, most frequent first (settopk.kernels.dense).
+        self._local, docs = LocalIds.of(docs)
         threads = _usable_cpus() if threads is None else int(threads)
         if threads < 1:
             raise ValueError(f"threads must be >= 1, found {threads}")
@@ -149,6 +153,9 @@ class NumbaShardIndex:
         self._top = max_key(max_len, score)
         self._n_planes = max(3, (max_len + 1).bit_length())
         self._tokens = np.ascontiguousarray(docs.tokens)
+        # Tables by id cover the docs' ids (65536 for uint16 docs, else their local ids); queries'
+        # ids are mapped below n_ids + max_len (_local_queries).
+        self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self._offsets = np.ascontiguousarray(docs.offsets)
         self._doc_len64 = lengths.astype(np.int64)
         self._lengths, self._len_index = np.unique(self._doc_len64, return_inverse=True)
@@ -165,7 +172,8 @@ class NumbaShardIndex:
             order = np.arange(self.n_docs) if self._ordered else np.argsort(self._doc_len64, kind="stable")
             self._rank_pos = order.astype(np.int32)
             self._rank_len = self.doc_len[self._rank_pos]  # int16: compact, the candidates look it up
-            self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos))
+            self.postings = build_postings(docs if self._ordered else docs.take(self._rank_pos),
+                                           self._n_ids + max_len + 1)
             # ScanCount counts blocks of ranks at a time; the least and largest length of each block.
             self._block = min(_POSTINGS_BLOCK, max(self.n_docs, 1))
             lens, starts = self._rank_len.astype(np.int64), np.arange(0, self.n_docs, self._block)
@@ -196,7 +204,7 @@ class NumbaShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids) of at most ``max_len`` ids.
         k : int
             Results per query, ``>= 1``.
         floor_key : numpy.ndarray of int, shape (n_queries,), optional
@@ -222,6 +230,7 @@ class NumbaShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
+        queries = self._local_queries(queries)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -271,7 +280,15 @@ class NumbaShardIndex:
         """
         from .numba_threshold import numba_threshold_search
 
-        return numba_threshold_search(self, queries, threshold, k, min_doc_len)
+        return numba_threshold_search(self, self._local_queries(queries), threshold, k, min_doc_len)
+
+    def _local_queries(self, queries: SetBatch) -> SetBatch:
+        """``queries`` in the ids of the index's tables: the local ids of ``uint32`` docs
+        (:class:`settopk.kernels.dense.LocalIds`), else with the ids no doc holds folded
+        (:func:`settopk.kernels.sets.fold_query_ids`)."""
+        if self._local is not None:
+            return self._local.queries(queries)
+        return fold_query_ids(queries, self._n_ids)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
@@ -279,7 +296,7 @@ class NumbaShardIndex:
             return active[:0]
         if self.routing == "postings":
             return active
-        entries = postings_cost(queries.take(active), self.postings.doc_freq)
+        entries = postings_cost(queries.take(active), self.postings)
         cost = (_POSTINGS_S_PER_ENTRY * entries + _POSTINGS_S_PER_DOC * np.minimum(entries, self.n_docs)
                 + _POSTINGS_S_PER_QUERY)
         order = np.argsort(cost, kind="stable")
@@ -312,9 +329,10 @@ class NumbaShardIndex:
 
         def scan(rows):
             group = queries.take(rows)
-            slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+            slot_of, bits = self._slot_table(group)
+            slot_of, table = nk.build_group_table(group.tokens, group.offsets, slot_of, bits)
             return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, 0,
-                                 self.n_docs, slot_of, table, group.lengths.astype(np.int64),
+                                 self.n_docs, slot_of, bits, table, group.lengths.astype(np.int64),
                                  np.ascontiguousarray(floor[rows], dtype=np.int64), self._score_code, self._scale,
                                  self._top, self.max_len, self._n_planes, min(k, self.n_docs), _REFRESH_AFTER)
 
@@ -335,7 +353,8 @@ class NumbaShardIndex:
         nk = self._nk
         group = queries.take(rows)
         n_group, threads = group.n_sets, self.threads
-        slot_of, table = nk.build_group_table(group.tokens, group.offsets)
+        slot_of, bits = self._slot_table(group)
+        slot_of, table = nk.build_group_table(group.tokens, group.offsets, slot_of, bits)
         q_len = group.lengths.astype(np.int64)
         floor_t, need, planes, _, valid = nk.scan_tables(q_len, np.ascontiguousarray(floor[rows], dtype=np.int64),
                                                          self._lengths, self._score_code, self._scale, self._top,
@@ -360,7 +379,7 @@ class NumbaShardIndex:
 
             def count(t):
                 return nk.scan_hits(self._tokens, self._offsets, self._len_index, int(bounds[t]), int(bounds[t + 1]),
-                                    slot_of, table, planes, reach_all, valid, self._n_planes, self.max_len,
+                                    slot_of, bits, table, planes, reach_all, valid, self._n_planes, self.max_len,
                                     hit_doc[t], hit_lane[t], hit_ov[t])
 
             taken = np.zeros(threads, dtype=np.int64)  # pairs of each part that the owners take
@@ -382,6 +401,15 @@ class NumbaShardIndex:
             self._map(offer, [(o,) for o in range(len(lanes))])
             part = min(2 * part, longest)
         self._write_heaps(heap[:, :cap], heap_ov[:, :cap], size, k, rows, out)
+
+    def _slot_table(self, group: SetBatch) -> tuple[np.ndarray, np.ndarray]:
+        """A zeroed int32 ``slot_of`` for :func:`settopk.kernels.numba_kernels.build_group_table`, one entry
+        per id of the docs and of ``group``, and its ``bits``: a bit per id where the docs' ids are
+        local (``uint32`` docs: a slot table of up to 2**24 entries outgrows the caches, the bits do
+        not), else empty (65536 slots stay in the L2 cache; the scan is as before)."""
+        size = max(self._n_ids, group.id_bound)
+        bits = np.zeros((size + 63) // 64 if self._local is not None else 0, np.uint64)
+        return np.zeros(size, np.int32), bits
 
     def _write_heaps(self, heap: np.ndarray, heap_ov: np.ndarray, size: np.ndarray, k: int, rows: np.ndarray,
                      out: TopK) -> None:

@@ -151,13 +151,18 @@ def scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, n_planes):
 
 
 @njit(**_JIT)
-def _count_doc(doc_tokens, start, end, slot_of, table, acc, slots):
+def _count_doc(doc_tokens, start, end, slot_of, bits, table, acc, slots):
     """Count the doc ``doc_tokens[start:end]`` against every lane of ``table`` into ``acc`` (bit-sliced:
     row ``1 + b`` holds bit ``b`` of each lane's overlap); ``slots`` (int64, ``>= end - start`` entries) is
-    scratch."""
+    scratch. ``bits`` (uint64, a bit per id: some query holds it; empty: none kept) is asked first
+    where ``slot_of`` is too large for the caches (wide ids: a bit per id, not 4 bytes)."""
     n = 0
+    filtered = len(bits) != 0
     for i in range(np.uint64(start), np.uint64(end)):  # the ids some query holds (row 0 adds 0)
-        slot = slot_of[doc_tokens[i]]
+        t = doc_tokens[i]
+        if filtered and (bits[t >> 6] >> np.uint64(t & 63)) & _U64_ONE == 0:
+            continue
+        slot = slot_of[t]
         slots[np.uint64(n)] = slot
         n += slot != 0
     acc[:] = 0
@@ -190,13 +195,13 @@ def _lane_count(acc, w, j, n_planes):
 
 
 @njit(**_JIT)
-def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slot_of, table, q_len, q_floor,
+def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slot_of, bits, table, q_len, q_floor,
                score, scale, top, max_len, n_planes, cap, refresh_after):
     """Top-``cap`` of docs ``lo .. hi - 1`` for each query of a group, by the bit-sliced scan.
 
     Parameters
     ----------
-    doc_tokens : uint16 array, shape (n_tokens,); doc_offsets : int64 array, shape (n_docs + 1,)
+    doc_tokens : uint16 or uint32 array, shape (n_tokens,); doc_offsets : int64 array, shape (n_docs + 1,)
         The shard's docs (CSR), in position order.
     doc_len : int64 array, shape (n_docs,); len_index : int64 array, shape (n_docs,)
         Each doc's length and the index of that length in ``lengths``.
@@ -204,9 +209,10 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         The distinct doc lengths of the shard.
     lo, hi : int
         The positions this call scans.
-    slot_of : int32 array, shape (65536,); table : uint64 array, shape (n_slots, 8)
+    slot_of : int32 array, shape (n_ids,); table : uint64 array, shape (n_slots, 8)
         Row ``slot_of[t]`` of ``table`` holds the group's membership bits of id ``t``
-        (row 0, all zero, for ids no query of the group holds): :func:`build_group_table`.
+        (row 0, all zero, for ids no query of the group holds): :func:`build_group_table`. ``bits``
+        (uint64): the ids some query holds, a bit each, asked before ``slot_of``; empty: not used.
     q_len, q_floor : int64 arrays, shape (n_group,)
         The group's query lengths and key floors (``-1``: none); ``n_group <= 512``.
     score, scale, top, max_len : int
@@ -241,7 +247,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         li = len_index[d]
         if reach[li] == 0:
             continue
-        _count_doc(doc_tokens, doc_offsets[d], doc_offsets[d + 1], slot_of, table, acc, slots)
+        _count_doc(doc_tokens, doc_offsets[d], doc_offsets[d + 1], slot_of, bits, table, acc, slots)
         if at_least(acc, planes, li * n_planes, n_planes) == 0:
             continue
         dl = doc_len[d]
@@ -273,7 +279,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
 
 
 @njit(**_JIT)
-def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, table, planes, reach, valid, n_planes, max_len,
+def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, bits, table, planes, reach, valid, n_planes, max_len,
               hit_doc, hit_lane, hit_ov):
     """Count docs ``lo .. hi - 1`` against a group's lanes and record every (doc, lane) pair whose overlap
     reaches the lane's least overlap in ``planes`` (one part of a round of :meth:`NumbaShardIndex` scans on
@@ -281,7 +287,7 @@ def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, table, planes
 
     Parameters
     ----------
-    doc_tokens, doc_offsets, len_index, slot_of, table, n_planes, max_len
+    doc_tokens, doc_offsets, len_index, slot_of, bits, table, n_planes, max_len
         As :func:`scan_range`.
     lo, hi : int
         The positions this call counts.
@@ -308,7 +314,7 @@ def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, table, planes
             continue
         if n + 64 * WORDS > len(hit_doc):
             return d, n
-        _count_doc(doc_tokens, doc_offsets[d], doc_offsets[d + 1], slot_of, table, acc, slots)
+        _count_doc(doc_tokens, doc_offsets[d], doc_offsets[d + 1], slot_of, bits, table, acc, slots)
         if at_least(acc, planes, li * n_planes, n_planes) == 0:
             continue
         for w in range(WORDS):
@@ -361,23 +367,30 @@ def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes
 
 
 @njit(**_JIT)
-def build_group_table(q_tokens, q_offsets):
-    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, at most 512 queries).
+def build_group_table(q_tokens, q_offsets, slot_of, bits):
+    """Membership table of a query group (CSR ``q_tokens``/``q_offsets``, ``uint16`` or ``uint32``
+    ids, at most 512 queries).
+
+    ``slot_of`` (int32, all zero, one entry per id below the index's id bound and the group's
+    largest id + 1: 65536 for ``uint16`` sets) is filled here: the caller allocates it, so that a
+    wide table comes as lazily zeroed pages (``numpy.zeros``) and costs only the pages touched.
+    ``bits`` (uint64, all zero, ``ceil(len(slot_of) / 64)`` words, or empty) gets a bit per id held.
 
     Returns
     -------
-    slot_of : int32 array, shape (65536,)
+    slot_of : int32 array
         Row of each id in ``table``; 0 (an all-zero row) for ids no query holds.
     table : uint64 array, shape (n_slots, 8)
         Bit ``j`` of word ``w`` of an id's row: query ``64 w + j`` holds the id.
     """
-    slot_of = np.zeros(65536, np.int32)
     n_slots = 1
     for i in range(len(q_tokens)):
         t = q_tokens[i]
         if slot_of[t] == 0:
             slot_of[t] = n_slots
             n_slots += 1
+            if len(bits) != 0:
+                bits[t >> 6] |= _U64_ONE << np.uint64(t & 63)
     table = np.zeros((n_slots, WORDS), np.uint64)
     for q in range(len(q_offsets) - 1):
         bit = _U64_ONE << np.uint64(q & 63)

@@ -5,7 +5,8 @@ least overlap ``need[|d|]`` with ``score >= T`` (exact, from ``T``'s decimal tex
 lengths it can reach. Per query, :func:`threshold_part` either
 
 * **scans** the docs of the reachable lengths only (the docs are visited by length through
-  ``by_len``), counting each doc's ids against a 65536-entry membership table and stopping a doc
+  ``by_len``), counting each doc's ids against a membership table (one entry per id of the docs
+  and queries: 65536 for ``uint16`` sets) and stopping a doc
   as soon as its remaining ids cannot reach ``need`` (length filtering); or
 * **prefix filters** through the postings (Chaudhuri et al., ICDE 2006; Bayardo et al., WWW
   2007): with ``m`` the least need over the reachable lengths, a passing doc shares at least
@@ -56,18 +57,18 @@ def _count(doc_tokens, start, end, member, need):
 
 @njit(**_JIT)
 def threshold_part(doc_tokens, doc_offsets, doc_len, by_len, len_start, q_tokens, q_offsets, q_lo, q_hi, need, reach,
-                   p_offsets, p_positions, rank_pos, mode, positive):
+                   p_offsets, p_positions, rank_pos, mode, positive, member):
     """Every passing (query, doc) pair of queries ``q_lo .. q_hi - 1``, unordered.
 
     Parameters
     ----------
-    doc_tokens, doc_offsets : uint16 (n_tokens,), int64 (n_docs + 1,)
+    doc_tokens, doc_offsets : uint16 or uint32 (n_tokens,), int64 (n_docs + 1,)
         The shard's docs (CSR).
     doc_len : int64 (n_docs,)
         ``|d|`` per position.
     by_len, len_start : int64 (n_docs,), int64 (max_len + 2,)
         Positions sorted by length; length ``l``'s are ``by_len[len_start[l]:len_start[l + 1]]``.
-    q_tokens, q_offsets : uint16, int64 (n_queries + 1,)
+    q_tokens, q_offsets : uint16 or uint32, int64 (n_queries + 1,)
         The batch's queries (CSR).
     need : int32 (n_queries, max_len + 1)
         Least passing overlap per query and doc length.
@@ -79,6 +80,10 @@ def threshold_part(doc_tokens, doc_offsets, doc_len, by_len, len_start, q_tokens
         0 scan, 1 auto (per query, the cheaper path), 2 prefix filtering.
     positive : bool
         ``T > 0`` (prefix filtering needs ``m >= 1``).
+    member : bool (n_ids,)
+        All False, one entry per id of the docs and the queries; left all False. Allocated by
+        the caller, one per thread: a wide table comes as lazily zeroed pages, and each query
+        clears only the entries it set.
 
     Returns
     -------
@@ -86,7 +91,6 @@ def threshold_part(doc_tokens, doc_offsets, doc_len, by_len, len_start, q_tokens
         Query row, doc position and overlap of each passing pair; the number of prefix-filtered queries.
     """
     n_docs = len(doc_len)
-    member = np.zeros(65536, np.bool_)
     stamp = np.full(n_docs if mode != 0 else 0, -1, np.int64)
     out_q = np.empty(1024, np.int64)
     out_pos = np.empty(1024, np.int64)
@@ -173,7 +177,7 @@ def numba_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
         p_offsets, p_positions, rank_pos = index.postings.offsets, index.postings.positions, index._rank_pos
         mode = _MODE_PREFIX if index.routing == "postings" else _MODE_AUTO
     else:
-        p_offsets, p_positions, rank_pos = np.zeros(65537, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
+        p_offsets, p_positions, rank_pos = np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
         mode = _MODE_SCAN
     active = int(reach.any(axis=1).sum())
     index.last_skipped = n_q - active
@@ -183,8 +187,9 @@ def numba_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
             np.ascontiguousarray(queries.tokens), np.ascontiguousarray(queries.offsets))
 
     def run(part):
+        member = np.zeros(max(index._n_ids, queries.id_bound), np.bool_)
         return threshold_part(*args, bounds[part], bounds[part + 1], need, reach, p_offsets, p_positions, rank_pos,
-                              mode, t > 0)
+                              mode, t > 0, member)
 
     if index.threads > 1 and parts > 1:
         with ThreadPoolExecutor(index.threads) as pool:  # the kernel releases the GIL

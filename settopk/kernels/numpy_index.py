@@ -1,6 +1,9 @@
 """Vectorised NumPy search: the CPU backend (``backend="numpy"``) and the test oracle for the GPU kernels.
 
-Lane-packed lookup: a table maps each token id to a uint64 word whose byte ``j``
+Lane-packed lookup: a table maps each token id (below the index's id bound,
+:func:`settopk.kernels.sets.index_ids`: 65536 for ``uint16`` docs; ``uint32`` docs are renumbered to
+local ids, one per distinct doc id, :class:`settopk.kernels.dense.LocalIds`)
+to a uint64 word whose byte ``j``
 (or 16-bit lane ``j`` when ``max_len > 255``) is 1 if query ``j`` holds the id.
 Summing the words of a doc's ids adds all lanes at once without carries
 (an overlap never exceeds ``max_len``), so one gather and one add count a doc
@@ -17,14 +20,14 @@ import numpy as np
 from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
-from .sets import SetBatch, check_shard_docs
+from .dense import LocalIds
+from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
 from .topk import TopK, empty_topk
 
 __all__ = ["NumpyShardIndex"]
 
 _GATHER_ELEMENTS = 1 << 20  # ids gathered per step: keeps the uint64 temporary at 8 MiB
 _BAND = 8  # doc lengths per group: at most 7 padding ids per doc
-_TABLE_SIZE = 65536
 _log = logging.getLogger("settopk.kernels")
 
 
@@ -46,7 +49,8 @@ class NumpyShardIndex:
     routing : str, default "scan"
         ``"scan"``: every query is counted against every doc (the lane-packed
         lookup). ``"auto"``: an inverted index (:mod:`settopk.kernels.postings`, about
-        ``4 n_tokens + 8 * 65536`` more host bytes) is built too, and each query
+        ``4 n_tokens + 8 n_ids`` more host bytes, ``n_ids`` 65536 for ``uint16`` docs, else the
+        number of distinct doc ids) is built too, and each query
         takes the path the cost model (:func:`settopk.kernels.cost.numpy_postings_cheaper`)
         says is cheaper: ScanCount through the postings when its ids' postings are
         short (uniform ids), the scan otherwise (Zipf ids). ``"postings"``: every
@@ -83,6 +87,8 @@ class NumpyShardIndex:
         check_routing(routing)
         key_scale(max_len, score)  # an unknown score, or a max_len too wide for its keys, fails here
         doc_ids, lengths = check_shard_docs(docs, doc_ids, max_len)
+        # uint32 docs are renumbered to local ids, most frequent first (settopk.kernels.dense).
+        self._local, docs = LocalIds.of(docs)
         self.doc_ids = doc_ids
         self.doc_len = lengths.astype(np.int16)
         self.max_len = max_len
@@ -91,7 +97,9 @@ class NumpyShardIndex:
         self.routing = routing
         self.last_routing = _no_routing()
         self._docs = docs if routing != "scan" else None
-        self.postings = build_postings(docs) if routing != "scan" else None
+        # Ids at or above n_ids are held by no doc: queries' ids are folded below n_ids + max_len.
+        self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
+        self.postings = build_postings(docs, self._n_ids + max_len + 1) if routing != "scan" else None
         self.postings_bytes = self.postings.nbytes if self.postings is not None else 0
         # Shard length range: a query whose floor no length in it can reach is skipped.
         self._shortest = int(lengths.min()) if len(lengths) else 0
@@ -100,13 +108,13 @@ class NumpyShardIndex:
         # Docs grouped by length in bands of _BAND lengths: one dense (n, width) matrix per band,
         # rows padded with id 0 up to the band's longest doc. Bands keep the NumPy calls few on
         # small shards; the padding's counts are taken back out in overlaps().
-        self._groups = []  # (positions, (n, width) uint16 matrix, (n,) pad count) per band
+        self._groups = []  # (positions, (n, width) matrix of the docs' token dtype, (n,) pad count) per band
         band = np.minimum(lengths, max_len) // _BAND if len(lengths) else lengths
         for b in np.unique(band):
             rows = np.flatnonzero(band == b)
             row_len = lengths[rows]
             width = int(row_len.max())
-            matrix = np.zeros((len(rows), width), dtype=np.uint16)
+            matrix = np.zeros((len(rows), width), dtype=docs.tokens.dtype)
             matrix[np.arange(width) < row_len[:, None]] = docs.take(rows).tokens  # row-major, as take() lays them out
             self._groups.append((rows, matrix, (width - row_len).astype(np.uint64)))
 
@@ -121,18 +129,26 @@ class NumpyShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids).
 
         Returns
         -------
         numpy.ndarray of int16, shape (n_queries, n_docs)
         """
+        return self._overlaps(self._local_queries(queries))
+
+    def _overlaps(self, queries: SetBatch) -> np.ndarray:
+        """:meth:`overlaps` of queries already in the tables' ids (:meth:`_local_queries`)."""
         lanes = 64 // self._lane_bits
         lane_dtype = np.dtype("<u1") if self._lane_bits == 8 else np.dtype("<u2")
         out = np.zeros((queries.n_sets, self.n_docs), dtype=np.int16)
+        # One table for every group: only the entries a group set are cleared after it (np.zeros
+        # hands out zero pages lazily, so a 2**24-entry table costs only the pages the ids touch).
+        table = np.zeros(max(self._n_ids, queries.id_bound), dtype="<u8")
         for first in range(0, queries.n_sets, lanes):
             group = range(first, min(first + lanes, queries.n_sets))
-            table = np.zeros(_TABLE_SIZE, dtype="<u8")
+            if first:
+                table[queries.tokens[queries.offsets[first - lanes] : queries.offsets[first]]] = 0
             for lane, qi in enumerate(group):
                 table[queries[qi]] |= np.uint64(1) << np.uint64(self._lane_bits * lane)
             counts = np.zeros((self.n_docs, lanes), dtype=lane_dtype)
@@ -153,7 +169,7 @@ class NumpyShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids) of at most ``max_len`` ids.
         k : int
             Results per query, ``>= 1``.
         floor_key : numpy.ndarray of int, shape (n_queries,), optional
@@ -201,11 +217,13 @@ class NumpyShardIndex:
             self.last_skipped = queries.n_sets - len(active)
             if len(active) == 0:
                 return out
-        routed = self._route(queries, active)
+        # The postings take the queries in the tables' ids; the scan (overlaps) maps its own.
+        local = self._local_queries(queries) if self.routing != "scan" else None
+        routed = self._route(local, active)
         if self.routing != "scan":
             _log.debug("routing %s: %d of %d queries to the postings", self.routing, len(routed), len(active))
         if len(routed):
-            sub = queries.take(routed)
+            sub = local.take(routed)
             part, paths = postings_search(self._docs, self.doc_ids, self.postings, sub, k, self.max_len, self.score,
                                           floor_key=None if floor is None else floor[routed])
             out.doc_ids[routed], out.overlap[routed], out.doc_len[routed] = part
@@ -247,7 +265,7 @@ class NumpyShardIndex:
         Parameters
         ----------
         queries : SetBatch
-            ``n_queries`` sets with ids below 65536 and at most ``max_len`` ids.
+            ``n_queries`` sets (``uint16`` or ``uint32`` ids) of at most ``max_len`` ids.
         threshold : str, int, float or fractions.Fraction
             ``T``, read exactly from its decimal text (:func:`settopk.kernels.parse_threshold`:
             the float 0.8 is 4/5); a pair passes when ``score >= T``, ties included.
@@ -279,7 +297,15 @@ class NumpyShardIndex:
         """
         from .threshold import numpy_threshold_search
 
-        return numpy_threshold_search(self, queries, threshold, k, min_doc_len)
+        return numpy_threshold_search(self, self._local_queries(queries), threshold, k, min_doc_len)
+
+    def _local_queries(self, queries: SetBatch) -> SetBatch:
+        """``queries`` in the ids of the index's tables: the local ids of ``uint32`` docs
+        (:class:`settopk.kernels.dense.LocalIds`), else with the ids no doc holds folded
+        (:func:`settopk.kernels.sets.fold_query_ids`)."""
+        if self._local is not None:
+            return self._local.queries(queries)
+        return fold_query_ids(queries, self._n_ids)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
@@ -287,7 +313,7 @@ class NumpyShardIndex:
             return active[:0]
         if self.routing == "postings":
             return active
-        entries = postings_cost(queries.take(active), self.postings.doc_freq)
+        entries = postings_cost(queries.take(active), self.postings)
         return active[numpy_postings_cheaper(entries, len(self._docs.tokens))]
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .keys import DEFAULT_SCORE, check_floor_key, key_scale, min_overlap_above, score_key
-from .sets import SetBatch
+from .sets import MAX_VOCAB, SetBatch
 from .topk import TopK, empty_topk
 
 __all__ = ["ROUTINGS", "Postings", "build_postings", "check_routing", "postings_cost", "postings_search"]
@@ -72,6 +72,12 @@ class Postings:
         """Postings length (docs holding the token) per token id: int64 of shape (vocab_size,)."""
         return np.diff(self.offsets)
 
+    def freq_of(self, tokens: np.ndarray) -> np.ndarray:
+        """Postings length of each id of ``tokens`` (int array): int64 of the same shape. A search
+        asks this, not :attr:`doc_freq`, which is a pass over every id (2**24 of them at most)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        return self.offsets[tokens + 1] - self.offsets[tokens]
+
     @property
     def nbytes(self) -> int:
         """Host bytes of the postings (offsets and positions)."""
@@ -97,7 +103,9 @@ def build_postings(docs: SetBatch, vocab_size: int = 65536) -> Postings:
     docs : SetBatch
         ``n_docs`` sets (positions ``0 .. n_docs - 1``), ids below ``vocab_size``.
     vocab_size : int
-        Token ids lie in ``[0, vocab_size)``, at most 65536.
+        Token ids lie in ``[0, vocab_size)``; the offsets cover every id below it, so queries'
+        ids must be below it too. The host indexes pass their id bound plus ``max_len + 1``
+        (:func:`settopk.kernels.sets.fold_query_ids`); at most ``2**24 + 2**15``.
 
     Returns
     -------
@@ -106,11 +114,11 @@ def build_postings(docs: SetBatch, vocab_size: int = 65536) -> Postings:
     Raises
     ------
     ValueError
-        If ``vocab_size`` is not in ``[1, 65536]``, an id is ``>= vocab_size``,
+        If ``vocab_size`` is not in ``[1, 2**24 + 2**15]``, an id is ``>= vocab_size``,
         or there are ``2**31`` docs or more.
     """
-    if not 1 <= vocab_size <= 65536:
-        raise ValueError(f"vocab_size must be in [1, 65536], found {vocab_size}")
+    if not 1 <= vocab_size <= MAX_VOCAB + 2**15:
+        raise ValueError(f"vocab_size must be in [1, {MAX_VOCAB + 2**15}], found {vocab_size}")
     if docs.n_sets >= 2**31:
         raise ValueError(f"postings hold at most 2**31 - 1 docs, found {docs.n_sets}")
     tokens = docs.tokens
@@ -123,15 +131,16 @@ def build_postings(docs: SetBatch, vocab_size: int = 65536) -> Postings:
     return Postings(offsets, positions)
 
 
-def postings_cost(queries: SetBatch, doc_freq: np.ndarray) -> np.ndarray:
+def postings_cost(queries: SetBatch, doc_freq) -> np.ndarray:
     """ScanCount work per query: the summed postings lengths of its ids (int64, shape (n_queries,)).
 
-    ``doc_freq`` is :attr:`Postings.doc_freq` (int64, shape (vocab_size,)); ids
+    ``doc_freq`` is :attr:`Postings.doc_freq` (int64, shape (vocab_size,)), or the
+    :class:`Postings` themselves (cheaper: only the queries' ids are looked up); ids
     must be below its length.
     """
     if queries.n_sets == 0:
         return np.zeros(0, dtype=np.int64)
-    per_id = doc_freq[queries.tokens]
+    per_id = doc_freq.freq_of(queries.tokens) if isinstance(doc_freq, Postings) else doc_freq[queries.tokens]
     sums = np.zeros(queries.n_sets, dtype=np.int64)
     nonempty = np.flatnonzero(queries.lengths > 0)
     if len(per_id):
@@ -161,7 +170,7 @@ def _search_one(docs, doc_len, lengths_present, postings, query, k, max_len, sco
         if m > ql:
             candidates = np.zeros(0, dtype=np.int64)
         else:
-            freq = postings.doc_freq[query]
+            freq = postings.freq_of(query)
             probe = query[np.lexsort((query, freq))[: ql - m + 1]]  # the rarest ids, ties by id
             # Prefix filtering pays when the probed lists are short against ScanCount's; else count them all.
             prefix_work = int(freq[np.isin(query, probe)].sum()) * max(1, int(doc_len.mean()) if n else 1)

@@ -378,7 +378,7 @@ def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
     scanned = np.setdiff1d(active, routed)
     for lo in range(0, len(scanned), _QUERY_CHUNK):
         rows = scanned[lo : lo + _QUERY_CHUNK]
-        overlap = index.overlaps(queries.take(rows)).astype(np.int32)
+        overlap = index._overlaps(queries.take(rows)).astype(np.int32)  # queries already in the tables' ids
         # need[row, |d|] per pair: unreachable lengths hold need > min(|q|, |d|) >= overlap.
         hit_row, hit_pos = np.nonzero(overlap >= np.take(need[rows], doc_len, axis=1))
         found.append((rows[hit_row], hit_pos, overlap[hit_row, hit_pos]))
@@ -395,7 +395,7 @@ def _prefix_filter(index, query: np.ndarray, qi: int, need_row: np.ndarray, reac
     """One query's passing pairs through the postings: probe its ``|q| - m + 1`` rarest ids, verify exactly."""
     ql = len(query)
     m = int(need_row[reach_row].min())  # >= 1: need is 0 only where T == 0, which is scanned
-    freq = index.postings.doc_freq[query]
+    freq = index.postings.freq_of(query)
     probe = query[np.lexsort((query, freq))[: ql - m + 1]]  # pigeonhole: a passing doc holds one of these
     candidates = np.unique(index.postings.lists(probe)).astype(np.int64)
     candidates = candidates[reach_row[doc_len[candidates]]]  # length filtering before the exact count

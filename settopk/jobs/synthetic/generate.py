@@ -99,7 +99,7 @@ def generate_queries(spec: SyntheticSpec, docs: SetBatch, *, workers: int | None
     lengths = np.concatenate([near_lengths, random_lengths])
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    tokens = np.empty(offsets[-1], dtype=np.uint16)
+    tokens = np.empty(offsets[-1], dtype=law.dtype)
 
     # Near-duplicates, by source length so each group is one rectangle.
     n_kept = np.clip(np.rint(keep_share * near_lengths).astype(np.int64), 1, near_lengths)

@@ -9,6 +9,11 @@ Exactness of the laws
 * The id law is sampled with Walker's alias method: a uniform slot from
   ``Generator.integers`` (exact) and a 32-bit acceptance threshold, so each
   probability is exact up to ``2**-32 / vocab_size``.
+* Vocabularies above 65536 ids (up to ``2**24``, ``uint32`` ids): a Zipf law is sampled by
+  inverting its CDF (a binary search of a float64 uniform, exact up to float64 rounding of
+  the CDF); building an alias table in Python would take minutes at ``2**24`` ids. The draw
+  widths are computed from the law with its tail grouped in buckets (they only shape the
+  random streams, not the law). Vocabularies up to 65536 are drawn exactly as before.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from settopk.kernels.sets import SetBatch
+from settopk.kernels.sets import NARROW_VOCAB, SetBatch, token_dtype
 
 from .spec import SyntheticSpec
 
@@ -67,6 +72,7 @@ class IdLaw:
     def __init__(self, spec: SyntheticSpec) -> None:
         n = spec.vocab_size
         self.n = n
+        self.dtype = token_dtype(n)  # uint16 up to 65536 ids, else uint32
         # Near-duplicate queries need their doc's ids plus up to ~20% fresh ones.
         self.max_need = min(n, spec.max_len + int(np.ceil(0.2 * spec.max_len)) + 1)
         if spec.id_dist == "uniform" or spec.zipf_s == 0.0:
@@ -82,6 +88,10 @@ class IdLaw:
         perm = stream_rng(spec.seed, STREAM_PERMUTATION).permutation(n)
         self.p = np.empty(n)
         self.p[perm] = p_rank
+        if n > NARROW_VOCAB:
+            self.perm = perm.astype(np.uint32)
+            self.cdf = np.cumsum(p_rank)
+            return
         self._build_alias(self.p)
 
     def _build_alias(self, p: np.ndarray) -> None:
@@ -106,11 +116,14 @@ class IdLaw:
         self.pair = np.arange(n, dtype=np.uint32) | (alias.astype(np.uint32) << 16)
 
     def sample(self, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-        """I.i.d. ids of the law, uint16 array of ``shape``."""
+        """I.i.d. ids of the law, array of ``shape`` (``self.dtype``: uint16, or uint32 above 65536 ids)."""
         size = shape[0] * shape[1]
         if self.uniform:
             # int32 draws are several times faster than uint16 ones in NumPy.
-            return rng.integers(0, self.n, size=shape, dtype=np.int32).astype(np.uint16)
+            return rng.integers(0, self.n, size=shape, dtype=np.int32).astype(self.dtype)
+        if self.n > NARROW_VOCAB:  # inverse CDF over the ranks, then the ranks' permutation
+            rank = np.searchsorted(self.cdf, rng.random(size) * self.cdf[-1], side="right")
+            return self.perm[np.minimum(rank, self.n - 1)].reshape(shape)
         slot = rng.integers(0, self.n, size=size, dtype=np.int32)
         u = rng.integers(0, 2**32, size=size, dtype=np.uint32)
         # Rejected slots take the high half of `pair`: shift by 16 instead of a where().
@@ -122,7 +135,9 @@ class IdLaw:
 
     @functools.cached_property
     def _widths(self) -> np.ndarray:
-        return _draw_widths(self.p, self.max_need)
+        if self.n <= NARROW_VOCAB:
+            return _draw_widths(self.p, self.max_need)
+        return _draw_widths(*_bucketed(self.p), self.max_need)
 
     def width(self, need: int) -> int:
         """Draws per row so that a row rarely has fewer than ``need`` distinct ids."""
@@ -134,7 +149,18 @@ class IdLaw:
         self._widths
 
 
-def _draw_widths(p: np.ndarray, max_need: int) -> np.ndarray:
+def _bucketed(p: np.ndarray, head: int = NARROW_VOCAB, buckets: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, weights)``: the ``head`` largest probabilities of ``p`` as they are, the rest as
+    ``buckets`` bucket means of equal counts (the widths' sums over a 2**24-id law, cheaply)."""
+    q = np.sort(p)[::-1]
+    tail = q[head:]
+    edges = np.linspace(0, len(tail), min(buckets, len(tail)) + 1).astype(np.int64)
+    counts = np.diff(edges)
+    sums = np.add.reduceat(tail, edges[:-1]) if len(tail) else np.zeros(0)
+    return np.concatenate([q[:head], sums / counts]), np.concatenate([np.ones(head), counts.astype(np.float64)])
+
+
+def _draw_widths(p: np.ndarray, *rest) -> np.ndarray:
     """``w[n]``: draws per row whose distinct count is rarely below ``n``.
 
     With ``d`` draws the distinct count has mean ``sum_i 1 - (1 - p_i)**d``; ``w[n]``
@@ -149,6 +175,7 @@ def _draw_widths(p: np.ndarray, max_need: int) -> np.ndarray:
         If ``64 * max_need + 1024`` draws hold fewer than ``max_need - 0.5``
         distinct ids on average (the tail of the law has too little mass).
     """
+    weights, max_need = rest if len(rest) == 2 else (None, rest[0])  # (p, max_need) or (values, weights, max_need)
     widths = np.zeros(max_need + 1, dtype=np.int64)
     log_miss = np.log1p(-np.minimum(p, 1.0 - 1e-16))
     cap = 64 * max_need + 1024
@@ -156,6 +183,14 @@ def _draw_widths(p: np.ndarray, max_need: int) -> np.ndarray:
     while n <= max_need and d < cap:
         d = min(cap, d + max(1, d // 64))
         hit = -np.expm1(d * log_miss)  # P(id i among d draws) = 1 - (1 - p_i)**d
+        if weights is not None:
+            mean = float((weights * hit).sum())
+            var = min(float((weights * hit * (1.0 - hit)).sum()), max(d - mean, 0.0))
+            reach = round(mean - 3.1 * np.sqrt(var), 3)
+            while n <= max_need and reach >= n:
+                widths[n] = d
+                n += 1
+            continue
         mean = float(hit.sum())
         # Both are heuristic upper bounds of the variance of the distinct count:
         # independent occupancy (loose for few draws, where occupancies are strongly
@@ -183,7 +218,7 @@ def _first_distinct_cut(draws: np.ndarray, need: np.ndarray) -> tuple[np.ndarray
 
     Parameters
     ----------
-    draws : numpy.ndarray of uint16 or int, shape (m, width)
+    draws : numpy.ndarray of uint16, uint32 (ids below 2**24) or int, shape (m, width)
     need : numpy.ndarray of int64, shape (m,)
 
     Returns
@@ -200,7 +235,8 @@ def _first_distinct_cut(draws: np.ndarray, need: np.ndarray) -> tuple[np.ndarray
     """
     m, width = draws.shape
     bits = max(1, (width - 1).bit_length())
-    dtype = np.int32 if 16 + bits <= 31 else np.int64
+    id_bits = 24 if draws.dtype == np.uint32 else 16
+    dtype = np.int32 if id_bits + bits <= 31 else np.int64
     # value << bits | position: one row sort groups equal values, and puts each
     # value's first draw first within its group.
     keys = draws.astype(dtype)
@@ -262,7 +298,7 @@ def distinct_rows(
     """
     m = len(need)
     n_pre = 0 if prefix is None else prefix.shape[1]
-    out = np.empty((m, out_len), dtype=np.uint16)
+    out = np.empty((m, out_len), dtype=law.dtype)
     if m == 0:
         return out
     rows = np.arange(m)
@@ -339,7 +375,7 @@ def fill_lengths(
     """
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    tokens = np.empty(offsets[-1], dtype=np.uint16)
+    tokens = np.empty(offsets[-1], dtype=law.dtype)
     order = np.argsort(lengths, kind="stable")
     counts = np.bincount(lengths, minlength=1)
     starts = np.concatenate([[0], np.cumsum(counts)])

@@ -42,7 +42,9 @@ class SyntheticSpec:
     seed : int
         Seed of every random stream, ``>= 0``.
     vocab_size : int
-        Token ids lie in ``[0, vocab_size)``; ``max_len <= vocab_size <= 65536``.
+        Token ids lie in ``[0, vocab_size)``; ``max_len <= vocab_size <= 2**24``. Above 65536
+        the ids do not fit ``uint16``: ``token_type`` must be ``"int64"`` or ``"string"`` (with
+        ``token_offset`` 0 and ``int64``, the job reads them as dense ids, ``uint32``).
     id_dist : str
         ``"zipf"``: ``p(rank r) ∝ 1 / r**zipf_s``, ranks mapped to ids through a
         seeded permutation; ``"uniform"``: every id equally likely.
@@ -99,8 +101,11 @@ class SyntheticSpec:
             problems.append(f"near_duplicate_fraction must be in [0, 1], found {self.near_duplicate_fraction}")
         if not 1 <= self.max_len <= 65536:
             problems.append(f"max_len must be in [1, 65536], found {self.max_len}")
-        if not self.max_len <= self.vocab_size <= 65536:
-            problems.append(f"vocab_size must be in [max_len, 65536] = [{self.max_len}, 65536], found {self.vocab_size}")
+        if not self.max_len <= self.vocab_size <= 1 << 24:
+            problems.append(f"vocab_size must be in [max_len, 2**24] = [{self.max_len}, 16777216], found {self.vocab_size}")
+        if self.vocab_size > 65536 and self.token_type == "uint16":
+            problems.append(f"token_type 'uint16' holds ids below 65536, found vocab_size {self.vocab_size}; "
+                            "use token_type 'int64' or 'string' for a larger vocabulary")
         if self.token_type not in TOKEN_TYPES:
             problems.append(f"token_type must be one of {TOKEN_TYPES}, found {self.token_type!r}")
         if not 0 <= self.token_offset <= 2**63 - 1 - self.vocab_size:

@@ -111,6 +111,10 @@ def _check_set_batch(batch, what: str, max_len: int) -> None:
     """
     if not isinstance(batch, SetBatch):
         raise ValueError(f"{what} must be a settopk.kernels.SetBatch, found {type(batch).__name__}")
+    if isinstance(batch, SetBatch) and batch.tokens.dtype == np.uint32:
+        raise ValueError(f"{what} has uint32 token ids (up to {batch.id_bound - 1}): the GPU kernel takes at most "
+                         "65536 dense ids (uint16 tokens); use backend 'cpu' or 'numpy' for a wider vocabulary "
+                         "(vocab_size up to 16,777,216), or map the tokens to fewer dense ids")
     for name, array, dtype in (("offsets", batch.offsets, np.int64), ("tokens", batch.tokens, np.uint16)):
         if not isinstance(array, np.ndarray):
             raise ValueError(f"{what}.{name} must be a host numpy array, found {type(array).__name__}")

@@ -26,8 +26,9 @@ def canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nd
 
     Parameters
     ----------
-    values : numpy.ndarray of uint16, shape (n_values,)
-        Ids of all sets, set after set; every id already checked to be in range.
+    values : numpy.ndarray of uint16 or uint32, shape (n_values,)
+        Ids of all sets, set after set; every id already checked to be in range. ``uint32``
+        values (ids of a vocabulary above 65536) stay ``uint32``, any other dtype becomes ``uint16``.
     counts : numpy.ndarray of int64, shape (n_sets,)
         Ids per set before de-duplication; sums to ``n_values``.
 
@@ -35,31 +36,33 @@ def canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nd
     -------
     lengths : numpy.ndarray of int64, shape (n_sets,)
         Distinct ids per set.
-    tokens : numpy.ndarray of uint16, shape (lengths.sum(),)
+    tokens : numpy.ndarray of uint16 (or uint32), shape (lengths.sum(),)
         The sets, each ascending and duplicate-free.
     repeated : numpy.ndarray of bool, shape (n_sets,)
         Sets that had a repeated id.
     """
     n_sets = len(counts)
+    dtype = np.uint32 if values.dtype == np.uint32 else np.uint16
+    bits = 32 if dtype == np.uint32 else 16  # the key is set << bits | id, in int64
     if len(values) < 2:
-        return counts.astype(np.int64), values.astype(np.uint16), np.zeros(n_sets, dtype=bool)
+        return counts.astype(np.int64), values.astype(dtype), np.zeros(n_sets, dtype=bool)
     ends = np.cumsum(counts)
     increasing = values[1:] > values[:-1]
     boundary = ends[:-1][(ends[:-1] > 0) & (ends[:-1] < len(values))] - 1  # pairs that straddle two sets
     increasing[boundary] = True
     if increasing.all():  # fast path: already sorted and repeat-free (the usual case for docs.txt)
-        return counts.astype(np.int64), values.astype(np.uint16, copy=False), np.zeros(n_sets, dtype=bool)
+        return counts.astype(np.int64), values.astype(dtype, copy=False), np.zeros(n_sets, dtype=bool)
     set_of = np.repeat(np.arange(n_sets, dtype=np.int64), counts)
-    key = (set_of << 16) | values.astype(np.int64)
+    key = (set_of << bits) | values.astype(np.int64)
     key.sort()
     new = np.empty(len(key), dtype=bool)
     new[0] = True
     np.not_equal(key[1:], key[:-1], out=new[1:])
     kept = key[new]
     repeated = np.zeros(n_sets, dtype=bool)
-    repeated[key[~new] >> 16] = True
-    lengths = np.bincount(kept >> 16, minlength=n_sets).astype(np.int64)
-    return lengths, (kept & 0xFFFF).astype(np.uint16), repeated
+    repeated[key[~new] >> bits] = True
+    lengths = np.bincount(kept >> bits, minlength=n_sets).astype(np.int64)
+    return lengths, (kept & ((1 << bits) - 1)).astype(dtype), repeated
 
 
 def csr_offsets(lengths: np.ndarray) -> np.ndarray:
@@ -126,7 +129,7 @@ def concat_sets(lengths: list[np.ndarray], tokens: list) -> SetBatch:
     ----------
     lengths : list of numpy.ndarray of int64
         Each group's set lengths.
-    tokens : list of numpy.ndarray of uint16
+    tokens : list of numpy.ndarray of uint16 (or uint32)
         Each group's ids, ``lengths[i].sum()`` of them.
 
     Returns
@@ -150,4 +153,5 @@ def concat_sets(lengths: list[np.ndarray], tokens: list) -> SetBatch:
         return WideSets(csr_offsets(np.concatenate(lengths)), values)
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     all_tokens = np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.uint16)
-    return SetBatch(csr_offsets(all_lengths), all_tokens.astype(np.uint16, copy=False))
+    # Read ids are uint16; dense ids mapped above 65536 (uint32) keep their width.
+    return SetBatch(csr_offsets(all_lengths), all_tokens if all_tokens.dtype == np.uint32 else all_tokens.astype(np.uint16, copy=False))

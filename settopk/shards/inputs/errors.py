@@ -17,7 +17,8 @@ from ..location import Location
 
 __all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
 
-REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536)"
+REMAP_FIX = ("remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536 for backend cupy, "
+             "16777216 for cpu and numpy)")
 """The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)`` where ids are
 taken as they are (the in-memory :class:`settopk.Index`); the readers map any token instead
 (:mod:`settopk.shards.inputs.vocabulary`)."""
@@ -73,15 +74,16 @@ class InputError(ValueError, SettopkError):
 @dataclass(frozen=True)
 class SetLimits:
     """Bounds every set must respect: at most ``max_len`` distinct tokens. ``vocab_size`` is the
-    kernels' dense id space: sets whose tokens are all integers in ``[0, vocab_size)`` are read as
-    those ids, others as token values mapped later (:mod:`settopk.shards.inputs.vocabulary`)."""
+    kernels' dense id space, at most ``2**24`` (above 65536 on the cpu and numpy backends only): sets
+    whose tokens are all integers in ``[0, min(vocab_size, 65536))`` are read as those ``uint16`` ids,
+    others as token values mapped later (:mod:`settopk.shards.inputs.vocabulary`)."""
 
     vocab_size: int = 65536
     max_len: int = 128
 
     def __post_init__(self) -> None:
-        if not 1 <= self.vocab_size <= 65536:
-            raise ValueError(f"vocab_size must be in [1, 65536], found {self.vocab_size}")
+        if not 1 <= self.vocab_size <= 1 << 24:
+            raise ValueError(f"vocab_size must be in [1, 16777216], found {self.vocab_size}")
         if self.max_len < 0:
             raise ValueError(f"max_len must be >= 0, found {self.max_len}")
 

@@ -92,8 +92,9 @@ def _parquet_batch_sets(file: Location, tokens: pa.Array, row_base: int, limits:
         small = (values < limits.vocab_size).all() if values.dtype.kind == "u" else ((values >= 0) & (values < limits.vocab_size)).all()
     else:
         small = False
-    if small:  # every id fits the kernels as it is (today's form)
-        lengths, set_tokens, repeated = canonical(values.astype(np.uint16, copy=False), counts)
+    if small:  # every id fits the kernels as it is (today's form): uint16, or uint32 for ids of 65536 and more
+        dense = np.uint32 if len(values) and int(values.max()) >= 65536 else np.uint16
+        lengths, set_tokens, repeated = canonical(values.astype(dense, copy=False), counts)
     else:  # wide: any integer, string or binary token (settopk.shards.inputs.vocabulary)
         lengths, set_tokens, repeated = dedup_values(values_of(flat), counts)
     too_long = lengths > limits.max_len

@@ -131,6 +131,13 @@ def parse_block(block, limits: SetLimits):
             values = None
     except pa.ArrowInvalid:  # not a decimal integer, or outside [0, 65536)
         values = None
+    if values is None and limits.vocab_size > 65536:  # dense ids of a wider vocabulary: uint32
+        try:
+            values = pc.cast(fields, pa.uint32()).to_numpy(zero_copy_only=False)
+            if len(values) and values.max() >= limits.vocab_size:
+                values = None
+        except pa.ArrowInvalid:
+            values = None
     if values is None:  # wide: any 64-bit integer (settopk.shards.inputs.vocabulary)
         wide = _wide_values(fields)
         if wide is None:

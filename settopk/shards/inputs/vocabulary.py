@@ -1,10 +1,11 @@
 """Token types and the exact mapping from the user's tokens to the kernels' dense ids.
 
-The kernels take sets of ``uint16`` ids below ``vocab_size``. Users have 64-bit ids, negative
-ids, and string or binary tokens. Readers keep a block of sets in one of two forms:
+The kernels take sets of dense ids below ``vocab_size``: ``uint16`` where ``vocab_size <= 65536``
+(every backend), ``uint32`` above (up to ``2**24``, the cpu and numpy backends). Users have 64-bit
+ids, negative ids, and string or binary tokens. Readers keep a block of sets in one of two forms:
 
-* *small*: every token an integer in ``[0, vocab_size)``: a ``uint16`` NumPy array, as the
-  kernels take it (today's form, kept so a plain corpus reads and searches as before);
+* *small*: every token an integer in ``[0, min(vocab_size, 65536))``: a ``uint16`` NumPy array, as
+  the kernels take it (today's form, kept so a plain corpus reads and searches as before);
 * *wide*: anything else: a :class:`WideSets` of token *values* (an Arrow ``int64``, ``uint64``
   or ``large_binary`` array), de-duplicated per set by token identity.
 
@@ -18,7 +19,11 @@ only, and only a token found in both some query and some doc can add to an overl
   query's query-only tokens: never an id that any doc holds.
 
 Where the docs are all small (:attr:`TokenMap.identity`), docs keep their ids and only
-queries are mapped: a query token no doc holds gets a free id (one no doc holds).
+queries are mapped: a query token no doc holds gets a free id (one no doc holds), below 65536
+while there are such ids (so the queries stay ``uint16`` where they can).
+
+The mapped sets are ``uint32`` where ``vocab_size > 65536`` (:func:`settopk.kernels.sets.token_dtype`),
+else ``uint16`` exactly as before.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from settopk.kernels.sets import SetBatch
+from settopk.kernels.sets import NARROW_VOCAB, SetBatch, token_dtype
 
 from .errors import InputError
 
@@ -59,8 +64,9 @@ class VocabularyError(InputError):
         super().__init__(
             f"the docs and queries share {n_shared} distinct tokens, expected at most {limit} "
             f"(vocab_size {vocab_size} dense ids, less {room} kept for tokens found on one side only, "
-            "as many as the longest doc and the longest query hold); fix: a larger shared vocabulary needs "
-            "kernel support that is not there yet: split the queries, or merge rare tokens before the run"
+            "as many as the longest doc and the longest query hold); fix: raise vocab_size (up to 16777216 "
+            "with backend cpu or numpy; the GPU backend takes at most 65536), split the queries, or merge "
+            "rare tokens before the run"
         )
 
     def __reduce__(self):
@@ -253,13 +259,15 @@ def _sorted_sets(dense: np.ndarray, lengths: np.ndarray, vocab_size: int) -> Set
     if len(dense) and (dense.min() < 0 or dense.max() >= vocab_size):
         raise RuntimeError(f"internal error: the token mapping gave a dense id outside [0, {vocab_size}) (report this)")
     set_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    key = (set_of << 16) | dense
+    dtype = token_dtype(vocab_size)
+    bits = 8 * dtype.itemsize  # 16, or 32 for uint32 ids: set_of < 2**31 still fits the int64 key
+    key = (set_of << bits) | dense
     key.sort()
     if len(key) > 1 and (key[1:] == key[:-1]).any():
         raise RuntimeError("internal error: the token mapping gave one set a dense id twice (report this)")
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return SetBatch(offsets, (key & 0xFFFF).astype(np.uint16))
+    return SetBatch(offsets, (key & ((1 << bits) - 1)).astype(dtype))
 
 
 @dataclass(frozen=True)
@@ -294,8 +302,11 @@ class TokenMap:
 
     @property
     def free_ids(self) -> np.ndarray:
-        """Where ``identity``: ids no doc holds, highest first (int64)."""
-        return np.flatnonzero(~self.doc_present)[::-1].astype(np.int64)
+        """Where ``identity``: ids no doc holds (int64), those below 65536 first (highest first, as
+        before), then the others ascending: a query's ids stay below 65536 while free ids there last."""
+        free = np.flatnonzero(~self.doc_present).astype(np.int64)
+        cut = int(np.searchsorted(free, NARROW_VOCAB))
+        return np.concatenate([free[:cut][::-1], free[cut:]])
 
     def check_room(self, longest_doc: int, longest_query: int) -> None:
         """Refuse a mapping whose ids could run out: raises :class:`VocabularyError`.
