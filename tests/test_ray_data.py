@@ -112,6 +112,31 @@ def test_two_shards_per_query_rows_equal_the_oracle(ray_cluster, inputs):
         assert r["query_len"] == lengths[r["query_id"]] and r["score"] == want
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_wide_vocabulary_on_two_cpu_shards_equals_the_oracle(ray_cluster, tmp_path):
+    """Ids up to 2**24 - 1 (uint32 dense ids, vocab_size 2**24) through two shard stages: the carried
+    tokens keep their width from one stage to the next."""
+    import ray
+
+    rng = np.random.default_rng(11)
+    vocab = np.concatenate([np.arange(8), 2**24 - 1 - np.arange(8), 65530 + np.arange(12)])  # around 65536 too
+    docs = [rng.choice(vocab, size=int(rng.integers(0, 10)), replace=False).tolist() for _ in range(300)]
+    queries = [rng.choice(vocab, size=int(rng.integers(0, 10)), replace=False).tolist() for _ in range(30)]
+    query_ids = [f"q{i:02d}" for i in range(len(queries))]
+    pq.write_table(pa.table({"doc_id": pa.array(np.arange(len(docs)), pa.int64()), "tokens": pa.array(docs, pa.list_(pa.int64()))}),
+                   tmp_path / "docs.parquet")
+    dataset = ray.data.from_items([{"query_id": i, "tokens": q} for i, q in zip(query_ids, queries)])
+    corpus = settopk.ray.load_corpus(str(tmp_path / "docs.parquet"), k=K, backend="numpy", n_shards=2, vocab_size=2**24)
+    assert corpus.n_shards == 2
+    rows = settopk.ray.search(dataset, corpus, rows="per_query", num_cpus=0.5, batch_size=7).take_all()
+    expected = brute_force_topk(docs, queries, K)
+    assert {r["query_id"]: list(zip(r["doc_id"], r["overlap"], r["doc_len"])) for r in rows} == \
+        {qid: [tuple(x) for x in found] for qid, found in zip(query_ids, expected)}
+    with pytest.raises(ValueError, match="needs backend 'cpu' or 'numpy'"):
+        settopk.ray.load_corpus(str(tmp_path / "docs.parquet"), backend="cupy", vocab_size=2**24)
+
+
 @ray.remote(num_cpus=0)
 class _Registry:
     """Where the pool actors of the kill test report: their handles, and the batches begun and ended."""

@@ -19,7 +19,7 @@ import os
 
 import ray
 
-from settopk.configs import MAX_K
+from settopk.configs import MAX_K, vocab_size_problems
 from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.kernels import SCORES, registered_backends, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
@@ -114,8 +114,8 @@ def check_search_settings(k, score: str, backend: str, routing: str, max_len, vo
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, found {routing!r}")
     if not isinstance(max_len, int) or not 1 <= max_len <= 255:
         raise ValueError(f"max_len must be an integer in [1, 255], found {max_len!r}")
-    if not isinstance(vocab_size, int) or not 1 <= vocab_size <= 65536:
-        raise ValueError(f"vocab_size must be an integer in [1, 65536], found {vocab_size!r}")
+    for problem in vocab_size_problems(vocab_size, backend):
+        raise ValueError(problem)
 
 
 def resolve_backend(backend: str) -> str:
@@ -162,7 +162,8 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     routing : str
         One of :data:`settopk.kernels.postings.ROUTINGS`.
     max_len, vocab_size : int
-        Sets hold at most ``max_len`` (<= 255) distinct ids, each in ``[0, vocab_size)``.
+        Sets hold at most ``max_len`` (<= 255) distinct ids, each in ``[0, vocab_size)`` (at most
+        65536 on cupy, 2**24 on cpu and numpy).
     threads : int, optional
         CPU threads of each ``"cpu"`` index.
     on_invalid : str

@@ -85,7 +85,7 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
         One of :data:`settopk.kernels.postings.ROUTINGS` (default ``"scan"``).
     max_len, vocab_size : int
         Every set holds at most ``max_len`` (default 128, at most 255) distinct ids, each in
-        ``[0, vocab_size)`` (default 65536).
+        ``[0, vocab_size)`` (default 65536; up to 2**24 on the cpu and numpy backends).
     on_invalid : str
         Bad docs: ``"error"`` (default) or ``"quarantine"`` (left out). A bad query always raises.
     searcher_cls : type

@@ -9,7 +9,7 @@ search actors) turns the carried top-k into the job's result rows.
 
 Carried layout (one row per query)
 ----------------------------------
-``query_id`` string; ``query_len`` int16 (distinct ids); ``tokens`` list<uint16> (the query's
+``query_id`` string; ``query_len`` int16 (distinct ids); ``tokens`` list<uint16>, or list<uint32> above 65536 ids (the query's
 canonical set: ascending, each id once); ``topk_doc_id`` fixed_size_list<int64>[k] (-1 pads a
 query that has fewer than k docs); ``topk_overlap`` and ``topk_doc_len`` fixed_size_list<int16>[k]
 (0 at padding). Best first.
@@ -168,7 +168,8 @@ def _query_sets(batch: pa.Table, name: str, vocab_size: int, max_len: int) -> Se
         where = int(np.flatnonzero(bad)[0])
         raise ValueError(f"query column '{name}': expected token ids in [0, {vocab_size}), found {int(values[where])} "
                          f"in row {_row_of(counts, where)} of a batch; remap the ids into the vocabulary, or raise vocab_size")
-    lengths, set_tokens, _ = canonical(values.astype(np.uint16, copy=False), counts)
+    # The kernels' id width: uint16 where every id fits (the GPU's), uint32 up to 2**24 (cpu, numpy).
+    lengths, set_tokens, _ = canonical(values.astype(np.uint16 if vocab_size <= 65536 else np.uint32, copy=False), counts)
     if len(lengths) and lengths.max() > max_len:
         row = int(np.argmax(lengths > max_len))
         raise ValueError(f"query column '{name}': expected at most {max_len} distinct ids per set, found "
@@ -204,7 +205,7 @@ def _carried_table(query_ids: pa.Array, sets: SetBatch, topk: TopK) -> pa.Table:
     return pa.table({
         "query_id": query_ids,
         "query_len": pa.array(sets.lengths.astype(np.int16)),
-        "tokens": pa.ListArray.from_arrays(pa.array(sets.offsets.astype(np.int32)), pa.array(sets.tokens, pa.uint16())),
+        "tokens": pa.ListArray.from_arrays(pa.array(sets.offsets.astype(np.int32)), pa.array(sets.tokens, pa.from_numpy_dtype(sets.tokens.dtype))),
         "topk_doc_id": fixed(topk.doc_ids, pa.int64()),
         "topk_overlap": fixed(topk.overlap, pa.int16()),
         "topk_doc_len": fixed(topk.doc_len, pa.int16()),
