@@ -3,7 +3,6 @@ name in its help, help text on every option, ``--dry-run``'s no-op note, progres
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import pathlib

@@ -1,6 +1,5 @@
 """on_invalid="quarantine": bad lines, rows and files are set aside with their reason, never dropped silently."""
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

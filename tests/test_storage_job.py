@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from settopk.shards.location import Location
 from settopk.jobs.output import open_results, read_manifest, rejected_path
 from settopk.shards.location import Location
 from tests.job_helpers import ROOT, job_config, result_rows
