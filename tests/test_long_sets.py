@@ -170,3 +170,27 @@ def test_kernels_refuse_cosine_above_255(backend):
     with pytest.raises(ValueError, match="cosine"):
         _index(backend, [[1, 2, 3]], [0], 256, "cosine")
     assert docs.n_sets == 1
+
+
+@pytest.mark.parametrize("score", LONG_SCORES)
+@given(text=_thresholds, seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8, deadline=None)
+def test_need_table_at_4096_is_the_least_passing_overlap(score, text, seed):
+    """The int64 table (max_len 4096) against exact fractions, at sampled (|q|, |d|) and the edges."""
+    from settopk.kernels import need_table
+    from settopk.kernels.oracle import _exact
+
+    t = parse_threshold(str(Fraction(text) * 4096) if score == "overlap" else text, score)
+    rng = np.random.default_rng(seed)
+    qlens = np.unique(np.concatenate([[0, 1, 255, 256, 4095, 4096], rng.integers(0, 4097, 20)]))
+    need = need_table(t, qlens, 4096, score)
+    assert need.shape == (len(qlens), 4097) and need.dtype == np.int32
+    for i, ql in enumerate(qlens.tolist()):
+        for dl in [0, 1, 255, 256, 4095, 4096, *rng.integers(0, 4097, 20).tolist()]:
+            o = int(need[i, dl])
+            top = min(ql, dl)
+            passes = [_exact(x, ql, dl, score) >= t for x in (o - 1, o) if 0 <= x <= top]
+            if o <= top:
+                assert passes[-1] and (o == 0 or not passes[0]), (ql, dl, o)
+            else:  # unreachable (any value above min(|q|, |d|)): not even the full overlap passes
+                assert not (_exact(top, ql, dl, score) >= t), (ql, dl, o)
