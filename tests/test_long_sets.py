@@ -194,3 +194,19 @@ def test_need_table_at_4096_is_the_least_passing_overlap(score, text, seed):
                 assert passes[-1] and (o == 0 or not passes[0]), (ql, dl, o)
             else:  # unreachable (any value above min(|q|, |d|)): not even the full overlap passes
                 assert not (_exact(top, ql, dl, score) >= t), (ql, dl, o)
+
+
+def test_lognormal_length_law_is_netflix_shaped_and_seeded():
+    """Mean about 200, median about 92, at least 1, cut at max_len; the same seed, the same corpus."""
+    from settopk.jobs.synthetic import SyntheticSpec
+    from settopk.jobs.synthetic.generate import generate_docs
+    from settopk.jobs.synthetic.spec import draw_lengths
+
+    lengths = draw_lengths(np.random.default_rng(0), 200_000, 4096, "lognormal")
+    assert lengths.min() >= 1 and lengths.max() == 4096 and 190 < lengths.mean() < 210
+    assert 85 <= np.median(lengths) <= 100
+    assert draw_lengths(np.random.default_rng(0), 1000, 300, "lognormal").max() == 300
+    spec = SyntheticSpec(n_docs=300, n_queries=0, vocab_size=2000, max_len=1500, length_law="lognormal", seed=4)
+    a, b = generate_docs(spec), generate_docs(spec)
+    assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.tokens, b.tokens)
+    assert a.lengths.max() <= 1500 and a.lengths.mean() > 100

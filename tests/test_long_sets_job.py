@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pathlib
 from fractions import Fraction
 
 import numpy as np
@@ -169,3 +170,33 @@ def test_ray_settings_limits():
         check_search_settings(10, "cosine", "numpy", "scan", 256, 65536)
     with pytest.raises(ValueError, match="backend 'cupy'.*8 bit planes"):
         check_search_settings(10, "dice", "cupy", "scan", 256, 65536)
+
+
+def test_cpu_netflix_bench_config_is_netflix_shaped():
+    from settopk.jobs.bench.config import load_bench_config
+
+    cfg = load_bench_config("cpu-netflix")
+    assert (cfg.backend, cfg.max_len, cfg.score) == ("cpu", 4096, "overlap")
+    assert (cfg.synthetic.n_docs, cfg.synthetic.vocab_size, cfg.synthetic.length_law) == (480_000, 17_770, "lognormal")
+    assert "cosine" not in cfg.compare_scores
+
+
+@pytest.mark.slow
+def test_a_tiny_cpu_netflix_bench_run_is_exact(ray_cluster, tmp_path):
+    """``python -m settopk bench`` on the cpu-netflix config cut to 3000 docs x 16 queries: checked exact."""
+    import json
+
+    import yaml
+
+    import settopk.configs
+    from settopk.jobs import bench
+
+    data = yaml.safe_load((pathlib.Path(settopk.configs.__file__).parent / "bench" / "cpu-netflix.yaml").read_text())
+    data.update(warmup=0, repetitions=1, baselines=[], compare_scores=["jaccard"], compare_routings=[], verify_queries=16)
+    data["synthetic"].update(n_docs=3000, n_queries=16)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "tiny.json"
+    assert bench.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    exactness = json.loads(out.read_text())["exactness"]
+    assert exactness["identical"] and exactness["checked"] and exactness["mismatches"] == []
