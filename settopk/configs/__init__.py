@@ -23,6 +23,9 @@ from settopk.kernels.threshold import parse_threshold
 
 __all__ = [
     "MAX_K",
+    "MAX_LEN",
+    "MAX_LEN_COSINE",
+    "MAX_LEN_CUPY",
     "AUTO_QUERY_BATCH_SIZE",
     "ConfigError",
     "FaultConfig",
@@ -34,6 +37,8 @@ __all__ = [
     "config_names",
     "read_yaml_mapping",
     "search_problems",
+    "max_len_problems",
+    "cupy_max_len_message",
     "synthetic_problems",
     "CONFIG_DIR",
 ]
@@ -45,6 +50,13 @@ MAX_K = 32767
 #: Largest ``vocab_size`` per backend: the GPU kernel takes uint16 dense ids; the host ones up to 2**24.
 MAX_VOCAB_SIZE = {"cupy": NARROW_VOCAB, "auto": NARROW_VOCAB, "cpu": MAX_VOCAB, "numpy": MAX_VOCAB}
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
+MAX_LEN = 4096
+"""The largest ``max_len`` (distinct ids per set) of backends ``numpy`` and ``cpu``, every score but cosine."""
+MAX_LEN_COSINE = 255
+"""The largest ``max_len`` of score ``cosine``: its exact integer keys scale by ``max_len**4 < 2**32``
+(:mod:`settopk.kernels.keys`)."""
+MAX_LEN_CUPY = 255
+"""The largest ``max_len`` of backend ``cupy``: the GPU kernel counts overlaps in 8 bit planes."""
 
 
 class ConfigError(ValueError, SettopkError):
@@ -129,7 +141,8 @@ class SearchConfig:
         the cost model says it is cheaper; ``"postings"`` sends every query to it.
         Results are identical in every mode.
     max_len : int
-        Most ids a doc or query may have (after de-duplication), in [1, 255].
+        Most ids a doc or query may have (after de-duplication), in ``[1, 4096]``; at most
+        255 for score ``cosine`` and backend ``cupy`` (:func:`max_len_problems`).
     vocab_size : int
         The kernels' dense ids: ``[0, vocab_size)``. At most 65,536 for ``cupy`` and ``auto``
         (the GPU kernel takes uint16 ids), at most 16,777,216 (2**24) for ``cpu`` and ``numpy``
@@ -171,8 +184,7 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"cpus_per_shard must be 'auto' or a number >= 0, found {cpus!r}")
     if not 1 <= cfg.k <= MAX_K:
         problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
-    if not 1 <= cfg.max_len <= 255:
-        problems.append(f"max_len must be in [1, 255], found {cfg.max_len}")
+    problems += max_len_problems(cfg.max_len, cfg.score, cfg.backend)
     problems += vocab_size_problems(cfg.vocab_size, cfg.backend)
     return problems
 
@@ -188,6 +200,28 @@ def vocab_size_problems(vocab_size: int, backend: str) -> list[str]:
                 f"{NARROW_VOCAB} dense ids; set backend: cpu (or numpy) for up to {MAX_VOCAB} ids, or vocab_size "
                 f"<= {NARROW_VOCAB} for the GPU"]
     return []
+
+
+def max_len_problems(max_len, score: str, backend: str) -> list[str]:
+    """What is wrong with ``max_len`` for ``score`` and ``backend`` (empty if nothing): it must be an
+    integer in ``[1, MAX_LEN]``, and at most 255 for score ``cosine`` and backend ``cupy``.
+    ``backend: auto`` is checked again once it is resolved (:func:`settopk.jobs.cluster.resolve_backend`)."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= MAX_LEN:
+        return [f"max_len must be an integer in [1, {MAX_LEN}], found {max_len!r}"]
+    problems = []
+    if score == "cosine" and max_len > MAX_LEN_COSINE:
+        problems.append(f"max_len must be at most {MAX_LEN_COSINE} for score 'cosine' (its exact integer keys scale "
+                        f"by max_len**4, which must stay below 2**32), found {max_len}; lower max_len, or use another "
+                        f"score (braun_blanquet, jaccard, dice, overlap and containment take up to {MAX_LEN})")
+    if backend == "cupy" and max_len > MAX_LEN_CUPY:
+        problems.append(cupy_max_len_message(max_len))
+    return problems
+
+
+def cupy_max_len_message(max_len: int, why: str = "backend 'cupy'") -> str:
+    """The refusal of ``max_len > 255`` on the GPU (``why``: how cupy was chosen)."""
+    return (f"max_len must be at most {MAX_LEN_CUPY} for {why} (the GPU kernel counts overlaps in 8 bit planes), "
+            f"found {max_len}; use backend 'cpu' or 'numpy' for sets of up to {MAX_LEN} ids, or lower max_len")
 
 
 def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:
@@ -206,8 +240,8 @@ def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]
         problems.append("synthetic.token_offset needs synthetic.token_type 'int64' or 'string'")
     if not 0 <= synthetic.token_offset < 2**62:
         problems.append(f"synthetic.token_offset must be in [0, 2**62), found {synthetic.token_offset}")
-    if synthetic.length_law not in ("sti2", "uniform"):
-        problems.append(f"synthetic.length_law must be 'sti2' or 'uniform', found {synthetic.length_law!r}")
+    if synthetic.length_law not in ("sti2", "uniform", "lognormal"):
+        problems.append(f"synthetic.length_law must be 'sti2', 'uniform' or 'lognormal', found {synthetic.length_law!r}")
     return problems
 
 

@@ -11,6 +11,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 
+from settopk.configs import MAX_LEN_CUPY, cupy_max_len_message
 from settopk.kernels import search_cost_per_doc
 from settopk.kernels.sets import NARROW_VOCAB
 from settopk.shards.inputs import InputError
@@ -87,8 +88,8 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
     Raises
     ------
     InputError
-        If ``cupy`` is asked for on a cluster without GPUs, or the shards' actors need more
-        GPUs or CPUs than the cluster has (they would wait forever).
+        If ``cupy`` is asked for on a cluster without GPUs, or ``auto`` picks it for ``max_len > 255``,
+        or the shards' actors need more GPUs or CPUs than the cluster has (they would wait forever).
     """
     n_gpus = float(resources.get("GPU", 0))
     n_cpus = float(resources.get("CPU", 0))
@@ -104,6 +105,10 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
             f"config asks for backend 'cupy' but the Ray cluster has no GPU (resources: {resources}); "
             "run on a GPU cluster or use backend 'cpu', 'numpy' or 'auto'"
         )
+    if backend == "cupy" and cfg.max_len > MAX_LEN_CUPY:
+        # An explicit cupy is refused by the config already; this is auto picking the GPU.
+        raise InputError(cupy_max_len_message(cfg.max_len, f"backend '{cfg.backend}' (it picked cupy: the Ray "
+                                                           f"cluster has {n_gpus:g} GPU(s))"))
     cpus = resolve_cpus_per_shard(cfg, backend, node_cpus if node_cpus is not None else [n_cpus], replicas)
     if cfg.n_shards == "auto":
         if backend == "cupy":

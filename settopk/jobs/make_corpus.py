@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how tokens are stored: the ids (uint16), id + offset as int64, or its decimal text (string) (default uint16)")
     p.add_argument("--token-offset", type=int, default=0, help="added to every id for int64 and string tokens, e.g. 1000000000000 (default 0)")
     p.add_argument("--length-law", choices=LENGTH_LAWS, default="sti2",
-                   help="set lengths: the STI2 histogram (sti2) or uniform in [0, max_len] (default sti2)")
+                   help="set lengths: the STI2 histogram (sti2), uniform in [0, max_len], or NETFLIX-like lognormal "
+                        "(mean 200, cut at max_len) (default sti2)")
     p.add_argument("--workers", type=int, default=None, help="threads (default: usable CPUs, at most 16); output does not depend on it")
     return p
 

@@ -19,7 +19,7 @@ import os
 
 import ray
 
-from settopk.configs import MAX_K, vocab_size_problems
+from settopk.configs import MAX_K, MAX_LEN_CUPY, cupy_max_len_message, max_len_problems, vocab_size_problems
 from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.kernels import SCORES, registered_backends, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
@@ -112,22 +112,25 @@ def check_search_settings(k, score: str, backend: str, routing: str, max_len, vo
         raise ValueError(f"backend must be one of {', '.join(backends)}, found {backend!r}")
     if routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, found {routing!r}")
-    if not isinstance(max_len, int) or not 1 <= max_len <= 255:
-        raise ValueError(f"max_len must be an integer in [1, 255], found {max_len!r}")
-    for problem in vocab_size_problems(vocab_size, backend):
-        raise ValueError(problem)
+    problems = max_len_problems(max_len, score, backend) + vocab_size_problems(vocab_size, backend)
+    if problems:
+        raise ValueError(problems[0])
 
 
-def resolve_backend(backend: str) -> str:
+def resolve_backend(backend: str, max_len: int | None = None) -> str:
     """``backend``, or for ``"auto"`` ``"cupy"`` where the connected cluster has a GPU, else ``"cpu"`` (as the job).
 
     Raises
     ------
     ValueError
-        If ``"cupy"`` is asked for on a cluster without a GPU.
+        If ``"cupy"`` is asked for on a cluster without a GPU, or ``"auto"`` picks it for a
+        ``max_len`` above 255 (the GPU kernel's limit; it never falls back to the CPU unasked).
     """
     gpus = float(ray.cluster_resources().get("GPU", 0))
     if backend == "auto":
+        if gpus > 0 and max_len is not None and max_len > MAX_LEN_CUPY:
+            raise ValueError(cupy_max_len_message(max_len, f"backend 'auto' (it picks cupy: the Ray cluster has "
+                                                           f"{gpus:g} GPU(s))"))
         return "cupy" if gpus > 0 else "cpu"
     if backend == "cupy" and gpus == 0:
         raise ValueError("backend 'cupy' needs GPUs, and the Ray cluster has none; connect to a GPU cluster "
@@ -162,8 +165,8 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     routing : str
         One of :data:`settopk.kernels.postings.ROUTINGS`.
     max_len, vocab_size : int
-        Sets hold at most ``max_len`` (<= 255) distinct ids, each in ``[0, vocab_size)`` (at most
-        65536 on cupy, 2**24 on cpu and numpy).
+        Sets hold at most ``max_len`` distinct ids (at most 4096; 255 for ``"cupy"`` and
+        ``cosine``), each in ``[0, vocab_size)`` (at most 65536 on cupy, 2**24 on cpu and numpy).
     threads : int, optional
         CPU threads of each ``"cpu"`` index.
     on_invalid : str
@@ -191,7 +194,7 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     docs = os.fspath(docs)
     if not ray.is_initialized():
         ray.init()
-    backend = resolve_backend(backend)
+    backend = resolve_backend(backend, max_len)
     limits = SetLimits(vocab_size=vocab_size, max_len=max_len)
     pieces, _, _ = pieces_for_cluster(docs, float(ray.cluster_resources().get("CPU", 1)))
     corpus = read_corpus_pieces(pieces, limits, on_invalid)

@@ -25,7 +25,13 @@ HISTOGRAM_RESOURCE = "sti2_doc_length_histogram.csv"
 #: How the Parquet files store tokens (:attr:`SyntheticSpec.token_type`).
 TOKEN_TYPES = ("uint16", "int64", "string")
 #: Laws of set lengths (:attr:`SyntheticSpec.length_law`).
-LENGTH_LAWS = ("sti2", "uniform")
+LENGTH_LAWS = ("sti2", "uniform", "lognormal")
+
+# The "lognormal" law, shaped like NETFLIX (users' sets of rated movies, Mann, Augsten and Bouros,
+# PVLDB 2016: mean about 200 ids, median about 100, a long tail): exp(N(mu, sigma**2)) has mean
+# exp(mu + sigma**2 / 2) = LOGNORMAL_MEAN, and a median LOGNORMAL_MEAN / e**(sigma**2 / 2) of about 92.
+LOGNORMAL_MEAN = 200.0
+LOGNORMAL_SIGMA = 1.25
 
 
 @dataclass(frozen=True)
@@ -64,8 +70,10 @@ class SyntheticSpec:
         Added to every id for ``"int64"`` and ``"string"``, in ``[0, 2**63 - vocab_size]``
         (``10**12`` makes ids no kernel takes as they are).
     length_law : str
-        Set lengths: ``"sti2"`` (the STI2 histogram, see ``max_len``) or ``"uniform"``
-        (every length in ``[0, max_len]`` equally likely).
+        Set lengths: ``"sti2"`` (the STI2 histogram, see ``max_len``), ``"uniform"``
+        (every length in ``[0, max_len]`` equally likely) or ``"lognormal"`` (NETFLIX-like:
+        log-normal with mean 200 and sigma 1.25, rounded, at least 1, lengths above
+        ``max_len`` cut to ``max_len``; with ``max_len`` 4096 about 0.1% of sets are cut).
 
     Raises
     ------
@@ -184,7 +192,8 @@ def draw_lengths(rng: np.random.Generator, n: int, max_len: int, law: str = "sti
     max_len : int
         Longest length; the histogram is cut there and renormalised.
     law : str
-        ``"sti2"``, or ``"uniform"``: i.i.d. uniform in ``[0, max_len]``.
+        ``"sti2"``, ``"uniform"`` (i.i.d. uniform in ``[0, max_len]``) or ``"lognormal"``
+        (i.i.d. NETFLIX-like, :class:`SyntheticSpec`).
 
     Returns
     -------
@@ -194,6 +203,9 @@ def draw_lengths(rng: np.random.Generator, n: int, max_len: int, law: str = "sti
     """
     if law == "uniform":
         return rng.integers(0, max_len + 1, size=n, dtype=np.int64)
+    if law == "lognormal":
+        mu = np.log(LOGNORMAL_MEAN) - LOGNORMAL_SIGMA**2 / 2
+        return np.clip(np.rint(rng.lognormal(mu, LOGNORMAL_SIGMA, size=n)), 1, max_len).astype(np.int64)
     hist = _histogram_cached()
     if n == hist.sum() and len(hist) - 1 <= max_len:
         # The exact STI2 multiset of lengths, in a seeded order.
