@@ -159,10 +159,15 @@ class _Registry:
     def state(self):
         return list(self.actors), sorted(self.busy), self.begun, self.ended
 
+    def holding(self, index) -> bool:
+        """Whether actor ``index`` keeps its batch: the first actor built holds its first batch until
+        it is killed, so the kill always lands mid-batch, however slow the machine."""
+        return index == 0
+
 
 class _Reporting(settopk.ray.ShardSearch):
-    """A ShardSearch that reports its handle once built and each batch it begins and ends, slowly
-    enough (a second a batch) to be killed in the middle of one."""
+    """A ShardSearch that reports its handle once built and each batch it begins and ends, a second a
+    batch; the first actor built holds its batch until the test kills it (:meth:`_Registry.holding`)."""
 
     registry = ""
 
@@ -174,6 +179,8 @@ class _Reporting(settopk.ray.ShardSearch):
     def __call__(self, batch):
         ray.get(self._registry.begin.remote(self._index))
         time.sleep(1.0)
+        while ray.get(self._registry.holding.remote(self._index)):
+            time.sleep(0.05)
         out = super().__call__(batch)
         ray.get(self._registry.end.remote(self._index))
         return out
@@ -204,11 +211,11 @@ def test_a_pool_actor_killed_mid_batch_leaves_the_result_equal_to_the_cli(ray_cl
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         actors, busy, begun, ended = ray.get(registry.state.remote())
-        if len(actors) == 2 and busy and ended >= 1:
+        if len(actors) == 2 and 0 in busy and ended >= 1:
             break
         time.sleep(0.05)
-    assert busy and ended < n_batches, "the kill must come while an actor searches and batches are left"
-    ray.kill(actors[busy[0]], no_restart=False)  # the pool restarts it, and its batch is searched again
+    assert 0 in busy and ended < n_batches, "the kill must come while an actor searches and batches are left"
+    ray.kill(actors[0], no_restart=False)  # the pool restarts it, and the batch it holds is searched again
     writer.join(timeout=600)
     assert not writer.is_alive() and not failure, failure
     actors, _, begun, ended = ray.get(registry.state.remote())

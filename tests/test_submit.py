@@ -76,7 +76,7 @@ def _head_dependencies_missing() -> str | None:
 
 
 class HeadExited(RuntimeError):
-    """`ray start --head` exited before its Jobs API answered."""
+    """`ray start --head` exited before its Jobs API answered, or its Jobs API never took a job."""
 
 
 class Head:
@@ -148,7 +148,7 @@ class Head:
                 break
             except Exception as exc:
                 if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                    raise RuntimeError(f"the head at {self.address} took no job ({exc}):\n{self.log_tail()}") from exc
+                    raise HeadExited(f"the head at {self.address} took no job ({exc}):\n{self.log_tail()}") from exc
                 time.sleep(1)
         while str(client.get_job_status(probe).value) not in ("SUCCEEDED", "FAILED", "STOPPED"):
             if time.monotonic() > deadline:
@@ -226,8 +226,9 @@ def ray_head():
         try:
             head.start()
         except HeadExited:
-            # On a loaded 2-core machine the dashboard may miss Ray's own start deadline and
-            # `ray start --head` gives up; one more try on fresh ports. A second failure fails the test.
+            # On a loaded 2-core machine the dashboard may miss Ray's own start deadline (`ray start
+            # --head` gives up) or drop its connections before its job agent is up; one more try on
+            # fresh ports. A second failure fails the test.
             head.stop()
             head = Head(tmp)
             head.start()
