@@ -18,6 +18,25 @@ import json
 import sys
 
 
+def _start_head(cluster_cls, head_node_args: dict):
+    """``Cluster(initialize_head=True)``, tried twice: Ray gives a head's raylet a fixed 30 s to
+    register with its GCS, which a loaded 2-core machine can miss ("timed out during startup").
+    Before the second try the first one's processes (this process's children) are stopped."""
+    import psutil
+
+    try:
+        return cluster_cls(initialize_head=True, head_node_args=head_node_args)
+    except Exception as exc:
+        if "timed out during startup" not in str(exc):
+            raise
+        print(f"the head did not start ({exc}); trying once more", file=sys.stderr, flush=True)
+        children = psutil.Process().children(recursive=True)
+        for child in children:
+            child.kill()
+        psutil.wait_procs(children, timeout=30)
+        return cluster_cls(initialize_head=True, head_node_args=head_node_args)
+
+
 @contextlib.contextmanager
 def local_cluster(n_workers: int, **head_args):
     """A head and ``n_workers`` worker nodes of one CPU each (``ray.cluster_utils.Cluster``), with
@@ -28,7 +47,7 @@ def local_cluster(n_workers: int, **head_args):
 
     cluster = None
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **head_args})
+        cluster = _start_head(Cluster, {"num_cpus": 1, **head_args})
         for _ in range(n_workers):
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
