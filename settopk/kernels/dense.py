@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sets import SetBatch, token_dtype
+from .sets import SetBatch, fold_query_ids, token_dtype
 
-__all__ = ["LocalIds"]
+__all__ = ["LocalIds", "table_queries"]
 
 
 def _sorted_sets(offsets: np.ndarray, tokens: np.ndarray, dtype) -> SetBatch:
@@ -93,3 +93,12 @@ class LocalIds:
     def nbytes(self) -> int:
         """Host bytes of the map."""
         return int(self.by_id.nbytes)
+
+
+def table_queries(queries: SetBatch, local: "LocalIds | None", n_ids: int) -> SetBatch:
+    """``queries`` in the ids of a host index's tables: the local ids of its ``uint32`` docs
+    (``local``), else its own ids with the ids no doc holds folded (:func:`settopk.kernels.sets.fold_query_ids`,
+    ``n_ids``: the largest doc id + 1). Host memory in and out."""
+    if local is not None:
+        return local.queries(queries)
+    return fold_query_ids(queries, n_ids)

@@ -38,8 +38,8 @@ import numpy as np
 
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
-from .dense import LocalIds
-from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
+from .dense import LocalIds, table_queries
+from .sets import SetBatch, check_shard_docs, index_ids
 from .topk import TopK, empty_topk
 
 __all__ = ["NumbaShardIndex", "warm_up"]
@@ -154,7 +154,7 @@ class NumbaShardIndex:
         self._n_planes = max(3, (max_len + 1).bit_length())
         self._tokens = np.ascontiguousarray(docs.tokens)
         # Tables by id cover the docs' ids (65536 for uint16 docs, else their local ids); queries'
-        # ids are mapped below n_ids + max_len (_local_queries).
+        # ids are mapped below n_ids + max_len (settopk.kernels.dense.table_queries).
         self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self._offsets = np.ascontiguousarray(docs.offsets)
         self._doc_len64 = lengths.astype(np.int64)
@@ -230,7 +230,7 @@ class NumbaShardIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, found {k}")
-        queries = self._local_queries(queries)
+        queries = table_queries(queries, self._local, self._n_ids)
         floor = check_floor_key(floor_key, queries.n_sets, self.max_len, self.score)
         out = empty_topk(queries.n_sets, k)
         self.last_skipped = 0
@@ -280,15 +280,7 @@ class NumbaShardIndex:
         """
         from .numba_threshold import numba_threshold_search
 
-        return numba_threshold_search(self, self._local_queries(queries), threshold, k, min_doc_len)
-
-    def _local_queries(self, queries: SetBatch) -> SetBatch:
-        """``queries`` in the ids of the index's tables: the local ids of ``uint32`` docs
-        (:class:`settopk.kernels.dense.LocalIds`), else with the ids no doc holds folded
-        (:func:`settopk.kernels.sets.fold_query_ids`)."""
-        if self._local is not None:
-            return self._local.queries(queries)
-        return fold_query_ids(queries, self._n_ids)
+        return numba_threshold_search(self, table_queries(queries, self._local, self._n_ids), threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -20,8 +20,8 @@ import numpy as np
 from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
-from .dense import LocalIds
-from .sets import SetBatch, check_shard_docs, fold_query_ids, index_ids
+from .dense import LocalIds, table_queries
+from .sets import SetBatch, check_shard_docs, index_ids
 from .topk import TopK, empty_topk
 
 __all__ = ["NumpyShardIndex"]
@@ -135,10 +135,10 @@ class NumpyShardIndex:
         -------
         numpy.ndarray of int16, shape (n_queries, n_docs)
         """
-        return self._overlaps(self._local_queries(queries))
+        return self._overlaps(table_queries(queries, self._local, self._n_ids))
 
     def _overlaps(self, queries: SetBatch) -> np.ndarray:
-        """:meth:`overlaps` of queries already in the tables' ids (:meth:`_local_queries`)."""
+        """:meth:`overlaps` of queries already in the tables' ids (:func:`settopk.kernels.dense.table_queries`)."""
         lanes = 64 // self._lane_bits
         lane_dtype = np.dtype("<u1") if self._lane_bits == 8 else np.dtype("<u2")
         out = np.zeros((queries.n_sets, self.n_docs), dtype=np.int16)
@@ -218,7 +218,7 @@ class NumpyShardIndex:
             if len(active) == 0:
                 return out
         # The postings take the queries in the tables' ids; the scan (overlaps) maps its own.
-        local = self._local_queries(queries) if self.routing != "scan" else None
+        local = table_queries(queries, self._local, self._n_ids) if self.routing != "scan" else None
         routed = self._route(local, active)
         if self.routing != "scan":
             _log.debug("routing %s: %d of %d queries to the postings", self.routing, len(routed), len(active))
@@ -297,15 +297,7 @@ class NumpyShardIndex:
         """
         from .threshold import numpy_threshold_search
 
-        return numpy_threshold_search(self, self._local_queries(queries), threshold, k, min_doc_len)
-
-    def _local_queries(self, queries: SetBatch) -> SetBatch:
-        """``queries`` in the ids of the index's tables: the local ids of ``uint32`` docs
-        (:class:`settopk.kernels.dense.LocalIds`), else with the ids no doc holds folded
-        (:func:`settopk.kernels.sets.fold_query_ids`)."""
-        if self._local is not None:
-            return self._local.queries(queries)
-        return fold_query_ids(queries, self._n_ids)
+        return numpy_threshold_search(self, table_queries(queries, self._local, self._n_ids), threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
