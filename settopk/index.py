@@ -198,10 +198,6 @@ class Index:
             raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, found {backend!r}")
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or not 1 <= vocab_size <= 1 << 24:
             raise ValueError(f"vocab_size must be an integer in [1, 16777216], found {vocab_size!r}")
-        if vocab_size > 65536 and backend in ("cupy", "auto"):  # refused whether or not a GPU is here
-            raise ValueError(f"vocab_size {vocab_size} needs backend 'cpu' or 'numpy': the GPU kernel (backend 'cupy', "
-                             f"which {backend!r} {'is' if backend == 'cupy' else 'picks where there is a GPU'}) takes "
-                             "at most 65536 dense ids; build with backend='cpu' (or 'numpy') for up to 16777216")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1):
             raise ValueError(f"threads must be an integer >= 1 or None (every CPU), found {threads!r}")
         self.backend = _resolve_backend(backend)
@@ -261,9 +257,8 @@ class Index:
             that is longer; a longer query is refused at search. Results do not depend on it; the
             ``"cpu"`` backend's scan does a little more work per doc for a larger one.
         vocab_size : int, default 65536
-            Token ids must lie in ``[0, vocab_size)``: at most 65536 for ``"cupy"`` and ``"auto"``,
-            at most 16,777,216 (2**24) for ``"cpu"`` and ``"numpy"`` (ids of 65536 and more are
-            kept as ``uint32``; a SetBatch may hold ``uint32`` tokens).
+            Token ids must lie in ``[0, vocab_size)``, at most 16,777,216 (2**24) on every backend
+            (ids of 65536 and more are kept as ``uint32``; a SetBatch may hold ``uint32`` tokens).
         doc_ids : array_like of int, shape (n_docs,), optional
             Ids of a sequence of sets or a SetBatch, unique, in ``[0, 2**63)``, any order.
         threads : int, optional

@@ -47,8 +47,6 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parent
 BACKENDS = ("auto", "cpu", "numpy", "cupy")
 PARTITIONS = ("none", "dt")
 MAX_K = 32767
-#: Largest ``vocab_size`` per backend: the GPU kernel takes uint16 dense ids; the host ones up to 2**24.
-MAX_VOCAB_SIZE = {"cupy": NARROW_VOCAB, "auto": NARROW_VOCAB, "cpu": MAX_VOCAB, "numpy": MAX_VOCAB}
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 MAX_LEN = 4096
 """The largest ``max_len`` (distinct ids per set) of backends ``numpy`` and ``cpu``, every score but cosine."""
@@ -144,9 +142,9 @@ class SearchConfig:
         Most ids a doc or query may have (after de-duplication), in ``[1, 4096]``; at most
         255 for score ``cosine`` and backend ``cupy`` (:func:`max_len_problems`).
     vocab_size : int
-        The kernels' dense ids: ``[0, vocab_size)``. At most 65,536 for ``cupy`` and ``auto``
-        (the GPU kernel takes uint16 ids), at most 16,777,216 (2**24) for ``cpu`` and ``numpy``
-        (uint32 ids above 65,536). Tokens that are not integers in ``[0, vocab_size)`` are mapped
+        The kernels' dense ids: ``[0, vocab_size)``, at most 16,777,216 (2**24) on every backend
+        (uint32 ids above 65,536; on ``cupy`` a shard's layout then takes 3 bytes per id and a
+        2-byte working copy, :mod:`settopk.kernels.cuda.wide`). Tokens that are not integers in ``[0, vocab_size)`` are mapped
         to dense ids; only the distinct tokens found in both queries and docs must fit.
     synthetic : SyntheticConfig
         The corpus generated when a job gets no inputs; a benchmark's corpus.
@@ -190,15 +188,11 @@ def search_problems(cfg: SearchConfig) -> list[str]:
 
 
 def vocab_size_problems(vocab_size: int, backend: str) -> list[str]:
-    """What is wrong with ``vocab_size`` for ``backend`` (empty if nothing): see :data:`MAX_VOCAB_SIZE`."""
+    """What is wrong with ``vocab_size`` (empty if nothing): every backend takes up to ``2**24`` dense ids
+    (``backend`` is kept for the callers' symmetry with :func:`max_len_problems`)."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= MAX_VOCAB:
         return [f"vocab_size must be an integer in [1, {MAX_VOCAB}] (2**24, the cpu and numpy backends' limit), "
                 f"found {vocab_size!r}"]
-    if backend in ("cupy", "auto") and vocab_size > NARROW_VOCAB:
-        return [f"vocab_size {vocab_size} needs backend 'cpu' or 'numpy': the GPU kernel (backend 'cupy', which "
-                f"backend {backend!r} {'is' if backend == 'cupy' else 'picks where there is a GPU'}) takes at most "
-                f"{NARROW_VOCAB} dense ids; set backend: cpu (or numpy) for up to {MAX_VOCAB} ids, or vocab_size "
-                f"<= {NARROW_VOCAB} for the GPU"]
     return []
 
 

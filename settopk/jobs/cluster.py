@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from settopk.configs import MAX_LEN_CUPY, cupy_max_len_message
 from settopk.kernels import search_cost_per_doc
-from settopk.kernels.sets import NARROW_VOCAB
 from settopk.shards.inputs import InputError
 
 from .validate import Job, check_gpus
@@ -97,9 +96,6 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
     if backend == "auto":
         backend = "cupy" if n_gpus > 0 else "cpu"
         log.info("backend auto: %s (the Ray cluster has %g GPU(s))", backend, n_gpus)
-    if backend == "cupy" and cfg.vocab_size > NARROW_VOCAB:  # the config refuses it; a guard for the kernel
-        raise InputError(f"vocab_size {cfg.vocab_size} runs on backend 'cpu' or 'numpy' only: the GPU kernel takes at most "
-                         f"{NARROW_VOCAB} dense ids; set backend: cpu (or numpy), or vocab_size <= {NARROW_VOCAB}")
     if backend == "cupy" and n_gpus == 0:
         raise InputError(
             f"config asks for backend 'cupy' but the Ray cluster has no GPU (resources: {resources}); "

@@ -280,12 +280,13 @@ def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_
     docs : SetBatch or list of SetBatch
         The ``n_docs`` sets in ``doc_ids`` order, host memory; for ``"cupy"`` also a list of
         SetBatch pieces, concatenated on the GPU in order. ``"numpy"`` and ``"cpu"`` take
-        ``uint16`` or ``uint32`` tokens (ids below ``2**24``); ``"cupy"`` takes ``uint16`` only.
+        ``uint16`` or ``uint32`` tokens (ids below ``2**24``); ``"cupy"`` takes ``uint32`` only
+        where ``vocab_size`` exceeds 65536.
     max_len : int
         Bound on set sizes (``"cupy"``: at most 255).
     vocab_size : int, default 65536
-        Token ids are below this (checked by ``"cupy"``, at most 65536 there; up to ``2**24``
-        for ``"numpy"`` and ``"cpu"``, whose tables are sized by the docs' ids instead).
+        Token ids are below this, up to ``2**24`` (checked by ``"cupy"``, whose layout is wide above
+        65536; ``"numpy"`` and ``"cpu"`` size their tables by the docs' ids instead).
     score : str, default "braun_blanquet"
         What the index ranks by, one of :data:`settopk.kernels.SCORES`.
     routing : str, default "scan"

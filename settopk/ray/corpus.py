@@ -166,7 +166,7 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
         One of :data:`settopk.kernels.postings.ROUTINGS`.
     max_len, vocab_size : int
         Sets hold at most ``max_len`` distinct ids (at most 4096; 255 for ``"cupy"`` and
-        ``cosine``), each in ``[0, vocab_size)`` (at most 65536 on cupy, 2**24 on cpu and numpy).
+        ``cosine``), each in ``[0, vocab_size)`` (at most 2**24).
     threads : int, optional
         CPU threads of each ``"cpu"`` index.
     on_invalid : str

@@ -330,7 +330,9 @@ def format_phases_table(result: dict) -> str:
         times = ", ".join(f"{p} {last[p] * 1e3:.2f} ms" for p in ("scan_s", "postings_s") if p in last)
         lines.append(f"routing {r['routing']} (shard {i}): {mix}" + (f" | GPU time per path {times}" if times else "")
                      + f" | postings {r['postings_bytes'] / 2**20:.1f} MiB = {r['postings_bytes'] / max(1, r['docs_bytes']):.2f}x"
-                     f" the docs' {r['docs_bytes'] / 2**20:.1f} MiB")
+                     f" the docs' {r['docs_bytes'] / 2**20:.1f} MiB"
+                     + (f" | GPU index {r['index_bytes'] / 2**20:.1f} MiB = {r['index_bytes'] / max(1, r['n_docs']):.1f}"
+                        " bytes per doc" if r.get("index_bytes") else ""))
     if "peak" in result:
         peak = result["peak"]
         lines.append(f"throughput with routing {peak['routing']}: {peak['measured_checks_per_s']:.3e} checks/s = "

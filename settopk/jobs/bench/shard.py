@@ -174,11 +174,13 @@ class BenchShard:
 
     def routing_stats(self) -> dict:
         """The index's routing of its last search (``last_routing``: queries per path, and GPU seconds per
-        path for cupy), the postings' bytes and the docs' bytes (CSR: 2 per id, 8 per doc)."""
+        path for cupy), the postings' bytes, the docs' bytes (CSR: 2 per id, 8 per doc) and, for
+        cupy, the device bytes the whole index holds (``index_bytes``; 0 for the host backends)."""
         doc_ids, docs = self.corpus
         pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
         return {"routing": self.routing, "last": dict(self.index.last_routing),
-                "postings_bytes": int(self.index.postings_bytes),
+                "postings_bytes": int(self.index.postings_bytes), "n_docs": len(doc_ids),
+                "index_bytes": int(getattr(self.index, "device_bytes", 0)),
                 "docs_bytes": int(sum(p.tokens.nbytes + p.offsets.nbytes for p in pieces))}
 
     def search_batches(self, queries: SetBatch, k: int, batch_size: int) -> float:

@@ -127,15 +127,22 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
 // masks them).
 constexpr int kBuildWarps = 4;
 
+//
+// Id is unsigned short (ids below 65536) or unsigned int (wide ids, below 2**24): a wide layout
+// keeps each id's low 16 bits in `out` as above and its bits 16..23 in `high`, one byte per id:
+// byte p % 8 of the uint2 at the same element index as the uint4 of position p (remap_layout
+// turns the pair into a plain layout of a batch's dense ids). `high` is unused for unsigned short.
+template <typename Id>
 __global__ void __launch_bounds__(kBuildWarps * 32)
-build_layout(const long long* __restrict__ offsets, const unsigned short* __restrict__ tokens,
+build_layout(const long long* __restrict__ offsets, const Id* __restrict__ tokens,
              const int* __restrict__ slot_pos, const long long* __restrict__ chunk_start,
              const int* __restrict__ chunk_groups, long long n_chunks, long long n_docs, int stride,
-             uint4* __restrict__ out) {
-    extern __shared__ unsigned short s_build[];
+             uint4* __restrict__ out, uint2* __restrict__ high) {
+    extern __shared__ __align__(16) unsigned char s_build_raw[];
+    Id* s_build = reinterpret_cast<Id*>(s_build_raw);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    unsigned short* ids = s_build + (static_cast<long long>(warp) * 32 + lane) * stride;
+    Id* ids = s_build + (static_cast<long long>(warp) * 32 + lane) * stride;
     unsigned char* cursors = reinterpret_cast<unsigned char*>(s_build + kBuildWarps * 32 * stride) +
                              (warp * 32 + lane) * 64;  // [0, 32): next free (pops from the top), [32, 64): begin
     for (long long c = static_cast<long long>(blockIdx.x) * kBuildWarps + warp; c < n_chunks;
@@ -143,7 +150,7 @@ build_layout(const long long* __restrict__ offsets, const unsigned short* __rest
         const int n_groups = chunk_groups[c];
         const long long slot = c * 32 + lane;
         int len = 0;
-        const unsigned short* src = tokens;
+        const Id* src = tokens;
         if (slot < n_docs) {
             const int pos = slot_pos[slot];
             src = tokens + offsets[pos];
@@ -166,14 +173,15 @@ build_layout(const long long* __restrict__ offsets, const unsigned short* __rest
         }
         for (int t = 0; t < len; ++t) {
             const unsigned id = src[t];
-            ids[top[id & 31u]++] = static_cast<unsigned short>(id);
+            ids[top[id & 31u]++] = static_cast<Id>(id);
         }
         // Positions, lane after lane; `used` holds the banks taken at this position.
         unsigned packed[4] = {0u, 0u, 0u, 0u};
+        unsigned packed_high[2] = {0u, 0u};
         const int n_positions = n_groups * kIdsPerGroup;
         for (int p = 0; p < n_positions; ++p) {
             unsigned used = 0u;
-            unsigned mine = 0u;
+            unsigned mine = 0u;  // this lane's id at position p (0: padding)
             for (int j = 0; j < 32; ++j) {
                 if (lane == j && p < len) {
                     const unsigned free = avail & ~used;
@@ -193,14 +201,41 @@ build_layout(const long long* __restrict__ offsets, const unsigned short* __rest
                 }
                 used = __shfl_sync(kFullMask, used, j);
             }
-            packed[(p & 7) >> 1] |= mine << (16 * (p & 1));
+            packed[(p & 7) >> 1] |= (mine & 0xFFFFu) << (16 * (p & 1));
+            if (sizeof(Id) == 4) packed_high[(p & 7) >> 2] |= ((mine >> 16) & 0xFFu) << (8 * (p & 3));
             if ((p & 7) == 7) {
-                out[chunk_start[c] + static_cast<long long>(p >> 3) * kChunkSlots + lane] =
-                    make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                const long long at = chunk_start[c] + static_cast<long long>(p >> 3) * kChunkSlots + lane;
+                out[at] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                if (sizeof(Id) == 4) high[at] = make_uint2(packed_high[0], packed_high[1]);
                 packed[0] = packed[1] = packed[2] = packed[3] = 0u;
+                packed_high[0] = packed_high[1] = 0u;
             }
         }
         __syncwarp();
+    }
+}
+
+// A batch's plain layout from a wide one: element i of `out` holds the 8 ids of low[i] and
+// high[i] (id = low | high << 16), each replaced by dense[id], the id's dense number in the
+// batch (0 for an id no query of the batch holds, whose table word is 0). The count kernel then
+// runs on `out` as on any plain layout; padding ids map to some number too, and it masks them.
+// One thread per element: 24 bytes read and 16 written, plus 8 gathers from `dense`.
+__global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restrict__ high, long long n,
+                             const unsigned short* __restrict__ dense, uint4* __restrict__ out) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const uint4 v = low[i];
+        const uint2 h = high[i];
+        const unsigned lo[4] = {v.x, v.y, v.z, v.w};
+        const unsigned hi[2] = {h.x, h.y};
+        unsigned w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const unsigned a = (lo[e] & 0xFFFFu) | (((hi[e >> 1] >> (16 * (e & 1))) & 0xFFu) << 16);
+            const unsigned b = (lo[e] >> 16) | (((hi[e >> 1] >> (16 * (e & 1) + 8)) & 0xFFu) << 16);
+            w[e] = static_cast<unsigned>(__ldg(dense + a)) | (static_cast<unsigned>(__ldg(dense + b)) << 16);
+        }
+        out[i] = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 

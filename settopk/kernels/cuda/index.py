@@ -23,12 +23,13 @@ import numpy as np
 from ..cost import DOC_OVERHEAD_SLOTS
 from ..keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale
 from ..postings import check_routing
-from ..sets import SetBatch
+from ..sets import MAX_VOCAB, NARROW_VOCAB, SetBatch
 from ..topk import TopK, empty_topk
 from .levels import CHUNK_SLOTS, DEFAULT_SHARED_LIMIT, SORT_MAX, LevelSearch
 from .modules import load_kernels
 from .postings import GpuPostings
 from .threshold import ThresholdSearch
+from .wide import WideLayout, split_by_distinct
 
 __all__ = ["CupyShardIndex", "warm_up"]
 
@@ -40,9 +41,10 @@ _COUNT_KERNELS = {
     (32, True): "settopk::count_emit<32, unsigned int, true>",
     (16, True): "settopk::count_emit<16, unsigned short, true>",
 }
-_OTHER_KERNELS = ("settopk::build_layout", "settopk::select_topk", "settopk::decode_topk")
+_BUILD_KERNELS = {np.dtype(np.uint16): "settopk::build_layout<unsigned short>",
+                  np.dtype(np.uint32): "settopk::build_layout<unsigned int>"}
+_OTHER_KERNELS = ("settopk::remap_layout", "settopk::select_topk", "settopk::decode_topk")
 _MAX_LEN_LIMIT = 255  # 8 counter planes; the job's configs allow at most 255 too
-_MAX_VOCAB = 65536  # token ids are uint16
 _IDS_PER_GROUP = 8  # kIdsPerGroup
 _PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
 _BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
@@ -74,48 +76,53 @@ def warm_up(routing: str = "scan") -> None:
 
 
 def _kernels(device_id: int) -> dict:
-    """The compiled kernels for ``device_id`` (short name, or ``count32``/``count16`` for Braun-Blanquet
-    and ``count32_any``/``count16_any`` for any score)."""
-    names = list(_COUNT_KERNELS.values()) + list(_OTHER_KERNELS)
+    """The compiled kernels for ``device_id`` (short name; ``build_layout_uint16``/``_uint32`` by id type;
+    ``count32``/``count16`` for Braun-Blanquet and ``count32_any``/``count16_any`` for any score)."""
+    names = list(_COUNT_KERNELS.values()) + list(_BUILD_KERNELS.values()) + list(_OTHER_KERNELS)
     module = load_kernels(_SOURCE, names, device_id)
     out = {name.split("::")[-1]: module[name] for name in _OTHER_KERNELS}
+    out.update({f"build_layout_{dtype.name}": module[name] for dtype, name in _BUILD_KERNELS.items()})
     for (queries, any_score), name in _COUNT_KERNELS.items():
         out[f"count{queries}" + ("_any" if any_score else "")] = module[name]
     return out
 
 
-def _upload(pieces: list):
-    """Device CSR arrays ``(offsets int64, tokens uint16)`` of the concatenation of host SetBatches.
+def _upload(pieces: list, dtype):
+    """Device CSR arrays ``(offsets int64, tokens of dtype)`` of the concatenation of host SetBatches.
 
-    Each piece's ids go straight into their place in one device array; the offsets are shifted
-    on the host (8 bytes per doc)."""
+    Each piece's ids go straight into their place in one device array (uint16 pieces of a uint32
+    array widened on the GPU); the offsets are shifted on the host (8 bytes per doc)."""
     import cupy
 
     n_tokens = sum(len(p.tokens) for p in pieces)
-    tokens = cupy.empty(n_tokens, dtype=np.uint16)
+    tokens = cupy.empty(n_tokens, dtype=dtype)
     host_offsets = [np.zeros(1, dtype=np.int64)]
     position = 0
     for piece in pieces:
         if len(piece.tokens):
-            tokens[position : position + len(piece.tokens)].set(piece.tokens)
+            if piece.tokens.dtype == dtype:
+                tokens[position : position + len(piece.tokens)].set(piece.tokens)
+            else:
+                tokens[position : position + len(piece.tokens)] = cupy.asarray(piece.tokens)
         host_offsets.append(piece.offsets[1:] + position)
         position += len(piece.tokens)
     return cupy.asarray(np.concatenate(host_offsets)), tokens
 
 
-def _check_set_batch(batch, what: str, max_len: int) -> None:
-    """Raise ValueError unless ``batch`` is a host SetBatch with C-contiguous arrays and sets of <= max_len ids.
+def _check_set_batch(batch, what: str, max_len: int, vocab_size: int) -> None:
+    """Raise ValueError unless ``batch`` is a host SetBatch with C-contiguous arrays and sets of <= max_len ids,
+    of uint16 ids, or uint32 ids where ``vocab_size`` exceeds 65536.
 
     Id ranges are checked on the GPU after the upload (a host pass over the
     ids would cost more than the whole build).
     """
     if not isinstance(batch, SetBatch):
         raise ValueError(f"{what} must be a settopk.kernels.SetBatch, found {type(batch).__name__}")
-    if isinstance(batch, SetBatch) and batch.tokens.dtype == np.uint32:
-        raise ValueError(f"{what} has uint32 token ids (up to {batch.id_bound - 1}): the GPU kernel takes at most "
-                         "65536 dense ids (uint16 tokens); use backend 'cpu' or 'numpy' for a wider vocabulary "
-                         "(vocab_size up to 16,777,216), or map the tokens to fewer dense ids")
-    for name, array, dtype in (("offsets", batch.offsets, np.int64), ("tokens", batch.tokens, np.uint16)):
+    token_dtype = np.uint32 if batch.tokens.dtype == np.uint32 and vocab_size > NARROW_VOCAB else np.uint16
+    if batch.tokens.dtype == np.uint32 and token_dtype == np.uint16:
+        raise ValueError(f"{what} has uint32 token ids (up to {batch.id_bound - 1}) but vocab_size={vocab_size}: "
+                         f"set vocab_size above every id (up to {MAX_VOCAB})")
+    for name, array, dtype in (("offsets", batch.offsets, np.int64), ("tokens", batch.tokens, token_dtype)):
         if not isinstance(array, np.ndarray):
             raise ValueError(f"{what}.{name} must be a host numpy array, found {type(array).__name__}")
         if array.dtype != dtype or array.ndim != 1:
@@ -137,8 +144,8 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
     ----------
     docs : SetBatch or sequence of SetBatch
         The shard's ``n_docs`` docs in host memory, in ``doc_ids`` order:
-        ``offsets`` int64 of shape (n_docs + 1,), ``tokens`` uint16, both
-        C-contiguous; each set sorted and distinct with at most ``max_len`` ids,
+        ``offsets`` int64 of shape (n_docs + 1,), ``tokens`` uint16 (or uint32
+        where ``vocab_size`` exceeds 65536), both C-contiguous; each set sorted and distinct with at most ``max_len`` ids,
         all below ``vocab_size``. A sequence of batches (the pieces a shard
         takes from the corpus readers) is concatenated on the GPU, in order,
         which saves the host a copy of every id.
@@ -149,7 +156,12 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         Bound on set sizes, in ``[1, 255]`` (overlaps are counted in 8 bit
         planes); fixes the key scale (:func:`settopk.kernels.key_scale`).
     vocab_size : int, default 65536
-        Token ids are below this, in ``[1, 65536]``.
+        Token ids are below this, in ``[1, 16777216]``. Above 65536 the shard
+        is *wide* (:mod:`settopk.kernels.cuda.wide`): its layout takes 3 bytes
+        per id plus a 2-byte working copy searched in each query batch's own
+        dense ids, batches are cut where their queries hold more distinct ids
+        than the count kernel's table fits, and ``routing`` is ``"scan"`` or
+        ``"auto"`` (which then scans: the postings take uint16 ids).
     capacity : int, optional
         Candidate slots per query and sampling level, in ``[1, 16384]``
         (default: the smallest power of two ``>= max(4096, 8 k)``, capped at
@@ -194,6 +206,8 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         ``postings_s``).
     postings_bytes : int
         GPU bytes of the postings (0 with ``routing="scan"``).
+    device_bytes : int
+        GPU bytes the index holds between searches, postings included.
     rescans : int
         Queries of the last ``search`` whose last-level buffer overflowed and
         were scanned again (a diagnostic; 0 in the common case).
@@ -228,7 +242,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         docs,
         doc_ids: np.ndarray,
         max_len: int,
-        vocab_size: int = _MAX_VOCAB,
+        vocab_size: int = NARROW_VOCAB,
         *,
         capacity: int | None = None,
         tile_docs: int = 1 << 16,
@@ -244,8 +258,11 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         key_scale(max_len, score)  # an unknown score fails here
         if not 1 <= max_len <= _MAX_LEN_LIMIT:
             raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
-        if not 1 <= vocab_size <= _MAX_VOCAB:
-            raise ValueError(f"vocab_size must be in [1, {_MAX_VOCAB}], found {vocab_size}")
+        if not 1 <= vocab_size <= MAX_VOCAB:
+            raise ValueError(f"vocab_size must be in [1, {MAX_VOCAB}], found {vocab_size}")
+        if vocab_size > NARROW_VOCAB and routing == "postings":
+            raise ValueError(f"routing 'postings' takes ids below {NARROW_VOCAB} on the GPU, found vocab_size={vocab_size}; "
+                             "use routing 'scan' or 'auto' (which scans such a shard)")
         for name, value in (("tile_docs", tile_docs), ("query_batch", query_batch), ("redo_bytes", redo_bytes)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, found {value}")
@@ -255,7 +272,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             raise ValueError(f"sample_ratio must be >= 2, found {sample_ratio}")
         pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
         for piece in pieces:
-            _check_set_batch(piece, "docs", max_len)
+            _check_set_batch(piece, "docs", max_len, vocab_size)
         n_sets = sum(piece.n_sets for piece in pieces)
         doc_ids = np.asarray(doc_ids)
         if doc_ids.dtype.kind not in "iu":
@@ -283,6 +300,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self.last_routing = self._fresh_routing()
         self.postings_bytes = 0
         self._postings = None
+        self._wide = None  # a WideLayout where vocab_size > 65536
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
         device = cupy.cuda.Device()
@@ -297,6 +315,14 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         """Number of docs in the shard."""
         return len(self.doc_ids)
 
+    @property
+    def device_bytes(self) -> int:
+        """GPU bytes the index holds between searches: the layout (on a wide shard its low bits, high
+        bytes, working copy and id map), the per-slot and per-doc arrays, and the postings."""
+        arrays = (self._slot_len, self._slot_pos, self._chunk_start, self._len_by_pos, self._doc_ids)
+        layout = self._wide.nbytes if self._wide is not None else int(self._groups.nbytes)
+        return layout + sum(int(a.nbytes) for a in arrays) + self.postings_bytes
+
     # ---- build ----------------------------------------------------------------
 
     def _build(self, pieces: list) -> None:
@@ -304,7 +330,8 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         import cupy
 
         n = self.n_docs
-        offsets, tokens = _upload(pieces)
+        wide = self.vocab_size > NARROW_VOCAB
+        offsets, tokens = _upload(pieces, np.uint32 if wide else np.uint16)
         lengths = offsets[1:] - offsets[:-1]
         stats = cupy.asarray(np.array([0, 0, -1], dtype=np.int64))  # min length, max length, max id: one transfer
         if n:
@@ -324,7 +351,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._longest = hi
         self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
         self._len_by_pos = lengths.astype(np.uint8)
-        if self.routing != "scan" and n:
+        if self.routing != "scan" and n and not wide:
             self._postings = GpuPostings(offsets, tokens, self._n_words)
             self.postings_bytes = self._postings.nbytes
         self._doc_ids = cupy.asarray(self.doc_ids) if n else cupy.zeros(1, dtype=np.int64)  # decoded on the GPU
@@ -341,11 +368,13 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._chunk_start = cupy.cumsum(sizes) - sizes  # in uint4 elements
         total = int(sizes.sum()) if n_chunks else 0
         self._scan_slots = total * _IDS_PER_GROUP + DOC_OVERHEAD_SLOTS * n  # the cost model's scan size
-        self._groups = cupy.empty((max(1, total), 4), dtype=np.uint32)  # never a null pointer
+        # Never a null pointer, and never unwritten (a wide shard's remap reads every element); a wide one's low bits.
+        self._groups = (cupy.empty if total else cupy.zeros)((max(1, total), 4), dtype=np.uint32)
+        high = cupy.zeros((max(1, total), 2), dtype=np.uint32) if wide else self._groups
         if total:
             stride = hi + (hi & 1)  # ids per lane in the build's shared memory (even keeps the cursors aligned)
-            shared = _BUILD_WARPS * 32 * (2 * stride + 64)
-            kernel = self._kernels["build_layout"]
+            shared = _BUILD_WARPS * 32 * (tokens.itemsize * stride + 64)
+            kernel = self._kernels[f"build_layout_{tokens.dtype.name}"]
             if shared > DEFAULT_SHARED_LIMIT:
                 kernel.max_dynamic_shared_size_bytes = shared
             kernel(
@@ -361,6 +390,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
                     np.int64(n),
                     np.int32(stride),
                     self._groups,
+                    high,
                 ),
                 shared_mem=shared,
             )
@@ -371,17 +401,29 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             self._len_by_pos = cupy.zeros(1, dtype=np.uint8)
 
         n_len = self._longest + 1
-        thresholds = _PLANE_WORDS_PER_LEN * n_len * 4
+        self._thresholds_shared = _PLANE_WORDS_PER_LEN * n_len * 4
+        if wide:
+            # A batch's ids get table words 1..n: as many as a 32-query table fits (cut batches keep n below).
+            self._batch_ids = min(NARROW_VOCAB - 1, (self._shared_optin - self._thresholds_shared) // 16 * 4 - 1)
+            self._wide = WideLayout(self._groups, high, self._n_words, self._kernels["remap_layout"])
+            self._groups = self._wide.groups
+            self._n_words = self._batch_ids + 1
+        self._set_table(self._n_words)
+        cupy.cuda.get_current_stream().synchronize()  # the build's time includes its GPU work
+
+    def _set_table(self, n_words: int) -> None:
+        """Pick the count kernel (32 queries a block with 32-bit table words, or 16 with 16-bit ones) for
+        a table of ``n_words`` ids and the shard's threshold planes in shared memory."""
         for queries, word_bytes in ((32, 4), (16, 2)):
-            shared = -(-self._n_words * word_bytes // 16) * 16 + thresholds
+            shared = -(-n_words * word_bytes // 16) * 16 + self._thresholds_shared
             if shared <= self._shared_optin:
                 break
         else:  # unreachable for max_len <= 255 and ids < 65536 on any GPU with >= 148 KiB per block
             raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_optin}")
+        self._n_words = n_words
         self.queries_per_block = queries
         self._count_shared = shared
         self._count = self._kernels[f"count{queries}" + ("" if self.score == "braun_blanquet" else "_any")]
-        cupy.cuda.get_current_stream().synchronize()  # the build's time includes its GPU work
 
     # ---- search ---------------------------------------------------------------
 
@@ -452,8 +494,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             skipped = np.setdiff1d(np.arange(queries.n_sets), active)
             out.doc_ids[skipped], out.overlap[skipped], out.doc_len[skipped] = -1, 0, 0
         with cupy.cuda.Device(self._device_id):
-            for lo in range(0, len(active), self.query_batch):
-                rows = active[lo : lo + self.query_batch]
+            for rows in self._query_batches(queries, active):
                 contiguous = rows[-1] - rows[0] == len(rows) - 1
                 batch = queries if len(rows) == queries.n_sets else queries.take(rows)
                 if contiguous:  # the common case: decode into the output rows themselves
@@ -465,9 +506,28 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
                     out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
 
+    def _query_batches(self, queries: SetBatch, rows: np.ndarray) -> list[np.ndarray]:
+        """Runs of ``rows`` searched together: ``query_batch`` at a time, cut further on a wide shard where
+        their queries hold more distinct ids than its table (:func:`settopk.kernels.cuda.wide.split_by_distinct`)."""
+        runs = [rows[lo : lo + self.query_batch] for lo in range(0, len(rows), self.query_batch)]
+        if self._wide is None:
+            return runs
+        return [part for run in runs for part in split_by_distinct(queries, run, self._batch_ids)]
+
+    def _query_tokens(self, batch: SetBatch):
+        """The device uint16 ids of one batch's queries for the kernels. On a wide shard they are the batch's
+        own numbers, and the layout the count kernel reads is remapped into them first."""
+        import cupy
+
+        if self._wide is None:
+            return cupy.asarray(batch.tokens) if len(batch.tokens) else cupy.zeros(1, dtype=np.uint16)
+        qtok, n_words = self._wide.remap(batch.tokens)
+        self._set_table(n_words)
+        return qtok
+
     def _check_queries(self, queries: SetBatch) -> None:
         """Raise ValueError unless ``queries`` is a host SetBatch of sets of at most ``max_len`` ids below ``vocab_size``."""
-        _check_set_batch(queries, "queries", self.max_len)
+        _check_set_batch(queries, "queries", self.max_len, self.vocab_size)
         lengths = queries.lengths
         if len(lengths) and (lengths.min() < 0 or lengths.max() > self.max_len):
             raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")

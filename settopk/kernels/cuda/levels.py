@@ -105,8 +105,9 @@ class LevelSearch:
     kernels (``_kernels``, and ``_count`` with its shared memory ``_count_shared``), its device layout
     (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
     ``_longest``, ``_n_words``, ``_scan_slots``), its key constants (``_scale``, ``_score_code``), its
-    device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build; they
-    add to ``last_routing`` and ``rescans``.
+    device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
+    ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, remaps the layout
+    and sets the table for the batch); they add to ``last_routing`` and ``rescans``.
     """
 
     @staticmethod
@@ -174,7 +175,7 @@ class LevelSearch:
         lengths = queries.lengths
         order = np.argsort(lengths, kind="stable")
         qoff = cupy.asarray(queries.offsets[:-1][order])
-        qtok = cupy.asarray(queries.tokens) if len(queries.tokens) else cupy.zeros(1, dtype=np.uint16)
+        qtok = self._query_tokens(queries)
         qlen = cupy.asarray(lengths[order].astype(np.int32))
         capacity = self._capacity(k)
         n_len = self._longest + 1

@@ -153,8 +153,7 @@ class ThresholdSearch:
         self.last_skipped = n_q - len(active)
         found = []
         with cupy.cuda.Device(self._device_id):
-            for lo in range(0, len(active), self.query_batch):
-                rows = active[lo : lo + self.query_batch]
+            for rows in self._query_batches(queries, active):
                 batch = queries if len(rows) == n_q else queries.take(rows)
                 q_row, *rest = self._threshold_batch(batch, floor[rows],
                                                      None if min_doc_len is None else min_doc_len[rows])
@@ -186,7 +185,7 @@ class ThresholdSearch:
         lengths = batch.lengths
         order = np.argsort(lengths, kind="stable")  # groups of similar lengths: tighter size filters
         qoff = cupy.asarray(batch.offsets[:-1][order])
-        qtok = cupy.asarray(batch.tokens) if len(batch.tokens) else cupy.zeros(1, dtype=np.uint16)
+        qtok = self._query_tokens(batch)
         qlen = cupy.asarray(lengths[order].astype(np.int32))
         floor = floor[order]
         bound_key = cupy.asarray(floor)

@@ -17,8 +17,7 @@ from ..location import Location
 
 __all__ = ["InputError", "ON_INVALID", "REMAP_FIX", "Rejected", "Rejects", "SetLimits"]
 
-REMAP_FIX = ("remap the token ids into [0, vocab_size), or raise vocab_size (at most 65536 for backend cupy, "
-             "16777216 for cpu and numpy)")
+REMAP_FIX = "remap the token ids into [0, vocab_size), or raise vocab_size (at most 16777216)"
 """The fix an :class:`InputError` gives for a token id outside ``[0, vocab_size)`` where ids are
 taken as they are (the in-memory :class:`settopk.Index`); the readers map any token instead
 (:mod:`settopk.shards.inputs.vocabulary`)."""

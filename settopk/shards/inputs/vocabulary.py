@@ -64,9 +64,8 @@ class VocabularyError(InputError):
         super().__init__(
             f"the docs and queries share {n_shared} distinct tokens, expected at most {limit} "
             f"(vocab_size {vocab_size} dense ids, less {room} kept for tokens found on one side only, "
-            "as many as the longest doc and the longest query hold); fix: raise vocab_size (up to 16777216 "
-            "with backend cpu or numpy; the GPU backend takes at most 65536), split the queries, or merge "
-            "rare tokens before the run"
+            "as many as the longest doc and the longest query hold); fix: raise vocab_size (up to 16777216), "
+            "split the queries, or merge rare tokens before the run"
         )
 
     def __reduce__(self):

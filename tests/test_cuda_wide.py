@@ -1,0 +1,126 @@
+"""Wide vocabularies on the GPU (issue 31): CupyShardIndex over ids up to 2**24 - 1, each query batch
+searched through its own dense ids (settopk/kernels/cuda/wide.py), against the brute-force oracle for
+every score, ties included, with batches cut down to a few distinct ids as well. The batch planning
+(dense numbers, cuts) is plain NumPy and is tested here without a GPU."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_threshold, brute_force_topk, parse_threshold
+from settopk.kernels.cuda.wide import batch_dense_ids, split_by_distinct
+from settopk.kernels.sets import MAX_VOCAB
+from tests.gpu_helpers import assert_same_topk, cupy_index
+from tests.test_wide_ids import MIXES, POOLS, _batches, _picks, _sets, _topk_rows
+
+
+def test_batch_dense_ids_number_distinct_ids_from_one():
+    tokens = np.array([70000, 5, MAX_VOCAB - 1, 5, 70000], dtype=np.uint32)
+    distinct, dense = batch_dense_ids(tokens)
+    assert distinct.tolist() == [5, 70000, MAX_VOCAB - 1]
+    assert dense.dtype == np.uint16 and dense.tolist() == [2, 1, 3, 1, 2]
+    with pytest.raises(ValueError, match="at most 65535 distinct ids, found 65536"):
+        batch_dense_ids(np.arange(65536, dtype=np.uint32))
+
+
+def test_split_by_distinct_cuts_runs_in_order_within_the_limit():
+    queries = SetBatch.from_lists([[1, 2], [3, 4], [1, 2], [5, 6, 7], [8], [9, 10]])
+    rows = np.arange(6)
+    runs = split_by_distinct(queries, rows, 4)
+    assert np.concatenate(runs).tolist() == rows.tolist()
+    for run in runs:
+        assert len(np.unique(queries.take(run).tokens)) <= 4
+    assert [r.tolist() for r in split_by_distinct(queries, rows, 100)] == [rows.tolist()]
+    assert split_by_distinct(queries, rows[:0], 4) == []
+
+
+def _index(docs, ids, max_len, score, routing, batch_ids=None, **options):
+    index = cupy_index(docs, ids, max_len, MAX_VOCAB, score=score, routing=routing, **options)
+    if batch_ids is not None:  # cut every batch to a few distinct ids (the device's table holds ~54,000)
+        index._batch_ids = batch_ids
+    return index
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("score", SCORES)
+@given(doc_picks=_picks, query_picks=_picks, pool=st.sampled_from(sorted(POOLS)), mix=st.sampled_from(MIXES),
+       k=st.sampled_from([1, 3, 20]), routing=st.sampled_from(["scan", "auto"]),
+       batch_ids=st.sampled_from([None, 8, 12]), query_batch=st.sampled_from([3, 4096]))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_topk_with_wide_ids_matches_oracle(score, doc_picks, query_picks, pool, mix, k, routing, batch_ids, query_batch):
+    docs, queries = _sets(doc_picks, POOLS[pool]), _sets(query_picks, POOLS[pool])
+    d, q = _batches(docs, queries, mix)
+    ids = np.arange(len(docs), dtype=np.int64) * 2 + 5
+    index = _index(d, ids, 8, score, routing, batch_ids, query_batch=query_batch)
+    assert _topk_rows(index.search(q, k)) == brute_force_topk(docs, queries, k, doc_ids=list(ids), score=score)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("score", SCORES)
+@given(doc_picks=_picks, query_picks=_picks, pool=st.sampled_from(sorted(POOLS)), mix=st.sampled_from(MIXES),
+       text=st.sampled_from(["0", "1", "0.5", "1/3", "2/3", "0.75"]), k=st.sampled_from([None, 2]),
+       batch_ids=st.sampled_from([None, 8]))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_threshold_with_wide_ids_matches_oracle(score, doc_picks, query_picks, pool, mix, text, k, batch_ids):
+    docs, queries = _sets(doc_picks, POOLS[pool]), _sets(query_picks, POOLS[pool])
+    d, q = _batches(docs, queries, mix)
+    t = parse_threshold(text if score != "overlap" else str(Fraction(text) * 3), score)
+    ids = [3 * i + 1 for i in range(len(docs))]
+    index = _index(d, np.asarray(ids, dtype=np.int64), 8, score, "scan", batch_ids, query_batch=5)
+    got = index.threshold_search(q, t, k=k)
+    assert [got.row(i) for i in range(got.n_queries)] == brute_force_threshold(docs, queries, t, doc_ids=ids,
+                                                                               score=score, k=k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("id_dist", ["zipf", "uniform"])
+def test_large_wide_corpus_matches_the_numpy_index(id_dist):
+    """Thousands of docs over all of [0, 2**24) (or Zipf-skewed into it), several tiles and sampling levels,
+    batches cut at 2,000 distinct ids: identical TopK to the NumPy index, with and without floors."""
+    rng = np.random.default_rng(31)
+    max_len, k = 64, 25
+    if id_dist == "zipf":
+        vocab = rng.permutation(MAX_VOCAB)[:20_000]
+        weights = 1.0 / np.arange(1, len(vocab) + 1)
+        weights /= weights.sum()
+        draw = lambda n: rng.choice(vocab, size=n, p=weights)  # noqa: E731
+    else:
+        draw = lambda n: rng.integers(0, MAX_VOCAB, size=n)  # noqa: E731
+    docs = SetBatch.from_lists([np.unique(draw(int(rng.integers(1, max_len + 1)))) for _ in range(40_000)])
+    queries = SetBatch.from_lists([np.unique(draw(int(rng.integers(1, max_len + 1)))) for _ in range(150)]
+                                  + docs.take(np.arange(0, 40_000, 400)).to_lists())
+    ids = np.arange(docs.n_sets, dtype=np.int64)
+    want = NumpyShardIndex(docs, ids, max_len).search(queries, k)
+    for batch_ids in (None, 2000):
+        index = _index(docs, ids, max_len, "braun_blanquet", "auto", batch_ids, tile_docs=4096)
+        assert_same_topk(index.search(queries, k), want)
+    floor = np.full(queries.n_sets, -1, dtype=np.int64)
+    floor[::3] = 1
+    assert_same_topk(index.search(queries, k, floor_key=floor),
+                     NumpyShardIndex(docs, ids, max_len).search(queries, k, floor_key=floor))
+
+
+@pytest.mark.gpu
+def test_wide_and_narrow_gpu_indexes_give_the_same_results():
+    """The same corpus as uint16 ids (a narrow index) and shifted to the top of [0, 2**24) (a wide one)."""
+    rng = np.random.default_rng(3)
+    docs = [sorted(set(rng.integers(0, 300, rng.integers(0, 20)).tolist())) for _ in range(400)]
+    queries = [sorted(set(rng.integers(0, 300, rng.integers(0, 20)).tolist())) for _ in range(40)] + docs[:10]
+    shift = MAX_VOCAB - 65536
+    narrow = cupy_index(SetBatch.from_lists(docs), np.arange(len(docs)), 32, score="jaccard")
+    wide = cupy_index(SetBatch.from_lists([[x + shift for x in s] for s in docs]), np.arange(len(docs)), 32,
+                      MAX_VOCAB, score="jaccard")
+    assert_same_topk(wide.search(SetBatch.from_lists([[x + shift for x in s] for s in queries]), 10),
+                     narrow.search(SetBatch.from_lists(queries), 10))
+
+
+@pytest.mark.gpu
+def test_wide_gpu_index_refuses_postings_routing():
+    docs = SetBatch.from_lists([[1, 70000]])
+    with pytest.raises(ValueError, match="routing 'postings' takes ids below 65536 on the GPU"):
+        cupy_index(docs, np.arange(1), 8, MAX_VOCAB, routing="postings")
