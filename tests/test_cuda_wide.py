@@ -28,15 +28,27 @@ def test_batch_dense_ids_number_distinct_ids_from_one():
         batch_dense_ids(np.arange(65536, dtype=np.uint32))
 
 
-def test_split_by_distinct_cuts_runs_in_order_within_the_limit():
-    queries = SetBatch.from_lists([[1, 2], [3, 4], [1, 2], [5, 6, 7], [8], [9, 10]])
-    rows = np.arange(6)
-    runs = split_by_distinct(queries, rows, 4)
-    assert np.concatenate(runs).tolist() == rows.tolist()
-    for run in runs:
-        assert len(np.unique(queries.take(run).tokens)) <= 4
-    assert [r.tolist() for r in split_by_distinct(queries, rows, 100)] == [rows.tolist()]
-    assert split_by_distinct(queries, rows[:0], 4) == []
+def test_split_by_distinct_cuts_the_longest_runs_in_order_within_the_limit():
+    queries = SetBatch.from_lists([[1, 2], [3, 4], [1, 2], [5, 6, 7], [8], [9, 10], [1, 9]])
+    cuts = split_by_distinct(queries.offsets, queries.tokens, 4)
+    assert cuts == [(0, 3), (3, 5), (5, 7)]  # {1,2,3,4}, {5,6,7,8}, {9,10,1}
+    assert split_by_distinct(queries.offsets, queries.tokens, 100) == [(0, 7)]
+    assert split_by_distinct(queries.offsets, queries.tokens, 3) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
+    empty = SetBatch.from_lists([])
+    assert split_by_distinct(empty.offsets, empty.tokens, 4) == []
+
+
+@given(sets=st.lists(st.lists(st.integers(0, 30), min_size=0, max_size=6, unique=True), max_size=25),
+       limit=st.integers(6, 20))
+def test_split_by_distinct_runs_are_maximal(sets, limit):
+    batch = SetBatch.from_lists(sets)
+    cuts = split_by_distinct(batch.offsets, batch.tokens, limit)
+    assert [lo for lo, _ in cuts] == [0] * bool(sets) + [hi for _, hi in cuts[:-1]]
+    assert (cuts[-1][1] if cuts else 0) == len(sets)
+    distinct = lambda lo, hi: len({x for s in sets[lo:hi] for x in s})  # noqa: E731
+    for lo, hi in cuts:
+        assert distinct(lo, hi) <= limit
+        assert hi == len(sets) or distinct(lo, hi + 1) > limit
 
 
 def _index(docs, ids, max_len, score, routing, batch_ids=None, **options):

@@ -306,8 +306,11 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         device = cupy.cuda.Device()
         self._device_id = device.id
         self._n_sm = int(device.attributes["MultiProcessorCount"])
-        self._shared_optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_LIMIT))
         self._kernels = _kernels(self._device_id)
+        # Dynamic shared memory a count kernel may take: the device's opt-in limit less its static arrays.
+        static = max(int(self._kernels[f"count{q}{any_}"].shared_size_bytes) for q in (32, 16) for any_ in ("", "_any"))
+        optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_LIMIT))
+        self._shared_budget = optin - static
         self._build(pieces)
 
     @property
@@ -404,7 +407,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._thresholds_shared = _PLANE_WORDS_PER_LEN * n_len * 4
         if wide:
             # A batch's ids get table words 1..n: as many as a 32-query table fits (cut batches keep n below).
-            self._batch_ids = min(NARROW_VOCAB - 1, (self._shared_optin - self._thresholds_shared) // 16 * 4 - 1)
+            self._batch_ids = min(NARROW_VOCAB - 1, (self._shared_budget - self._thresholds_shared) // 16 * 4 - 1)
             self._wide = WideLayout(self._groups, high, self._n_words, self._kernels["remap_layout"])
             self._groups = self._wide.groups
             self._n_words = self._batch_ids + 1
@@ -416,10 +419,10 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         a table of ``n_words`` ids and the shard's threshold planes in shared memory."""
         for queries, word_bytes in ((32, 4), (16, 2)):
             shared = -(-n_words * word_bytes // 16) * 16 + self._thresholds_shared
-            if shared <= self._shared_optin:
+            if shared <= self._shared_budget:
                 break
         else:  # unreachable for max_len <= 255 and ids < 65536 on any GPU with >= 148 KiB per block
-            raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_optin}")
+            raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_budget}")
         self._n_words = n_words
         self.queries_per_block = queries
         self._count_shared = shared
@@ -509,10 +512,17 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
     def _query_batches(self, queries: SetBatch, rows: np.ndarray) -> list[np.ndarray]:
         """Runs of ``rows`` searched together: ``query_batch`` at a time, cut further on a wide shard where
         their queries hold more distinct ids than its table (:func:`settopk.kernels.cuda.wide.split_by_distinct`)."""
+        import cupy
+
         runs = [rows[lo : lo + self.query_batch] for lo in range(0, len(rows), self.query_batch)]
         if self._wide is None:
             return runs
-        return [part for run in runs for part in split_by_distinct(queries, run, self._batch_ids)]
+        parts = []
+        for run in runs:
+            batch = queries if len(run) == queries.n_sets else queries.take(run)
+            cuts = split_by_distinct(batch.offsets, cupy.asarray(batch.tokens), self._batch_ids, cupy)
+            parts += [run[lo:hi] for lo, hi in cuts]
+        return parts
 
     def _query_tokens(self, batch: SetBatch):
         """The device uint16 ids of one batch's queries for the kernels. On a wide shard they are the batch's
@@ -521,7 +531,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
 
         if self._wide is None:
             return cupy.asarray(batch.tokens) if len(batch.tokens) else cupy.zeros(1, dtype=np.uint16)
-        qtok, n_words = self._wide.remap(batch.tokens)
+        qtok, n_words = self._wide.remap(cupy.asarray(batch.tokens))
         self._set_table(n_words)
         return qtok
 

@@ -14,7 +14,8 @@ batch at a time through the batch's own dense ids:
 
 Exact: an id that no query of the batch holds can add to no overlap of the batch, and lengths come
 from the layout's slot lengths, not from the ids. A batch whose queries hold more distinct ids than
-the table fits is cut into smaller ones (:func:`split_by_distinct`). The remap reads the whole
+the table fits is cut into smaller ones (:func:`split_by_distinct`). Both steps run on the GPU
+(``cupy.unique``): on the host they cost more than the search. The remap reads the whole
 layout once per batch (24 bytes and 8 gathers per 8 ids), which the kernel's pass per group of 32
 queries amortises.
 
@@ -25,26 +26,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sets import SetBatch
 
 __all__ = ["WideLayout", "batch_dense_ids", "split_by_distinct"]
 
 _THREADS = 256  # remap_layout
 
 
-def batch_dense_ids(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def batch_dense_ids(tokens, xp=np):
     """The distinct ids of a batch's queries and each token's number among them.
 
     Parameters
     ----------
-    tokens : numpy.ndarray of uint16 or uint32, shape (n_tokens,)
-        The batch's query ids (host).
+    tokens : numpy.ndarray or cupy.ndarray of uint16 or uint32, shape (n_tokens,)
+        The batch's query ids, in host memory (``xp`` NumPy) or on the GPU (``xp`` CuPy).
+    xp : module, default numpy
+        The array module of ``tokens``.
 
     Returns
     -------
-    distinct : numpy.ndarray, shape (n_distinct,)
-        The distinct ids, ascending, of ``tokens``' dtype.
-    dense : numpy.ndarray of uint16, shape (n_tokens,)
+    distinct : array, shape (n_distinct,)
+        The distinct ids, ascending, of ``tokens``' dtype (same memory as ``tokens``).
+    dense : array of uint16, shape (n_tokens,)
         ``1 + index of tokens[i] in distinct``; 0 is left for the ids no query holds.
 
     Raises
@@ -52,39 +54,46 @@ def batch_dense_ids(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ValueError
         If there are 65,536 distinct ids or more (cut the batch first: :func:`split_by_distinct`).
     """
-    distinct, inverse = np.unique(tokens, return_inverse=True)
+    distinct, inverse = xp.unique(tokens, return_inverse=True)
     if len(distinct) >= 1 << 16:
         raise ValueError(f"a batch's queries may hold at most 65535 distinct ids, found {len(distinct)}")
     return distinct, (inverse.reshape(-1) + 1).astype(np.uint16)
 
 
-def split_by_distinct(queries: SetBatch, rows: np.ndarray, limit: int) -> list[np.ndarray]:
-    """Cut ``rows`` of ``queries``, in order, into runs whose sets hold at most ``limit`` distinct ids.
+def split_by_distinct(offsets: np.ndarray, tokens, limit: int, xp=np) -> list[tuple[int, int]]:
+    """Cut consecutive sets, in order, into the longest runs that hold at most ``limit`` distinct ids.
 
-    Each run is as long as halving allows: a run that holds too many ids is halved until it fits
-    (a single set always fits, ``limit`` being at least ``max_len``).
+    Greedy, one ``unique`` per run: among the ids from a run's first token on, the ``limit + 1``-th
+    to appear for the first time ends the run before the set that holds it.
 
     Parameters
     ----------
-    queries : SetBatch
-        Host sets.
-    rows : numpy.ndarray of int, shape (n_rows,)
-        Row numbers of ``queries``.
+    offsets : numpy.ndarray of int64, shape (n_sets + 1,)
+        Host CSR offsets of the sets into ``tokens``.
+    tokens : numpy.ndarray or cupy.ndarray, shape (n_tokens,)
+        Their ids, in host memory (``xp`` NumPy) or on the GPU (``xp`` CuPy).
     limit : int
-        Most distinct ids per run, ``>= 1``.
+        Most distinct ids per run; at least the longest set.
+    xp : module, default numpy
+        The array module of ``tokens``.
 
     Returns
     -------
-    list of numpy.ndarray
-        Consecutive slices of ``rows`` covering it.
+    list of (int, int)
+        ``(start, stop)`` set numbers of each run, covering ``[0, n_sets)`` in order.
     """
+    n_sets = len(offsets) - 1
     runs, lo = [], 0
-    while lo < len(rows):
-        n = len(rows) - lo
-        while n > 1 and len(np.unique(queries.take(rows[lo : lo + n]).tokens)) > limit:
-            n = -(-n // 2)
-        runs.append(rows[lo : lo + n])
-        lo += n
+    while lo < n_sets:
+        start = int(offsets[lo])
+        distinct, first = xp.unique(tokens[start : int(offsets[-1])], return_index=True)
+        if len(distinct) <= limit:
+            runs.append((lo, n_sets))
+            break
+        end = start + int(xp.sort(first)[limit])  # the first token past the run's `limit` ids
+        hi = max(lo + 1, int(np.searchsorted(offsets, end, side="right")) - 1)
+        runs.append((lo, hi))
+        lo = hi
     return runs
 
 
@@ -118,13 +127,13 @@ class WideLayout:
         self._kernel = kernel
         self.nbytes = int(low.nbytes + high.nbytes + self.groups.nbytes + self._dense.nbytes)
 
-    def remap(self, tokens: np.ndarray):
+    def remap(self, tokens):
         """Renumber the layout for a batch whose query ids are ``tokens``.
 
         Parameters
         ----------
-        tokens : numpy.ndarray of uint16 or uint32, shape (n_tokens,)
-            The batch's query ids (host), at most 65,535 distinct.
+        tokens : cupy.ndarray of uint16 or uint32, shape (n_tokens,)
+            The batch's query ids (device), at most 65,535 distinct.
 
         Returns
         -------
@@ -135,14 +144,14 @@ class WideLayout:
         """
         import cupy
 
-        distinct, dense = batch_dense_ids(tokens)
+        if len(tokens) == 0:
+            return cupy.zeros(1, dtype=np.uint16), 1
+        distinct, dense = batch_dense_ids(tokens, cupy)
         # Ascending, so the ids some doc may hold are a prefix of `distinct`, numbered 1.. as in `dense`.
-        held = distinct[distinct < len(self._dense)]
+        n_held = int(cupy.searchsorted(distinct, len(self._dense)))
         self._dense.fill(0)
-        if len(held):
-            self._dense[cupy.asarray(held.astype(np.int64))] = cupy.arange(1, len(held) + 1, dtype=np.uint16)
+        self._dense[distinct[:n_held].astype(np.int64)] = cupy.arange(1, n_held + 1, dtype=np.uint16)
         n = len(self.low)
         self._kernel((max(1, min(-(-n // _THREADS), 65535 * 32)),), (_THREADS,),
                      (self.low, self.high, np.int64(n), self._dense, self.groups))
-        qtok = cupy.asarray(dense) if len(dense) else cupy.zeros(1, dtype=np.uint16)
-        return qtok, len(distinct) + 1
+        return dense, len(distinct) + 1
