@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from textwrap import dedent
 
 import numpy as np
 import pytest
@@ -74,6 +75,39 @@ def test_smoke_config_end_to_end(ray_cluster, tmp_path, capsys):
         assert scipy["skipped"].startswith("not run")
     printed = capsys.readouterr().out
     assert "exact: 16 sampled queries identical to the NumPy reference" in printed
+
+
+@pytest.mark.slow
+def test_token_values_are_mapped_in_the_read_and_searched_exactly(ray_cluster, tmp_path):
+    """String tokens (the ids shifted by 10**12, as text): the bench maps them as the job does and its
+    search equals the NumPy reference on the mapped sets; the shared vocabulary fits uint16."""
+    cfg = dedent("""\
+        backend: cpu
+        n_shards: 2
+        cpus_per_shard: 1.0
+        k: 10
+        max_len: 128
+        vocab_size: 65536
+        warmup: 0
+        repetitions: 1
+        verify_queries: 16
+        baselines: []
+        synthetic:
+          n_docs: 3000
+          n_queries: 40
+          vocab_size: 5000
+          id_dist: zipf
+          token_type: string
+          token_offset: 1000000000000
+        """)
+    path, out = tmp_path / "tokens.yaml", tmp_path / "tokens.json"
+    path.write_text(cfg)
+    assert bench.main(["--config", str(path), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    assert result["exactness"]["identical"] and len(result["exactness"]["sample"]) == 16
+    assert result["corpus"]["n_docs"] == 3000 and result["corpus"]["n_queries"] == 40
+    tokens = result["corpus"]["tokens"]
+    assert tokens["dense_ids"] == "shared-first" and 0 < tokens["distinct_shared_tokens"] <= 5000, tokens
 
 
 def test_a_wrong_result_is_reported_and_no_timing_is_printed():

@@ -231,9 +231,14 @@ def reference_topk(actors: list, queries: SetBatch, sample: np.ndarray, cfg: Ben
 
 
 def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg: BenchConfig,
-                replicas: int = 1) -> tuple[list[ShardSpec], list, Callable[[], float]]:
+                replicas: int = 1, queries=None) -> tuple[list[ShardSpec], list, Callable[[], float]]:
     """Read the corpus with the reader tasks, plan ``n_shards`` shards and start ``replicas`` bench
     actors each.
+
+    Where ``queries`` (a validated :class:`settopk.shards.inputs.QueryStream`) or the docs hold token
+    values rather than ids (int64 beyond ``vocab_size``, strings), every read maps them as the job
+    does (:func:`settopk.jobs.vocabulary.settle_tokens`: Ray tasks merge the pieces' tokens, then
+    map the docs), inside the timed read, and sets ``queries.token_map``.
 
     Returns
     -------
@@ -252,8 +257,11 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg: 
 
     from .shard import BenchShardActor  # defines a Ray actor class: imports Ray
 
+    from settopk.jobs.vocabulary import longest, settle_tokens
+
     pieces, _, _ = pieces_for_cluster(str(docs_path), float(ray.cluster_resources().get("CPU", 1)))
     first = read_corpus_pieces(pieces, limits, "error")
+    wide_queries = queries is not None and not queries.vocab.all_small
     plan = plan_shards_from_counts(first.length_counts, n_shards, doc_cost=shard_doc_cost(backend, limits.max_len))
     del first
     options = {"num_cpus": cfg.cpus_per_shard, "num_gpus": cfg.gpus_per_shard if backend == "cupy" else 0}
@@ -267,6 +275,8 @@ def load_shards(docs_path, limits: SetLimits, backend: str, n_shards: int, cfg: 
     def read_once() -> float:
         start = time.perf_counter()
         corpus = read_corpus_pieces(pieces, limits, "error", reader_cpus=reader_cpus)
+        if queries is not None and (corpus.wide or wide_queries):
+            settle_tokens(queries, corpus, limits, longest(corpus.length_counts))
         ray.get([a.read.remote(corpus.corpus_refs, corpus.drops, corpus.ordered) for a in actors])
         return time.perf_counter() - start
 

@@ -55,7 +55,7 @@ import numpy as np
 from settopk.jobs.output import results_table, write_results
 from settopk.jobs.cluster import resolve_backend
 from settopk.kernels import TopK, score_definition
-from settopk.shards.inputs import SetLimits, read_queries
+from settopk.shards.inputs import QueryStream, SetLimits, read_queries
 
 from .baselines import BASELINES
 from .common import (
@@ -124,14 +124,14 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
     if not ray.is_initialized():
         ray.init()
     backend, n_shards = resolve_backend(cfg, ray.cluster_resources())
-    plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg)
+    stream = QueryStream(str(queries_path), limits)  # its counts give the token map, as in the job
+    plan, actors, read_once = load_shards(docs_path, limits, backend, n_shards, cfg, queries=stream)
     baselines = resolve_baselines(cfg.baselines, backend)
     n_docs, n_tokens = sum(sp.n_docs for sp in plan), sum(sp.n_tokens for sp in plan)
     log.info("bench %s: %d docs, %d ids, %d queries, k=%d, score %s, backend %s, %d shard(s), baselines %s",
              name, n_docs, n_tokens, qset.n_sets, cfg.k, cfg.score, backend, len(plan), baselines)
     batch = cfg.query_batch_size or max(1, qset.n_sets)
     starts = list(range(0, qset.n_sets, batch))
-    batch_refs = [ray.put(qset.take(np.arange(lo, min(lo + batch, qset.n_sets)))) for lo in starts]
     warmup, reps = cfg.warmup, cfg.repetitions
 
     work_dir = Path(tempfile.mkdtemp(prefix="settopk bench-"))
@@ -139,6 +139,9 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
         environment = ray.get(actors[0].environment.remote())
         runs: dict[str, list[float]] = {}
         runs["read"] = repeat(read_once, warmup, reps)
+        if stream.token_map is not None:  # token values: the read mapped the docs, the same map takes the queries
+            qset = stream.token_map.queries(queries.queries)
+        batch_refs = [ray.put(qset.take(np.arange(lo, min(lo + batch, qset.n_sets)))) for lo in starts]
         runs["build"] = repeat(lambda: max(ray.get([a.build.remote() for a in actors])), warmup, reps)
 
         last: dict = {}
@@ -263,7 +266,8 @@ def run_phases(cfg: BenchConfig, name: str, docs_path: Path, queries_path: Path)
         "settings": cfg.to_dict(),
         "environment": environment,
         "corpus": {"docs": str(docs_path), "queries": str(queries_path), "n_docs": n_docs, "n_tokens": n_tokens,
-                   "n_queries": qset.n_sets, "query_tokens": int(len(qset.tokens))},
+                   "n_queries": qset.n_sets, "query_tokens": int(len(qset.tokens)),
+                   "tokens": None if stream.token_map is None else stream.token_map.summary()},
         "backend": backend,
         "shards": [sp.to_dict() for sp in plan],
         "exactness": {"reference": "settopk.kernels.NumpyShardIndex", "sample": sample.tolist(), "checked": checked,
