@@ -30,9 +30,12 @@ import numpy as np
 from settopk.kernels import DEFAULT_SCORE, SetBatch, build_index, check_score, score_definition, score_value
 from settopk.kernels import TopK as _KernelTopK
 from settopk.kernels.postings import check_routing
+from settopk.kernels.sets import MAX_VOCAB
 from settopk.shards.inputs import InputError, SetLimits
+from settopk.shards.inputs.vocabulary import WideSets
 
-from ._index_inputs import read_doc_sets, read_query_sets
+from ._index_inputs import SETS, TABLE, read_doc_sets, read_query_sets
+from ._index_tokens import TokenDictionary
 
 __all__ = ["BACKENDS", "Index", "InputError", "MAX_K", "TopK"]  # InputError: what build and search raise for bad input
 
@@ -213,6 +216,11 @@ class Index:
         self.routing = routing
         self.max_len = int(max_len) if max_len is not None else max(_DEFAULT_MAX_LEN, longest)
         self.vocab_size = int(vocab_size)
+        # Decided once, from the docs: ids as they are, or token values through a dictionary.
+        self._dictionary = None
+        if isinstance(sets, WideSets):
+            self._dictionary, sets = TokenDictionary.build(sets, self.max_len, _source_name(docs))
+            self.vocab_size = self._dictionary.vocab_size
         self.threads = None if threads is None else int(threads)
         self.doc_ids = ids
         # An empty corpus needs no backend index: every row of every search is padding.
@@ -295,6 +303,12 @@ class Index:
         return len(self.doc_ids)
 
     @property
+    def token_values(self):
+        """The docs' distinct token values (:class:`pyarrow.Array`, sorted; a value's dense id is its
+        position), where the index was built over token values; None where over token ids."""
+        return None if self._dictionary is None else self._dictionary.values
+
+    @property
     def kernel(self):
         """The backend's own index (:class:`settopk.kernels.ShardIndex`) under this one, for its
         diagnostics (``last_routing``, ``postings_bytes``) and the benchmark's kernel-alone time;
@@ -306,8 +320,9 @@ class Index:
         return self.n_docs
 
     def __repr__(self) -> str:
+        tokens = "" if self._dictionary is None else f", token_values={self._dictionary.n_tokens} {self._dictionary.kind}"
         return (f"settopk.Index(n_docs={self.n_docs}, backend={self.backend!r}, score={self.score!r}, "
-                f"routing={self.routing!r}, max_len={self.max_len})")
+                f"routing={self.routing!r}, max_len={self.max_len}{tokens})")
 
     def search(self, queries, k: int = 100, *, batch_size: int | None = None) -> TopK:
         """The exact top ``k`` docs of each query.
@@ -351,7 +366,11 @@ class Index:
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1 or None, found {batch_size!r}")
         k = int(k)
-        query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
+        if self._dictionary is None:
+            query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
+        else:  # any integer is a token value here: small ones come as ids, the others as values
+            query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=MAX_VOCAB, max_len=self.max_len), True)
+            sets = self._dictionary.queries(sets, _source_name(queries), query_ids)
         n = sets.n_sets
         query_len = sets.lengths.astype(np.int16)
         width = min(k, self.n_docs)  # the backend ranks every doc, so a row holds min(k, n_docs) of them
@@ -395,6 +414,13 @@ class Index:
                 for future in pending:
                     future.cancel()
         return out, scores
+
+
+def _source_name(value) -> str:
+    """How an error names an input: its path, or the kind of in-memory input."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    return TABLE if hasattr(value, "schema") else SETS
 
 
 def _copy_and_score(part: _KernelTopK, out: _KernelTopK, query_len, scores, score: str, lo: int, hi: int) -> None:
