@@ -11,6 +11,9 @@ Shaped like the search libraries users know (FAISS ``Index.search``, cuVS build/
 
 Results are exact and identical to the job's (``settopk score``) for the same docs, queries,
 score and ``k``, on every backend: ranked by the score descending, ties to the lower doc id.
+Tokens may be ids in ``[0, vocab_size)``, taken as they are, or any token values (strings, bytes,
+64-bit or negative integers), searched through an exact dictionary of the docs' tokens
+(:mod:`settopk._index_tokens`), as the job maps them.
 
 Everything runs in this process: no Ray. CuPy is imported when a ``"cupy"`` index is built
 (or ``backend="auto"`` looks for a GPU), Numba when a ``"cpu"`` one is; ``import settopk``
@@ -169,11 +172,20 @@ class TopK:
 
 
 class Index:
-    """An exact top-k set-similarity index over a corpus of token-id sets, in this process.
+    """An exact top-k set-similarity index over a corpus of token sets, in this process.
 
     Build it with :meth:`build` (``Index(docs, ...)`` is the same), then :meth:`search` it any
     number of times. The docs live in host memory (``"numpy"``, ``"cpu"``) or on the current
     CUDA device (``"cupy"``).
+
+    The build decides once, from the docs alone, how tokens are read. Where every doc token is an
+    integer in ``[0, vocab_size)``, the index is over token *ids*: they are the kernels' ids as
+    they are, and a query must hold ids in the same range. Otherwise (a string, bytes, an integer
+    outside that range, negative or up to ``2**64 - 1``) it is over token *values*: the docs'
+    distinct values, sorted, make a dictionary (:attr:`token_values`) whose positions are the
+    kernels' dense ids; a query's values are looked up in it (integers given as ids are values
+    too), and a value no doc holds can match nothing yet counts in ``|q|``. Results are those of
+    the values themselves, as the job's.
 
     Attributes
     ----------
@@ -186,7 +198,14 @@ class Index:
     max_len : int
         Most distinct ids a doc or a query may have.
     vocab_size : int
-        Token ids lie in ``[0, vocab_size)``.
+        Over token ids: ids lie in ``[0, vocab_size)`` (the argument). Over token values: the
+        kernels' dense ids, ``len(token_values) + max_len`` (room for a query's tokens that no
+        doc holds).
+    token_values : pyarrow.Array or None
+        Over token values: the docs' distinct tokens, sorted ascending (bytes by their bytes),
+        a token's dense id its position; ``int64``, ``uint64`` (where some id is ``2**63`` or
+        more) or ``large_binary`` (strings as their UTF-8 bytes, so ``"a"`` and ``b"a"`` are one
+        token). Host memory: 8 bytes a token, plus its bytes for strings. None over token ids.
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         The docs' ids, strictly increasing (host memory).
     n_docs : int
@@ -239,15 +258,22 @@ class Index:
             The corpus, in any of these forms:
 
             - a path or URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``) in any
-              corpus format the job reads: STI2 text (one doc per line, comma-separated ids, the
-              doc id its 0-based line number) or Parquet (a file or a directory of them, columns
-              ``doc_id`` and ``tokens``), read whole into this process;
-            - an Arrow table or record batch with ``tokens`` (a list of integers) and ``doc_id``
+              corpus format the job reads: STI2 text (one doc per line, comma-separated 64-bit
+              integers, the doc id its 0-based line number) or Parquet (a file or a directory of
+              them, columns ``doc_id`` and ``tokens``), read whole into this process;
+            - an Arrow table or record batch with ``tokens`` (a list of any integer type,
+              ``string``, ``large_string``, ``binary`` or ``large_binary``) and ``doc_id``
               (integers in ``[0, 2**63)``, unique, any order; without it, rows are numbered from 0);
-            - a sequence of sets, each an iterable of int ids (a ``set``, list or NumPy array),
-              or a SetBatch; the doc ids are their positions unless ``doc_ids`` is given.
+            - a sequence of sets, each an iterable of ``int`` (within 64 bits, all signed or all
+              unsigned), or of ``str`` and ``bytes`` (a ``set``, list or NumPy array), or a
+              SetBatch (``uint16`` or ``uint32`` ids); the doc ids are their positions unless
+              ``doc_ids`` is given.
 
-            Ids may come in any order and repeated; each set is sorted and de-duplicated.
+            Tokens may come in any order and repeated; each set is sorted and de-duplicated.
+            Where every token is an integer in ``[0, vocab_size)`` they are ids, as they are;
+            otherwise the index is over token values: a dictionary of the docs' distinct
+            tokens, host memory about their size (:attr:`token_values`), maps them to dense ids
+            ``0 .. n - 1``, and ``n + max_len`` must not exceed ``2**24``.
         score : str, default "braun_blanquet"
             What to rank by, one of :data:`settopk.kernels.SCORES`: ``braun_blanquet``,
             ``jaccard``, ``cosine``, ``dice``, ``overlap``, ``containment``.
@@ -265,8 +291,9 @@ class Index:
             that is longer; a longer query is refused at search. Results do not depend on it; the
             ``"cpu"`` backend's scan does a little more work per doc for a larger one.
         vocab_size : int, default 65536
-            Token ids must lie in ``[0, vocab_size)``, at most 16,777,216 (2**24) on every backend
-            (ids of 65536 and more are kept as ``uint32``; a SetBatch may hold ``uint32`` tokens).
+            Integer tokens in ``[0, vocab_size)`` are ids, taken as they are, at most 16,777,216
+            (2**24) on every backend (ids of 65536 and more are kept as ``uint32``; a SetBatch may
+            hold ``uint32`` tokens). Docs holding any other token make an index over values.
         doc_ids : array_like of int, shape (n_docs,), optional
             Ids of a sequence of sets or a SetBatch, unique, in ``[0, 2**63)``, any order.
         threads : int, optional
@@ -280,10 +307,12 @@ class Index:
         Raises
         ------
         settopk.shards.inputs.InputError
-            (a ValueError) For a bad doc: an id outside ``[0, vocab_size)``, a set longer than
-            ``max_len``, a repeated ``doc_id``, a null, a wrong column type, or a missing or
-            unreadable file. The message names the file and line, or the row, what was expected,
-            what was found and how to fix it.
+            (a ValueError) For a bad doc: a set longer than ``max_len``, a repeated ``doc_id``, a
+            null, a token of no token type (a float, a bool) or of another kind than the others
+            (integers beside strings, negative ids beside ids of ``2**63`` and more), more than
+            ``2**24 - max_len`` distinct tokens in docs of token values, a wrong column type, or a
+            missing or unreadable file. The message names the file and line, or the row, what was
+            expected, what was found and how to fix it.
         ValueError
             For an unknown ``score``, ``backend`` or ``routing``, or ``max_len``, ``vocab_size``,
             ``threads`` or ``doc_ids`` out of range.
@@ -332,8 +361,10 @@ class Index:
         queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, settopk.kernels.SetBatch or sequence of sets
             The queries, in any form :meth:`build` takes docs, or a path or URI in any query
             format the job reads (a directory of one-query files, text, Parquet with
-            ``query_id`` and ``tokens``). Each set: ids in ``[0, vocab_size)``, at most
-            ``max_len`` distinct ones.
+            ``query_id`` and ``tokens``). Each set: at most ``max_len`` distinct tokens; over
+            token ids, ids in ``[0, vocab_size)``; over token values, tokens of the docs' kind
+            (integers, or strings and bytes), mapped through :attr:`token_values` with one
+            vectorised lookup (for strings, a hash of the dictionary built per call).
         k : int, default 100
             Results per query, in ``[1, 32767]``; larger than the corpus is allowed (rows are
             then padded).
@@ -352,9 +383,11 @@ class Index:
         Raises
         ------
         settopk.shards.inputs.InputError
-            (a ValueError) For a bad query: an id outside ``[0, vocab_size)``, more than
-            ``max_len`` distinct ids, a repeated ``query_id``, a missing or unreadable file. The
-            message names the row (or file and line).
+            (a ValueError) For a bad query: over token ids, an id outside ``[0, vocab_size)``;
+            over token values, a token of another kind than the docs' (strings against integers,
+            or the reverse; negative ids against docs with ids of ``2**63`` and more, or the
+            reverse); more than ``max_len`` distinct tokens, a repeated ``query_id``, a null, a
+            missing or unreadable file. The message names the row (or file and line, or query id).
         ValueError
             If ``k`` or ``batch_size`` is out of range.
         TypeError
