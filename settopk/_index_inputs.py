@@ -364,7 +364,7 @@ def _first_non_token(values: list) -> tuple[int, str, str]:
     huge = next((i for i, v in enumerate(values) if not -(2**63) <= int(v) < 2**64), None)
     if huge is not None:
         return huge, f"{values[huge]} (beyond 64 bits)", "pass integers in [-2**63, 2**64)"
-    big = next(i for i, v in enumerate(values) if int(v) >= 2**63)
+    big = next((i for i, v in enumerate(values) if int(v) >= 2**63), 0)
     return big, f"{values[big]} beside negative ids", "pass all ids as signed (below 2**63) or all as unsigned (none negative)"
 
 

@@ -81,7 +81,7 @@ def _form(sets, kind, form, id_column=None, ids=None):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("backend", HOST_BACKENDS + [pytest.param("cupy", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("score", SCORES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_case(), k_pick=st.sampled_from(["1", "3", "beyond"]), form=st.sampled_from(["lists", "arrays", "arrow"]),
