@@ -1,18 +1,22 @@
 """What :class:`settopk.Index` accepts as docs and queries, read into validated CSR sets.
 
-Four kinds of input, each checked by the rules of :mod:`settopk.shards.inputs` (ids integers in
-``[0, vocab_size)``, a repeated id counted once, at most ``max_len`` distinct ids per set, ids
-unique), with the same :class:`settopk.shards.inputs.InputError` naming the row at fault:
+Four kinds of input, each checked by the rules of :mod:`settopk.shards.inputs` (a repeated token
+counted once, at most ``max_len`` distinct tokens per set, ids unique), with the same
+:class:`settopk.shards.inputs.InputError` naming the row at fault. Sets whose tokens are all
+integers in ``[0, vocab_size)`` come as a :class:`SetBatch` of those ids; any other tokens
+(strings, bytes, other integers) as a :class:`settopk.shards.inputs.vocabulary.WideSets` of their
+values, as the job's readers give them, where the caller takes values (always for docs; for
+queries of an index built over values), else they are refused:
 
 * a path or URI: read whole by :func:`settopk.shards.inputs.read_corpus` /
   :func:`settopk.shards.inputs.read_queries`, the job's own readers (text, Parquet, a query
   directory; local or any store PyArrow opens);
-* a :class:`pyarrow.Table` or :class:`pyarrow.RecordBatch` with ``tokens`` (a list of integers)
-  and optionally ``doc_id`` / ``query_id``, checked record batch by record batch by the Parquet
+* a :class:`pyarrow.Table` or :class:`pyarrow.RecordBatch` with ``tokens`` (a list of integers,
+  strings or binary) and optionally ``doc_id`` / ``query_id``, checked record batch by record batch by the Parquet
   reader's own check, as if it were one Parquet file;
-* a :class:`settopk.kernels.SetBatch`, checked for ascending, distinct ids in range;
-* a sequence (or any iterable) of sets, each an iterable of ints (a Python ``set``, a list, a
-  NumPy array), sorted and de-duplicated.
+* a :class:`settopk.kernels.SetBatch`, checked for ascending, distinct ids;
+* a sequence (or any iterable) of sets, each an iterable of ints, or of ``str`` / ``bytes`` (a
+  Python ``set``, a list, a NumPy array), sorted and de-duplicated.
 
 Nothing here imports Ray, CuPy or Numba.
 """
@@ -27,12 +31,12 @@ import pyarrow as pa
 
 from settopk.kernels.sets import SetBatch
 from settopk.shards.inputs import InputError, SetLimits, read_corpus, read_queries
-from settopk.shards.inputs.canonical import canonical, csr_offsets
+from settopk.shards.inputs.canonical import canonical, concat_sets, csr_offsets
 from settopk.shards.inputs.errors import REMAP_FIX, Rejects
-from settopk.shards.inputs.vocabulary import WideSets
+from settopk.shards.inputs.vocabulary import WideSets, dedup_values, kind_of_type, values_of
 # The Parquet reader's schema and per-batch checks, reused so that an in-memory table obeys exactly the
 # rules (and gets exactly the messages) of a Parquet file holding it.
-from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error
+from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error, mixed_types_error
 
 __all__ = ["TABLE", "SETS", "read_doc_sets", "read_query_sets"]
 
@@ -42,9 +46,11 @@ SETS = "<sets>"
 """How errors name a sequence of sets or a SetBatch input."""
 
 _BATCH_ROWS = 1 << 17  # rows of an Arrow table checked at a time (bounds the temporary arrays)
+# An index over token ids decided so from its docs: a query token outside their range is refused.
+_IDS_FIX = REMAP_FIX + " (this index was built over token ids, its docs' all in [0, vocab_size): a query takes ids in that range)"
 
 
-def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, SetBatch]:
+def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, SetBatch | WideSets]:
     """The docs of ``docs``, validated, as ``(doc_ids, sets)`` sorted by doc id.
 
     Parameters
@@ -60,8 +66,9 @@ def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, Se
     -------
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         Strictly increasing.
-    sets : SetBatch
-        In ``doc_ids`` order.
+    sets : SetBatch or WideSets
+        In ``doc_ids`` order: a SetBatch where every token is an integer in ``[0, vocab_size)``,
+        else a WideSets of the token values (integers of any sign up to 64 bits, strings or bytes).
 
     Raises
     ------
@@ -76,18 +83,17 @@ def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, Se
                             "own 'doc_id' (a table without one numbers its rows from 0)")
         if _is_path(docs):
             corpus = read_corpus(docs, limits)
-            _require_small(corpus.docs, docs, limits, corpus.source_rows, corpus.fmt == "text")
             return corpus.doc_ids, corpus.docs
-        ids, sets, where = _table_sets(docs, "doc_id", limits)
+        ids, sets, where = _table_sets(docs, "doc_id", limits, True)
         return _sorted_by_id(ids, sets, where)
-    sets = _plain_sets(docs, limits)
+    sets = _plain_sets(docs, limits, True)
     if doc_ids is None:
         return np.arange(sets.n_sets, dtype=np.int64), sets
     ids = _checked_doc_ids(doc_ids, sets.n_sets)
     return _sorted_by_id(ids, sets, [(SETS, 0, sets.n_sets)])
 
 
-def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBatch]:
+def read_query_sets(queries, limits: SetLimits, take_values: bool = False) -> tuple[list[str] | None, SetBatch | WideSets]:
     """The queries of ``queries``, validated, in input order.
 
     Parameters
@@ -96,13 +102,16 @@ def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBa
         See :meth:`settopk.Index.search`.
     limits : SetLimits
         The index's bounds: ids below its ``vocab_size``, at most its ``max_len`` ids.
+    take_values : bool, default False
+        Return sets holding other tokens as a WideSets of their values (an index built over token
+        values maps them); else such a token raises.
 
     Returns
     -------
     query_ids : list of str or None
         The ids a file or a table with ``query_id`` names its queries by; None for inputs without
         ids (their rows are numbered from 0).
-    sets : SetBatch
+    sets : SetBatch or WideSets
 
     Raises
     ------
@@ -114,11 +123,12 @@ def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBa
     """
     if _is_path(queries):
         read = read_queries(queries, limits)
-        _require_small(read.queries, queries, limits)
+        if not take_values:
+            _require_small(read.queries, queries, limits)
         return read.query_ids, read.queries
     if isinstance(queries, (pa.Table, pa.RecordBatch)):
         has_ids = "query_id" in queries.schema.names
-        ids, sets, where = _table_sets(queries, "query_id", limits)
+        ids, sets, where = _table_sets(queries, "query_id", limits, take_values)
         if not has_ids:
             return None, sets
         seen: dict[str, int] = {}
@@ -127,12 +137,12 @@ def read_query_sets(queries, limits: SetLimits) -> tuple[list[str] | None, SetBa
             if first != index:
                 raise duplicate_error(where, "query_id", query_id, first, index)
         return ids, sets
-    return None, _plain_sets(queries, limits)
+    return None, _plain_sets(queries, limits, take_values)
 
 
 def _require_small(sets, source, limits: SetLimits, rows=None, lines: bool = False) -> None:
-    """Refuse sets read as token values (:class:`settopk.shards.inputs.vocabulary.WideSets`): the
-    Index takes ids in ``[0, vocab_size)`` as they are (the job maps any token to dense ids).
+    """Refuse query sets read as token values (:class:`settopk.shards.inputs.vocabulary.WideSets`)
+    for an index built over token ids: it takes ids in ``[0, vocab_size)`` as they are.
 
     ``rows`` gives each set's row (or 0-based line where ``lines``) in ``source`` for the message.
     """
@@ -148,14 +158,14 @@ def _require_small(sets, source, limits: SetLimits, rows=None, lines: bool = Fal
     at = int(rows[index]) if rows is not None else index
     where = {"line": at + 1} if lines else {"row": at}
     raise InputError(source, f"token ids in [0, {limits.vocab_size})", f"{values[position]!r} at id #{position - int(sets.offsets[index]) + 1}",
-                     REMAP_FIX + " (settopk score maps any token itself)", **where)
+                     _IDS_FIX, **where)
 
 
 def _is_path(value) -> bool:
     return isinstance(value, (str, os.PathLike))
 
 
-def _table_sets(table, id_column: str, limits: SetLimits):
+def _table_sets(table, id_column: str, limits: SetLimits, take_values: bool):
     """Ids (int64 array, or list of str for ``query_id``), sets and record-batch locations of an
     Arrow table or record batch, checked as the Parquet reader checks a file."""
     if id_column not in table.schema.names:  # rows numbered from 0, as the text format numbers lines
@@ -173,16 +183,20 @@ def _table_sets(table, id_column: str, limits: SetLimits):
         if batch.num_rows == 0:
             continue
         batch_ids, (batch_lengths, batch_tokens, _), _ = validate_batch(TABLE, batch, id_column, row_base, limits, rejects)
-        _require_small(SetBatch(csr_offsets(batch_lengths), batch_tokens) if isinstance(batch_tokens, np.ndarray)
-                       else WideSets(csr_offsets(batch_lengths), batch_tokens), TABLE, limits, np.arange(row_base, row_base + batch.num_rows))
+        if not take_values:
+            _require_small(SetBatch(csr_offsets(batch_lengths), batch_tokens) if isinstance(batch_tokens, np.ndarray)
+                           else WideSets(csr_offsets(batch_lengths), batch_tokens), TABLE, limits, np.arange(row_base, row_base + batch.num_rows))
         ids.append(batch_ids)
         lengths.append(batch_lengths)
         tokens.append(batch_tokens)
         where.append((TABLE, row_base, batch.num_rows))
         row_base += batch.num_rows
-    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    # Blocks are uint16, or uint32 where ids reach 65536 (vocab_size above it): joined, the widest.
-    sets = SetBatch(csr_offsets(all_lengths), np.concatenate(tokens) if tokens else np.zeros(0, np.uint16))
+    # Blocks are uint16, or uint32 where ids reach 65536 (vocab_size above it): joined, the widest;
+    # a block of token values makes them all values.
+    try:
+        sets = concat_sets(lengths, tokens)
+    except ValueError:
+        raise mixed_types_error([(TABLE, t) for t in tokens]) from None
     if id_column == "doc_id":
         return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sets, where
     return [q for batch_ids in ids for q in batch_ids], sets, where
@@ -220,10 +234,11 @@ def _checked_doc_ids(doc_ids, n_docs: int) -> np.ndarray:
     return array
 
 
-def _plain_sets(sets, limits: SetLimits) -> SetBatch:
-    """A SetBatch, checked, or an iterable of sets made one (each sorted and de-duplicated), checked."""
+def _plain_sets(sets, limits: SetLimits, take_values: bool) -> SetBatch | WideSets:
+    """A SetBatch, checked, or an iterable of sets made one (each sorted and de-duplicated), checked;
+    with ``take_values``, sets holding other tokens than ids in ``[0, vocab_size)`` as a WideSets."""
     if isinstance(sets, SetBatch):
-        return _checked_set_batch(sets, limits)
+        return _checked_set_batch(sets, limits, take_values)
     if isinstance(sets, (bytes, bytearray, dict)) or not _iterable(sets):
         raise TypeError(f"expected a path or URI, an Arrow table, a SetBatch or a sequence of sets; found {type(sets).__name__}")
     rows = list(sets)
@@ -245,11 +260,15 @@ def _plain_sets(sets, limits: SetLimits) -> SetBatch:
         except (OverflowError, ValueError):
             values = np.array(flat, dtype=object)
     if values.dtype.kind not in "iu" or values.ndim != 1:
+        if take_values:
+            return _value_sets(_token_values(flat, counts), counts, limits)
         position = _first_non_integer(flat)
         row, number = _row_of(counts, position)
         raise InputError(SETS, "integer token ids", f"{_show(flat[position])} at id #{number}",
                          "pass ints (no floats, strings or nested lists)", row=row)
     bad = (values >= limits.vocab_size) if values.dtype.kind == "u" else ((values < 0) | (values >= limits.vocab_size))
+    if bad.any() and take_values:
+        return _value_sets(values_of(pa.array(values)), counts, limits)
     if bad.any():
         position = int(np.flatnonzero(bad)[0])
         row, number = _row_of(counts, position)
@@ -260,9 +279,10 @@ def _plain_sets(sets, limits: SetLimits) -> SetBatch:
     return SetBatch(csr_offsets(lengths), tokens)
 
 
-def _checked_set_batch(sets: SetBatch, limits: SetLimits) -> SetBatch:
+def _checked_set_batch(sets: SetBatch, limits: SetLimits, take_values: bool) -> SetBatch | WideSets:
     """``sets`` itself, once every set is found ascending and repeat-free with ids below
-    ``vocab_size`` and at most ``max_len`` of them (a SetBatch's constructor checks none of it)."""
+    ``vocab_size`` and at most ``max_len`` of them (a SetBatch's constructor checks none of it);
+    with ``take_values``, ids of ``vocab_size`` and more make it a WideSets of those values."""
     lengths = sets.lengths
     if len(lengths) and lengths.min() < 0:
         raise InputError(SETS, "non-decreasing SetBatch.offsets", f"a set of length {int(lengths.min())}",
@@ -280,11 +300,72 @@ def _checked_set_batch(sets: SetBatch, limits: SetLimits) -> SetBatch:
                              f"{int(tokens[position])} after {int(tokens[position - 1])} at id #{number}",
                              "build the SetBatch with SetBatch.from_lists, which sorts and de-duplicates", row=row)
     if len(tokens) and (sets.wide or limits.vocab_size < 65536) and int(tokens.max()) >= limits.vocab_size:
+        if take_values:
+            _check_lengths(lengths, limits)
+            return WideSets(sets.offsets, pa.array(tokens.astype(np.int64)))
         position = int(np.flatnonzero(tokens >= limits.vocab_size)[0])
         row, number = _row_of(lengths, position)
         raise InputError(SETS, f"token ids in [0, {limits.vocab_size})", f"{int(tokens[position])} at id #{number}", REMAP_FIX, row=row)
     _check_lengths(lengths, limits)
     return sets
+
+
+def _value_sets(values: pa.Array, counts: np.ndarray, limits: SetLimits) -> WideSets:
+    """Sets of canonical token values (:func:`values_of`), each de-duplicated, lengths checked."""
+    lengths, tokens, _ = dedup_values(values, counts)
+    _check_lengths(lengths, limits)
+    return WideSets(csr_offsets(lengths), tokens)
+
+
+def _token_values(flat: list, counts: np.ndarray) -> pa.Array:
+    """The tokens of ``flat`` as canonical values: integers of one signedness up to 64 bits, or
+    ``str`` and ``bytes`` (a string is its UTF-8 bytes, as the readers take a string column).
+
+    Raises
+    ------
+    InputError
+        For a token of no such kind (a float, a bool, None, a nested list), integers beside
+        strings, or integers no 64-bit type holds together; naming its row.
+    """
+    try:
+        array = pa.array(flat)
+    except OverflowError:  # ids of 2**63 and more: uint64, where every id is an integer >= 0
+        exact = all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat)
+        try:
+            array = pa.array(np.array(flat, dtype=np.uint64)) if exact else None
+        except (OverflowError, TypeError, ValueError):
+            array = None
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        array = None
+    if array is not None and kind_of_type(array.type) is not None and array.null_count == 0:
+        return values_of(array)
+    position, found, fix = _first_non_token(flat)
+    row, number = _row_of(counts, position)
+    raise InputError(SETS, "tokens of one kind: integers (up to 64 bits, all signed or all unsigned), or str and bytes",
+                     f"{found} at id #{number}", fix, row=row)
+
+
+def _first_non_token(values: list) -> tuple[int, str, str]:
+    """``(position, found, fix)`` of the first token that makes ``values`` no one kind of token."""
+    def kind(value):
+        if isinstance(value, (bool, np.bool_)):
+            return None
+        if isinstance(value, (int, np.integer)):
+            return "integer"
+        return "text" if isinstance(value, (str, bytes)) else None
+
+    kinds = [kind(v) for v in values]
+    for i, k in enumerate(kinds):
+        if k is None:
+            return i, f"{type(values[i]).__name__} {_show(values[i])}", "pass ints, or strs and bytes (no floats, bools, None or nested lists)"
+    for i, k in enumerate(kinds):
+        if k != kinds[0]:
+            return i, f"{k} token {_show(values[i])} after {kinds[0]} token {_show(values[0])}", "pass every token as an int, or every one as a str or bytes"
+    huge = next((i for i, v in enumerate(values) if not -(2**63) <= int(v) < 2**64), None)
+    if huge is not None:
+        return huge, f"{values[huge]} (beyond 64 bits)", "pass integers in [-2**63, 2**64)"
+    big = next((i for i, v in enumerate(values) if int(v) >= 2**63), 0)
+    return big, f"{values[big]} beside negative ids", "pass all ids as signed (below 2**63) or all as unsigned (none negative)"
 
 
 def _check_lengths(lengths: np.ndarray, limits: SetLimits) -> None:

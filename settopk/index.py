@@ -11,6 +11,9 @@ Shaped like the search libraries users know (FAISS ``Index.search``, cuVS build/
 
 Results are exact and identical to the job's (``settopk score``) for the same docs, queries,
 score and ``k``, on every backend: ranked by the score descending, ties to the lower doc id.
+Tokens may be ids in ``[0, vocab_size)``, taken as they are, or any token values (strings, bytes,
+64-bit or negative integers), searched through an exact dictionary of the docs' tokens
+(:mod:`settopk._index_tokens`), as the job maps them.
 
 Everything runs in this process: no Ray. CuPy is imported when a ``"cupy"`` index is built
 (or ``backend="auto"`` looks for a GPU), Numba when a ``"cpu"`` one is; ``import settopk``
@@ -30,9 +33,12 @@ import numpy as np
 from settopk.kernels import DEFAULT_SCORE, SetBatch, build_index, check_score, score_definition, score_value
 from settopk.kernels import TopK as _KernelTopK
 from settopk.kernels.postings import check_routing
+from settopk.kernels.sets import MAX_VOCAB
 from settopk.shards.inputs import InputError, SetLimits
+from settopk.shards.inputs.vocabulary import WideSets
 
-from ._index_inputs import read_doc_sets, read_query_sets
+from ._index_inputs import SETS, TABLE, read_doc_sets, read_query_sets
+from ._index_tokens import TokenDictionary
 
 __all__ = ["BACKENDS", "Index", "InputError", "MAX_K", "TopK"]  # InputError: what build and search raise for bad input
 
@@ -166,11 +172,20 @@ class TopK:
 
 
 class Index:
-    """An exact top-k set-similarity index over a corpus of token-id sets, in this process.
+    """An exact top-k set-similarity index over a corpus of token sets, in this process.
 
     Build it with :meth:`build` (``Index(docs, ...)`` is the same), then :meth:`search` it any
     number of times. The docs live in host memory (``"numpy"``, ``"cpu"``) or on the current
     CUDA device (``"cupy"``).
+
+    The build decides once, from the docs alone, how tokens are read. Where every doc token is an
+    integer in ``[0, vocab_size)``, the index is over token *ids*: they are the kernels' ids as
+    they are, and a query must hold ids in the same range. Otherwise (a string, bytes, an integer
+    outside that range, negative or up to ``2**64 - 1``) it is over token *values*: the docs'
+    distinct values, sorted, make a dictionary (:attr:`token_values`) whose positions are the
+    kernels' dense ids; a query's values are looked up in it (integers given as ids are values
+    too), and a value no doc holds can match nothing yet counts in ``|q|``. Results are those of
+    the values themselves, as the job's.
 
     Attributes
     ----------
@@ -183,7 +198,14 @@ class Index:
     max_len : int
         Most distinct ids a doc or a query may have.
     vocab_size : int
-        Token ids lie in ``[0, vocab_size)``.
+        Over token ids: ids lie in ``[0, vocab_size)`` (the argument). Over token values: the
+        kernels' dense ids, ``len(token_values) + max_len`` (room for a query's tokens that no
+        doc holds).
+    token_values : pyarrow.Array or None
+        Over token values: the docs' distinct tokens, sorted ascending (bytes by their bytes),
+        a token's dense id its position; ``int64``, ``uint64`` (where some id is ``2**63`` or
+        more) or ``large_binary`` (strings as their UTF-8 bytes, so ``"a"`` and ``b"a"`` are one
+        token). Host memory: 8 bytes a token, plus its bytes for strings. None over token ids.
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         The docs' ids, strictly increasing (host memory).
     n_docs : int
@@ -213,6 +235,11 @@ class Index:
         self.routing = routing
         self.max_len = int(max_len) if max_len is not None else max(_DEFAULT_MAX_LEN, longest)
         self.vocab_size = int(vocab_size)
+        # Decided once, from the docs: ids as they are, or token values through a dictionary.
+        self._dictionary = None
+        if isinstance(sets, WideSets):
+            self._dictionary, sets = TokenDictionary.build(sets, self.max_len, _source_name(docs))
+            self.vocab_size = self._dictionary.vocab_size
         self.threads = None if threads is None else int(threads)
         self.doc_ids = ids
         # An empty corpus needs no backend index: every row of every search is padding.
@@ -231,15 +258,22 @@ class Index:
             The corpus, in any of these forms:
 
             - a path or URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``) in any
-              corpus format the job reads: STI2 text (one doc per line, comma-separated ids, the
-              doc id its 0-based line number) or Parquet (a file or a directory of them, columns
-              ``doc_id`` and ``tokens``), read whole into this process;
-            - an Arrow table or record batch with ``tokens`` (a list of integers) and ``doc_id``
+              corpus format the job reads: STI2 text (one doc per line, comma-separated 64-bit
+              integers, the doc id its 0-based line number) or Parquet (a file or a directory of
+              them, columns ``doc_id`` and ``tokens``), read whole into this process;
+            - an Arrow table or record batch with ``tokens`` (a list of any integer type,
+              ``string``, ``large_string``, ``binary`` or ``large_binary``) and ``doc_id``
               (integers in ``[0, 2**63)``, unique, any order; without it, rows are numbered from 0);
-            - a sequence of sets, each an iterable of int ids (a ``set``, list or NumPy array),
-              or a SetBatch; the doc ids are their positions unless ``doc_ids`` is given.
+            - a sequence of sets, each an iterable of ``int`` (within 64 bits, all signed or all
+              unsigned), or of ``str`` and ``bytes`` (a ``set``, list or NumPy array), or a
+              SetBatch (``uint16`` or ``uint32`` ids); the doc ids are their positions unless
+              ``doc_ids`` is given.
 
-            Ids may come in any order and repeated; each set is sorted and de-duplicated.
+            Tokens may come in any order and repeated; each set is sorted and de-duplicated.
+            Where every token is an integer in ``[0, vocab_size)`` they are ids, as they are;
+            otherwise the index is over token values: a dictionary of the docs' distinct
+            tokens, host memory about their size (:attr:`token_values`), maps them to dense ids
+            ``0 .. n - 1``, and ``n + max_len`` must not exceed ``2**24``.
         score : str, default "braun_blanquet"
             What to rank by, one of :data:`settopk.kernels.SCORES`: ``braun_blanquet``,
             ``jaccard``, ``cosine``, ``dice``, ``overlap``, ``containment``.
@@ -257,8 +291,9 @@ class Index:
             that is longer; a longer query is refused at search. Results do not depend on it; the
             ``"cpu"`` backend's scan does a little more work per doc for a larger one.
         vocab_size : int, default 65536
-            Token ids must lie in ``[0, vocab_size)``, at most 16,777,216 (2**24) on every backend
-            (ids of 65536 and more are kept as ``uint32``; a SetBatch may hold ``uint32`` tokens).
+            Integer tokens in ``[0, vocab_size)`` are ids, taken as they are, at most 16,777,216
+            (2**24) on every backend (ids of 65536 and more are kept as ``uint32``; a SetBatch may
+            hold ``uint32`` tokens). Docs holding any other token make an index over values.
         doc_ids : array_like of int, shape (n_docs,), optional
             Ids of a sequence of sets or a SetBatch, unique, in ``[0, 2**63)``, any order.
         threads : int, optional
@@ -272,10 +307,12 @@ class Index:
         Raises
         ------
         settopk.shards.inputs.InputError
-            (a ValueError) For a bad doc: an id outside ``[0, vocab_size)``, a set longer than
-            ``max_len``, a repeated ``doc_id``, a null, a wrong column type, or a missing or
-            unreadable file. The message names the file and line, or the row, what was expected,
-            what was found and how to fix it.
+            (a ValueError) For a bad doc: a set longer than ``max_len``, a repeated ``doc_id``, a
+            null, a token of no token type (a float, a bool) or of another kind than the others
+            (integers beside strings, negative ids beside ids of ``2**63`` and more), more than
+            ``2**24 - max_len`` distinct tokens in docs of token values, a wrong column type, or a
+            missing or unreadable file. The message names the file and line, or the row, what was
+            expected, what was found and how to fix it.
         ValueError
             For an unknown ``score``, ``backend`` or ``routing``, or ``max_len``, ``vocab_size``,
             ``threads`` or ``doc_ids`` out of range.
@@ -295,6 +332,12 @@ class Index:
         return len(self.doc_ids)
 
     @property
+    def token_values(self):
+        """The docs' distinct token values (:class:`pyarrow.Array`, sorted; a value's dense id is its
+        position), where the index was built over token values; None where over token ids."""
+        return None if self._dictionary is None else self._dictionary.values
+
+    @property
     def kernel(self):
         """The backend's own index (:class:`settopk.kernels.ShardIndex`) under this one, for its
         diagnostics (``last_routing``, ``postings_bytes``) and the benchmark's kernel-alone time;
@@ -306,8 +349,9 @@ class Index:
         return self.n_docs
 
     def __repr__(self) -> str:
+        tokens = "" if self._dictionary is None else f", token_values={self._dictionary.n_tokens} {self._dictionary.kind}"
         return (f"settopk.Index(n_docs={self.n_docs}, backend={self.backend!r}, score={self.score!r}, "
-                f"routing={self.routing!r}, max_len={self.max_len})")
+                f"routing={self.routing!r}, max_len={self.max_len}{tokens})")
 
     def search(self, queries, k: int = 100, *, batch_size: int | None = None) -> TopK:
         """The exact top ``k`` docs of each query.
@@ -317,8 +361,10 @@ class Index:
         queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, settopk.kernels.SetBatch or sequence of sets
             The queries, in any form :meth:`build` takes docs, or a path or URI in any query
             format the job reads (a directory of one-query files, text, Parquet with
-            ``query_id`` and ``tokens``). Each set: ids in ``[0, vocab_size)``, at most
-            ``max_len`` distinct ones.
+            ``query_id`` and ``tokens``). Each set: at most ``max_len`` distinct tokens; over
+            token ids, ids in ``[0, vocab_size)``; over token values, tokens of the docs' kind
+            (integers, or strings and bytes), mapped through :attr:`token_values` with one
+            vectorised lookup (for strings, a hash of the dictionary built per call).
         k : int, default 100
             Results per query, in ``[1, 32767]``; larger than the corpus is allowed (rows are
             then padded).
@@ -337,9 +383,11 @@ class Index:
         Raises
         ------
         settopk.shards.inputs.InputError
-            (a ValueError) For a bad query: an id outside ``[0, vocab_size)``, more than
-            ``max_len`` distinct ids, a repeated ``query_id``, a missing or unreadable file. The
-            message names the row (or file and line).
+            (a ValueError) For a bad query: over token ids, an id outside ``[0, vocab_size)``;
+            over token values, a token of another kind than the docs' (strings against integers,
+            or the reverse; negative ids against docs with ids of ``2**63`` and more, or the
+            reverse); more than ``max_len`` distinct tokens, a repeated ``query_id``, a null, a
+            missing or unreadable file. The message names the row (or file and line, or query id).
         ValueError
             If ``k`` or ``batch_size`` is out of range.
         TypeError
@@ -351,7 +399,11 @@ class Index:
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1 or None, found {batch_size!r}")
         k = int(k)
-        query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
+        if self._dictionary is None:
+            query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
+        else:  # any integer is a token value here: small ones come as ids, the others as values
+            query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=MAX_VOCAB, max_len=self.max_len), True)
+            sets = self._dictionary.queries(sets, _source_name(queries), query_ids)
         n = sets.n_sets
         query_len = sets.lengths.astype(np.int16)
         width = min(k, self.n_docs)  # the backend ranks every doc, so a row holds min(k, n_docs) of them
@@ -395,6 +447,13 @@ class Index:
                 for future in pending:
                     future.cancel()
         return out, scores
+
+
+def _source_name(value) -> str:
+    """How an error names an input: its path, or the kind of in-memory input."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    return TABLE if hasattr(value, "schema") else SETS
 
 
 def _copy_and_score(part: _KernelTopK, out: _KernelTopK, query_len, scores, score: str, lo: int, hi: int) -> None:

@@ -203,5 +203,10 @@ def test_index_takes_wide_ids_on_every_backend_here():
             got = index.search(queries, 2)
             assert [[(int(d), int(o), int(l)) for d, o, l in zip(*row) if d >= 0]
                     for row in zip(got.doc_ids, got.overlap, got.doc_len)] == want, backend
-    with pytest.raises(ValueError, match="token ids in \\[0, 65536\\)"):
-        Index(SetBatch.from_lists(docs), backend="numpy")  # uint32 ids past the default vocab_size
+    # Ids past the default vocab_size: the index is built over token values, with the same results.
+    for given in (docs, SetBatch.from_lists(docs)):
+        index = Index(given, backend="numpy", score="jaccard")
+        assert index.token_values.to_pylist() == [1, 2, 3, 70000, MAX_VOCAB - 1]
+        got = index.search(queries, 2)
+        assert [[(int(d), int(o), int(l)) for d, o, l in zip(*row) if d >= 0]
+                for row in zip(got.doc_ids, got.overlap, got.doc_len)] == want
