@@ -318,10 +318,10 @@ def test_many_query_groups_and_lengths():
     _check(docs, queries, 30, 64, query_batch=37, tile_docs=1500)
 
 
-def test_max_len_above_255_is_refused():
+def test_max_len_above_4096_is_refused():
     docs = SetBatch.from_lists([[1, 2]])
     with pytest.raises(ValueError, match="max_len"):
-        _index(docs, np.arange(1), 300)
+        _index(docs, np.arange(1), 4097)
 
 
 # ---- per-query score floors (threshold exchange)

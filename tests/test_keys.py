@@ -165,6 +165,31 @@ def test_floor_tables_at_the_widest_gpu_max_len():
         assert np.array_equal(ge <= reach, best >= floor), floor
 
 
+@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard", "dice", "overlap", "containment"])
+def test_floor_tables_for_long_sets_are_uint16_and_exact(score):
+    """max_len = 4096 (13 counter planes): uint16 tables clamped to 8191, still exact on sampled
+    (|q|, |d|) pairs, at every overlap within reach, for floors from -1 to the largest key."""
+    from settopk.kernels.cuda.floors import floor_tables, threshold_table_type
+
+    max_len = 4096
+    assert threshold_table_type(255) == (np.dtype(np.uint8), 255)
+    assert threshold_table_type(256) == (np.dtype(np.uint16), 8191)
+    rng = np.random.default_rng(7)
+    top = max_key(max_len, score)
+    floors = np.unique(np.concatenate([[-1, 0, 1, top - 1, top], rng.integers(0, top + 1, 12)]))
+    q_len = np.concatenate([[0, 1, 255, 256, max_len], rng.integers(0, max_len + 1, 11)])
+    d_len = rng.integers(0, max_len + 1, 24)
+    for floor in floors.tolist():
+        ge, gt = floor_tables(np, np.full(len(q_len), floor), q_len, max_len + 1, max_len, score)
+        assert ge.dtype == gt.dtype == np.uint16 and ge.shape == (len(q_len), max_len + 1)
+        for i, q in enumerate(q_len.tolist()):
+            for d in d_len.tolist():
+                overlap = np.unique(np.clip([0, ge[i, d] - 1, ge[i, d], gt[i, d], min(q, d)], 0, min(q, d)))
+                key = score_key(overlap, q, d, max_len, score)
+                assert np.array_equal(_emits(overlap, ge[i, d], gt[i, d]), key >= floor), (q, d, floor)
+                assert (ge[i, d] <= min(q, d)) == (score_key(min(q, d), q, d, max_len, score) >= floor)
+
+
 @pytest.mark.parametrize("max_len", [1, 7, 128, 255])
 def test_score_key_equals_integer_floor_division_on_every_triple(max_len):
     """score_key divides in float64; every (overlap, |q|, |d|) up to max_len gives the integer quotient."""

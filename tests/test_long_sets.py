@@ -1,6 +1,7 @@
-"""Sets longer than 255 ids (``max_len`` up to 4096) on the ``numpy`` and ``cpu`` backends, against the
-brute-force oracle, ties included: the top-k (with and without floors, every routing), threshold
-searches and the self-join, for every score but cosine (whose exact keys need ``max_len <= 255``)."""
+"""Sets longer than 255 ids (``max_len`` up to 4096) on the ``numpy``, ``cpu`` and ``cupy`` backends (the
+last on the GPU machine), against the brute-force oracle, ties included: the top-k (with and without
+floors, every routing), threshold searches and the self-join, for every score but cosine (whose exact
+keys need ``max_len <= 255``)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,21 @@ from settopk.kernels import (
 )
 
 LONG_SCORES = [s for s in SCORES if s != "cosine"]
-BACKENDS = ("numpy", "cpu")
+BACKENDS = ("numpy", "cpu", pytest.param("cupy", marks=pytest.mark.gpu))
 ROUTINGS = ("scan", "auto", "postings")
 
 
-def _index(backend, docs, ids, max_len, score, routing="scan"):
+def _index(backend, docs, ids, max_len, score, routing="scan", **options):
+    """The backend's index; on ``cupy``, routing ``postings`` becomes ``auto``, which scans a shard of sets
+    longer than 255 ids (the GPU postings count overlaps in bytes and refuse such a shard)."""
     batch, ids = SetBatch.from_lists(docs), np.asarray(ids, dtype=np.int64)
     if backend == "numpy":
         return NumpyShardIndex(batch, ids, max_len, score, routing=routing)
+    if backend == "cupy":
+        from tests.gpu_helpers import cupy_index
+
+        routing = "auto" if routing == "postings" and max_len > 255 else routing
+        return cupy_index(batch, ids, max_len, score=score, routing=routing, **options)
     pytest.importorskip("numba")
     from settopk.kernels.numba_index import NumbaShardIndex
 
@@ -210,3 +218,46 @@ def test_lognormal_length_law_is_netflix_shaped_and_seeded():
     a, b = generate_docs(spec), generate_docs(spec)
     assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.tokens, b.tokens)
     assert a.lengths.max() <= 1500 and a.lengths.mean() > 100
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard"])
+@pytest.mark.parametrize("window", [None, 3, 40])
+def test_gpu_long_sets_equal_the_numpy_index(score, window, monkeypatch):
+    """Thousands of docs of 0 to 1500 ids (chunks laid out by both build kernels), small tiles, several
+    sampling levels, and threshold planes taken a few doc lengths at a time (``window``): the GPU's
+    TopK equals the NumPy index's, with and without floors, ids beyond 65,536 included."""
+    import settopk.kernels.cuda.index as cuda_index
+    from tests.gpu_helpers import assert_same_topk, check_floors, cupy_index
+
+    if window is not None:
+        monkeypatch.setattr(cuda_index, "_WINDOW_LENS", window)
+    rng = np.random.default_rng(41)
+    max_len, k, vocab = 1500, 20, 3000
+    lengths = np.minimum(rng.lognormal(4.5, 1.0, 6000).astype(np.int64), max_len)
+    pool = rng.permutation(vocab)
+    docs = SetBatch.from_lists([np.sort(rng.choice(pool[: max(n, 1) * 2], size=n, replace=False)) for n in lengths])
+    queries = SetBatch.from_lists(docs.take(rng.choice(docs.n_sets, 40, replace=False)).to_lists()
+                                  + [rng.choice(vocab, size=int(n), replace=False) for n in (0, 1, 256, 900, 1500)])
+    ids = np.arange(docs.n_sets, dtype=np.int64) * 3
+    cpu = NumpyShardIndex(docs, ids, max_len, score)
+    gpu = cupy_index(docs, ids, max_len, score=score, routing="auto", tile_docs=512)
+    assert gpu.last_routing["postings"] == 0 and gpu.postings_bytes == 0
+    assert_same_topk(gpu.search(queries, k), cpu.search(queries, k))
+    check_floors(gpu, cpu, queries, k, max_len, rng, score)
+    wide = cupy_index(SetBatch(docs.offsets, docs.tokens.astype(np.uint32) + 70_000), ids, max_len, 2**24,
+                      score=score, tile_docs=512)
+    shifted = SetBatch(queries.offsets, queries.tokens.astype(np.uint32) + 70_000)
+    assert_same_topk(wide.search(shifted, k), cpu.search(queries, k))
+
+
+@pytest.mark.gpu
+def test_gpu_long_sets_refuse_postings_routing_and_max_len_above_4096():
+    from tests.gpu_helpers import cupy_index
+
+    docs, ids = SetBatch.from_lists([[1, 2, 3]]), np.arange(1)
+    with pytest.raises(ValueError, match="routing 'postings' counts overlaps in bytes.*max_len=256"):
+        cupy_index(docs, ids, 256, routing="postings")
+    with pytest.raises(ValueError, match=r"max_len must be in \[1, 4096\]"):
+        cupy_index(docs, ids, 4097)
+    assert cupy_index(docs, ids, 255, routing="postings").postings_bytes > 0

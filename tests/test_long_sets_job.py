@@ -128,26 +128,29 @@ def test_cosine_from_the_cli_over_a_long_config_is_refused(tmp_path, caplog, lon
              "score 'cosine'", "found 1000")
 
 
-def test_cupy_above_255_is_refused_before_the_run(tmp_path, caplog, long_corpus):
+def test_gpu_postings_above_255_are_refused_before_the_run(tmp_path, caplog, long_corpus):
+    """The GPU takes sets of up to 4096 ids, but its postings count overlaps in bytes."""
     _, _, docs_path, queries_path = long_corpus
     _refused(tmp_path, caplog, ["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "o"),
-                                "--config", _config(tmp_path, backend="cupy", max_len=256)],
-             "max_len must be at most 255 for backend 'cupy'", "8 bit planes", "found 256", "backend 'cpu' or 'numpy'")
+                                "--config", _config(tmp_path, backend="cupy", max_len=256, routing="postings")],
+             "routing 'postings' with backend 'cupy' needs max_len <= 255", "found 256", "use routing 'auto'")
 
 
-def test_auto_is_refused_where_it_would_pick_cupy():
-    cfg = JobConfig(backend="auto", max_len=1000, n_shards=1, cpus_per_shard=1.0)
-    with pytest.raises(InputError, match=r"backend 'auto' \(it picked cupy.*8 bit planes.*found 1000.*'cpu' or 'numpy'"):
+def test_auto_with_gpu_postings_is_refused_where_it_would_pick_cupy():
+    cfg = JobConfig(backend="auto", max_len=1000, n_shards=1, cpus_per_shard=1.0, routing="postings")
+    with pytest.raises(InputError, match=r"backend 'auto' \(it picked cupy.*needs max_len <= 255.*found 1000"):
         resolve_backend(cfg, {"GPU": 1.0, "CPU": 4.0})
-    assert resolve_backend(cfg, {"CPU": 4.0}) == ("cpu", 1)  # no GPU: auto is cpu, which takes it
-    assert resolve_backend(dataclasses.replace(cfg, max_len=255), {"GPU": 1.0, "CPU": 4.0})[0] == "cupy"
+    assert resolve_backend(cfg, {"CPU": 4.0}) == ("cpu", 1)  # no GPU: auto is cpu, whose postings take it
+    for changed in ({"max_len": 255}, {"routing": "auto"}, {"routing": "scan"}):
+        assert resolve_backend(dataclasses.replace(cfg, **changed), {"GPU": 1.0, "CPU": 4.0})[0] == "cupy"
 
 
 @pytest.mark.parametrize("values, needles", [
     ({"max_len": 4097}, ["max_len must be an integer in [1, 4096], found 4097"]),
     ({"max_len": 0}, ["max_len must be an integer in [1, 4096], found 0"]),
     ({"max_len": 256, "score": "cosine"}, ["score 'cosine'", "found 256"]),
-    ({"max_len": 256, "backend": "cupy"}, ["backend 'cupy'", "found 256"]),
+    ({"max_len": 256, "backend": "cupy", "routing": "postings"}, ["backend 'cupy'", "max_len <= 255", "found 256"]),
+    ({"vocab_size": 70000, "backend": "cupy", "routing": "postings"}, ["vocab_size <= 65536", "found 70000"]),
 ])
 def test_config_limits(values, needles):
     for cls in (JobConfig, BenchConfig):
@@ -156,9 +159,10 @@ def test_config_limits(values, needles):
         assert all(n in str(exc.value) for n in needles), str(exc.value)
 
 
-def test_config_takes_4096_and_cosine_or_cupy_at_255(tmp_path):
+def test_config_takes_4096_and_cosine_at_255(tmp_path):
     assert load_config(_config(tmp_path, max_len=4096)).max_len == 4096
     assert JobConfig(max_len=255, score="cosine", backend="cupy").max_len == 255
+    assert JobConfig(max_len=4096, backend="cupy", routing="auto").max_len == 4096
     assert load_config(_config(tmp_path, "n", backend="numpy", max_len=4096, score="containment")).max_len == 4096
 
 
@@ -168,8 +172,9 @@ def test_ray_settings_limits():
         check_search_settings(10, "dice", "cpu", "scan", 5000, 65536)
     with pytest.raises(ValueError, match="score 'cosine'"):
         check_search_settings(10, "cosine", "numpy", "scan", 256, 65536)
-    with pytest.raises(ValueError, match="backend 'cupy'.*8 bit planes"):
-        check_search_settings(10, "dice", "cupy", "scan", 256, 65536)
+    check_search_settings(10, "dice", "cupy", "auto", 4096, 2**24)
+    with pytest.raises(ValueError, match="routing 'postings' with backend 'cupy' needs max_len <= 255"):
+        check_search_settings(10, "dice", "cupy", "postings", 256, 65536)
 
 
 def test_cpu_netflix_bench_config_is_netflix_shaped():

@@ -25,7 +25,6 @@ __all__ = [
     "MAX_K",
     "MAX_LEN",
     "MAX_LEN_COSINE",
-    "MAX_LEN_CUPY",
     "AUTO_QUERY_BATCH_SIZE",
     "ConfigError",
     "FaultConfig",
@@ -38,7 +37,7 @@ __all__ = [
     "read_yaml_mapping",
     "search_problems",
     "max_len_problems",
-    "cupy_max_len_message",
+    "gpu_routing_problems",
     "synthetic_problems",
     "CONFIG_DIR",
 ]
@@ -49,12 +48,11 @@ PARTITIONS = ("none", "dt")
 MAX_K = 32767
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 MAX_LEN = 4096
-"""The largest ``max_len`` (distinct ids per set) of backends ``numpy`` and ``cpu``, every score but cosine."""
+"""The largest ``max_len`` (distinct ids per set) of every backend, for every score but cosine."""
 MAX_LEN_COSINE = 255
 """The largest ``max_len`` of score ``cosine``: its exact integer keys scale by ``max_len**4 < 2**32``
 (:mod:`settopk.kernels.keys`)."""
-MAX_LEN_CUPY = 255
-"""The largest ``max_len`` of backend ``cupy``: the GPU kernel counts overlaps in 8 bit planes."""
+_GPU_POSTINGS_MAX_LEN = 255  # the GPU postings count overlaps in bytes
 
 
 class ConfigError(ValueError, SettopkError):
@@ -140,7 +138,7 @@ class SearchConfig:
         Results are identical in every mode.
     max_len : int
         Most ids a doc or query may have (after de-duplication), in ``[1, 4096]``; at most
-        255 for score ``cosine`` and backend ``cupy`` (:func:`max_len_problems`).
+        255 for score ``cosine`` (:func:`max_len_problems`).
     vocab_size : int
         The kernels' dense ids: ``[0, vocab_size)``, at most 16,777,216 (2**24) on every backend
         (uint32 ids above 65,536; on ``cupy`` a shard's layout then takes 3 bytes per id and a
@@ -184,6 +182,8 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
     problems += max_len_problems(cfg.max_len, cfg.score, cfg.backend)
     problems += vocab_size_problems(cfg.vocab_size, cfg.backend)
+    if cfg.backend == "cupy" and not problems:
+        problems += gpu_routing_problems(cfg.routing, cfg.max_len, cfg.vocab_size)
     return problems
 
 
@@ -198,8 +198,8 @@ def vocab_size_problems(vocab_size: int, backend: str) -> list[str]:
 
 def max_len_problems(max_len, score: str, backend: str) -> list[str]:
     """What is wrong with ``max_len`` for ``score`` and ``backend`` (empty if nothing): it must be an
-    integer in ``[1, MAX_LEN]``, and at most 255 for score ``cosine`` and backend ``cupy``.
-    ``backend: auto`` is checked again once it is resolved (:func:`settopk.jobs.cluster.resolve_backend`)."""
+    integer in ``[1, MAX_LEN]``, and at most 255 for score ``cosine`` (``backend`` is kept for the callers'
+    symmetry with :func:`vocab_size_problems`)."""
     if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= MAX_LEN:
         return [f"max_len must be an integer in [1, {MAX_LEN}], found {max_len!r}"]
     problems = []
@@ -207,15 +207,23 @@ def max_len_problems(max_len, score: str, backend: str) -> list[str]:
         problems.append(f"max_len must be at most {MAX_LEN_COSINE} for score 'cosine' (its exact integer keys scale "
                         f"by max_len**4, which must stay below 2**32), found {max_len}; lower max_len, or use another "
                         f"score (braun_blanquet, jaccard, dice, overlap and containment take up to {MAX_LEN})")
-    if backend == "cupy" and max_len > MAX_LEN_CUPY:
-        problems.append(cupy_max_len_message(max_len))
     return problems
 
 
-def cupy_max_len_message(max_len: int, why: str = "backend 'cupy'") -> str:
-    """The refusal of ``max_len > 255`` on the GPU (``why``: how cupy was chosen)."""
-    return (f"max_len must be at most {MAX_LEN_CUPY} for {why} (the GPU kernel counts overlaps in 8 bit planes), "
-            f"found {max_len}; use backend 'cpu' or 'numpy' for sets of up to {MAX_LEN} ids, or lower max_len")
+def gpu_routing_problems(routing: str, max_len: int, vocab_size: int, why: str = "backend 'cupy'") -> list[str]:
+    """What is wrong with ``routing`` on the GPU (empty if nothing): the GPU postings count overlaps in
+    bytes over uint16 ids, so ``routing: postings`` needs ``max_len <= 255`` and ``vocab_size <= 65536``
+    (``auto`` scans such shards instead). ``why``: how cupy was chosen, for the message."""
+    if routing != "postings":
+        return []
+    problems = []
+    if max_len > _GPU_POSTINGS_MAX_LEN:
+        problems.append(f"routing 'postings' with {why} needs max_len <= {_GPU_POSTINGS_MAX_LEN} (the GPU postings count "
+                        f"overlaps in bytes), found {max_len}; use routing 'auto' (which scans such shards) or 'scan'")
+    if vocab_size > NARROW_VOCAB:
+        problems.append(f"routing 'postings' with {why} needs vocab_size <= {NARROW_VOCAB} (the GPU postings take "
+                        f"uint16 ids), found {vocab_size}; use routing 'auto' (which scans such shards) or 'scan'")
+    return problems
 
 
 def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:

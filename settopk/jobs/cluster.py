@@ -11,7 +11,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 
-from settopk.configs import MAX_LEN_CUPY, cupy_max_len_message
+from settopk.configs import gpu_routing_problems
 from settopk.kernels import search_cost_per_doc
 from settopk.shards.inputs import InputError
 
@@ -87,7 +87,8 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
     Raises
     ------
     InputError
-        If ``cupy`` is asked for on a cluster without GPUs, or ``auto`` picks it for ``max_len > 255``,
+        If ``cupy`` is asked for on a cluster without GPUs, or ``auto`` picks it with ``routing: postings``
+        for sets or ids the GPU postings do not take (:func:`settopk.configs.gpu_routing_problems`),
         or the shards' actors need more GPUs or CPUs than the cluster has (they would wait forever).
     """
     n_gpus = float(resources.get("GPU", 0))
@@ -101,10 +102,11 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
             f"config asks for backend 'cupy' but the Ray cluster has no GPU (resources: {resources}); "
             "run on a GPU cluster or use backend 'cpu', 'numpy' or 'auto'"
         )
-    if backend == "cupy" and cfg.max_len > MAX_LEN_CUPY:
-        # An explicit cupy is refused by the config already; this is auto picking the GPU.
-        raise InputError(cupy_max_len_message(cfg.max_len, f"backend '{cfg.backend}' (it picked cupy: the Ray "
-                                                           f"cluster has {n_gpus:g} GPU(s))"))
+    if backend == "cupy" and cfg.backend == "auto":  # an explicit cupy is checked with the config
+        problems = gpu_routing_problems(cfg.routing, cfg.max_len, cfg.vocab_size,
+                                        f"backend 'auto' (it picked cupy: the Ray cluster has {n_gpus:g} GPU(s))")
+        if problems:
+            raise InputError(problems[0])
     cpus = resolve_cpus_per_shard(cfg, backend, node_cpus if node_cpus is not None else [n_cpus], replicas)
     if cfg.n_shards == "auto":
         if backend == "cupy":

@@ -19,7 +19,7 @@ import os
 
 import ray
 
-from settopk.configs import MAX_K, MAX_LEN_CUPY, cupy_max_len_message, max_len_problems, vocab_size_problems
+from settopk.configs import MAX_K, gpu_routing_problems, max_len_problems, vocab_size_problems
 from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.kernels import SCORES, registered_backends, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
@@ -113,24 +113,28 @@ def check_search_settings(k, score: str, backend: str, routing: str, max_len, vo
     if routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, found {routing!r}")
     problems = max_len_problems(max_len, score, backend) + vocab_size_problems(vocab_size, backend)
+    if backend == "cupy" and not problems:
+        problems = gpu_routing_problems(routing, max_len, vocab_size)
     if problems:
         raise ValueError(problems[0])
 
 
-def resolve_backend(backend: str, max_len: int | None = None) -> str:
+def resolve_backend(backend: str, routing: str = "scan", max_len: int = 1, vocab_size: int = 1) -> str:
     """``backend``, or for ``"auto"`` ``"cupy"`` where the connected cluster has a GPU, else ``"cpu"`` (as the job).
 
     Raises
     ------
     ValueError
-        If ``"cupy"`` is asked for on a cluster without a GPU, or ``"auto"`` picks it for a
-        ``max_len`` above 255 (the GPU kernel's limit; it never falls back to the CPU unasked).
+        If ``"cupy"`` is asked for on a cluster without a GPU, or ``"auto"`` picks it with
+        ``routing="postings"`` for sets or ids the GPU postings do not take
+        (:func:`settopk.configs.gpu_routing_problems`; it never falls back to the CPU unasked).
     """
     gpus = float(ray.cluster_resources().get("GPU", 0))
     if backend == "auto":
-        if gpus > 0 and max_len is not None and max_len > MAX_LEN_CUPY:
-            raise ValueError(cupy_max_len_message(max_len, f"backend 'auto' (it picks cupy: the Ray cluster has "
-                                                           f"{gpus:g} GPU(s))"))
+        why = f"backend 'auto' (it picks cupy: the Ray cluster has {gpus:g} GPU(s))"
+        problems = gpu_routing_problems(routing, max_len, vocab_size, why) if gpus > 0 else []
+        if problems:
+            raise ValueError(problems[0])
         return "cupy" if gpus > 0 else "cpu"
     if backend == "cupy" and gpus == 0:
         raise ValueError("backend 'cupy' needs GPUs, and the Ray cluster has none; connect to a GPU cluster "
@@ -165,7 +169,7 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     routing : str
         One of :data:`settopk.kernels.postings.ROUTINGS`.
     max_len, vocab_size : int
-        Sets hold at most ``max_len`` distinct ids (at most 4096; 255 for ``"cupy"`` and
+        Sets hold at most ``max_len`` distinct ids (at most 4096; 255 for
         ``cosine``), each in ``[0, vocab_size)`` (at most 2**24).
     threads : int, optional
         CPU threads of each ``"cpu"`` index.
@@ -194,7 +198,7 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     docs = os.fspath(docs)
     if not ray.is_initialized():
         ray.init()
-    backend = resolve_backend(backend, max_len)
+    backend = resolve_backend(backend, routing, max_len, vocab_size)
     limits = SetLimits(vocab_size=vocab_size, max_len=max_len)
     pieces, _, _ = pieces_for_cluster(docs, float(ray.cluster_resources().get("CPU", 1)))
     corpus = read_corpus_pieces(pieces, limits, on_invalid)

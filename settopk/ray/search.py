@@ -84,9 +84,8 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     routing : str
         One of :data:`settopk.kernels.postings.ROUTINGS` (default ``"scan"``).
     max_len, vocab_size : int
-        Every set holds at most ``max_len`` (default 128, at most 4096; 255 for ``"cupy"`` and
-        ``cosine``) distinct ids, each in ``[0, vocab_size)`` (default 65536; up to 2**24 on the cpu
-        and numpy backends).
+        Every set holds at most ``max_len`` (default 128, at most 4096; 255 for
+        ``cosine``) distinct ids, each in ``[0, vocab_size)`` (default 65536; up to 2**24).
     on_invalid : str
         Bad docs: ``"error"`` (default) or ``"quarantine"`` (left out). A bad query always raises.
     searcher_cls : type
@@ -136,7 +135,7 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
         check_search_settings(*(settings[name] for name in ("k", "score", "backend", "routing", "max_len", "vocab_size")))
         if not ray.is_initialized():
             ray.init()
-        settings["backend"] = resolve_backend(settings["backend"], settings["max_len"])
+        settings["backend"] = resolve_backend(*(settings[name] for name in ("backend", "routing", "max_len", "vocab_size")))
         num_gpus = (1.0 if settings["backend"] == "cupy" else 0.0) if num_gpus is None else num_gpus
         if isinstance(settings["n_shards"], int):  # else load_corpus says what is wrong with it
             # Before the corpus is read: the plan has at most n_shards shards.

@@ -54,11 +54,23 @@
 
 namespace settopk {
 
-constexpr int kPlanes = 8;         // overlaps < 256: max_len <= 255
-constexpr int kHighPlanes = 5;     // planes 3..7, fed by the "eights" carries
 constexpr int kChunkSlots = 32;    // slots per layout chunk (a warp)
 constexpr int kIdsPerGroup = 8;    // uint16 ids per uint4
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int kSpreadMaxLen = 255; // longest doc build_layout spreads over banks (byte cursors)
+
+// Counter planes: 8 count overlaps up to 255 (max_len <= 255) with uint8 threshold tables; 13
+// count up to 8191 (max_len <= 4096) with uint16 tables. kNever: the clamped least overlap
+// that no counter reaches (need_overlap's `never`).
+template <int kPlanes> struct Planes;
+template <> struct Planes<8> {
+    using Thr = unsigned char;
+    static constexpr int kNever = kNeverLen;
+};
+template <> struct Planes<13> {
+    using Thr = unsigned short;
+    static constexpr int kNever = (1 << 13) - 1;
+};
 
 // Slot of sample index i at a level that keeps every `stride`-th chunk of 32
 // slots: whole chunks keep the warp's loads contiguous and the sampled bytes
@@ -75,9 +87,10 @@ __device__ __forceinline__ void csa(unsigned& high, unsigned& low, unsigned a, u
 }
 
 // Add 8 membership words to the bit-sliced counters
-// (count == ones + 2 twos + 4 fours + 8 * high).
+// (count == ones + 2 twos + 4 fours + 8 * high; kHigh = planes - 3).
+template <int kHigh>
 __device__ __forceinline__ void add8(const unsigned (&w)[8], unsigned& ones, unsigned& twos, unsigned& fours,
-                                     unsigned (&high)[kHighPlanes]) {
+                                     unsigned (&high)[kHigh]) {
     unsigned twos_a, twos_b, fours_a, fours_b, eights;
     csa(twos_a, ones, ones, w[0], w[1]);
     csa(twos_b, ones, ones, w[2], w[3]);
@@ -88,7 +101,7 @@ __device__ __forceinline__ void add8(const unsigned (&w)[8], unsigned& ones, uns
     csa(eights, fours, fours, fours_a, fours_b);
     unsigned carry = eights;
 #pragma unroll
-    for (int b = 0; b < kHighPlanes; ++b) {
+    for (int b = 0; b < kHigh; ++b) {
         const unsigned t = high[b] & carry;
         high[b] ^= carry;
         carry = t;
@@ -97,6 +110,7 @@ __device__ __forceinline__ void add8(const unsigned (&w)[8], unsigned& ones, uns
 
 // Bit j of the result is set when counter j >= threshold j (all bit-sliced):
 // no borrow out of counter - threshold. borrow' = maj(~c, t, borrow): one LOP3.
+template <int kPlanes>
 __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const unsigned* t) {
     unsigned borrow = ~c[0] & t[0];
 #pragma unroll
@@ -124,7 +138,8 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
 // Dynamic shared memory: per warp, 32 lanes x stride ids (stride >= the
 // longest doc) and 32 x 32 bank cursors (begin, end). Every element of every
 // chunk is written; padding ids past a doc's end are 0 (the count kernel
-// masks them).
+// masks them). The cursors are bytes, so it takes the chunks [0, n_chunks)
+// whose docs hold at most kSpreadMaxLen ids; build_layout_plain writes longer ones.
 constexpr int kBuildWarps = 4;
 
 //
@@ -215,6 +230,43 @@ build_layout(const long long* __restrict__ offsets, const Id* __restrict__ token
     }
 }
 
+// The same layout for chunks [chunk0, n_chunks), each doc's ids in their own order: for docs
+// longer than build_layout's byte cursors and shared memory take (max_len above kSpreadMaxLen).
+// One warp per chunk, lane l holds slot 32 c + l; the warp's stores are contiguous.
+template <typename Id>
+__global__ void build_layout_plain(const long long* __restrict__ offsets, const Id* __restrict__ tokens,
+                                   const int* __restrict__ slot_pos, const long long* __restrict__ chunk_start,
+                                   const int* __restrict__ chunk_groups, long long chunk0, long long n_chunks,
+                                   long long n_docs, uint4* __restrict__ out, uint2* __restrict__ high) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
+    for (long long c = chunk0 + (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; c < n_chunks;
+         c += warps) {
+        const long long slot = c * 32 + lane;
+        int len = 0;
+        const Id* src = tokens;
+        if (slot < n_docs) {
+            const int pos = slot_pos[slot];
+            src = tokens + offsets[pos];
+            len = static_cast<int>(offsets[pos + 1] - offsets[pos]);
+        }
+        for (int g = 0; g < chunk_groups[c]; ++g) {
+            unsigned packed[4] = {0u, 0u, 0u, 0u};
+            unsigned packed_high[2] = {0u, 0u};
+#pragma unroll
+            for (int e = 0; e < kIdsPerGroup; ++e) {
+                const int p = g * kIdsPerGroup + e;
+                const unsigned id = p < len ? static_cast<unsigned>(src[p]) : 0u;
+                packed[e >> 1] |= (id & 0xFFFFu) << (16 * (e & 1));
+                if (sizeof(Id) == 4) packed_high[e >> 2] |= ((id >> 16) & 0xFFu) << (8 * (e & 3));
+            }
+            const long long at = chunk_start[c] + static_cast<long long>(g) * kChunkSlots + lane;
+            out[at] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            if (sizeof(Id) == 4) high[at] = make_uint2(packed_high[0], packed_high[1]);
+        }
+    }
+}
+
 // A batch's plain layout from a wide one: element i of `out` holds the 8 ids of low[i] and
 // high[i] (id = low | high << 16), each replaced by dense[id], the id's dense number in the
 // batch (0 for an id no query of the batch holds, whose table word is 0). The count kernel then
@@ -253,30 +305,39 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
 // Per query q (rows of the query arrays): its ids qtok[qoff[q] : qoff[q] + qlen[q]]
 // (qoff holds each row's start, so the rows may be any order of a CSR batch),
 // thr_ge/thr_gt[q * (max_doc_len + 1) + len] least overlaps for key >= T and
-// key > T (kNeverLen when out of reach), tie_pos[q] = P. Emission of doc d to
+// key > T (Planes<kPlanes>::kNever when out of reach), tie_pos[q] = P. Emission of doc d to
 // q: cand[cand_base[q] + cand_count[q]++] when below cand_cap[q].
 //
 // Dynamic shared memory: the table (n_words words of Word, padded to 16
-// bytes), then 2 * kPlanes * (max_doc_len + 1) threshold planes and
-// (max_doc_len + 1) reach masks, all 32-bit.
+// bytes), then 2 * kPlanes * n_win threshold planes and n_win reach masks, all
+// 32-bit, for a window of n_win doc lengths. The tile's lengths are taken one
+// window at a time (one window when n_win covers the shard's lengths, as with
+// 8 planes; long docs may need several), each window's docs being a run of the
+// tile's sample indices, as lengths ascend with the slot.
 // kAnyScore: false compiles the Braun-Blanquet kernel alone (the score argument unused), whose
-// emission keeps 32-bit math and registers; true takes the score at run time. The default score
-// gets an instance of its own because a run-time score in its emission slowed the whole search.
-template <int kQueries, typename Word, bool kAnyScore>
+// emission keeps 32-bit math and registers (8 planes only: S * overlap < 2**32 needs
+// max_len <= 255); true takes the score at run time. The default score gets an instance of its
+// own because a run-time score in its emission slowed the whole search.
+template <int kQueries, typename Word, bool kAnyScore, int kPlanes>
 __global__ void __launch_bounds__(1024, 1)
 count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk_start,
-           const unsigned char* __restrict__ slot_len, const int* __restrict__ slot_pos,
+           const unsigned short* __restrict__ slot_len, const int* __restrict__ slot_pos,
            long long n_sample, long long stride, long long tile,
            const int* __restrict__ group_query, const long long* __restrict__ qoff,
            const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
-           const unsigned char* __restrict__ thr_ge, const unsigned char* __restrict__ thr_gt,
-           const int* __restrict__ tie_pos, int max_doc_len, int n_words, long long scale, int score,
+           const typename Planes<kPlanes>::Thr* __restrict__ thr_ge,
+           const typename Planes<kPlanes>::Thr* __restrict__ thr_gt,
+           const int* __restrict__ tie_pos, int max_doc_len, int n_win, int n_words, long long scale, int score,
            int* __restrict__ cand_count, const long long* __restrict__ cand_base,
            const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
+    static_assert(kAnyScore || kPlanes == 8, "the 32-bit Braun-Blanquet emission needs max_len <= 255");
+    constexpr int kHigh = kPlanes - 3;
+    constexpr int kNever = Planes<kPlanes>::kNever;
     extern __shared__ uint4 smem[];
     __shared__ int s_query[32];
     __shared__ int s_qlen[32];
     __shared__ int s_tie[32];
+    __shared__ long long s_run[2];  // the window's sample indices [s_run[0], s_run[1])
 
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -284,140 +345,163 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
     const int n_len = max_doc_len + 1;
     const int table_vectors = (n_words * static_cast<int>(sizeof(Word)) + 15) / 16;
     unsigned* ge_planes = reinterpret_cast<unsigned*>(smem + table_vectors);
-    unsigned* gt_planes = ge_planes + kPlanes * n_len;
-    unsigned* reach = gt_planes + kPlanes * n_len;
+    unsigned* gt_planes = ge_planes + kPlanes * n_win;
+    unsigned* reach = gt_planes + kPlanes * n_win;
 
+    const long long i0 = static_cast<long long>(blockIdx.y) * tile;
+    const long long i1 = min(n_sample, i0 + tile);
+    if (i0 >= i1) return;
     if (threadIdx.x < 32) {
         const int q = lane < kQueries ? group_query[static_cast<long long>(blockIdx.x) * kQueries + lane] : -1;
         s_query[lane] = q;
         s_qlen[lane] = q >= 0 ? qlen[q] : 0;
         s_tie[lane] = q >= 0 ? tie_pos[q] : -1;
     }
-    __syncthreads();
-
-    // Threshold planes by doc length: lane j of each warp holds query j's values.
-    {
-        const int q = s_query[lane];
-        const int query_len = s_qlen[lane];
-        for (int len = warp; len < n_len; len += n_warps) {
-            int ge = kNeverLen, gt = kNeverLen;
-            if (q >= 0) {
-                ge = thr_ge[static_cast<long long>(q) * n_len + len];
-                gt = thr_gt[static_cast<long long>(q) * n_len + len];
-            }
-            const unsigned r = __ballot_sync(kFullMask, q >= 0 && ge <= min(query_len, len));
+    // Lengths ascend with the slot: the tile's lie in [lo, hi].
+    const int lo = slot_len[sample_slot(i0, stride)];
+    const int hi = slot_len[sample_slot(i1 - 1, stride)];
+    bool table_ready = false;
+    for (int w0 = lo; w0 <= hi; w0 += n_win) {
+        const int w1 = min(hi, w0 + n_win - 1);
+        __syncthreads();  // the previous window's planes are no longer read
+        // Threshold planes of the window's lengths: lane j of each warp holds query j's values.
+        {
+            const int q = s_query[lane];
+            const int query_len = s_qlen[lane];
+            for (int len = w0 + warp; len <= w1; len += n_warps) {
+                int ge = kNever, gt = kNever;
+                if (q >= 0) {
+                    ge = thr_ge[static_cast<long long>(q) * n_len + len];
+                    gt = thr_gt[static_cast<long long>(q) * n_len + len];
+                }
+                const unsigned r = __ballot_sync(kFullMask, q >= 0 && ge <= min(query_len, len));
 #pragma unroll
-            for (int b = 0; b < kPlanes; ++b) {
-                const unsigned pg = __ballot_sync(kFullMask, (ge >> b) & 1);
-                const unsigned pt = __ballot_sync(kFullMask, (gt >> b) & 1);
-                if (lane == 0) {
-                    ge_planes[len * kPlanes + b] = pg;
-                    gt_planes[len * kPlanes + b] = pt;
+                for (int b = 0; b < kPlanes; ++b) {
+                    const unsigned pg = __ballot_sync(kFullMask, (ge >> b) & 1);
+                    const unsigned pt = __ballot_sync(kFullMask, (gt >> b) & 1);
+                    if (lane == 0) {
+                        ge_planes[(len - w0) * kPlanes + b] = pg;
+                        gt_planes[(len - w0) * kPlanes + b] = pt;
+                    }
                 }
-            }
-            if (lane == 0) reach[len] = r;
-        }
-    }
-    __syncthreads();
-
-    // Size filter for the whole tile: lengths ascend with the slot.
-    const long long i0 = static_cast<long long>(blockIdx.y) * tile;
-    const long long i1 = min(n_sample, i0 + tile);
-    {
-        int any = 0;
-        if (i0 < i1) {
-            const int lo = slot_len[sample_slot(i0, stride)];
-            const int hi = slot_len[sample_slot(i1 - 1, stride)];
-            for (int len = lo + threadIdx.x; len <= hi; len += blockDim.x) any |= reach[len] != 0u;
-        }
-        if (!__syncthreads_or(any)) return;
-    }
-
-    // The membership table: zero it, then set each query's bits.
-    for (int v = threadIdx.x; v < table_vectors; v += blockDim.x) smem[v] = make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();
-    {
-        unsigned* words = reinterpret_cast<unsigned*>(smem);
-        for (int j = 0; j < kQueries; ++j) {
-            const int q = s_query[j];
-            if (q < 0) continue;
-            const long long end = qoff[q] + s_qlen[j];
-            for (long long t = qoff[q] + threadIdx.x; t < end; t += blockDim.x) {
-                const unsigned id = qtok[t];
-                if (id >= static_cast<unsigned>(n_words)) continue;  // in no doc of the shard
-                if (sizeof(Word) == 4) {
-                    atomicOr(&words[id], 1u << j);
-                } else {  // 16-bit words, little-endian halves of a 32-bit word
-                    atomicOr(&words[id >> 1], 1u << (j + 16 * (id & 1u)));
-                }
+                if (lane == 0) reach[len - w0] = r;
             }
         }
-    }
-    __syncthreads();
-    const Word* table = reinterpret_cast<const Word*>(smem);
+        // The window's run of sample indices: the first with length >= w0 and the first > w1.
+        if (threadIdx.x < 2) {
+            const int want = threadIdx.x == 0 ? w0 : w1 + 1;
+            long long a = i0, b = i1;
+            if (want > lo) {
+                while (a < b) {
+                    const long long m = (a + b) >> 1;
+                    if (slot_len[sample_slot(m, stride)] < want) a = m + 1;
+                    else b = m;
+                }
+            }
+            s_run[threadIdx.x] = a;
+        }
+        __syncthreads();
+        // Size filter for the whole window: no (query, length) pair within reach, nothing to count.
+        {
+            int any = 0;
+            for (int len = threadIdx.x; len <= w1 - w0; len += blockDim.x) any |= reach[len] != 0u;
+            if (!__syncthreads_or(any)) continue;
+        }
 
-    for (long long base = i0 + static_cast<long long>(warp) * 32; base < i1;
-         base += static_cast<long long>(n_warps) * 32) {
-        const long long i = base + lane;
-        const bool active = i < i1;
-        const long long slot = active ? sample_slot(i, stride) : 0;
-        const int len = active ? slot_len[slot] : 0;
-        const bool live = active && reach[len] != 0u;
-        if (!__any_sync(kFullMask, live)) continue;
+        if (!table_ready) {  // the membership table, built once per block: zero it, then set each query's bits
+            table_ready = true;
+            for (int v = threadIdx.x; v < table_vectors; v += blockDim.x) smem[v] = make_uint4(0u, 0u, 0u, 0u);
+            __syncthreads();
+            unsigned* words = reinterpret_cast<unsigned*>(smem);
+            for (int j = 0; j < kQueries; ++j) {
+                const int q = s_query[j];
+                if (q < 0) continue;
+                const long long end = qoff[q] + s_qlen[j];
+                for (long long t = qoff[q] + threadIdx.x; t < end; t += blockDim.x) {
+                    const unsigned id = qtok[t];
+                    if (id >= static_cast<unsigned>(n_words)) continue;  // in no doc of the shard
+                    if (sizeof(Word) == 4) {
+                        atomicOr(&words[id], 1u << j);
+                    } else {  // 16-bit words, little-endian halves of a 32-bit word
+                        atomicOr(&words[id >> 1], 1u << (j + 16 * (id & 1u)));
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        const Word* table = reinterpret_cast<const Word*>(smem);
+        const long long r0 = s_run[0], r1 = s_run[1];
 
-        const int n_groups = live ? (len + kIdsPerGroup - 1) / kIdsPerGroup : 0;
-        const uint4* p = groups + chunk_start[slot / kChunkSlots] + (slot & (kChunkSlots - 1));
-        unsigned ones = 0u, twos = 0u, fours = 0u;
-        unsigned high[kHighPlanes] = {0u, 0u, 0u, 0u, 0u};
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (n_groups > 0) v = __ldg(p);
+        for (long long base = r0 + static_cast<long long>(warp) * 32; base < r1;
+             base += static_cast<long long>(n_warps) * 32) {
+            const long long i = base + lane;
+            const bool active = i < r1;
+            const long long slot = active ? sample_slot(i, stride) : 0;
+            const int len = active ? slot_len[slot] : 0;
+            const bool live = active && reach[len - w0] != 0u;
+            if (!__any_sync(kFullMask, live)) continue;
+
+            const int n_groups = live ? (len + kIdsPerGroup - 1) / kIdsPerGroup : 0;
+            const uint4* p = groups + chunk_start[slot / kChunkSlots] + (slot & (kChunkSlots - 1));
+            unsigned ones = 0u, twos = 0u, fours = 0u;
+            unsigned high[kHigh];
+#pragma unroll
+            for (int b = 0; b < kHigh; ++b) high[b] = 0u;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (n_groups > 0) v = __ldg(p);
 #pragma unroll 2
-        for (int g = 0; g < n_groups; ++g) {
-            uint4 next = make_uint4(0u, 0u, 0u, 0u);
-            if (g + 1 < n_groups) next = __ldg(p + static_cast<long long>(g + 1) * kChunkSlots);
-            unsigned w[8];
-            w[0] = table[v.x & 0xFFFFu];
-            w[1] = table[v.x >> 16];
-            w[2] = table[v.y & 0xFFFFu];
-            w[3] = table[v.y >> 16];
-            w[4] = table[v.z & 0xFFFFu];
-            w[5] = table[v.z >> 16];
-            w[6] = table[v.w & 0xFFFFu];
-            w[7] = table[v.w >> 16];
-            if (g == n_groups - 1) {  // the last group: ids past the doc's end are padding
-                const int keep = len - g * kIdsPerGroup;
+            for (int g = 0; g < n_groups; ++g) {
+                uint4 next = make_uint4(0u, 0u, 0u, 0u);
+                if (g + 1 < n_groups) next = __ldg(p + static_cast<long long>(g + 1) * kChunkSlots);
+                unsigned w[8];
+                w[0] = table[v.x & 0xFFFFu];
+                w[1] = table[v.x >> 16];
+                w[2] = table[v.y & 0xFFFFu];
+                w[3] = table[v.y >> 16];
+                w[4] = table[v.z & 0xFFFFu];
+                w[5] = table[v.z >> 16];
+                w[6] = table[v.w & 0xFFFFu];
+                w[7] = table[v.w >> 16];
+                if (g == n_groups - 1) {  // the last group: ids past the doc's end are padding
+                    const int keep = len - g * kIdsPerGroup;
 #pragma unroll
-                for (int e = 1; e < kIdsPerGroup; ++e) {
-                    if (e >= keep) w[e] = 0u;
+                    for (int e = 1; e < kIdsPerGroup; ++e) {
+                        if (e >= keep) w[e] = 0u;
+                    }
                 }
+                add8<kHigh>(w, ones, twos, fours, high);
+                v = next;
             }
-            add8(w, ones, twos, fours, high);
-            v = next;
-        }
-        if (!live) continue;
+            if (!live) continue;
 
-        const unsigned c[kPlanes] = {ones, twos, fours, high[0], high[1], high[2], high[3], high[4]};
-        const unsigned above = at_least(c, gt_planes + len * kPlanes);             // key > T
-        unsigned tie = at_least(c, ge_planes + len * kPlanes) & ~above;            // key == T
-        unsigned emit = above;
-        if ((emit | tie) == 0u) continue;
-        const int pos = slot_pos[slot];
-        while (tie) {
-            const int j = __ffs(tie) - 1;
-            tie &= tie - 1;
-            if (pos <= s_tie[j]) emit |= 1u << j;
-        }
-        while (emit) {
-            const int j = __ffs(emit) - 1;
-            emit &= emit - 1;
-            const int q = s_query[j];
-            int overlap = 0;
+            unsigned c[kPlanes];
+            c[0] = ones;
+            c[1] = twos;
+            c[2] = fours;
 #pragma unroll
-            for (int b = 0; b < kPlanes; ++b) overlap |= static_cast<int>((c[b] >> j) & 1u) << b;
-            const int at = atomicAdd(&cand_count[q], 1);
-            if (at < cand_cap[q]) {
-                cand[cand_base[q] + at] = kAnyScore ? encode_candidate(score, scale, overlap, s_qlen[j], len, pos)
-                                                    : encode_braun_blanquet(static_cast<unsigned>(scale), overlap, s_qlen[j], len, pos);
+            for (int b = 0; b < kHigh; ++b) c[3 + b] = high[b];
+            const unsigned above = at_least<kPlanes>(c, gt_planes + (len - w0) * kPlanes);         // key > T
+            unsigned tie = at_least<kPlanes>(c, ge_planes + (len - w0) * kPlanes) & ~above;        // key == T
+            unsigned emit = above;
+            if ((emit | tie) == 0u) continue;
+            const int pos = slot_pos[slot];
+            while (tie) {
+                const int j = __ffs(tie) - 1;
+                tie &= tie - 1;
+                if (pos <= s_tie[j]) emit |= 1u << j;
+            }
+            while (emit) {
+                const int j = __ffs(emit) - 1;
+                emit &= emit - 1;
+                const int q = s_query[j];
+                int overlap = 0;
+#pragma unroll
+                for (int b = 0; b < kPlanes; ++b) overlap |= static_cast<int>((c[b] >> j) & 1u) << b;
+                const int at = atomicAdd(&cand_count[q], 1);
+                if (at < cand_cap[q]) {
+                    cand[cand_base[q] + at] = kAnyScore ? encode_candidate(score, scale, overlap, s_qlen[j], len, pos)
+                                                        : encode_braun_blanquet(static_cast<unsigned>(scale), overlap, s_qlen[j], len, pos);
+                }
             }
         }
     }
@@ -437,14 +521,18 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
 // bound on the k-th best; kept candidates already clear the bound, so it
 // never drops, in particular never below a score floor), and rewrite its
 // threshold tables for the next level: thr_ge = least overlap for key >= T,
-// thr_gt for key > T, by length.
+// thr_gt for key > T, by length (the tables of count_emit<..., kPlanes>).
+template <int kPlanes>
 __global__ void select_topk(const unsigned long long* __restrict__ cand, const long long* __restrict__ cand_base,
                             const int* __restrict__ cand_cap, const int* __restrict__ cand_count,
                             const int* __restrict__ rows, int k, int sort_size,
                             unsigned long long* __restrict__ top, int update,
                             long long* __restrict__ bound_key, int* __restrict__ tie_pos,
                             const int* __restrict__ qlen, int max_doc_len, long long scale, int max_len, int score,
-                            unsigned char* __restrict__ thr_ge, unsigned char* __restrict__ thr_gt) {
+                            typename Planes<kPlanes>::Thr* __restrict__ thr_ge,
+                            typename Planes<kPlanes>::Thr* __restrict__ thr_gt) {
+    using Thr = typename Planes<kPlanes>::Thr;
+    constexpr int kNever = Planes<kPlanes>::kNever;
     extern __shared__ unsigned long long s_sort[];
     __shared__ long long s_key;
     const int q = rows[blockIdx.x];
@@ -489,9 +577,9 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
     const int n_len = max_doc_len + 1;
     for (int len = threadIdx.x; len < n_len; len += blockDim.x) {
         thr_ge[static_cast<long long>(q) * n_len + len] =
-            static_cast<unsigned char>(need_overlap(key - 1, qlen[q], len, scale, max_len, score));
+            static_cast<Thr>(need_overlap(key - 1, qlen[q], len, scale, max_len, score, kNever));
         thr_gt[static_cast<long long>(q) * n_len + len] =
-            static_cast<unsigned char>(need_overlap(key, qlen[q], len, scale, max_len, score));
+            static_cast<Thr>(need_overlap(key, qlen[q], len, scale, max_len, score, kNever));
     }
 }
 
@@ -505,7 +593,7 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
 // is out_row[i / k], so the host receives its rows in their own order.
 __global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
                             const int* __restrict__ qlen, const int* __restrict__ out_row,
-                            const unsigned char* __restrict__ len_by_pos, long long scale, int max_len, int score,
+                            const unsigned short* __restrict__ len_by_pos, long long scale, int max_len, int score,
                             const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
                             short* __restrict__ overlap, short* __restrict__ doc_len) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;

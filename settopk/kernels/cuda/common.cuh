@@ -15,7 +15,8 @@
 //   (key << 32) | ~position
 // with key = floor(S * num / den) (kernels.score_key; for Braun-Blanquet
 // (S * overlap) / max(|q|, |d|)), below 2**32 for every score (cosine's
-// S = max_len**4 < 2**32 for max_len <= 255), and position < 2**31, so
+// S = max_len**4 < 2**32 for max_len <= 255; the others' S <= 4 * 4096**2 for
+// max_len <= 4096), and position < 2**31, so
 // ~position has its top bit set and a real candidate is never 0. Sorting
 // descending gives key descending, then position ascending.
 
@@ -23,7 +24,8 @@
 
 namespace settopk {
 
-constexpr int kNeverLen = 255;     // least-overlap value no counter can pass (clamped; 8 counter planes)
+constexpr int kNeverLen = 255;     // least-overlap value no counter of 8 planes can pass (uint8 tables)
+constexpr long long kNarrowScale = 1 << 16;  // S below this: max_len <= 255, so S * overlap < 2**32
 
 // The scores, in the order of kernels.SCORES (tests/test_keys.py checks it).
 enum Score : int {
@@ -70,15 +72,16 @@ __device__ __forceinline__ long long least_overlap(long long t, int query_len, i
     }
 }
 
-// least_overlap clamped to 255 (8 planes). Clamping only lowers a threshold that
-// no doc can reach, so it can only admit extra candidates (the final sort is exact).
+// least_overlap clamped to `never` (kNeverLen for 8 counter planes; 2**13 - 1 for 13, which
+// count overlaps up to 4096). The clamp is above max_len, so it only marks a threshold that
+// no doc can reach.
 __device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_len, long long scale, int max_len,
-                                            int score) {
+                                            int score, int never = kNeverLen) {
     return static_cast<int>(min(least_overlap(t, query_len, doc_len, scale, max_len, score),
-                                static_cast<long long>(kNeverLen)));
+                                static_cast<long long>(never)));
 }
 
-// Braun-Blanquet, the default, in 32-bit math: S * overlap <= 255**3 < 2**32.
+// Braun-Blanquet, the default, in 32-bit math: S * overlap <= 255**3 < 2**32 (scale < kNarrowScale).
 __device__ __forceinline__ unsigned long long encode_braun_blanquet(unsigned scale, int overlap, int query_len,
                                                                     int doc_len, int position) {
     const unsigned m = static_cast<unsigned>(max(query_len, doc_len));
@@ -89,7 +92,8 @@ __device__ __forceinline__ unsigned long long encode_braun_blanquet(unsigned sca
 // The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48.
 __device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale, int overlap, int query_len,
                                                                int doc_len, int position) {
-    if (score == kBraunBlanquet) return encode_braun_blanquet(static_cast<unsigned>(scale), overlap, query_len, doc_len, position);
+    if (score == kBraunBlanquet && scale < kNarrowScale)
+        return encode_braun_blanquet(static_cast<unsigned>(scale), overlap, query_len, doc_len, position);
     long long num = overlap;
     long long den = score_den(score, query_len, doc_len);
     if (score == kJaccard) den -= overlap;

@@ -34,19 +34,28 @@ from .wide import WideLayout, split_by_distinct
 __all__ = ["CupyShardIndex", "warm_up"]
 
 _SOURCE = "bitslice_topk.cu"
-# (queries per block, any score): Braun-Blanquet has a kernel of its own (see count_emit's kAnyScore).
+# (queries per block, any score, counter planes): Braun-Blanquet has a kernel of its own on 8 planes
+# (see count_emit's kAnyScore); 13 planes (max_len above 255) take the score at run time.
 _COUNT_KERNELS = {
-    (32, False): "settopk::count_emit<32, unsigned int, false>",
-    (16, False): "settopk::count_emit<16, unsigned short, false>",
-    (32, True): "settopk::count_emit<32, unsigned int, true>",
-    (16, True): "settopk::count_emit<16, unsigned short, true>",
+    (32, False, 8): "settopk::count_emit<32, unsigned int, false, 8>",
+    (16, False, 8): "settopk::count_emit<16, unsigned short, false, 8>",
+    (32, True, 8): "settopk::count_emit<32, unsigned int, true, 8>",
+    (16, True, 8): "settopk::count_emit<16, unsigned short, true, 8>",
+    (32, True, 13): "settopk::count_emit<32, unsigned int, true, 13>",
+    (16, True, 13): "settopk::count_emit<16, unsigned short, true, 13>",
 }
-_BUILD_KERNELS = {np.dtype(np.uint16): "settopk::build_layout<unsigned short>",
-                  np.dtype(np.uint32): "settopk::build_layout<unsigned int>"}
-_OTHER_KERNELS = ("settopk::remap_layout", "settopk::select_topk", "settopk::decode_topk")
-_MAX_LEN_LIMIT = 255  # 8 counter planes; the job's configs allow at most 255 too
+_SELECT_KERNELS = {8: "settopk::select_topk<8>", 13: "settopk::select_topk<13>"}
+_BUILD_KERNELS = {
+    ("spread", np.dtype(np.uint16)): "settopk::build_layout<unsigned short>",
+    ("spread", np.dtype(np.uint32)): "settopk::build_layout<unsigned int>",
+    ("plain", np.dtype(np.uint16)): "settopk::build_layout_plain<unsigned short>",
+    ("plain", np.dtype(np.uint32)): "settopk::build_layout_plain<unsigned int>",
+}
+_OTHER_KERNELS = ("settopk::remap_layout", "settopk::decode_topk")
+_MAX_LEN_LIMIT = 4096  # 13 counter planes count to 8191; the job's configs allow at most 4096
+_SPREAD_MAX_LEN = 255  # kSpreadMaxLen: longer docs are laid out by build_layout_plain
+_WINDOW_LENS = 512  # doc lengths whose threshold planes a 13-plane count block holds at once
 _IDS_PER_GROUP = 8  # kIdsPerGroup
-_PLANE_WORDS_PER_LEN = 2 * 8 + 1  # ge and gt planes plus the reach mask, per doc length
 _BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
 
 def warm_up(routing: str = "scan") -> None:
@@ -76,14 +85,18 @@ def warm_up(routing: str = "scan") -> None:
 
 
 def _kernels(device_id: int) -> dict:
-    """The compiled kernels for ``device_id`` (short name; ``build_layout_uint16``/``_uint32`` by id type;
-    ``count32``/``count16`` for Braun-Blanquet and ``count32_any``/``count16_any`` for any score)."""
-    names = list(_COUNT_KERNELS.values()) + list(_BUILD_KERNELS.values()) + list(_OTHER_KERNELS)
+    """The compiled kernels for ``device_id`` by short name: ``build_spread_uint16`` (and ``_plain``,
+    ``_uint32``) by layout kind and id type; ``count32_8``/``count16_8`` for Braun-Blanquet and
+    ``count32_any_8``, ``count16_any_8``, ``count32_any_13``, ``count16_any_13`` for any score;
+    ``select_topk_8``/``_13`` by counter planes; ``remap_layout``, ``decode_topk``."""
+    names = (list(_COUNT_KERNELS.values()) + list(_SELECT_KERNELS.values()) + list(_BUILD_KERNELS.values())
+             + list(_OTHER_KERNELS))
     module = load_kernels(_SOURCE, names, device_id)
     out = {name.split("::")[-1]: module[name] for name in _OTHER_KERNELS}
-    out.update({f"build_layout_{dtype.name}": module[name] for dtype, name in _BUILD_KERNELS.items()})
-    for (queries, any_score), name in _COUNT_KERNELS.items():
-        out[f"count{queries}" + ("_any" if any_score else "")] = module[name]
+    out.update({f"build_{kind}_{dtype.name}": module[name] for (kind, dtype), name in _BUILD_KERNELS.items()})
+    out.update({f"select_topk_{planes}": module[name] for planes, name in _SELECT_KERNELS.items()})
+    for (queries, any_score, planes), name in _COUNT_KERNELS.items():
+        out[f"count{queries}" + ("_any" if any_score else "") + f"_{planes}"] = module[name]
     return out
 
 
@@ -153,8 +166,13 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         Global doc ids (host), strictly increasing, so position order is id
         order. Stored as int64.
     max_len : int
-        Bound on set sizes, in ``[1, 255]`` (overlaps are counted in 8 bit
-        planes); fixes the key scale (:func:`settopk.kernels.key_scale`).
+        Bound on set sizes, in ``[1, 4096]`` (``[1, 255]`` for cosine); fixes
+        the key scale (:func:`settopk.kernels.key_scale`). Up to 255,
+        overlaps are counted in 8 bit planes against uint8 threshold tables;
+        above, in 13 planes against uint16 tables, docs longer than 255 ids are
+        laid out in their own order (not spread over shared-memory banks), and
+        ``routing`` is ``"scan"`` or ``"auto"`` (which then scans: the postings
+        count overlaps in bytes).
     vocab_size : int, default 65536
         Token ids are below this, in ``[1, 16777216]``. Above 65536 the shard
         is *wide* (:mod:`settopk.kernels.cuda.wide`): its layout takes 3 bytes
@@ -230,7 +248,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
     Notes
     -----
     GPU memory held: the layout (16 bytes per 8 ids, rounded up per doc and
-    per 32 docs of similar length; about ``2.2 * n_tokens`` bytes), plus 14
+    per 32 docs of similar length; about ``2.2 * n_tokens`` bytes), plus 16
     bytes per doc (slot length and position, length by position, doc id) and
     8 bytes per 32 docs. During the build, the CSR arrays are on the GPU too
     (``8 * n_docs + 2 * n_tokens`` bytes). The index lives on the CUDA device
@@ -263,6 +281,9 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         if vocab_size > NARROW_VOCAB and routing == "postings":
             raise ValueError(f"routing 'postings' takes ids below {NARROW_VOCAB} on the GPU, found vocab_size={vocab_size}; "
                              "use routing 'scan' or 'auto' (which scans such a shard)")
+        if max_len > _SPREAD_MAX_LEN and routing == "postings":
+            raise ValueError(f"routing 'postings' counts overlaps in bytes on the GPU (max_len <= {_SPREAD_MAX_LEN}), "
+                             f"found max_len={max_len}; use routing 'scan' or 'auto' (which scans such a shard)")
         for name, value in (("tile_docs", tile_docs), ("query_batch", query_batch), ("redo_bytes", redo_bytes)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, found {value}")
@@ -303,12 +324,14 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._wide = None  # a WideLayout where vocab_size > 65536
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
+        self._planes = 8 if max_len <= _SPREAD_MAX_LEN else 13  # counter planes: overlaps up to 255 or 8191
+        self._thr_dtype = np.uint8 if self._planes == 8 else np.uint16
         device = cupy.cuda.Device()
         self._device_id = device.id
         self._n_sm = int(device.attributes["MultiProcessorCount"])
         self._kernels = _kernels(self._device_id)
         # Dynamic shared memory a count kernel may take: the device's opt-in limit less its static arrays.
-        static = max(int(self._kernels[f"count{q}{any_}"].shared_size_bytes) for q in (32, 16) for any_ in ("", "_any"))
+        static = max(int(kernel.shared_size_bytes) for name, kernel in self._kernels.items() if name.startswith("count"))
         optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_LIMIT))
         self._shared_budget = optin - static
         self._build(pieces)
@@ -353,20 +376,21 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._shortest = max(lo, 0)  # with hi: the length range the floors are checked against
         self._longest = hi
         self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc
-        self._len_by_pos = lengths.astype(np.uint8)
-        if self.routing != "scan" and n and not wide:
+        self._len_by_pos = lengths.astype(np.uint16)
+        if self.routing != "scan" and n and not wide and self._planes == 8:
             self._postings = GpuPostings(offsets, tokens, self._n_words)
             self.postings_bytes = self._postings.nbytes
         self._doc_ids = cupy.asarray(self.doc_ids) if n else cupy.zeros(1, dtype=np.int64)  # decoded on the GPU
 
         # Slots: docs sorted by (length, position); the key is unique, so any sort is stable here.
         order = cupy.sort((lengths << 32) | cupy.arange(n, dtype=np.int64))
-        self._slot_len = (order >> 32).astype(np.uint8)
+        self._slot_len = (order >> 32).astype(np.uint16)
         self._slot_pos = (order & 0xFFFFFFFF).astype(np.int32)
         del order
         n_chunks = -(-n // CHUNK_SLOTS)
         last = cupy.minimum(cupy.arange(1, n_chunks + 1, dtype=np.int64) * CHUNK_SLOTS, n) - 1
-        chunk_groups = ((self._slot_len[last].astype(np.int32) + _IDS_PER_GROUP - 1) // _IDS_PER_GROUP).astype(np.int32)
+        chunk_len = self._slot_len[last].astype(np.int32)  # each chunk's longest doc
+        chunk_groups = ((chunk_len + _IDS_PER_GROUP - 1) // _IDS_PER_GROUP).astype(np.int32)
         sizes = chunk_groups.astype(np.int64) * CHUNK_SLOTS
         self._chunk_start = cupy.cumsum(sizes) - sizes  # in uint4 elements
         total = int(sizes.sum()) if n_chunks else 0
@@ -375,36 +399,35 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._groups = (cupy.empty if total else cupy.zeros)((max(1, total), 4), dtype=np.uint32)
         high = cupy.zeros((max(1, total), 2), dtype=np.uint32) if wide else self._groups
         if total:
-            stride = hi + (hi & 1)  # ids per lane in the build's shared memory (even keeps the cursors aligned)
-            shared = _BUILD_WARPS * 32 * (tokens.itemsize * stride + 64)
-            kernel = self._kernels[f"build_layout_{tokens.dtype.name}"]
-            if shared > DEFAULT_SHARED_LIMIT:
-                kernel.max_dynamic_shared_size_bytes = shared
-            kernel(
-                (max(1, min(-(-n_chunks // _BUILD_WARPS), 65535 * 32)),),
-                (_BUILD_WARPS * 32,),
-                (
-                    offsets,
-                    tokens,
-                    self._slot_pos,
-                    self._chunk_start,
-                    chunk_groups,
-                    np.int64(n_chunks),
-                    np.int64(n),
-                    np.int32(stride),
-                    self._groups,
-                    high,
-                ),
-                shared_mem=shared,
-            )
+            # Chunks are length-sorted: those of docs up to 255 ids (a prefix) are spread over banks.
+            n_spread = int(cupy.count_nonzero(chunk_len <= _SPREAD_MAX_LEN))
+            grid = lambda chunks: (max(1, min(-(-chunks // _BUILD_WARPS), 65535 * 32)),)  # noqa: E731
+            common = (offsets, tokens, self._slot_pos, self._chunk_start, chunk_groups)
+            if n_spread:
+                longest = int(chunk_len[n_spread - 1])
+                stride = longest + (longest & 1)  # ids per lane in the build's shared memory (even: aligned cursors)
+                shared = _BUILD_WARPS * 32 * (tokens.itemsize * stride + 64)
+                kernel = self._kernels[f"build_spread_{tokens.dtype.name}"]
+                if shared > DEFAULT_SHARED_LIMIT:
+                    kernel.max_dynamic_shared_size_bytes = shared
+                kernel(grid(n_spread), (_BUILD_WARPS * 32,),
+                       (*common, np.int64(n_spread), np.int64(n), np.int32(stride), self._groups, high),
+                       shared_mem=shared)
+            if n_spread < n_chunks:
+                self._kernels[f"build_plain_{tokens.dtype.name}"](
+                    grid(n_chunks - n_spread), (_BUILD_WARPS * 32,),
+                    (*common, np.int64(n_spread), np.int64(n_chunks), np.int64(n), self._groups, high))
         if n == 0:  # keep every device pointer valid
-            self._slot_len = cupy.zeros(1, dtype=np.uint8)
+            self._slot_len = cupy.zeros(1, dtype=np.uint16)
             self._slot_pos = cupy.zeros(1, dtype=np.int32)
             self._chunk_start = cupy.zeros(1, dtype=np.int64)
-            self._len_by_pos = cupy.zeros(1, dtype=np.uint8)
+            self._len_by_pos = cupy.zeros(1, dtype=np.uint16)
 
         n_len = self._longest + 1
-        self._thresholds_shared = _PLANE_WORDS_PER_LEN * n_len * 4
+        # Threshold planes of a window of doc lengths in the count kernel's shared memory: every length
+        # with 8 planes, at most _WINDOW_LENS at a time with 13 (4097 lengths would take 443 KiB).
+        self._n_win = n_len if self._planes == 8 else min(n_len, _WINDOW_LENS)
+        self._thresholds_shared = (2 * self._planes + 1) * self._n_win * 4  # ge and gt planes, reach masks
         if wide:
             # A batch's ids get table words 1..n: as many as a 32-query table fits (cut batches keep n below).
             self._batch_ids = min(NARROW_VOCAB - 1, (self._shared_budget - self._thresholds_shared) // 16 * 4 - 1)
@@ -421,12 +444,13 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             shared = -(-n_words * word_bytes // 16) * 16 + self._thresholds_shared
             if shared <= self._shared_budget:
                 break
-        else:  # unreachable for max_len <= 255 and ids < 65536 on any GPU with >= 148 KiB per block
+        else:  # unreachable for ids < 65536 on any GPU with >= 148 KiB per block
             raise ValueError(f"the count kernel needs {shared} bytes of shared memory, the device offers {self._shared_budget}")
         self._n_words = n_words
         self.queries_per_block = queries
         self._count_shared = shared
-        self._count = self._kernels[f"count{queries}" + ("" if self.score == "braun_blanquet" else "_any")]
+        any_score = self.score != "braun_blanquet" or self._planes != 8
+        self._count = self._kernels[f"count{queries}" + ("_any" if any_score else "") + f"_{self._planes}"]
 
     # ---- search ---------------------------------------------------------------
 

@@ -102,7 +102,8 @@ class LevelSearch:
 
     The methods read the index's settings (``capacity``, ``sample_ratio``, ``tile_docs``,
     ``redo_bytes``, ``routing``, ``max_len``, ``score``, ``queries_per_block``, ``n_docs``), its
-    kernels (``_kernels``, and ``_count`` with its shared memory ``_count_shared``), its device layout
+    kernels (``_kernels``, and ``_count`` with its shared memory ``_count_shared``), its counter planes
+    and their tables (``_planes``, ``_thr_dtype``, ``_n_win``), its device layout
     (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
     ``_longest``, ``_n_words``, ``_scan_slots``), its key constants (``_scale``, ``_score_code``), its
     device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
@@ -184,8 +185,8 @@ class LevelSearch:
         cand_base = cupy.arange(n_q, dtype=np.int64) * capacity
         cand_cap = cupy.full(n_q, capacity, dtype=np.int32)
         if floor is None or not (floor >= 0).any():
-            thr_ge = cupy.zeros((n_q, n_len), dtype=np.uint8)  # bound T = -1 admits every doc
-            thr_gt = cupy.zeros((n_q, n_len), dtype=np.uint8)
+            thr_ge = cupy.zeros((n_q, n_len), dtype=self._thr_dtype)  # bound T = -1 admits every doc
+            thr_gt = cupy.zeros((n_q, n_len), dtype=self._thr_dtype)
             bound_key = cupy.full(n_q, -1, dtype=np.int64)
             tie_pos = cupy.full(n_q, -1, dtype=np.int32)
         else:
@@ -375,6 +376,7 @@ class LevelSearch:
                 thr_gt,
                 tie_pos,
                 np.int32(self._longest),
+                np.int32(self._n_win),
                 np.int32(self._n_words),
                 np.int64(self._scale),
                 np.int32(self._score_code),
@@ -389,7 +391,7 @@ class LevelSearch:
     def _select(self, cand, cand_base, cand_cap, count, rows, n_rows, k, sort_size, top, *, update,
                 bound_key, tie_pos, qlen, thr_ge, thr_gt):
         """Launch select_topk for ``n_rows`` rows (query indices in ``rows``)."""
-        kernel = self._kernels["select_topk"]
+        kernel = self._kernels[f"select_topk_{self._planes}"]
         shared = 8 * sort_size
         if shared > DEFAULT_SHARED_LIMIT:
             kernel.max_dynamic_shared_size_bytes = shared

@@ -40,7 +40,7 @@ from ..cost import cupy_route_mask
 from ..keys import least_overlap, score_key
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, need_table, order_pairs, parse_threshold, reachable_lengths
-from .floors import NEVER_LEN, floor_tables
+from .floors import floor_tables, threshold_table_type
 
 __all__ = ["THRESHOLD_CAPACITY", "ThresholdSearch", "threshold_floors"]
 
@@ -193,8 +193,9 @@ class ThresholdSearch:
         thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, self._longest + 1, self.max_len, self.score)
         if min_doc_len is not None:  # shorter lengths unreachable: their tiles and warps are skipped
             shorter = cupy.arange(self._longest + 1)[None, :] < cupy.asarray(min_doc_len[order])[:, None]
-            thr_ge[shorter] = NEVER_LEN
-            thr_gt[shorter] = NEVER_LEN
+            never = threshold_table_type(self.max_len)[1]
+            thr_ge[shorter] = never
+            thr_gt[shorter] = never
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
         capacity = self.capacity or THRESHOLD_CAPACITY
         cand = cupy.empty(n_q * capacity, dtype=np.uint64)
