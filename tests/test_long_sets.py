@@ -244,6 +244,14 @@ def test_gpu_long_sets_equal_the_numpy_index(score, window, monkeypatch):
     gpu = cupy_index(docs, ids, max_len, score=score, routing="auto", tile_docs=512)
     assert gpu.last_routing["postings"] == 0 and gpu.postings_bytes == 0
     assert_same_topk(gpu.search(queries, k), cpu.search(queries, k))
+    # The whole-shard level's tiles cover every doc, in order, each within one doc's work of an equal share.
+    bounds, n_tiles = gpu._tiles(1, gpu.n_docs, 2)
+    bounds = bounds.get()
+    assert n_tiles > 1 and len(bounds) == n_tiles + 1 and bounds[0] == 0 and bounds[-1] == gpu.n_docs
+    assert (np.diff(bounds) >= 0).all()
+    work = (np.sort(lengths) + 7) // 8 * 8 + 16
+    cumulative = np.concatenate([[0], np.cumsum(work)])
+    assert (cumulative[bounds[1:]] - cumulative[bounds[:-1]]).max() <= cumulative[-1] / n_tiles + work.max()
     check_floors(gpu, cpu, queries, k, max_len, rng, score)
     wide = cupy_index(SetBatch(docs.offsets, docs.tokens.astype(np.uint32) + 70_000), ids, max_len, 2**24,
                       score=score, tile_docs=512)

@@ -297,7 +297,8 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
 // Score the docs of one sampling level for one query group and emit candidates.
 //
 // Grid: x = query group (kQueries consecutive entries of group_query, -1 =
-// unused slot), y = tile of `tile` sample indices. Sample index i is slot
+// unused slot), y = tile: sample indices [tile_start[y], tile_start[y + 1]), cut by the
+// host where the tiles hold equal work (ids), not equal docs. Sample index i is slot
 // sample_slot(i, stride) (every stride-th chunk), for i in [0, n_sample). x
 // varies fastest, so the blocks that run together read the same tile and share
 // it through L2.
@@ -322,7 +323,7 @@ template <int kQueries, typename Word, bool kAnyScore, int kPlanes>
 __global__ void __launch_bounds__(1024, 1)
 count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk_start,
            const unsigned short* __restrict__ slot_len, const int* __restrict__ slot_pos,
-           long long n_sample, long long stride, long long tile,
+           long long n_sample, long long stride, const long long* __restrict__ tile_start,
            const int* __restrict__ group_query, const long long* __restrict__ qoff,
            const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
            const typename Planes<kPlanes>::Thr* __restrict__ thr_ge,
@@ -348,8 +349,8 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
     unsigned* gt_planes = ge_planes + kPlanes * n_win;
     unsigned* reach = gt_planes + kPlanes * n_win;
 
-    const long long i0 = static_cast<long long>(blockIdx.y) * tile;
-    const long long i1 = min(n_sample, i0 + tile);
+    const long long i0 = tile_start[blockIdx.y];
+    const long long i1 = min(n_sample, tile_start[blockIdx.y + 1]);
     if (i0 >= i1) return;
     if (threadIdx.x < 32) {
         const int q = lane < kQueries ? group_query[static_cast<long long>(blockIdx.x) * kQueries + lane] : -1;

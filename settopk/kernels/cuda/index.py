@@ -186,9 +186,10 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         16384). Small values only force the overflow path (tests use that);
         results stay exact.
     tile_docs : int, default 65536
-        Most docs one block scans for one query group (a tile). Smaller tiles
-        spread small shards over more blocks; each block builds its query
-        table once, so larger tiles amortise that.
+        Docs one block scans for one query group (a tile), on average: the
+        tiles are cut where they hold equal numbers of ids, so a tile of long
+        docs holds fewer. Smaller tiles spread small shards over more blocks;
+        each block builds its query table once, so larger tiles amortise that.
     query_batch : int, default 4096
         Queries searched together; bounds candidate buffers (``8 * capacity``
         bytes per query) and threshold tables on the GPU.
@@ -373,6 +374,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             raise ValueError(f"a set of docs has {hi} ids, more than max_len={self.max_len}")
         if top >= self.vocab_size:
             raise ValueError(f"docs hold id {top}, not below vocab_size={self.vocab_size}")
+        self._tile_bounds = {}  # the count kernel's tiles per level shape (LevelSearch._tiles)
         self._shortest = max(lo, 0)  # with hi: the length range the floors are checked against
         self._longest = hi
         self._n_words = max(1, top + 1)  # ids above the largest doc id can match no doc

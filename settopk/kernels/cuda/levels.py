@@ -53,7 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..cost import cupy_route_mask
+from ..cost import DOC_OVERHEAD_SLOTS, cupy_route_mask
 from ..sets import SetBatch
 from ..topk import TopK
 from .floors import floor_tables
@@ -105,7 +105,7 @@ class LevelSearch:
     kernels (``_kernels``, and ``_count`` with its shared memory ``_count_shared``), its counter planes
     and their tables (``_planes``, ``_thr_dtype``, ``_n_win``), its device layout
     (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
-    ``_longest``, ``_n_words``, ``_scan_slots``), its key constants (``_scale``, ``_score_code``), its
+    ``_longest``, ``_n_words``, ``_scan_slots``, and ``_tile_bounds``, an empty dict the tiles are cached in), its key constants (``_scale``, ``_score_code``), its
     device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
     ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, remaps the layout
     and sets the table for the batch); they add to ``last_routing`` and ``rescans``.
@@ -156,10 +156,33 @@ class LevelSearch:
         return size
 
     def _tile(self, n_sample: int, n_groups: int) -> int:
-        """Sample indices per block: enough tiles for ~4 blocks per SM, within tile_docs and the grid limit."""
+        """Sample indices per block on average: enough tiles for ~4 blocks per SM, within tile_docs and
+        the grid limit."""
         want_tiles = -(-4 * self._n_sm // n_groups)
         tile = min(self.tile_docs, max(_COUNT_THREADS, -(-n_sample // want_tiles)))
         return max(tile, -(-n_sample // _MAX_GRID_Y), 1)
+
+    def _tiles(self, stride: int, n_sample: int, n_groups: int):
+        """The count kernel's tiles over sample indices ``[0, n_sample)`` of level ``stride``: device int64
+        bounds of shape (n_tiles + 1,) and ``n_tiles``. As many tiles as :meth:`_tile` gives, cut where
+        they hold equal work (each doc's ids rounded up to groups of 8, plus a per-doc overhead), not equal
+        docs: with long sets, a tile of the longest docs would otherwise hold up the whole launch (on a
+        NETFLIX-shaped corpus, the last of 9 tiles held about a third of the ids). Cached per
+        ``(stride, n_sample, n_tiles)``: the layout does not change after the build."""
+        import cupy
+
+        n_tiles = -(-n_sample // self._tile(n_sample, n_groups))
+        key = (stride, n_sample, n_tiles)
+        bounds = self._tile_bounds.get(key)
+        if bounds is None:
+            i = cupy.arange(n_sample, dtype=np.int64)
+            slot = (i >> 5) * (stride * CHUNK_SLOTS) + (i & (CHUNK_SLOTS - 1))  # sample_slot in the kernel source
+            work = cupy.cumsum((self._slot_len[slot].astype(np.int64) + 7) // 8 * 8 + DOC_OVERHEAD_SLOTS)
+            targets = cupy.arange(1, n_tiles, dtype=np.int64) * int(work[-1]) // n_tiles
+            bounds = cupy.concatenate([cupy.zeros(1, np.int64), cupy.searchsorted(work, targets, side="right"),
+                                       cupy.full(1, n_sample, np.int64)])
+            self._tile_bounds[key] = bounds
+        return bounds, n_tiles
 
     def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK) -> None:
         """Search one batch of queries through the sampling levels (see the module docstring).
@@ -354,11 +377,11 @@ class LevelSearch:
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""
         qoff, qtok, qlen, thr_ge, thr_gt, tie_pos = query_arrays
-        tile = self._tile(n_sample, n_groups)
+        tile_start, n_tiles = self._tiles(stride, n_sample, n_groups)
         if self._count_shared > DEFAULT_SHARED_LIMIT:  # per launch: indexes of other shapes share the function
             self._count.max_dynamic_shared_size_bytes = self._count_shared
         self._count(
-            (n_groups, -(-n_sample // tile)),
+            (n_groups, n_tiles),
             (_COUNT_THREADS,),
             (
                 self._groups,
@@ -367,7 +390,7 @@ class LevelSearch:
                 self._slot_pos,
                 np.int64(n_sample),
                 np.int64(stride),
-                np.int64(tile),
+                tile_start,
                 group_query,
                 qoff,
                 qtok,
