@@ -25,11 +25,6 @@
 //     carry-save adders in the Harley-Seal pattern (Mula, Kurz, Lemire, 2018):
 //     8 words cost 7 adders (2 three-input logic ops each, LOP3) and one
 //     ripple into the high planes, instead of 8 x 32 popcounts.
-//   * Sets of up to 255 ids take 8 planes and uint8 threshold tables; up to 4096,
-//     13 planes (Planes<13>) and uint16 tables. A long doc is still counted in 8
-//     planes, added into its 13 every 248 ids (add_planes), so the inner loop is
-//     the same; the threshold planes of 13 are kept for a window of doc lengths at
-//     a time (4097 lengths would not fit in shared memory).
 //
 // Fused thresholds (no score matrix is ever written):
 //   * Each query q has a bound, a (key T, position P) pair (key descending,
@@ -110,22 +105,6 @@ __device__ __forceinline__ void add8(const unsigned (&w)[8], unsigned& ones, uns
         const unsigned t = high[b] & carry;
         high[b] ^= carry;
         carry = t;
-    }
-}
-
-// total += the 8-plane counts (ones, twos, fours, high[0..4]), bit-sliced: a ripple-carry adder
-// over kPlanes planes (2 LOP3 per plane), run once per 248 ids of a long doc.
-template <int kPlanes>
-__device__ __forceinline__ void add_planes(unsigned (&total)[kPlanes], unsigned ones, unsigned twos, unsigned fours,
-                                           const unsigned (&high)[5]) {
-    const unsigned part[8] = {ones, twos, fours, high[0], high[1], high[2], high[3], high[4]};
-    unsigned carry = 0u;
-#pragma unroll
-    for (int b = 0; b < kPlanes; ++b) {
-        const unsigned x = b < 8 ? part[b] : 0u;
-        const unsigned t = total[b];
-        total[b] = t ^ x ^ carry;
-        carry = (t & x) | (carry & (t ^ x));
     }
 }
 
@@ -353,8 +332,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
            int* __restrict__ cand_count, const long long* __restrict__ cand_base,
            const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
     static_assert(kAnyScore || kPlanes == 8, "the 32-bit Braun-Blanquet emission needs max_len <= 255");
-    constexpr int kHigh8 = 5;          // planes 3..7 of the 8-plane counts
-    constexpr int kFlushGroups = 31;   // 31 groups of 8 ids: at most 248 < 256
+    constexpr int kHigh = kPlanes - 3;
     constexpr int kNever = Planes<kPlanes>::kNever;
     extern __shared__ uint4 smem[];
     __shared__ int s_query[32];
@@ -466,16 +444,10 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
 
             const int n_groups = live ? (len + kIdsPerGroup - 1) / kIdsPerGroup : 0;
             const uint4* p = groups + chunk_start[slot / kChunkSlots] + (slot & (kChunkSlots - 1));
-            // Counted in 8 planes (as for max_len <= 255); with 13, every kFlushGroups groups (at most
-            // 248 ids, so the 8 planes never carry out) the partial counts are added into `total`.
             unsigned ones = 0u, twos = 0u, fours = 0u;
-            unsigned high[kHigh8];
+            unsigned high[kHigh];
 #pragma unroll
-            for (int b = 0; b < kHigh8; ++b) high[b] = 0u;
-            unsigned total[kPlanes];
-#pragma unroll
-            for (int b = 0; b < kPlanes; ++b) total[b] = 0u;
-            int since_flush = 0;
+            for (int b = 0; b < kHigh; ++b) high[b] = 0u;
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
             if (n_groups > 0) v = __ldg(p);
 #pragma unroll 2
@@ -498,30 +470,17 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
                         if (e >= keep) w[e] = 0u;
                     }
                 }
-                add8<kHigh8>(w, ones, twos, fours, high);
+                add8<kHigh>(w, ones, twos, fours, high);
                 v = next;
-                if (kPlanes > 8 && ++since_flush == kFlushGroups) {
-                    since_flush = 0;
-                    add_planes<kPlanes>(total, ones, twos, fours, high);
-                    ones = twos = fours = 0u;
-#pragma unroll
-                    for (int b = 0; b < kHigh8; ++b) high[b] = 0u;
-                }
             }
             if (!live) continue;
 
             unsigned c[kPlanes];
-            if (kPlanes > 8) {
-                add_planes<kPlanes>(total, ones, twos, fours, high);
+            c[0] = ones;
+            c[1] = twos;
+            c[2] = fours;
 #pragma unroll
-                for (int b = 0; b < kPlanes; ++b) c[b] = total[b];
-            } else {
-                c[0] = ones;
-                c[1] = twos;
-                c[2] = fours;
-#pragma unroll
-                for (int b = 0; b < kHigh8; ++b) c[3 + b] = high[b];
-            }
+            for (int b = 0; b < kHigh; ++b) c[3 + b] = high[b];
             const unsigned above = at_least<kPlanes>(c, gt_planes + (len - w0) * kPlanes);         // key > T
             unsigned tie = at_least<kPlanes>(c, ge_planes + (len - w0) * kPlanes) & ~above;        // key == T
             unsigned emit = above;
