@@ -205,3 +205,12 @@ def test_a_tiny_cpu_netflix_bench_run_is_exact(ray_cluster, tmp_path):
     assert bench.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path / "data"), "--quiet"]) == 0
     exactness = json.loads(out.read_text())["exactness"]
     assert exactness["identical"] and exactness["checked"] and exactness["mismatches"] == []
+
+
+def test_gpu_netflix_bench_config_is_the_cpu_shape_on_cupy():
+    from settopk.jobs.bench.config import load_bench_config
+
+    gpu, cpu = load_bench_config("gpu-netflix"), load_bench_config("cpu-netflix")
+    assert (gpu.backend, gpu.max_len, gpu.routing, gpu.score) == ("cupy", 4096, "auto", "braun_blanquet")
+    assert (gpu.synthetic.n_docs, gpu.synthetic.vocab_size, gpu.synthetic.length_law) == \
+        (cpu.synthetic.n_docs, cpu.synthetic.vocab_size, cpu.synthetic.length_law)
