@@ -283,7 +283,7 @@ def build_index(backend: str, doc_ids: np.ndarray, docs, *, max_len: int, vocab_
         ``uint16`` or ``uint32`` tokens (ids below ``2**24``); ``"cupy"`` takes ``uint32`` only
         where ``vocab_size`` exceeds 65536.
     max_len : int
-        Bound on set sizes (``"cupy"``: at most 255).
+        Bound on set sizes (``"cupy"``: at most 4096).
     vocab_size : int, default 65536
         Token ids are below this, up to ``2**24`` (checked by ``"cupy"``, whose layout is wide above
         65536; ``"numpy"`` and ``"cpu"`` size their tables by the docs' ids instead).
