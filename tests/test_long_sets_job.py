@@ -1,7 +1,7 @@
-"""Sets longer than 255 ids end to end: ``settopk.jobs.score.main`` with ``backend: cpu`` and
-``max_len: 1000`` against the oracle (top-k, threshold, self-join), and the refusals: score cosine and
-backend cupy (named, or picked by ``auto``) above 255, ``max_len`` above 4096, in the job, the config and
-``settopk.ray``."""
+"""Sets longer than 255 ids end to end: ``settopk.jobs.score.main`` with ``backend: cpu`` (and ``cupy``
+on the GPU machine) and ``max_len: 1000`` against the oracle (top-k, threshold, self-join), and the
+refusals: score cosine above 255, the GPU postings (routing ``postings`` on cupy, named or picked by
+``auto``) above 255, ``max_len`` above 4096, in the job, the config and ``settopk.ray``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,20 @@ def test_cpu_job_with_max_len_1000_matches_the_oracle(tmp_path, long_corpus):
     rows = result_rows(out)
     assert rows == _topk_rows(docs, queries, 12, "jaccard")
     assert max(r[4] for r in rows) == 1000 and max(r[5] for r in rows) == 1000  # overlap, query_len in int16
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard"])
+def test_cupy_job_with_max_len_1000_matches_the_oracle(tmp_path, long_corpus, score):
+    """The GPU's 13 counter planes in the job: two shards on one GPU with the threshold exchange,
+    routing auto (which scans sets this long)."""
+    docs, queries, docs_path, queries_path = long_corpus
+    out = tmp_path / "out"
+    config = _config(tmp_path, backend="cupy", routing="auto", gpus_per_shard=0.5)
+    assert job.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "12",
+                     "--score", score, "--config", config, "--quiet"]) == 0
+    assert result_rows(out) == _topk_rows(docs, queries, 12, score)
 
 
 @pytest.mark.slow
