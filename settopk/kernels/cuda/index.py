@@ -427,9 +427,15 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
 
         n_len = self._longest + 1
         # Threshold planes of a window of doc lengths in the count kernel's shared memory: every length
-        # with 8 planes, at most _WINDOW_LENS at a time with 13 (4097 lengths would take 443 KiB).
-        self._n_win = n_len if self._planes == 8 else min(n_len, _WINDOW_LENS)
-        self._thresholds_shared = (2 * self._planes + 1) * self._n_win * 4  # ge and gt planes, reach masks
+        # with 8 planes; with 13 (4097 lengths would take 443 KiB), at most _WINDOW_LENS, and no more
+        # than a table of 16-bit words over 65,536 ids leaves (devices with less shared memory).
+        per_len = (2 * self._planes + 1) * 4  # ge and gt planes and the reach mask of one doc length
+        if self._planes == 8:
+            self._n_win = n_len
+        else:
+            table = -(-min(self._n_words, NARROW_VOCAB) * 2 // 16) * 16
+            self._n_win = max(1, min(n_len, _WINDOW_LENS, (self._shared_budget - table) // per_len))
+        self._thresholds_shared = per_len * self._n_win
         if wide:
             # A batch's ids get table words 1..n: as many as a 32-query table fits (cut batches keep n below).
             self._batch_ids = min(NARROW_VOCAB - 1, (self._shared_budget - self._thresholds_shared) // 16 * 4 - 1)
