@@ -28,8 +28,7 @@
 //   * Sets of up to 255 ids take 8 planes and uint8 threshold tables; up to 4096,
 //     13 planes (Planes<13>) and uint16 tables, whose threshold planes are kept
 //     for a window of doc lengths at a time (4097 lengths would not fit in
-//     shared memory). Counting a long doc in 8 planes and adding them into 13
-//     every 248 ids was measured slower than rippling into 13 (NETFLIX shape).
+//     shared memory).
 //
 // Fused thresholds (no score matrix is ever written):
 //   * Each query q has a bound, a (key T, position P) pair (key descending,

@@ -25,6 +25,7 @@ from ..keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, ke
 from ..postings import check_routing
 from ..sets import MAX_VOCAB, NARROW_VOCAB, SetBatch
 from ..topk import TopK, empty_topk
+from .floors import threshold_table_type
 from .levels import CHUNK_SLOTS, DEFAULT_SHARED_LIMIT, SORT_MAX, LevelSearch
 from .modules import load_kernels
 from .postings import GpuPostings
@@ -186,9 +187,9 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         16384). Small values only force the overflow path (tests use that);
         results stay exact.
     tile_docs : int, default 65536
-        Docs one block scans for one query group (a tile), on average: the
-        tiles are cut where they hold equal numbers of ids, so a tile of long
-        docs holds fewer. Smaller tiles spread small shards over more blocks;
+        Docs one block scans for one query group (a tile), on average: above
+        255 ids per set the tiles are cut where they hold equal numbers of ids,
+        so a tile of long docs holds fewer. Smaller tiles spread small shards over more blocks;
         each block builds its query table once, so larger tiles amortise that.
     query_batch : int, default 4096
         Queries searched together; bounds candidate buffers (``8 * capacity``
@@ -326,7 +327,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
         self._planes = 8 if max_len <= _SPREAD_MAX_LEN else 13  # counter planes: overlaps up to 255 or 8191
-        self._thr_dtype = np.uint8 if self._planes == 8 else np.uint16
+        self._thr_dtype = threshold_table_type(max_len)[0]  # uint8 for 8 planes, uint16 for 13
         device = cupy.cuda.Device()
         self._device_id = device.id
         self._n_sm = int(device.attributes["MultiProcessorCount"])

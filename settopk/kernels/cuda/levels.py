@@ -167,10 +167,9 @@ class LevelSearch:
         bounds of shape (n_tiles + 1,) and ``n_tiles``. As many tiles as :meth:`_tile` gives, of equal
         docs on a shard of sets of up to 255 ids; above (13 counter planes), cut where they hold equal
         work (each doc's ids rounded up to groups of 8, plus a per-doc overhead): with long sets, a tile
-        of the longest docs would otherwise hold up the whole launch (on the NETFLIX shape, the last of 9
-        tiles held about a third of the ids; balanced, the search took 6.3 ms instead of 9.6). On the
-        STI2 shape the balanced cut was slower (scan 19.7 ms against 18.4). Cached per
-        ``(stride, n_sample, n_tiles)``: the layout does not change after the build."""
+        of the longest docs would otherwise hold up the whole launch. Which cut suits which shard is
+        measured in docs/benchmarks.md ("Long sets on the GPU"). Cached per ``(stride, n_sample,
+        n_tiles)``: the layout does not change after the build."""
         import cupy
 
         tile = self._tile(n_sample, n_groups)
