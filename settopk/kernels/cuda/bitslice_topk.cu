@@ -127,6 +127,18 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
 // ---------------------------------------------------------------------------
 // Layout
 
+// The ids of the doc in `slot` (its position slot_pos[slot] in `offsets`): sets `src` to the
+// first and returns their count; 0, with `src` left as it is, for a padding slot (>= n_docs).
+template <typename Id>
+__device__ __forceinline__ int slot_ids(const long long* __restrict__ offsets, const Id* __restrict__ tokens,
+                                        const int* __restrict__ slot_pos, long long slot, long long n_docs,
+                                        const Id*& src) {
+    if (slot >= n_docs) return 0;
+    const int pos = slot_pos[slot];
+    src = tokens + offsets[pos];
+    return static_cast<int>(offsets[pos + 1] - offsets[pos]);
+}
+
 // Fill the chunked layout, one warp per chunk (lane l holds slot 32 c + l),
 // placing each doc's ids in an order that spreads the warp's shared-memory
 // accesses over the 32 banks. The count kernel's lanes read position p of
@@ -168,13 +180,8 @@ build_layout(const long long* __restrict__ offsets, const Id* __restrict__ token
          c += static_cast<long long>(gridDim.x) * kBuildWarps) {
         const int n_groups = chunk_groups[c];
         const long long slot = c * 32 + lane;
-        int len = 0;
         const Id* src = tokens;
-        if (slot < n_docs) {
-            const int pos = slot_pos[slot];
-            src = tokens + offsets[pos];
-            len = static_cast<int>(offsets[pos + 1] - offsets[pos]);
-        }
+        const int len = slot_ids(offsets, tokens, slot_pos, slot, n_docs, src);
         // Bucket the doc's ids by bank (counting sort into ids[]).
         unsigned char* top = cursors;
         unsigned char* begin = cursors + 32;
@@ -247,13 +254,8 @@ __global__ void build_layout_plain(const long long* __restrict__ offsets, const 
     for (long long c = chunk0 + (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; c < n_chunks;
          c += warps) {
         const long long slot = c * 32 + lane;
-        int len = 0;
         const Id* src = tokens;
-        if (slot < n_docs) {
-            const int pos = slot_pos[slot];
-            src = tokens + offsets[pos];
-            len = static_cast<int>(offsets[pos + 1] - offsets[pos]);
-        }
+        const int len = slot_ids(offsets, tokens, slot_pos, slot, n_docs, src);
         for (int g = 0; g < chunk_groups[c]; ++g) {
             unsigned packed[4] = {0u, 0u, 0u, 0u};
             unsigned packed_high[2] = {0u, 0u};

@@ -18,7 +18,8 @@ _NEVER_LEN_13 = 2**13 - 1  # Planes<13>::kNever in bitslice_topk.cu (uint16 tabl
 
 def threshold_table_type(max_len: int) -> tuple[np.dtype, int]:
     """The threshold tables' dtype and clamp (the least overlap no counter reaches) for sets of up to
-    ``max_len`` ids: uint8 and 255 for 8 counter planes (``max_len <= 255``), uint16 and 8191 for 13."""
+    ``max_len`` ids: uint8 and 255 for 8 counter planes (``max_len <= 255``), uint16 and 8191 for 13.
+    The clamp is the counters' largest value, ``2**planes - 1``."""
     return (np.dtype(np.uint8), NEVER_LEN) if max_len <= NEVER_LEN else (np.dtype(np.uint16), _NEVER_LEN_13)
 
 

@@ -326,8 +326,9 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._wide = None  # a WideLayout where vocab_size > 65536
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
-        self._planes = 8 if max_len <= _SPREAD_MAX_LEN else 13  # counter planes: overlaps up to 255 or 8191
-        self._thr_dtype = threshold_table_type(max_len)[0]  # uint8 for 8 planes, uint16 for 13
+        # uint8 tables and 8 counter planes (overlaps up to 255), or uint16 and 13 (up to 8191).
+        self._thr_dtype, never = threshold_table_type(max_len)
+        self._planes = int(never).bit_length()
         device = cupy.cuda.Device()
         self._device_id = device.id
         self._n_sm = int(device.attributes["MultiProcessorCount"])

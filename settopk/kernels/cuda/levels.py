@@ -170,24 +170,25 @@ class LevelSearch:
         of the longest docs would otherwise hold up the whole launch. Which cut suits which shard is
         measured in docs/benchmarks.md ("Long sets on the GPU"). Cached per ``(stride, n_sample,
         n_tiles)``: the layout does not change after the build."""
-        import cupy
-
         tile = self._tile(n_sample, n_groups)
         n_tiles = -(-n_sample // tile)
         key = (stride, n_sample, n_tiles)
-        bounds = self._tile_bounds.get(key)
-        if bounds is None and self._planes == 8:
-            bounds = cupy.minimum(cupy.arange(n_tiles + 1, dtype=np.int64) * tile, n_sample)
-            self._tile_bounds[key] = bounds
-        elif bounds is None:
-            i = cupy.arange(n_sample, dtype=np.int64)
-            slot = (i >> 5) * (stride * CHUNK_SLOTS) + (i & (CHUNK_SLOTS - 1))  # sample_slot in the kernel source
-            work = cupy.cumsum((self._slot_len[slot].astype(np.int64) + 7) // 8 * 8 + DOC_OVERHEAD_SLOTS)
-            targets = cupy.arange(1, n_tiles, dtype=np.int64) * int(work[-1]) // n_tiles
-            bounds = cupy.concatenate([cupy.zeros(1, np.int64), cupy.searchsorted(work, targets, side="right"),
-                                       cupy.full(1, n_sample, np.int64)])
-            self._tile_bounds[key] = bounds
-        return bounds, n_tiles
+        if key not in self._tile_bounds:
+            self._tile_bounds[key] = self._tile_cuts(stride, n_sample, n_tiles, tile)
+        return self._tile_bounds[key], n_tiles
+
+    def _tile_cuts(self, stride: int, n_sample: int, n_tiles: int, tile: int):
+        """:meth:`_tiles`' bounds, computed: every ``tile`` docs, or at equal work on 13 counter planes."""
+        import cupy
+
+        if self._planes == 8:
+            return cupy.minimum(cupy.arange(n_tiles + 1, dtype=np.int64) * tile, n_sample)
+        i = cupy.arange(n_sample, dtype=np.int64)
+        slot = (i >> 5) * (stride * CHUNK_SLOTS) + (i & (CHUNK_SLOTS - 1))  # sample_slot in the kernel source
+        work = cupy.cumsum((self._slot_len[slot].astype(np.int64) + 7) // 8 * 8 + DOC_OVERHEAD_SLOTS)
+        targets = cupy.arange(1, n_tiles, dtype=np.int64) * int(work[-1]) // n_tiles
+        return cupy.concatenate([cupy.zeros(1, np.int64), cupy.searchsorted(work, targets, side="right"),
+                                 cupy.full(1, n_sample, np.int64)])
 
     def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK) -> None:
         """Search one batch of queries through the sampling levels (see the module docstring).
