@@ -39,6 +39,7 @@ log = logging.getLogger("settopk")
 # the object store.
 _MERGE_PER_ACTOR = 2
 _MERGE_TAIL = 8
+_MERGE_MIN = 4  # the window on a cluster of fewer CPUs: a chunk searched, one waited for, two merging
 # Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
 # counted in queries, so that the small chunks of the run's end (settopk.jobs.chunks.plan_chunks)
 # are sent together and the actors' queue does not run dry between them.
@@ -52,8 +53,16 @@ _PRESTART_HOLD_S = 0.5  # how long a prestart task keeps its worker, so that eac
 def _merge_window(n_actors: int) -> int:
     """Merge tasks alive at once at most (those of the chunks being searched included): more
     actors fill more parts per second. As many workers are started ahead for them
-    (:func:`prestart_merge_workers`): a task beyond them would wait for a new worker process."""
-    return _MERGE_PER_ACTOR * n_actors + _MERGE_TAIL
+    (:func:`prestart_merge_workers`): a task beyond them would wait for a new worker process.
+
+    No more than the cluster's CPUs (but at least ``_MERGE_MIN``): a merge is CPU work (the merge,
+    the Parquet encoding), so tasks beyond the CPUs only wait for one, each in a worker process
+    of its own (a Python process importing Ray and this package: about 1.7 CPU seconds on a
+    2-core machine, where twelve of them took more CPU than a small run's search)."""
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    return min(_MERGE_PER_ACTOR * n_actors + _MERGE_TAIL, max(_MERGE_MIN, cpus))
 
 
 def _hold_worker(seconds: float, until: list) -> None:
