@@ -110,6 +110,7 @@ class Head:
         self.log_path = tmp / "ray-start.log"
         self.process = None
         self.watchdog = None
+        self._client = None
 
     def start(self) -> None:
         with open(self.log_path, "w") as log:
@@ -156,16 +157,21 @@ class Head:
             time.sleep(0.5)
 
     def client(self):
-        from unittest import mock
-
+        """The head's Jobs API client, made once. An explicit header: this pytest process's own Ray
+        (the session cluster) runs without auth. RAY_API_SERVER_ADDRESS / RAY_ADDRESS would override
+        the address given, so a developer's are hidden while it is made, and only where set: the
+        session cluster's threads read the environment (getenv) while this process changes it, and
+        restoring the whole of it on every call (``mock.patch.dict``, once per poll) crashed this
+        process in getenv (SIGSEGV) on a loaded 2-core machine."""
         from ray.job_submission import JobSubmissionClient
 
-        # An explicit header: this pytest process's own Ray (the session cluster) runs without auth.
-        # RAY_API_SERVER_ADDRESS / RAY_ADDRESS would override the address given: hide a developer's.
-        with mock.patch.dict(os.environ):
-            os.environ.pop("RAY_API_SERVER_ADDRESS", None)
-            os.environ.pop("RAY_ADDRESS", None)
-            return JobSubmissionClient(self.address, headers={"Authorization": f"Bearer {self.token}"})
+        if self._client is None:
+            hidden = {name: os.environ.pop(name) for name in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS") if name in os.environ}
+            try:
+                self._client = JobSubmissionClient(self.address, headers={"Authorization": f"Bearer {self.token}"})
+            finally:
+                os.environ.update(hidden)
+        return self._client
 
     def ray_job(self, verb: str, *args: str, timeout: float = JOB_TIMEOUT_S, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess:
         """Run ``ray job VERB --address <this head> ARGS`` from ``cwd`` (the repository root)."""
