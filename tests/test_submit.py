@@ -356,16 +356,6 @@ def _ray_requirements():
 
 
 @pytest.mark.timeout(30)
-def test_this_module_runs_as_one_xdist_group(request):
-    """Under pytest-xdist (the README's test command), --dist loadgroup must keep each xdist_group on one
-    worker, or the module fixtures that start clusters and job runs run once per worker. pytest 9.2 with
-    pytest-xdist 3.8 silently stops grouping (pytest-xdist#1386); pyproject.toml pins pytest below it."""
-    if not (os.environ.get("PYTEST_XDIST_WORKER") and request.config.getoption("loadgroup", False)):
-        pytest.skip("not run by an xdist worker with --dist loadgroup")
-    assert request.node.nodeid.endswith("@submit"), f"pytest-xdist gave the test no group suffix: {request.node.nodeid}"
-
-
-@pytest.mark.timeout(30)
 def test_installed_ray_is_in_the_pinned_range():
     import ray
 
