@@ -24,7 +24,7 @@ from settopk.configs import load_config
 from settopk.jobs import score
 from settopk.jobs.output import DT_PARTITIONING, RESULT_SCHEMA, manifest_path, open_results, read_manifest, rejected_path
 
-pytestmark = [pytest.mark.xdist_group("analytics"), pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(180), pytest.mark.slow]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NIGHTS = ("2026-11-19", "2026-11-20")

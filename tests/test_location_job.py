@@ -25,7 +25,7 @@ from settopk.jobs.output import read_manifest, work_dir
 from tests.job_helpers import ROOT, write_sets
 from tests.test_storage_inputs import upload
 
-pytestmark = [pytest.mark.xdist_group("location_job"), pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 _DRIVER = """
 import json, sys

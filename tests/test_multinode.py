@@ -25,7 +25,7 @@ from settopk.jobs.synthetic import SyntheticSpec, generate_docs, generate_querie
 from tests.test_job import _as_rows, _expected_rows, _read_rows
 from settopk.jobs.output import read_manifest
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multinode")]  # a two-node cluster started in a subprocess
+pytestmark = pytest.mark.slow  # a two-node cluster started in a subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 K = 20

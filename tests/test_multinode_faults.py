@@ -19,7 +19,7 @@ from tests.test_job import _read_rows
 from tests.test_multinode import K, _job_args, corpus, run_cluster_script  # noqa: F401  (corpus: the module fixture)
 from settopk.jobs.output import read_manifest
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multinode_faults")]  # a four-node cluster started in a subprocess, a node lost, a resume
+pytestmark = pytest.mark.slow  # a four-node cluster started in a subprocess, a node lost, a resume
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 240  # four nodes' start, the job, perhaps its resume, and shutdown, on a loaded machine

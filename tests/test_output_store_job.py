@@ -26,7 +26,7 @@ from settopk.shards.location import Location
 from settopk.jobs.output import DT_PARTITIONING, manifest_path, open_results, read_manifest, work_dir
 from tests.job_helpers import ROOT, write_sets
 
-pytestmark = [pytest.mark.xdist_group("output_store_job"), pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 _DRIVER = """
 import json, sys

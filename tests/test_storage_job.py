@@ -26,7 +26,7 @@ from tests.job_helpers import ROOT, job_config, result_rows
 from tests.piece_helpers import random_sets
 from tests.test_storage_inputs import upload
 
-pytestmark = [pytest.mark.xdist_group("storage_job"), pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 # Runs each argv through settopk.jobs.score.main in one process (one Ray start), collecting the exit
 # code and the settopk log lines of each.

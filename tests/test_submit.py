@@ -45,9 +45,6 @@ from settopk.jobs import score
 from settopk.jobs.output import RESULT_SCHEMA, read_manifest
 from settopk.kernels import brute_force_topk
 
-# One worker runs the module: its tests share the head (module fixture), which each worker would start.
-pytestmark = pytest.mark.xdist_group("submit")
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "settopk" / "configs" / "deploy"
 BIN = pathlib.Path(sys.executable).parent
