@@ -58,6 +58,53 @@ def ray_cluster():
     ray.shutdown()
 
 
+# How long a Ray test waits, before it starts, for the resources earlier tests held to come back.
+_QUIET_WAIT_S = 60
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Start each test that uses the session's cluster on a quiet cluster: every CPU free.
+
+    A Ray Data dataset that failed keeps its pool actors (and the CPUs they hold) for as long as
+    its executor lives, and the executor is reachable from the exception's traceback. pytest's
+    logging plugin keeps the test's log records, Ray Data's error record and its traceback among
+    them, until the test is torn down; after that they are a reference cycle, freed at the next
+    full garbage collection, which may come many tests later. A test that needs every CPU of the
+    2-CPU cluster meanwhile waits in ``ray.wait``, which no SIGALRM interrupts. So: collect, wait
+    (bounded) for the CPUs, and fail naming what still holds them instead of hanging.
+    """
+    if "ray_cluster" not in item.fixturenames:
+        return
+    import gc
+    import time
+
+    import ray
+
+    if not ray.is_initialized():  # the fixture starts it on a fresh cluster
+        return
+    deadline = time.monotonic() + _QUIET_WAIT_S
+    while True:
+        gc.collect()
+        total, free = ray.cluster_resources().get("CPU", 0.0), ray.available_resources().get("CPU", 0.0)
+        if free >= total:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the session's Ray cluster still has {total - free} of its {total} CPUs held {_QUIET_WAIT_S} s "
+                        f"after the tests before {item.nodeid}; actors alive: {_alive_actors()}")
+        time.sleep(0.2)
+
+
+def _alive_actors() -> list[str]:
+    """Class names of the live actors of the current Ray cluster (for an error message only)."""
+    try:
+        from ray._private import state  # the public state API needs the dashboard, which the tests leave off
+
+        return sorted(a["ActorClassName"] for a in state.actors().values() if a.get("State") == "ALIVE")
+    except Exception as exc:  # a Ray release that moved it: the message says so rather than failing twice
+        return [f"(not listed: {exc!r})"]
+
+
 @pytest.fixture(scope="session")
 def golden_dir():
     """``../shared/golden`` when present; tests that need it skip otherwise."""
