@@ -107,6 +107,15 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     settopk.shards.inputs.InputError
         A bad doc (the file and row or line named), a missing corpus or an empty one. A bad
         query raises when the dataset runs, naming the column.
+
+    Notes
+    -----
+    When a run fails, its pool actors, and the CPUs and GPUs they reserve, live as long as the
+    exception's traceback does: it reaches Ray Data's executor, which holds them. An interactive
+    shell keeps the last one (``sys.last_value``, ``sys.last_traceback``; ``sys.last_exc`` from
+    Python 3.12), so after a failed run in a notebook a new run may wait for the GPUs the old pool
+    still holds. Set those to None and call ``gc.collect()`` before running again (checked with
+    Ray 2.60: the actor's CPUs came back; the test suite waits for them for the same reason).
     """
     if not isinstance(queries, ray.data.Dataset):
         raise TypeError(f"queries must be a ray.data.Dataset with columns '{id_column}' and '{tokens_column}', "
