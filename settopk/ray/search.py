@@ -26,6 +26,11 @@ _MISSING = object()
 # (job-1m's 1 M queries, 2026-11-27) blocks of 16,384 gave 89,550 q/s on one actor against
 # 87,158 with the job's 4096, and 159,874 against 143,840 on two (docs/benchmarks.md).
 _GPU_BLOCK_QUERIES = 16_384
+# Queries per block of result rows (the job's chunk of a GPU batch): a searched block larger than
+# this is cut before its rows are built and written, so a block's rows are written by several
+# tasks at once, and what is left after the last search (the last block's rows and write) is one
+# of these, not a whole search block.
+_ROWS_BLOCK_QUERIES = 4096
 _DEFAULTS = {"k": 100, "score": "braun_blanquet", "n_shards": 1, "backend": "auto", "routing": "scan", "max_len": 128,
              "vocab_size": 65536, "on_invalid": "error"}
 
@@ -170,6 +175,8 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
             num_cpus=num_cpus,
             **options,
         )
+    if batch_size > _ROWS_BLOCK_QUERIES:
+        dataset = dataset.repartition(target_num_rows_per_block=_ROWS_BLOCK_QUERIES)
     # Tasks, not the search actors: expanding k rows per query and scoring them runs on other CPUs.
     return dataset.map_batches(functools.partial(result_rows, score=corpus.score, rows=rows), batch_format="pyarrow",
                                batch_size=None, zero_copy_batch=True)
@@ -205,6 +212,11 @@ def _pool(size: int, calls_at_once: int, options: dict):
     Two calls at once on a GPU, as the job's GPU actors take: one's Arrow work (parsing the
     queries, building the output) runs while the other's kernels do. Ray 2.60 names this
     ``max_concurrent_calls_per_actor``; before, it was the actor's ``max_concurrency`` (added to ``options``).
+    Ray 2.60 still runs the function itself one call at a time; its defaults stay. Tried on
+    2 x H200 (job-1m's 1 M queries in blocks of 16,384): the function two at a time
+    (``enable_true_multi_threading``) together with no blocks queued on an actor beyond those it
+    runs was slower, the calls spanning 10.52 s against 10.35 s on one actor, the actors busy
+    0.76 to 0.95 of the time.
     """
     if calls_at_once > 1:
         if "max_concurrent_calls_per_actor" in inspect.signature(ray.data.ActorPoolStrategy).parameters:

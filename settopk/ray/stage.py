@@ -17,6 +17,9 @@ query that has fewer than k docs); ``topk_overlap`` and ``topk_doc_len`` fixed_s
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,8 +54,12 @@ as long as k, or shorter where the corpus holds fewer docs."""
 class ShardSearch:
     """Searches one shard of a corpus for each query of a Ray Data batch: a callable class for ``map_batches``.
 
-    Built once per pool actor: the constructor takes its shard's docs from the object store through
-    the corpus's holder actor (also after a restart), and builds the backend's index.
+    Built once per pool actor: the constructor starts a thread that takes the shard's docs from the
+    object store through the corpus's holder actor (also after a restart) and builds the backend's
+    index, and returns at once. So Ray Data counts the actor as started and sends it blocks while
+    the index is built: the queries are read and cut into blocks meanwhile, as the job reads its
+    queries while its shards load, and the first call starts searching the moment the index is
+    there. Each call waits for the index (:attr:`built`).
 
     Parameters
     ----------
@@ -65,13 +72,19 @@ class ShardSearch:
         The first stage's query columns: ids (string or integer; written as strings, integers as
         their decimal text, as the job does) and token ids (list of integer).
 
+    Attributes
+    ----------
+    built : concurrent.futures.Future
+        Done when the index is built (result None), or failed with the build's error, which each
+        call then raises. A subclass may ``add_done_callback`` to it, e.g. to time the actors.
+
     Raises
     ------
     ValueError
         ``shard`` outside the plan.
     RuntimeError
-        The shard's docs no longer match the plan, or the GPU ran out of memory (the message says
-        what to lower).
+        From each call: the shard's docs no longer match the plan, or the GPU ran out of memory
+        (the message says what to lower).
 
     Examples
     --------
@@ -89,10 +102,22 @@ class ShardSearch:
         shard_of(corpus, shard)
         self.corpus, self.shard = corpus, shard
         self.id_column, self.tokens_column = id_column, tokens_column
-        (held,) = ray.get(corpus.holder.take.remote(shard))
-        spec, refs, drops, ordered = ray.get(held)
-        self.searcher = ShardSearcher(spec, refs, corpus.limits, corpus.backend, drops=drops, ordered=ordered,
-                                      score=corpus.score, routing=corpus.routing, threads=corpus.threads)
+        self.searcher: ShardSearcher | None = None
+        self.built: concurrent.futures.Future = concurrent.futures.Future()
+        threading.Thread(target=self._build, name=f"settopk-build-shard-{shard}", daemon=True).start()
+
+    def _build(self) -> None:
+        """Take the shard's docs and build its index (the constructor's thread); settles :attr:`built`."""
+        try:
+            corpus = self.corpus
+            (held,) = ray.get(corpus.holder.take.remote(self.shard))
+            spec, refs, drops, ordered = ray.get(held)
+            self.searcher = ShardSearcher(spec, refs, corpus.limits, corpus.backend, drops=drops, ordered=ordered,
+                                          score=corpus.score, routing=corpus.routing, threads=corpus.threads)
+        except BaseException as exc:  # raised again by every call: a failed build fails the dataset, naming why
+            self.built.set_exception(exc)
+        else:
+            self.built.set_result(None)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Search a batch (``batch_format="pyarrow"``); returns it in the carried layout.
@@ -112,6 +137,8 @@ class ShardSearch:
         ValueError
             A missing or mistyped column, a null, an id outside ``[0, vocab_size)`` or a set of more
             than ``max_len`` distinct ids (the message names the column and the row of the batch).
+        RuntimeError
+            The index could not be built (:attr:`built`'s error), or the GPU ran out of memory.
         """
         carried = "topk_doc_id" in batch.column_names
         id_column, tokens_column = ("query_id", "tokens") if carried else (self.id_column, self.tokens_column)
@@ -120,6 +147,7 @@ class ShardSearch:
         k = self.corpus.k
         if sets.n_sets == 0:  # an empty block: nothing to search, the columns still typed
             return _carried_table(query_ids, sets, empty_topk(0, k))
+        self.built.result()  # the query checks above ran while the index may still be building
         found = self.searcher.search(sets, k)
         if carried:
             found = merge_topk([_carried_topk(batch, k), found], sets.lengths, k, self.corpus.max_len, self.corpus.score)

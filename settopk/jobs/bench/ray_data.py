@@ -9,10 +9,13 @@ instance, as a user runs them:
 * the pipeline (``python -m settopk.jobs.bench.ray_data``): ``ray.data.read_parquet(queries)`` ->
   ``settopk.ray.search(..., replicas=N)`` -> ``write_parquet``, zstd as the job writes.
 
-Queries per second are taken as the job's are: the queries over the search, from the moment every
-search actor holds its index (the job's ``search_s``; for the pipeline, from the last pool actor's
-index built to the write's end). The table also gives each one's whole process (wall), their ratio,
-and each driver's peak resident memory (the job's manifest; the pipeline's ``getrusage``).
+Queries per second are taken as the job's are: the queries over the search phase, from the moment
+every search actor holds its index to the last result file written (the job's ``search_s``, which
+ends when the last part is written, before the commit; for the pipeline, from the last pool actor's
+index built to the newest file's modification time). The pipeline's queries over the time to
+``write_parquet``'s return (Ray Data's ending of the write included) are given too. The table also
+gives each one's whole process (wall), their ratio, and each driver's peak resident memory (the
+job's manifest; the pipeline's ``VmHWM``).
 
 Exactness: the two results hold the same rows (DuckDB ``EXCEPT ALL`` both ways is empty, or, where
 DuckDB is not installed, the two tables sorted by query and rank are equal); any difference
@@ -128,6 +131,8 @@ def run_ray_data(cfg: BenchConfig, name: str, docs: Path, queries: Path) -> dict
                 "job": {key: job[key] for key in ("wall_s", "search_s", "queries_per_s", "driver_max_rss_bytes")},
                 "ray_data": pipeline,
                 "queries_per_s_ratio": pipeline["queries_per_s"] / job["queries_per_s"] if job["queries_per_s"] > 0 else 0.0,
+                "queries_per_s_to_return_ratio": (pipeline["queries_per_s_to_return"] / job["queries_per_s"]
+                                                  if job["queries_per_s"] > 0 else 0.0),
                 "wall_ratio": pipeline["wall_s"] / job["wall_s"] if job["wall_s"] > 0 else 0.0,
                 "driver_rss_ratio": pipeline["driver_max_rss_bytes"] / max(job["driver_max_rss_bytes"], 1),
             })
@@ -149,17 +154,25 @@ def format_ray_data_table(result: dict) -> str:
     lines = [
         f"settopk bench {result['config']}: Ray Data pipeline (read_parquet -> settopk.ray.search -> write_parquet) "
         f"against the job, {result['n_queries']:,} queries, backend {result['settings']['backend']}",
-        f"{'replicas':>8}{'job_q/s':>12}{'ray_q/s':>12}{'ratio':>7}{'job_wall':>9}{'ray_wall':>9}{'job_rss_GB':>11}{'ray_rss_GB':>11}",
+        f"{'replicas':>8}{'job_q/s':>12}{'ray_q/s':>12}{'ratio':>7}{'ray_q/s_ret':>12}{'ratio_ret':>10}{'job_wall':>9}{'ray_wall':>9}"
+        f"{'job_rss_GB':>11}{'ray_rss_GB':>11}",
     ]
     for r in result["runs"]:
         job, ray_data = r["job"], r["ray_data"]
         lines.append(
             f"{r['replicas']:>8}{job['queries_per_s']:>12,.0f}{ray_data['queries_per_s']:>12,.0f}{r['queries_per_s_ratio']:>7.2f}"
-            f"{job['wall_s']:>9.1f}{ray_data['wall_s']:>9.1f}{job['driver_max_rss_bytes'] / 1e9:>11.2f}"
+            f"{ray_data['queries_per_s_to_return']:>12,.0f}{r['queries_per_s_to_return_ratio']:>10.2f}{job['wall_s']:>9.1f}{ray_data['wall_s']:>9.1f}{job['driver_max_rss_bytes'] / 1e9:>11.2f}"
             f"{ray_data['driver_max_rss_bytes'] / 1e9:>11.2f}")
-    lines.append("q/s: queries over the search, from every actor holding its index to the last row written; "
-                 "ratio: Ray Data's over the job's (target >= 0.9); wall: each whole process, Ray's start included; "
-                 "rss: the driver's peak")
+    lines.append("q/s: queries over the search, from every actor holding its index to the last result file written; "
+                 "ratio: Ray Data's over the job's (target >= 0.9); _ret: the pipeline's to write_parquet's return; "
+                 "wall: each whole process, Ray's start included; rss: the driver's peak")
+    for r in result["runs"]:
+        t = r["ray_data"].get("timeline_s") or {}
+        if t:
+            lines.append(f"ray_data search phase, {r['replicas']} replica(s): to the first call {t['to_first_call']:.2f} s, "
+                         f"calls {t['calls']:.2f} s ({t['n_calls']} calls, {t['mean_call']:.3f} s each; actors busy "
+                         + ", ".join(f"{b:.2f}" for b in t["busy"].values()) + f"), after the last call {t['after_last_call']:.2f} s"
+                         + (f" (the last file written after {t['to_last_file']:.2f} s)" if "to_last_file" in t else ""))
     for r in result["runs"]:
         peaks = r["ray_data"].get("driver_memory_peaks") or {}
         if peaks:
@@ -181,7 +194,16 @@ def _timed_search_class(clock_name: str):
     class TimedShardSearch(ShardSearch):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            ray.get(ray.get_actor(clock_name).ready.remote(time.time()))
+            self._clock = ray.get_actor(clock_name)
+            # The index is built in a thread: its end, not the constructor's, starts the search phase.
+            self.built.add_done_callback(lambda _: ray.get(self._clock.ready.remote(time.time())))
+
+        def __call__(self, batch):
+            self.built.result()  # a call's time starts with the index there (calls may come before)
+            start = time.time()
+            carried = super().__call__(batch)
+            self._clock.call.remote(os.getpid(), start, time.time(), carried.num_rows)  # not waited for: off the search's path
+            return carried
 
     return TimedShardSearch
 
@@ -191,16 +213,23 @@ def _clock_class():
 
     @ray.remote(num_cpus=0)
     class Clock:
-        """When each pool actor's index was built (wall clock, seconds since the epoch; one node)."""
+        """When each pool actor's index was built, and each search call's span (wall clock, seconds since the epoch; one node)."""
 
         def __init__(self):
             self.times = []
+            self.calls = []
 
         def ready(self, at: float) -> None:
             self.times.append(at)
 
+        def call(self, actor: int, start: float, end: float, n_queries: int) -> None:
+            self.calls.append((actor, start, end, n_queries))
+
         def all(self) -> list:
             return list(self.times)
+
+        def all_calls(self) -> list:
+            return list(self.calls)
 
     return Clock
 
@@ -270,12 +299,19 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
     memory.phase = "end"
     ready = ray.get(clock.all.remote())
     n_queries = pq.ParquetFile(queries).metadata.num_rows if os.path.isfile(queries) else ray.data.read_parquet(queries).count()
-    search_s = end - max(ready[:replicas])  # from the last actor's first index: the job's search phase starts so
+    last_file = _last_written(out)
+    # From the last actor's first index, as the job's search phase starts, to the last result file
+    # written, as it ends (the job's commit is not in it; Ray Data's ending of the write is not either).
+    search_s = (last_file if last_file is not None else end) - max(ready[:replicas])
+    to_return_s = end - max(ready[:replicas])
     return {
+        "timeline_s": _timeline(max(ready[:replicas]), end, ray.get(clock.all_calls.remote()), last_file),
         "read_docs_s": load_s,
         "pipeline_s": time.perf_counter() - loaded - load_s,
         "search_s": search_s,
         "queries_per_s": n_queries / search_s if search_s > 0 else float("inf"),
+        "search_to_return_s": to_return_s,
+        "queries_per_s_to_return": n_queries / to_return_s if to_return_s > 0 else float("inf"),
         "actor_starts": len(ready),
         # The kernel's high-water mark of this process, as the job's manifest reports it. Not
         # getrusage's ru_maxrss: a process started by subprocess (vfork, then exec) begins with its
@@ -285,6 +321,37 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
         "driver_memory_peaks": memory.stop(),
         "process_s": time.perf_counter() - start,
     }
+
+
+def _last_written(out: str) -> float | None:
+    """When the last result file under a local ``out`` was written (seconds since the epoch)."""
+    times = [p.stat().st_mtime for p in Path(out).rglob("*.parquet")]
+    return max(times) if times else None
+
+
+def _timeline(start: float, end: float, calls: list, last_file: float | None = None) -> dict:
+    """Where the pipeline's search phase went, from the pool actors' calls ``(actor, start, end, n_queries)``.
+
+    ``to_first_call``: from the last actor's index built to the first call (negative where an
+    actor built first began before); ``calls``: from the first call's start to the last call's end;
+    ``after_last_call``: from there to the write's end, of which ``to_last_file`` until the last
+    result file was written (the last blocks' rows built and written) and the rest Ray Data's
+    ending of the write; ``busy``: each actor's time in at least one call over ``calls``.
+    """
+    if not calls:
+        return {}
+    first, last = min(c[1] for c in calls), max(c[2] for c in calls)
+    tail = {"to_last_file": last_file - last} if last_file is not None else {}
+    busy = {}
+    for actor in sorted({c[0] for c in calls}):
+        spans = sorted((c[1], c[2]) for c in calls if c[0] == actor)
+        covered, reach = 0.0, float("-inf")
+        for lo, hi in spans:  # the union of the actor's (overlapping) calls
+            covered += max(0.0, hi - max(lo, reach))
+            reach = max(reach, hi)
+        busy[str(actor)] = covered / (last - first) if last > first else 0.0
+    return {"to_first_call": first - start, "calls": last - first, "after_last_call": end - last, "n_calls": len(calls),
+            "busy": busy, "mean_call": sum(c[2] - c[1] for c in calls) / len(calls), **tail}
 
 
 def main(argv: list[str] | None = None) -> int:
