@@ -136,3 +136,49 @@ def test_wide_gpu_index_refuses_postings_routing():
     docs = SetBatch.from_lists([[1, 70000]])
     with pytest.raises(ValueError, match="routing 'postings' takes ids below 65536 on the GPU"):
         cupy_index(docs, np.arange(1), 8, MAX_VOCAB, routing="postings")
+
+
+def _wide_corpus_and_query_halves(seed: int):
+    """A wide corpus (ids over all of [0, 2**24)) and two query batches over disjoint ids, so each
+    batch's dense numbering of the layout differs from the other's everywhere."""
+    rng = np.random.default_rng(seed)
+    max_len = 48
+    docs = SetBatch.from_lists([np.unique(rng.integers(0, MAX_VOCAB, int(rng.integers(1, max_len + 1))))
+                                for _ in range(20_000)])
+    halves = []
+    for parity in (0, 1):
+        sampled = docs.take(rng.choice(docs.n_sets, 200, replace=False)).to_lists()
+        halves.append(SetBatch.from_lists([[x for x in s if x % 2 == parity] for s in sampled]))
+    return docs, np.arange(docs.n_sets, dtype=np.int64), max_len, halves
+
+
+@pytest.mark.gpu
+def test_two_threads_searching_one_wide_index_get_their_own_results():
+    """A GPU actor runs two searches at once: on a wide shard each batch remaps the shard's one
+    layout into its own ids, so the batches must take turns (CupyShardIndex._batch_turn), or one
+    batch's kernels read the layout in the other's numbers."""
+    import threading
+
+    docs, ids, max_len, halves = _wide_corpus_and_query_halves(5)
+    k = 10
+    want = [NumpyShardIndex(docs, ids, max_len).search(q, k) for q in halves]
+    index = _index(docs, ids, max_len, "braun_blanquet", "scan", 3000, query_batch=50)  # 4 remaps a search
+    got, failures = [[], []], []
+
+    def search(which: int) -> None:
+        try:
+            for _ in range(6):
+                got[which].append(index.search(halves[which], k))
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=search, args=(which,)) for which in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not failures and not any(t.is_alive() for t in threads), failures
+    for which in (0, 1):
+        assert len(got[which]) == 6
+        for result in got[which]:
+            assert_same_topk(result, want[which])

@@ -16,7 +16,9 @@ AVX2 instructions", 2018); count thresholds per doc length as a size filter
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+import threading
 
 import numpy as np
 
@@ -324,6 +326,9 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self.postings_bytes = 0
         self._postings = None
         self._wide = None  # a WideLayout where vocab_size > 65536
+        # A wide shard's remapped layout and table size are the index's own, set for one batch at a
+        # time; a GPU actor runs two searches at once, so its batches take turns (_batch_turn).
+        self._wide_turn = threading.Lock()
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
         # uint8 tables and 8 counter planes (overlaps up to 255), or uint16 and 13 (up to 8191).
@@ -536,12 +541,20 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
                 batch = queries if len(rows) == queries.n_sets else queries.take(rows)
                 if contiguous:  # the common case: decode into the output rows themselves
                     part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out))
-                    self._search_batch(batch, k, None if floor is None else floor[rows], part)
+                    with self._batch_turn():
+                        self._search_batch(batch, k, None if floor is None else floor[rows], part)
                 else:
                     part = empty_topk(len(rows), k)
-                    self._search_batch(batch, k, floor[rows], part)
+                    with self._batch_turn():
+                        self._search_batch(batch, k, floor[rows], part)
                     out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
+
+    def _batch_turn(self):
+        """What a batch's search holds from its remap to its results: on a wide shard, the lock of its
+        remapped layout (another thread's remap would renumber it under this batch's kernels, as two
+        searches share one stream and one layout); on a narrow shard, nothing (its batches share no state)."""
+        return self._wide_turn if self._wide is not None else contextlib.nullcontext()
 
     def _query_batches(self, queries: SetBatch, rows: np.ndarray) -> list[np.ndarray]:
         """Runs of ``rows`` searched together: ``query_batch`` at a time, cut further on a wide shard where

@@ -108,7 +108,8 @@ class LevelSearch:
     ``_longest``, ``_n_words``, ``_scan_slots``, and ``_tile_bounds``, an empty dict the tiles are cached in), its key constants (``_scale``, ``_score_code``), its
     device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
     ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, remaps the layout
-    and sets the table for the batch); they add to ``last_routing`` and ``rescans``.
+    and sets the table for the batch, so the caller holds ``_batch_turn()`` around each batch);
+    they add to ``last_routing`` and ``rescans``.
     """
 
     @staticmethod

@@ -155,8 +155,9 @@ class ThresholdSearch:
         with cupy.cuda.Device(self._device_id):
             for rows in self._query_batches(queries, active):
                 batch = queries if len(rows) == n_q else queries.take(rows)
-                q_row, *rest = self._threshold_batch(batch, floor[rows],
-                                                     None if min_doc_len is None else min_doc_len[rows])
+                with self._batch_turn():
+                    q_row, *rest = self._threshold_batch(batch, floor[rows],
+                                                         None if min_doc_len is None else min_doc_len[rows])
                 found.append((rows[q_row], *rest))
         if found:
             q_row, position, overlap, doc_len = (np.concatenate([f[i] for f in found]) for i in range(4))
