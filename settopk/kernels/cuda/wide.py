@@ -12,6 +12,10 @@ batch at a time through the batch's own dense ids:
   map of ``2 (largest doc id + 1)`` bytes gives each id its number), and the count kernel runs on it
   with a table of ``n + 1`` words, as on any narrow shard.
 
+The remapped layout is one per shard: where two searches run at once (a GPU actor runs two calls),
+their batches take turns from the remap to the results (``CupyShardIndex._batch_turn``); without
+that, one batch's kernels read the layout in the other's numbers.
+
 Exact: an id that no query of the batch holds can add to no overlap of the batch, and lengths come
 from the layout's slot lengths, not from the ids. A batch whose queries hold more distinct ids than
 the table fits is cut into smaller ones (:func:`split_by_distinct`). Both steps run on the GPU
