@@ -33,12 +33,12 @@ import hashlib
 import json
 import os
 import pathlib
+import functools
 import re
 import uuid
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -75,10 +75,29 @@ __all__ = [
     "read_part_doc_ids",
 ]
 
+if TYPE_CHECKING:
+    import pyarrow.dataset
+
 PARTITION_KEY = "dt"
-DT_PARTITIONING = ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), flavor="hive")
-"""Hive partitioning of a nightly dataset root, with ``dt`` pinned to ``date32``
-(pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date)."""
+
+
+@functools.cache
+def _dt_partitioning():
+    import pyarrow.dataset as ds
+
+    return ds.partitioning(pa.schema([(PARTITION_KEY, pa.date32())]), flavor="hive")
+
+
+def __getattr__(name: str):
+    """``DT_PARTITIONING``: the Hive partitioning of a nightly dataset root, with ``dt`` pinned to
+    ``date32`` (pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date).
+
+    Made on first use: ``pyarrow.dataset`` imports pandas where it is installed (0.55 s of a
+    process's start here), and the Ray workers that import this module to write parts never need it.
+    """
+    if name == "DT_PARTITIONING":
+        return _dt_partitioning()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SUCCESS = "_SUCCESS"  # empty: Polars skips empty files in a directory scan, and fails on others
 RECORD_SUFFIX = ".run"  # the run record of ROOT is ROOT.run, beside it
@@ -255,15 +274,17 @@ def partition_dir(root, day):
     return pathlib.Path(root) / name if root.local else root / name
 
 
-def open_results(path) -> ds.Dataset:
+def open_results(path) -> pyarrow.dataset.Dataset:
     """Open a result directory or a nightly dataset root (a path or URI) as a ``pyarrow.dataset.Dataset``.
 
     A root of ``dt=YYYY-MM-DD`` partitions gets a ``dt`` column of type ``date32``;
     ``_SUCCESS`` and hidden entries are skipped.
     """
+    import pyarrow.dataset as ds
+
     place = Location.real(path)
     partitioned = any(_PARTITION_NAME.fullmatch(e.base_name) for e in place.children())
-    return ds.dataset(place.path, filesystem=place.fs, format="parquet", partitioning=DT_PARTITIONING if partitioned else None)
+    return ds.dataset(place.path, filesystem=place.fs, format="parquet", partitioning=_dt_partitioning() if partitioned else None)
 
 
 def write_results(
