@@ -78,7 +78,8 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     batch_size : int, optional
         Queries per call to an actor, one block each (default: 16,384 with cupy, fewer and larger blocks
         than the job's 4096 since each block also pays Ray Data's own steps; the job's 512 with cpu
-        and 256 with numpy).
+        and 256 with numpy). Rows are built and written in blocks of at most 4096 queries, each
+        searched block cut into as many.
     num_cpus : float
         CPUs each actor reserves (default 1; also the threads of a ``"cpu"`` index). Leave some of
         the cluster's CPUs to Ray Data's read and write tasks.
