@@ -297,3 +297,24 @@ def test_ray_data_bench_smoke_runs_the_job_and_the_pipeline_and_compares_every_r
     assert run["ray_data"]["driver_max_rss_bytes"] >= peaks["VmHWM"]["bytes"] > 0
     printed = capsys.readouterr().out
     assert "Ray Data pipeline" in printed and "exact:" in printed and "ray_data driver peaks, 1 replica(s): VmHWM" in printed
+
+
+class _FailingHolder:
+    """A corpus holder whose shard can no longer be taken (as when the corpus's docs changed)."""
+
+    class take:  # noqa: N801 - mimics an actor method: holder.take.remote(shard)
+        @staticmethod
+        def remote(shard):
+            raise RuntimeError(f"shard {shard}: the docs no longer match the plan")
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_index_build_is_raised_by_each_call():
+    """The index is built in a thread (so Ray Data reads queries meanwhile): its error reaches every call."""
+    corpus = settopk.ray.CorpusHandle(holder=_FailingHolder(), shards=(None,), n_docs=1, k=K, backend="numpy")
+    searcher = settopk.ray.ShardSearch(corpus)
+    assert isinstance(searcher.built.exception(timeout=30), RuntimeError)
+    batch = pa.table({"query_id": ["a"], "tokens": pa.array([[1, 2]], pa.list_(pa.int32()))})
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="shard 0: the docs no longer match the plan"):
+            searcher(batch)
