@@ -29,11 +29,11 @@ row groups of whole queries, and carry the run in their schema metadata
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import pathlib
-import functools
 import re
 import uuid
 from typing import TYPE_CHECKING, Mapping

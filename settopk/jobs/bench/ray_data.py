@@ -161,7 +161,8 @@ def format_ray_data_table(result: dict) -> str:
         job, ray_data = r["job"], r["ray_data"]
         lines.append(
             f"{r['replicas']:>8}{job['queries_per_s']:>12,.0f}{ray_data['queries_per_s']:>12,.0f}{r['queries_per_s_ratio']:>7.2f}"
-            f"{ray_data['queries_per_s_to_return']:>12,.0f}{r['queries_per_s_to_return_ratio']:>10.2f}{job['wall_s']:>9.1f}{ray_data['wall_s']:>9.1f}{job['driver_max_rss_bytes'] / 1e9:>11.2f}"
+            f"{ray_data['queries_per_s_to_return']:>12,.0f}{r['queries_per_s_to_return_ratio']:>10.2f}"
+            f"{job['wall_s']:>9.1f}{ray_data['wall_s']:>9.1f}{job['driver_max_rss_bytes'] / 1e9:>11.2f}"
             f"{ray_data['driver_max_rss_bytes'] / 1e9:>11.2f}")
     lines.append("q/s: queries over the search, from every actor holding its index to the last result file written; "
                  "ratio: Ray Data's over the job's (target >= 0.9); _ret: the pipeline's to write_parquet's return; "
@@ -302,10 +303,11 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
     last_file = _last_written(out)
     # From the last actor's first index, as the job's search phase starts, to the last result file
     # written, as it ends (the job's commit is not in it; Ray Data's ending of the write is not either).
-    search_s = (last_file if last_file is not None else end) - max(ready[:replicas])
-    to_return_s = end - max(ready[:replicas])
+    started = max(ready[:replicas])
+    search_s = (last_file if last_file is not None else end) - started
+    to_return_s = end - started
     return {
-        "timeline_s": _timeline(max(ready[:replicas]), end, ray.get(clock.all_calls.remote()), last_file),
+        "timeline_s": _timeline(started, end, ray.get(clock.all_calls.remote()), last_file),
         "read_docs_s": load_s,
         "pipeline_s": time.perf_counter() - loaded - load_s,
         "search_s": search_s,
