@@ -61,10 +61,10 @@ _PARALLEL_FILL = 1 << 22  # scores of one call filled by several threads from th
 # every query the job takes by default is taken here, or the longest doc where that is longer.
 _DEFAULT_MAX_LEN = 128
 # Largest max_len of each backend (the GPU kernel counts in at most 13 bit planes) and score
-# (cosine's key needs max_len**4 < 2**32; settopk.kernels.keys).
+# (cosine's keys come from a table with rows up to 4096; settopk.kernels.keys).
 _MAX_LEN = 32767
 _MAX_LEN_CUPY = 4096
-_MAX_LEN_COSINE = 255
+_MAX_LEN_COSINE = 4096
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -287,7 +287,7 @@ class Index:
             route each query to the cheaper path (``"auto"``). Results are identical.
         max_len : int, optional
             Most distinct ids a doc or query may have, in ``[1, 32767]`` (``[1, 4096]`` for
-            ``"cupy"``, ``[1, 255]`` for ``cosine``). Default: 128 (the job's default), or the longest doc where
+            ``"cupy"`` and for ``cosine``). Default: 128 (the job's default), or the longest doc where
             that is longer; a longer query is refused at search. Results do not depend on it; the
             ``"cpu"`` backend's scan does a little more work per doc for a larger one.
         vocab_size : int, default 65536

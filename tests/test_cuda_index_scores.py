@@ -89,8 +89,7 @@ def test_floors_on_tie_heavy_and_zipf_corpora(score):
 
 @pytest.mark.parametrize("score", SCORES)
 def test_widest_max_len_and_keys(score):
-    """max_len 255: cosine's keys reach 255**4 (int64 keys on the host, the full 32-bit key field on
-    the GPU); full-length and near-full sets, with floors."""
+    """max_len 255, the widest of 8 counter planes: full-length and near-full sets, with floors."""
     rng = np.random.default_rng(255 + SCORES.index(score))
     base = rng.choice(400, size=255, replace=False)
     sets = [base] + [rng.permutation(base)[: int(n)] for n in rng.integers(200, 256, size=300)]

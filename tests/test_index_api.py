@@ -222,8 +222,8 @@ def test_bad_docs_raise_input_errors(tmp_path):
         settopk.Index.build([[1, 2, 3, 4]], backend="numpy", max_len=3)
     with pytest.raises(InputError, match="nothing|exist|not found|No such"):
         settopk.Index.build(tmp_path / "missing.txt", backend="numpy")
-    with pytest.raises(InputError, match="at most 255 distinct ids"):  # cosine's keys allow max_len 255
-        settopk.Index.build([list(range(256))], backend="numpy", score="cosine")
+    with pytest.raises(InputError, match="at most 4096 distinct ids"):  # cosine's key table goes to max_len 4096
+        settopk.Index.build([list(range(4097))], backend="numpy", score="cosine")
     with pytest.raises(TypeError, match="found int"):
         settopk.Index.build(42, backend="numpy")
     with pytest.raises(TypeError, match="doc_ids= is for"):
@@ -239,7 +239,7 @@ def test_bad_docs_raise_input_errors(tmp_path):
         ({"backend": "tpu"}, "backend must be one of"),
         ({"routing": "fast"}, "routing must be one of"),
         ({"max_len": 0}, r"max_len must be an integer in \[1, 32767\]"),
-        ({"max_len": 300, "score": "cosine"}, r"\[1, 255\]"),
+        ({"max_len": 4097, "score": "cosine"}, r"\[1, 4096\]"),
         ({"vocab_size": 2**24 + 1}, r"vocab_size must be an integer in \[1, 16777216\]"),  # 70000 is valid on numpy (issue 31)
         ({"threads": 0}, "threads"),
     ],

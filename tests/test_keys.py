@@ -3,7 +3,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from settopk.kernels import best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
+from settopk.kernels import SCORES, best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
 
 
 def _all_pairs(max_len):
@@ -165,7 +165,7 @@ def test_floor_tables_at_the_widest_gpu_max_len():
         assert np.array_equal(ge <= reach, best >= floor), floor
 
 
-@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard", "dice", "overlap", "containment"])
+@pytest.mark.parametrize("score", SCORES)
 def test_floor_tables_for_long_sets_are_uint16_and_exact(score):
     """max_len = 4096 (13 counter planes): uint16 tables clamped to 8191, still exact on sampled
     (|q|, |d|) pairs, at every overlap within reach, for floors from -1 to the largest key."""
@@ -215,7 +215,7 @@ def test_score_key_is_exact_at_the_largest_max_len():
 
 # ---------------------------------------------------------------------------- every score
 
-from settopk.kernels import SCORES, check_score, key_dtype, max_key, score_definition  # noqa: E402
+from settopk.kernels import check_score, key_dtype, max_key, score_definition  # noqa: E402
 
 
 def _exact_fraction(o, q, d, score):
@@ -242,18 +242,37 @@ def _fraction_arrays(o, q, d, score):
     }[score]
 
 
-def _assert_order_preserving(keys, num, den):
+def _assert_order_preserving(keys, num, den, group=None):
     """Keys sort exactly like the fractions num/den (0 where den == 0): equal fractions get equal
-    keys, a larger fraction a strictly larger key. Checked on neighbours in key order with exact
-    integer cross-multiplication, which covers every pair by transitivity."""
+    keys, a larger fraction a strictly larger key, among the entries of each ``group`` (all at once
+    where None). Checked on neighbours in key order with exact integer cross-multiplication, which
+    covers every pair by transitivity."""
     num = np.where(den == 0, 0, num)
     den = np.where(den == 0, 1, den)
-    order = np.lexsort((num * 0, keys))  # by key; within a key any order
-    k, n, m = keys[order].astype(np.int64), num[order], den[order]
-    cross = n[1:] * m[:-1] - n[:-1] * m[1:]  # sign of fraction[i + 1] - fraction[i]; below 2**63 for L <= 255
-    same_key = k[1:] == k[:-1]
+    group = np.zeros_like(keys) if group is None else np.asarray(group)
+    order = np.lexsort((keys, group))  # by group, then key; within a key any order
+    g, k, n, m = group[order], keys[order].astype(np.int64), num[order], den[order]
+    cross = n[1:] * m[:-1] - n[:-1] * m[1:]  # sign of fraction[i + 1] - fraction[i]; below 2**63 for L <= 4096
+    inside = g[1:] == g[:-1]
+    same_key = inside & (k[1:] == k[:-1])
     assert np.all(cross[same_key] == 0), "two different fractions share a key"
-    assert np.all(cross[~same_key] > 0), "a larger key for a fraction that is not larger"
+    assert np.all(cross[inside & ~same_key] > 0), "a larger key for a fraction that is not larger"
+
+
+def _cosine_ranks(max_len):
+    """Cosine's keys written out apart from settopk.kernels.keys: {(o, d): rank of Fraction(o², d)}."""
+    values = {(o, d): Fraction(o * o, d) if d else Fraction(0) for d in range(max_len + 1) for o in range(d + 1)}
+    rank = {v: r for r, v in enumerate(sorted(set(values.values())))}
+    return {pair: rank[v] for pair, v in values.items()}
+
+
+def _expected_keys(ov, ql, dl, max_len, score):
+    """Each score's key from its definition, in integers: the scaled floor, or cosine's rank."""
+    if score == "cosine":
+        ranks = _cosine_ranks(max_len)
+        return np.array([ranks[(o, d)] for o, d in zip(ov.tolist(), dl.tolist())], dtype=np.int64)
+    num, den = _fraction_arrays(ov, ql, dl, score)
+    return np.where(den > 0, (key_scale(max_len, score) * num) // np.maximum(den, 1), 0)
 
 
 @pytest.mark.parametrize("score", SCORES)
@@ -263,13 +282,15 @@ def test_every_score_key_is_order_preserving_and_exact_on_every_triple(score, ma
     keys = score_key(ov, ql, dl, max_len, score)
     assert keys.dtype == key_dtype(max_len, score) == np.int32
     num, den = _fraction_arrays(ov, ql, dl, score)
-    scale = key_scale(max_len, score)
-    assert np.array_equal(keys, np.where(den > 0, (scale * num) // np.maximum(den, 1), 0))
-    _assert_order_preserving(keys, num, den)
+    assert np.array_equal(keys, _expected_keys(ov, ql, dl, max_len, score))
+    # Cosine's keys order the pairs of one query (|q| fixed); the others' order every pair.
+    _assert_order_preserving(keys, num, den, ql if score == "cosine" else None)
     assert keys.min() == 0 and keys.max() == max_key(max_len, score)
-    for o, q, d, key in list(zip(ov.tolist(), ql.tolist(), dl.tolist(), keys.tolist()))[:: max(1, len(ov) // 300)]:
-        n, m = _exact_fraction(o, q, d, score)  # the same key from Python's integers
-        assert key == (scale * n // m if m else 0)
+    if score != "cosine":
+        scale = key_scale(max_len, score)
+        for o, q, d, key in list(zip(ov.tolist(), ql.tolist(), dl.tolist(), keys.tolist()))[:: max(1, len(ov) // 300)]:
+            n, m = _exact_fraction(o, q, d, score)  # the same key from Python's integers
+            assert key == (scale * n // m if m else 0)
 
 
 def _sample_triples(rng, max_len, n):
@@ -287,28 +308,57 @@ def _sample_triples(rng, max_len, n):
 
 
 @pytest.mark.parametrize("score", SCORES)
-@pytest.mark.parametrize("max_len", [128, 255])
+@pytest.mark.parametrize("max_len", [128, 255, 4096])
 def test_every_score_key_is_order_preserving_and_exact_on_a_sample(score, max_len):
     rng = np.random.default_rng(max_len + SCORES.index(score))
     ov, ql, dl = _sample_triples(rng, max_len, 200_000)
     keys = score_key(ov, ql, dl, max_len, score)
     assert keys.dtype == key_dtype(max_len, score)
     num, den = _fraction_arrays(ov, ql, dl, score)
-    scale = key_scale(max_len, score)
-    exact = np.where(den > 0, (scale * num) // np.maximum(den, 1), 0)  # below 2**49: exact in int64
-    assert np.array_equal(keys, exact)
-    _assert_order_preserving(keys, num, den)
+    if score == "cosine":
+        # Ranks are their order: every pair of one query, in integers (o**2 |d'| against o'**2 |d|).
+        _assert_order_preserving(keys, num, den, ql)
+        _assert_order_preserving(keys, ov * ov, np.where(dl > 0, dl, 1))  # and o**2 / |d| across queries
+    else:
+        scale = key_scale(max_len, score)
+        exact = np.where(den > 0, (scale * num) // np.maximum(den, 1), 0)  # below 2**49: exact in int64
+        assert np.array_equal(keys, exact)
+        _assert_order_preserving(keys, num, den)
     assert keys.max() <= max_key(max_len, score) < 2**32
 
 
+@pytest.mark.parametrize("max_len", [1, 2, 5, 40])
+def test_cosine_key_table_is_the_rank_of_every_fraction(max_len):
+    from settopk.kernels import cosine_key_table
+
+    table = cosine_key_table(max_len)
+    ranks = _cosine_ranks(max_len)
+    assert table.dtype == np.int32 and len(table) == (max_len + 1) * (max_len + 2) // 2
+    assert table.tolist() == [ranks[(o, d)] for d in range(max_len + 1) for o in range(d + 1)]
+    assert not table.flags.writeable and cosine_key_table(max_len) is table  # built once, shared read-only
+
+
+def test_cosine_key_table_at_4096_is_dense_and_increasing_along_each_row():
+    from settopk.kernels import cosine_key_table
+
+    table = cosine_key_table(4096).astype(np.int64)
+    assert len(table) == 4097 * 4098 // 2 and table.max() == max_key(4096, "cosine") == 7_554_301
+    assert np.array_equal(np.unique(table), np.arange(table.max() + 1))  # every rank is some fraction's
+    d = np.repeat(np.arange(4097), np.arange(1, 4098))
+    step = np.diff(table)[d[1:] == d[:-1]]  # neighbours within a row: o and o + 1 over the same |d|
+    assert (step > 0).all()
+
+
 def test_key_scales_widths_and_limits():
-    assert [key_scale(128, s) for s in SCORES] == [128**2, 4 * 128**2, 128**4, 4 * 128**2, 1, 128**2]
-    assert [max_key(128, s) for s in SCORES] == [128**2, 4 * 128**2, 128**4, 4 * 128**2, 128, 128**2]
-    assert key_dtype(215, "cosine") == np.int32 and key_dtype(216, "cosine") == np.int64
+    assert [key_scale(128, s) for s in SCORES] == [128**2, 4 * 128**2, 1, 4 * 128**2, 1, 128**2]
+    assert [max_key(128, s) for s in SCORES][:2] == [128**2, 4 * 128**2]
+    assert [max_key(128, s) for s in SCORES][3:] == [4 * 128**2, 128, 128**2]
+    assert max_key(128, "cosine") == len(_cosine_set(128)) - 1  # the rank of the largest fraction, 128**2 / 128
+    assert key_dtype(4096, "cosine") == np.int32
     assert key_dtype(255, "braun_blanquet") == np.int32 and key_dtype(32767, "jaccard") == np.int64
-    assert max_key(255, "cosine") < 2**32 and max_key(32767, "dice") < 2**32
-    with pytest.raises(ValueError, match=r"\[1, 255\] for score 'cosine'"):
-        key_scale(256, "cosine")
+    assert max_key(4096, "cosine") < 2**23 and max_key(32767, "dice") < 2**32
+    with pytest.raises(ValueError, match=r"\[1, 4096\] for score 'cosine'"):
+        key_scale(4097, "cosine")
     with pytest.raises(ValueError, match="braun_blanquet, jaccard, cosine, dice, overlap, containment"):
         check_score("tanimoto")
     with pytest.raises(ValueError, match="score must be one of"):
@@ -335,6 +385,18 @@ def test_score_value_is_the_score_and_zero_over_zero_is_zero(score):
     assert score_value(np.array([[1, 2]]), np.array([[3]]), np.array([4]), score).shape == (1, 2)
 
 
+def _cosine_set(max_len):
+    """The distinct fractions o**2 / d, 0 <= o <= d <= max_len, as (numerator, denominator) in lowest terms."""
+    from math import gcd
+
+    pairs = set()
+    for d in range(1, max_len + 1):
+        for o in range(d + 1):
+            g = gcd(o * o, d)
+            pairs.add((o * o // g, d // g))
+    return pairs
+
+
 def _distinct_keys_around(keys, top):
     """Every key, one below and one above, and the bounds around [-1, top]."""
     values = np.unique(keys)
@@ -353,8 +415,8 @@ def test_min_overlap_above_matches_the_key_for_every_score(score):
 
 
 @pytest.mark.parametrize("score", SCORES)
-def test_min_overlap_above_on_a_sample_at_max_len_255(score):
-    max_len = 255
+@pytest.mark.parametrize("max_len", [255, 4096])
+def test_min_overlap_above_on_a_sample(score, max_len):
     rng = np.random.default_rng(SCORES.index(score))
     ov, ql, dl = _sample_triples(rng, max_len, 100_000)
     keys = score_key(ov, ql, dl, max_len, score)

@@ -1,7 +1,6 @@
 """Sets longer than 255 ids (``max_len`` up to 4096) on the ``numpy``, ``cpu`` and ``cupy`` backends (the
 last on the GPU machine), against the brute-force oracle, ties included: the top-k (with and without
-floors, every routing), threshold searches and the self-join, for every score but cosine (whose exact
-keys need ``max_len <= 255``)."""
+floors, every routing), threshold searches and the self-join, for every score."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from settopk.kernels import (
     self_join_pairs,
 )
 
-LONG_SCORES = [s for s in SCORES if s != "cosine"]
 BACKENDS = ("numpy", "cpu", pytest.param("cupy", marks=pytest.mark.gpu))
 ROUTINGS = ("scan", "auto", "postings")
 
@@ -74,7 +72,7 @@ _shapes = st.sampled_from([(256, 24), (300, 30), (1000, 40), (4096, 60)])  # (ma
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("score", LONG_SCORES)
+@pytest.mark.parametrize("score", SCORES)
 @given(shape=_shapes, seed=st.integers(0, 2**32 - 1), k=st.sampled_from([1, 3, 7, 40]))
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_topk_of_long_sets_matches_oracle(backend, score, shape, seed, k):
@@ -92,7 +90,7 @@ def test_topk_of_long_sets_matches_oracle(backend, score, shape, seed, k):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("score", LONG_SCORES)
+@pytest.mark.parametrize("score", SCORES)
 def test_floors_of_long_sets_keep_exactly_the_keys_above(backend, score):
     """A per-query floor key (the job's threshold exchange) cuts each row exactly where its keys fall below."""
     max_len = 1000
@@ -120,7 +118,7 @@ def test_numpy_and_cpu_agree_bit_for_bit_at_4096():
     docs = [np.sort(rng.choice(base, size=4096 - i, replace=False)).tolist() for i in range(0, 40, 3)] + [base.tolist()]
     queries = [base.tolist(), base[:4000].tolist(), rng.choice(4200, size=4096, replace=False).tolist()]
     d, q, ids = SetBatch.from_lists(docs), SetBatch.from_lists(queries), np.arange(len(docs), dtype=np.int64)
-    for score in LONG_SCORES:
+    for score in SCORES:
         want = NumpyShardIndex(d, ids, 4096, score).search(q, 5)
         assert _rows(want) == brute_force_topk(docs, queries, 5, doc_ids=list(ids), score=score)
         got = NumbaShardIndex(d, ids, 4096, score, threads=2).search(q, 5)
@@ -133,7 +131,7 @@ _thresholds = st.sampled_from(["0", "1", "0.5", "0.25", "1/3", "2/3", "0.8", "0.
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("score", LONG_SCORES)
+@pytest.mark.parametrize("score", SCORES)
 @given(shape=_shapes, seed=st.integers(0, 2**32 - 1), text=_thresholds, k=st.sampled_from([None, 2]))
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_threshold_search_of_long_sets_matches_oracle(backend, score, shape, seed, text, k):
@@ -150,7 +148,7 @@ def test_threshold_search_of_long_sets_matches_oracle(backend, score, shape, see
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("score", LONG_SCORES)
+@pytest.mark.parametrize("score", SCORES)
 def test_self_join_of_long_sets_matches_oracle(backend, score):
     """Each unordered pair once, under its shorter doc; ordered pairs for containment (as tests/test_threshold.py)."""
     max_len = 600
@@ -173,14 +171,13 @@ def test_self_join_of_long_sets_matches_oracle(backend, score):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kernels_refuse_cosine_above_255(backend):
-    docs = SetBatch.from_lists([[1, 2, 3]])
-    with pytest.raises(ValueError, match="cosine"):
-        _index(backend, [[1, 2, 3]], [0], 256, "cosine")
-    assert docs.n_sets == 1
+def test_kernels_refuse_cosine_above_4096(backend):
+    """Cosine's key table has rows up to 4096 (the GPU kernels' limit for every score)."""
+    with pytest.raises(ValueError, match=r"max_len must be in \[1, 4096\]"):
+        _index(backend, [[1, 2, 3]], [0], 4097, "cosine")
 
 
-@pytest.mark.parametrize("score", LONG_SCORES)
+@pytest.mark.parametrize("score", SCORES)
 @given(text=_thresholds, seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=8, deadline=None)
 def test_need_table_at_4096_is_the_least_passing_overlap(score, text, seed):
@@ -192,16 +189,17 @@ def test_need_table_at_4096_is_the_least_passing_overlap(score, text, seed):
     rng = np.random.default_rng(seed)
     qlens = np.unique(np.concatenate([[0, 1, 255, 256, 4095, 4096], rng.integers(0, 4097, 20)]))
     need = need_table(t, qlens, 4096, score)
+    bar = t * t if score == "cosine" else t  # _exact gives cosine as its square
     assert need.shape == (len(qlens), 4097) and need.dtype == np.int32
     for i, ql in enumerate(qlens.tolist()):
         for dl in [0, 1, 255, 256, 4095, 4096, *rng.integers(0, 4097, 20).tolist()]:
             o = int(need[i, dl])
             top = min(ql, dl)
-            passes = [_exact(x, ql, dl, score) >= t for x in (o - 1, o) if 0 <= x <= top]
+            passes = [_exact(x, ql, dl, score) >= bar for x in (o - 1, o) if 0 <= x <= top]
             if o <= top:
                 assert passes[-1] and (o == 0 or not passes[0]), (ql, dl, o)
             else:  # unreachable (any value above min(|q|, |d|)): not even the full overlap passes
-                assert not (_exact(top, ql, dl, score) >= t), (ql, dl, o)
+                assert not (_exact(top, ql, dl, score) >= bar), (ql, dl, o)
 
 
 def test_lognormal_length_law_is_netflix_shaped_and_seeded():

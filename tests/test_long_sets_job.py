@@ -1,7 +1,7 @@
 """Sets longer than 255 ids end to end: ``settopk.jobs.score.main`` with ``backend: cpu`` (and ``cupy``
 on the GPU machine) and ``max_len: 1000`` against the oracle (top-k, threshold, self-join), and the
-refusals: score cosine above 255, the GPU postings (routing ``postings`` on cupy, named or picked by
-``auto``) above 255, ``max_len`` above 4096, in the job, the config and ``settopk.ray``."""
+refusals: the GPU postings (routing ``postings`` on cupy, named or picked by ``auto``) above 255,
+``max_len`` above 4096, in the job, the config and ``settopk.ray``."""
 
 from __future__ import annotations
 
@@ -63,9 +63,20 @@ def test_cpu_job_with_max_len_1000_matches_the_oracle(tmp_path, long_corpus):
     assert max(r[4] for r in rows) == 1000 and max(r[5] for r in rows) == 1000  # overlap, query_len in int16
 
 
+@pytest.mark.usefixtures("ray_cluster")
+def test_cosine_job_with_max_len_1000_matches_the_oracle(tmp_path, long_corpus):
+    """Cosine's table keys (one query's pairs ranked by o**2 / |d|) through the floors of the threshold
+    exchange and the merge of two length-bucket shards, from the CLI over a long config."""
+    docs, queries, docs_path, queries_path = long_corpus
+    out = tmp_path / "out"
+    assert job.main(["--docs", docs_path, "--queries", queries_path, "--out", str(out), "--k", "12",
+                     "--score", "cosine", "--config", _config(tmp_path), "--quiet"]) == 0
+    assert result_rows(out) == _topk_rows(docs, queries, 12, "cosine")
+
+
 @pytest.mark.gpu
 @pytest.mark.usefixtures("ray_cluster")
-@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard"])
+@pytest.mark.parametrize("score", ["braun_blanquet", "jaccard", "cosine"])
 def test_cupy_job_with_max_len_1000_matches_the_oracle(tmp_path, long_corpus, score):
     """The GPU's 13 counter planes in the job: two shards on one GPU with the threshold exchange,
     routing auto (which scans sets this long)."""
@@ -126,22 +137,6 @@ def _refused(tmp_path, caplog, args, *needles):
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before, "nothing may be written"
 
 
-def test_cosine_above_255_is_refused_before_the_run(tmp_path, caplog, long_corpus):
-    _, _, docs_path, queries_path = long_corpus
-    config = _config(tmp_path, score="cosine", max_len=300)
-    _refused(tmp_path, caplog, ["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "o"),
-                                "--config", config],
-             "c.yaml", "max_len must be at most 255 for score 'cosine'", "found 300", "lower max_len",
-             "use another score")
-
-
-def test_cosine_from_the_cli_over_a_long_config_is_refused(tmp_path, caplog, long_corpus):
-    _, _, docs_path, queries_path = long_corpus
-    _refused(tmp_path, caplog, ["--docs", docs_path, "--queries", queries_path, "--out", str(tmp_path / "o"),
-                                "--score", "cosine", "--config", _config(tmp_path)],
-             "score 'cosine'", "found 1000")
-
-
 def test_gpu_postings_above_255_are_refused_before_the_run(tmp_path, caplog, long_corpus):
     """The GPU takes sets of up to 4096 ids, but its postings count overlaps in bytes."""
     _, _, docs_path, queries_path = long_corpus
@@ -162,7 +157,7 @@ def test_auto_with_gpu_postings_is_refused_where_it_would_pick_cupy():
 @pytest.mark.parametrize("values, needles", [
     ({"max_len": 4097}, ["max_len must be an integer in [1, 4096], found 4097"]),
     ({"max_len": 0}, ["max_len must be an integer in [1, 4096], found 0"]),
-    ({"max_len": 256, "score": "cosine"}, ["score 'cosine'", "found 256"]),
+    ({"max_len": 4097, "score": "cosine"}, ["max_len must be an integer in [1, 4096], found 4097"]),
     ({"max_len": 256, "backend": "cupy", "routing": "postings"}, ["backend 'cupy'", "max_len <= 255", "found 256"]),
     ({"vocab_size": 70000, "backend": "cupy", "routing": "postings"}, ["vocab_size <= 65536", "found 70000"]),
 ])
@@ -173,9 +168,10 @@ def test_config_limits(values, needles):
         assert all(n in str(exc.value) for n in needles), str(exc.value)
 
 
-def test_config_takes_4096_and_cosine_at_255(tmp_path):
+def test_config_takes_4096_for_every_score(tmp_path):
     assert load_config(_config(tmp_path, max_len=4096)).max_len == 4096
-    assert JobConfig(max_len=255, score="cosine", backend="cupy").max_len == 255
+    assert JobConfig(max_len=4096, score="cosine", backend="cupy").max_len == 4096
+    assert load_config(_config(tmp_path, "k", max_len=4096, score="cosine")).max_len == 4096
     assert JobConfig(max_len=4096, backend="cupy", routing="auto").max_len == 4096
     assert load_config(_config(tmp_path, "n", backend="numpy", max_len=4096, score="containment")).max_len == 4096
 
@@ -184,8 +180,9 @@ def test_ray_settings_limits():
     check_search_settings(10, "dice", "cpu", "scan", 4096, 65536)
     with pytest.raises(ValueError, match=r"\[1, 4096\], found 5000"):
         check_search_settings(10, "dice", "cpu", "scan", 5000, 65536)
-    with pytest.raises(ValueError, match="score 'cosine'"):
-        check_search_settings(10, "cosine", "numpy", "scan", 256, 65536)
+    check_search_settings(10, "cosine", "numpy", "scan", 4096, 65536)
+    with pytest.raises(ValueError, match=r"\[1, 4096\], found 4097"):
+        check_search_settings(10, "cosine", "cpu", "scan", 4097, 65536)
     check_search_settings(10, "dice", "cupy", "auto", 4096, 2**24)
     with pytest.raises(ValueError, match="routing 'postings' with backend 'cupy' needs max_len <= 255"):
         check_search_settings(10, "dice", "cupy", "postings", 256, 65536)

@@ -74,6 +74,13 @@ def test_kernels_are_cached_and_release_the_gil():
         assert type(fn._cache).__name__ == "FunctionCache"  # cache=True: machine code kept on disk
 
 
+def _cosine_keys(max_len, score):
+    """The kernels' ``cosine_keys`` argument: cosine's key table, or a stand-in the other scores never read."""
+    from settopk.kernels import cosine_key_table
+
+    return cosine_key_table(max_len) if score == "cosine" else cosine_key_table(1)
+
+
 def test_integer_keys_and_least_overlaps_match_kernels_keys():
     """The compiled key and least-overlap formulas against settopk.kernels.keys, exhaustively for small sets."""
     from settopk.kernels import min_overlap_above
@@ -81,16 +88,17 @@ def test_integer_keys_and_least_overlaps_match_kernels_keys():
     for score in SCORES:
         for max_len in (1, 5, 9):
             code, scale, top = SCORES.index(score), key_scale(max_len, score), max_key(max_len, score)
+            ck = _cosine_keys(max_len, score)
             lens = np.arange(max_len + 1)
             ql, dl = np.meshgrid(lens, lens, indexing="ij")
             for o in range(max_len + 1):
                 ok = o <= np.minimum(ql, dl)
                 want = score_key(o, ql, dl, max_len, score)
-                got = np.vectorize(lambda a, b: numba_kernels.score_key(code, scale, o, a, b))(ql, dl)
+                got = np.vectorize(lambda a, b: numba_kernels.score_key(code, scale, ck, o, a, b))(ql, dl)
                 assert np.array_equal(got[ok], want[ok])
             for t in (-2, -1, 0, 1, top // 3, top - 1, top, top + 1, top + 7):
                 want = min_overlap_above(t, ql, dl, max_len, score)
-                got = np.vectorize(lambda a, b: numba_kernels.least_overlap(code, scale, top, max_len, t, a, b))(ql, dl)
+                got = np.vectorize(lambda a, b: numba_kernels.least_overlap(code, scale, top, max_len, ck, t, a, b))(ql, dl)
                 assert np.array_equal(got, want), (score, max_len, t)
 
 
@@ -102,6 +110,7 @@ def test_stepped_least_overlaps_per_length_match_least_overlap(score):
     the same value in the bit planes, and the number of queries each length can reach."""
     max_len = 9
     code, scale, top = SCORES.index(score), key_scale(max_len, score), max_key(max_len, score)
+    ck = _cosine_keys(max_len, score)
     n_planes = max(3, (max_len + 1).bit_length())
     lengths = np.array([0, 1, 2, 4, 5, 8, 9], dtype=np.int64)
     nq = 70  # two words of lanes
@@ -111,9 +120,9 @@ def test_stepped_least_overlaps_per_length_match_least_overlap(score):
     reach = np.full(len(lengths), nq, np.int64)
     for t in (-1, 0, 1, top // 5, top // 2, top - 1, top, top + 3, -1, top // 3):  # rises, then falls back
         for q in range(nq):
-            numba_kernels._set_need(q, t, q_len[q], lengths, need, planes, reach, code, scale, top, max_len)
+            numba_kernels._set_need(q, t, q_len[q], lengths, need, planes, reach, code, scale, top, max_len, ck)
         fit = np.minimum(q_len[:, None], lengths[None, :])
-        want = np.array([[numba_kernels.least_overlap(code, scale, top, max_len, t, ql, dl) for dl in lengths]
+        want = np.array([[numba_kernels.least_overlap(code, scale, top, max_len, ck, t, ql, dl) for dl in lengths]
                          for ql in q_len])
         reachable = want <= fit
         assert np.array_equal(need <= fit, reachable), (score, t)
@@ -147,15 +156,13 @@ def test_extreme_ids_and_max_len_sets():
 
 @pytest.mark.parametrize("max_len", [255, 400, 2000])
 def test_wide_counters(max_len):
-    """Overlaps past 255 (more bit planes); cosine stops at max_len 255."""
+    """Overlaps past 255 (more bit planes), every score."""
     rng = np.random.default_rng(max_len)
     long = max_len - 5
     docs = [list(range(long)), list(range(100, 100 + long)), [1], [], sorted(rng.choice(3 * max_len, long, replace=False))]
     docs += [sorted(rng.choice(3 * max_len, int(rng.integers(0, long)), replace=False)) for _ in range(30)]
     queries = [list(range(long)), [1, 2], [], docs[4], docs[7]]
     for score in SCORES:
-        if score == "cosine" and max_len > 255:
-            continue
         _check(docs, queries, 5, score, max_len=max_len, threads=(2,), oracle=max_len <= 400)
 
 
@@ -304,7 +311,7 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="max_len"):
         NumbaShardIndex(d, np.arange(2), 1)
     with pytest.raises(ValueError, match="max_len"):
-        NumbaShardIndex(d, np.arange(2), 256, "cosine")
+        NumbaShardIndex(d, np.arange(2), 4097, "cosine")
     with pytest.raises(ValueError, match="score"):
         NumbaShardIndex(d, np.arange(2), 8, "tanimoto")
     index = NumbaShardIndex(d, np.arange(2), 8)

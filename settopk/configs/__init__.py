@@ -24,7 +24,6 @@ from settopk.kernels.threshold import parse_threshold
 __all__ = [
     "MAX_K",
     "MAX_LEN",
-    "MAX_LEN_COSINE",
     "AUTO_QUERY_BATCH_SIZE",
     "ConfigError",
     "FaultConfig",
@@ -48,10 +47,7 @@ PARTITIONS = ("none", "dt")
 MAX_K = 32767
 """The largest ``k``: the result's ``rank`` column is int16 (ranks 1..k)."""
 MAX_LEN = 4096
-"""The largest ``max_len`` (distinct ids per set) of every backend, for every score but cosine."""
-MAX_LEN_COSINE = 255
-"""The largest ``max_len`` of score ``cosine``: its exact integer keys scale by ``max_len**4 < 2**32``
-(:mod:`settopk.kernels.keys`)."""
+"""The largest ``max_len`` (distinct ids per set) of every backend and score."""
 _GPU_POSTINGS_MAX_LEN = 255  # the GPU postings count overlaps in bytes
 
 
@@ -137,8 +133,8 @@ class SearchConfig:
         the cost model says it is cheaper; ``"postings"`` sends every query to it.
         Results are identical in every mode.
     max_len : int
-        Most ids a doc or query may have (after de-duplication), in ``[1, 4096]``; at most
-        255 for score ``cosine`` (:func:`max_len_problems`).
+        Most ids a doc or query may have (after de-duplication), in ``[1, 4096]``
+        (:func:`max_len_problems`).
     vocab_size : int
         The kernels' dense ids: ``[0, vocab_size)``, at most 16,777,216 (2**24) on every backend
         (uint32 ids above 65,536; on ``cupy`` a shard's layout then takes 3 bytes per id and a
@@ -180,34 +176,27 @@ def search_problems(cfg: SearchConfig) -> list[str]:
         problems.append(f"cpus_per_shard must be 'auto' or a number >= 0, found {cpus!r}")
     if not 1 <= cfg.k <= MAX_K:
         problems.append(f"k must be in [1, {MAX_K}] (the result's rank column is int16), found {cfg.k}")
-    problems += max_len_problems(cfg.max_len, cfg.score, cfg.backend)
-    problems += vocab_size_problems(cfg.vocab_size, cfg.backend)
+    problems += max_len_problems(cfg.max_len)
+    problems += vocab_size_problems(cfg.vocab_size)
     if cfg.backend == "cupy" and not problems:
         problems += gpu_routing_problems(cfg.routing, cfg.max_len, cfg.vocab_size)
     return problems
 
 
-def vocab_size_problems(vocab_size: int, backend: str) -> list[str]:
-    """What is wrong with ``vocab_size`` (empty if nothing): every backend takes up to ``2**24`` dense ids
-    (``backend`` is kept for the callers' symmetry with :func:`max_len_problems`)."""
+def vocab_size_problems(vocab_size: int) -> list[str]:
+    """What is wrong with ``vocab_size`` (empty if nothing): every backend takes up to ``2**24`` dense ids."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= MAX_VOCAB:
         return [f"vocab_size must be an integer in [1, {MAX_VOCAB}] (2**24, the cpu and numpy backends' limit), "
                 f"found {vocab_size!r}"]
     return []
 
 
-def max_len_problems(max_len, score: str, backend: str) -> list[str]:
-    """What is wrong with ``max_len`` for ``score`` and ``backend`` (empty if nothing): it must be an
-    integer in ``[1, MAX_LEN]``, and at most 255 for score ``cosine`` (``backend`` is kept for the callers'
-    symmetry with :func:`vocab_size_problems`)."""
+def max_len_problems(max_len) -> list[str]:
+    """What is wrong with ``max_len`` (empty if nothing): it must be an integer in ``[1, MAX_LEN]``, for
+    every backend and score."""
     if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= MAX_LEN:
         return [f"max_len must be an integer in [1, {MAX_LEN}], found {max_len!r}"]
-    problems = []
-    if score == "cosine" and max_len > MAX_LEN_COSINE:
-        problems.append(f"max_len must be at most {MAX_LEN_COSINE} for score 'cosine' (its exact integer keys scale "
-                        f"by max_len**4, which must stay below 2**32), found {max_len}; lower max_len, or use another "
-                        f"score (braun_blanquet, jaccard, dice, overlap and containment take up to {MAX_LEN})")
-    return problems
+    return []
 
 
 def gpu_routing_problems(routing: str, max_len: int, vocab_size: int, why: str = "backend 'cupy'") -> list[str]:

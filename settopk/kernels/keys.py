@@ -2,43 +2,55 @@
 
 For a query ``q`` and a doc ``d`` with overlap ``o = |q ∩ d|``, each score
 ranks by a fraction ``num / den`` of integers (``0/0`` counts as 0), and the
-kernels compare the integer key ``floor(S * num / den)`` (0 where ``den == 0``)
-instead, with a scale ``S`` that depends on the score and on ``L = max_len``:
+kernels compare an integer key instead. For every score but cosine the key is
+``floor(S * num / den)`` (0 where ``den == 0``), with a scale ``S`` that
+depends on the score and on ``L = max_len``:
 
 ================  ==========================  ======================  =========  ======
 score             value                       ranked by ``num / den``  ``D``      ``S``
 ================  ==========================  ======================  =========  ======
 braun_blanquet    ``o / max(|q|, |d|)``       the value               ``L``      ``L²``
 jaccard           ``o / |q ∪ d|``             the value               ``2L``     ``4L²``
-cosine            ``o / sqrt(|q| |d|)``       ``o² / (|q| |d|)``      ``L²``     ``L⁴``
 dice              ``2 o / (|q| + |d|)``       the value               ``2L``     ``4L²``
 containment       ``o / |q|``                 the value               ``L``      ``L²``
 overlap           ``o``                       ``o / 1``               ``1``      ``1``
 ================  ==========================  ======================  =========  ======
 
-(``|q ∪ d| = |q| + |d| - o``; cosine ranks by the square of its value, which
-orders pairs the same way since both are ``>= 0``.)
-
-The key is strictly order-preserving for set sizes up to ``L``. Proof: every
-denominator is at most ``D`` (``|q ∪ d| <= |q| + |d| <= 2L``,
-``|q| |d| <= L²``), and ``S = D²``. Two different fractions ``a/b`` and
+(``|q ∪ d| = |q| + |d| - o``.) The key is strictly order-preserving for set
+sizes up to ``L``. Proof: every denominator is at most ``D`` (``|q ∪ d| <=
+|q| + |d| <= 2L``), and ``S = D²``. Two different fractions ``a/b`` and
 ``c/e`` with ``b, e <= D`` differ by at least ``1 / (b e) >= 1 / D² = 1 / S``
 (their difference is a nonzero integer over ``b e``), so their scaled values
 differ by at least 1 and their floors differ in the same direction; equal
 fractions get equal keys. Every fraction lies in ``[0, 1]`` (``o <= min(|q|,
 |d|)``) except ``overlap``'s, in ``[0, L]``, so keys lie in ``[0, max_key]``
-with ``max_key = S`` (``L`` for overlap). ``tests/test_keys.py`` checks all of
-it exhaustively for small ``L`` and on samples for ``L = 128`` and ``255``.
+with ``max_key = S`` (``L`` for overlap).
 
-Widths: ``max_key < 2**32`` for every score (cosine needs ``L <= 255``:
-``255⁴ = 4,228,250,625``; the others allow ``L <= 32767``: ``4 * 32767² <
-2**32``), which the GPU candidate encoding ``(key << 32) | ~position`` and the
-NumPy backend's sort value ``(key << 31) | tiebreak`` rely on. Keys are int32
-where ``max_key < 2**31`` (every score at the job's ``max_len <= 128``;
-cosine above ``L = 215`` and jaccard and dice above ``L = 23170`` are int64).
+**Cosine** ``o / sqrt(|q| |d|)`` ranks by its square ``o² / (|q| |d|)``. A
+floor of that fraction would need ``S = L⁴`` (``2**48`` at ``L = 4096``), too
+wide for the 32 bits the candidates give a key. But keys are only ever compared
+between pairs of the same query (top-k lists, floors and thresholds are per
+query), and for a fixed ``|q|`` the square orders as ``o² / |d|``. So cosine's
+key is the rank of ``o² / |d|`` among the distinct fractions ``a² / b`` with
+``0 <= a <= b <= L`` (:func:`cosine_key_table`; ``0/0`` counts as 0, rank 0):
+strictly order-preserving among the pairs of one query, and below ``2**23``
+for ``L <= 4096`` (7,554,302 distinct fractions there). Unlike the other
+scores' keys, it does not compare pairs of queries of different lengths.
+
+``tests/test_keys.py`` checks all of it exhaustively for small ``L`` and on
+samples up to ``L = 4096``.
+
+Widths: ``max_key < 2**32`` for every score (the others allow ``L <= 32767``:
+``4 * 32767² < 2**32``; cosine's table goes to ``L = 4096``), which the GPU
+candidate encoding ``(key << 32) | ~position`` and the CPU backends' sort
+value ``(key << 31) | tiebreak`` rely on. Keys are int32 where ``max_key <
+2**31`` (every score at ``L <= 4096``; jaccard and dice above ``L = 23170``
+are int64).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -51,6 +63,7 @@ __all__ = [
     "max_key",
     "key_dtype",
     "score_key",
+    "cosine_key_table",
     "score_value",
     "min_overlap_above",
     "least_overlap",
@@ -74,7 +87,7 @@ _DEFINITIONS = {
 # Scores whose numerator is c * o and whose denominator does not depend on o: key > T is then a
 # single ceiling division. The value is c.
 _LINEAR = {"braun_blanquet": 1, "dice": 2, "containment": 1, "overlap": 1}
-_COSINE_MAX_LEN = 255  # L**4 < 2**32 (the key field of the sort values) and S * o**2 < 2**53
+_COSINE_MAX_LEN = 4096  # cosine_key_table's rows: (L + 1)(L + 2) / 2 int32, 33.6 MB at 4096
 _MAX_LEN = 32767
 
 
@@ -116,27 +129,32 @@ def key_scale(max_len: int, score: str = DEFAULT_SCORE) -> int:
     -------
     int
         ``max_len**2`` (braun_blanquet, containment), ``4 max_len**2`` (jaccard,
-        dice), ``max_len**4`` (cosine) or 1 (overlap).
+        dice), or 1 (overlap and cosine, whose keys are not scaled fractions:
+        cosine's come from :func:`cosine_key_table`).
 
     Raises
     ------
     ValueError
         If ``score`` is unknown, or ``max_len`` is not in ``[1, 32767]``
-        (``[1, 255]`` for cosine): the largest key must stay below ``2**32``.
+        (the largest key must stay below ``2**32``), or ``[1, 4096]`` for
+        cosine (the rows of its key table).
     """
     check_score(score)
-    limit = _COSINE_MAX_LEN if score == "cosine" else _MAX_LEN
-    if not 1 <= max_len <= limit:
-        raise ValueError(f"max_len must be in [1, {limit}] for score {score!r} (keys below 2**32), found {max_len}")
+    if score == "cosine":
+        if not 1 <= max_len <= _COSINE_MAX_LEN:
+            raise ValueError(f"max_len must be in [1, {_COSINE_MAX_LEN}] for score 'cosine' (the rows of its key "
+                             f"table), found {max_len}")
+        return 1
+    if not 1 <= max_len <= _MAX_LEN:
+        raise ValueError(f"max_len must be in [1, {_MAX_LEN}] for score {score!r} (keys below 2**32), found {max_len}")
     if score == "overlap":
         return 1
-    if score == "cosine":
-        return max_len**4
     return (4 if score in ("jaccard", "dice") else 1) * max_len * max_len
 
 
 def max_key(max_len: int, score: str = DEFAULT_SCORE) -> int:
-    """The largest key ``score`` reaches for sets of up to ``max_len`` ids: ``S``, or ``max_len`` for overlap.
+    """The largest key ``score`` reaches for sets of up to ``max_len`` ids: ``S``, ``max_len`` for overlap,
+    and for cosine the rank of ``max_len² / max_len`` (the largest fraction of :func:`cosine_key_table`).
 
     Raises
     ------
@@ -144,7 +162,59 @@ def max_key(max_len: int, score: str = DEFAULT_SCORE) -> int:
         As :func:`key_scale`.
     """
     scale = key_scale(max_len, score)
+    if score == "cosine":
+        return int(cosine_key_table(max_len)[-1])  # row max_len, overlap max_len
     return max_len if score == "overlap" else scale
+
+
+@functools.cache
+def cosine_key_table(max_len: int) -> np.ndarray:
+    """Cosine's keys: the rank of ``o² / d`` among the distinct fractions ``a² / b``, ``0 <= a <= b <= max_len``.
+
+    For one query, cosine ``o / sqrt(|q| |d|)`` orders its docs as ``o² / |d|`` does, so these ranks
+    are exact keys within a query (module docstring). Built once per ``max_len`` and process
+    (about 2 s and 34 MB at 4096), read-only.
+
+    Parameters
+    ----------
+    max_len : int
+        Bound on set sizes, in ``[1, 4096]``.
+
+    Returns
+    -------
+    numpy.ndarray of int32, shape ((max_len + 1) (max_len + 2) / 2,), host memory
+        The key of overlap ``o`` with a doc of length ``d`` (``o <= d``) at index ``d (d + 1) / 2 + o``:
+        row ``d`` holds ``d + 1`` keys, strictly increasing; row 0 and column 0 hold 0 (``0/0`` and
+        ``0/d``). Equal fractions share a key; a larger fraction has a larger key.
+
+    Raises
+    ------
+    ValueError
+        If ``max_len`` is not in ``[1, 4096]``.
+    """
+    if not 1 <= max_len <= _COSINE_MAX_LEN:
+        raise ValueError(f"max_len must be in [1, {_COSINE_MAX_LEN}] for score 'cosine', found {max_len}")
+    rows = np.arange(max_len + 1, dtype=np.int64)
+    doc_len = np.repeat(rows, rows + 1)
+    overlap = np.arange(len(doc_len), dtype=np.int64) - doc_len * (doc_len + 1) // 2
+    # Float64 keeps distinct fractions apart and in order: a² / b <= max_len < 2**13, so each is rounded by
+    # less than 2**-40, and two distinct ones differ by at least 1 / (b e) >= 2**-24. Equal fractions
+    # round alike (one correctly rounded division of the same value).
+    value = (overlap * overlap) / np.maximum(doc_len, 1)
+    order = np.argsort(value, kind="stable")
+    ranked = value[order]
+    distinct = np.empty(len(ranked), dtype=np.int32)
+    distinct[0] = 0
+    np.not_equal(ranked[1:], ranked[:-1], out=distinct[1:])
+    table = np.empty(len(ranked), dtype=np.int32)
+    table[order] = np.cumsum(distinct, dtype=np.int32)
+    table.flags.writeable = False
+    return table
+
+
+def _cosine_row_start(doc_len):
+    """Index of row ``doc_len`` in :func:`cosine_key_table` (int64 arrays, NumPy or CuPy)."""
+    return doc_len * (doc_len + 1) // 2
 
 
 def key_dtype(max_len: int, score: str = DEFAULT_SCORE) -> np.dtype:
@@ -159,7 +229,8 @@ def key_dtype(max_len: int, score: str = DEFAULT_SCORE) -> np.dtype:
 
 
 def score_key(overlap, query_len, doc_len, max_len: int, score: str = DEFAULT_SCORE) -> np.ndarray:
-    """Integer key ``floor(S * num / den)`` of ``score``, 0 where ``den == 0`` (see the module docstring).
+    """Integer key of ``score``: ``floor(S * num / den)``, 0 where ``den == 0``; for cosine the rank of
+    ``o² / |d|`` (:func:`cosine_key_table`). See the module docstring.
 
     Parameters
     ----------
@@ -174,7 +245,8 @@ def score_key(overlap, query_len, doc_len, max_len: int, score: str = DEFAULT_SC
     Returns
     -------
     numpy.ndarray of :func:`key_dtype` (int32, or int64 for wide keys)
-        Keys in ``[0, max_key]``; a larger key is a strictly larger score.
+        Keys in ``[0, max_key]``; a larger key is a strictly larger score (for
+        cosine: between pairs with the same ``|q|``).
 
     Raises
     ------
@@ -183,30 +255,31 @@ def score_key(overlap, query_len, doc_len, max_len: int, score: str = DEFAULT_SC
     """
     scale = key_scale(max_len, score)
     dtype = key_dtype(max_len, score)
+    if score == "cosine":
+        shape = np.broadcast_shapes(np.shape(overlap), np.shape(query_len), np.shape(doc_len))
+        o = np.asarray(overlap, dtype=np.int64)
+        d = np.asarray(doc_len, dtype=np.int64)
+        key = cosine_key_table(max_len)[_cosine_row_start(d) + o]  # o <= |d|: within row |d|
+        return np.broadcast_to(key, shape).astype(dtype)
     if score == "overlap":
         shape = np.broadcast_shapes(np.shape(overlap), np.shape(query_len), np.shape(doc_len))
         return np.broadcast_to(np.asarray(overlap), shape).astype(dtype)
     # Float64 division is exact here and vectorises (NumPy's integer division does not): the
-    # numerator a = S * num < 2**53 (at most 8 L**3 < 2**48, or L**6 < 2**48 for cosine), so the
+    # numerator a = S * num < 2**53 (at most 8 L**3 < 2**48), so the
     # rounded quotient is off by at most a / b * 2**-53 < 1 / b, less than the distance from a / b
     # to the next integer when a / b is not one; an integral quotient is representable. So
     # floor(fl(a / b)) == a // b.
     q = np.asarray(query_len, dtype=np.float64)
     d = np.asarray(doc_len, dtype=np.float64)
-    if score == "cosine":
-        o = np.asarray(overlap, dtype=np.float64)
-        numerator = (o * o) * float(scale)
-        denom = q * d
-    else:
-        numerator = np.multiply(np.asarray(overlap), float(scale * _LINEAR.get(score, 1)), dtype=np.float64)
-        if score == "braun_blanquet":
-            denom = np.maximum(q, d)
-        elif score == "containment":
-            denom = np.broadcast_to(q, np.broadcast_shapes(q.shape, d.shape))  # the result has d's shape too
-        elif score == "dice":
-            denom = q + d
-        else:  # jaccard: |q ∪ d|
-            denom = (q + d) - np.asarray(overlap, dtype=np.float64)
+    numerator = np.multiply(np.asarray(overlap), float(scale * _LINEAR.get(score, 1)), dtype=np.float64)
+    if score == "braun_blanquet":
+        denom = np.maximum(q, d)
+    elif score == "containment":
+        denom = np.broadcast_to(q, np.broadcast_shapes(q.shape, d.shape))  # the result has d's shape too
+    elif score == "dice":
+        denom = q + d
+    else:  # jaccard: |q ∪ d|
+        denom = (q + d) - np.asarray(overlap, dtype=np.float64)
     # den == 0 only where o == 0 (o <= min(|q|, |d|)), so dividing by 1 there gives the key 0 of 0/0.
     key = np.floor(numerator / np.maximum(denom, 1.0))
     return key.astype(dtype)
@@ -261,21 +334,34 @@ def _ceil_div(a, b):
     return -((-a) // b)
 
 
-def _ceil_sqrt(xp, x):
-    """Least integer ``r >= 0`` with ``r * r >= x``, for int64 ``x`` below ``2**52`` (``xp``: numpy or cupy)."""
-    x = xp.maximum(x, 0)
-    r = xp.floor(xp.sqrt(x.astype(xp.float64))).astype(xp.int64)
-    # The float root is within one of floor(sqrt(x)) for x < 2**52: one step each way makes it exact.
-    r = xp.where(r * r > x, r - 1, r)
-    r = xp.where((r + 1) * (r + 1) <= x, r + 1, r)
-    return xp.where(r * r < x, r + 1, r)
+def _cosine_least_overlap(xp, table, threshold_key, query_len, doc_len, max_len):
+    """Cosine's least overlap with a key above ``threshold_key``: the first entry of row ``|d|`` of
+    ``table`` (:func:`cosine_key_table`) above it, by a binary search of the rows at once; ``max_len +
+    1`` where none is (or where ``|q| |d| == 0``, as :func:`least_overlap` has it)."""
+    t = xp.asarray(threshold_key, dtype=xp.int64)
+    q, d, t = xp.broadcast_arrays(xp.asarray(query_len, dtype=xp.int64), xp.asarray(doc_len, dtype=xp.int64), t)
+    start = _cosine_row_start(d)
+    lo, hi = xp.zeros_like(d), d + 1  # the answer lies in [0, d + 1]; d + 1: no entry of the row is above t
+    for _ in range(max(1, int(max_len + 1).bit_length())):
+        mid = (lo + hi) // 2
+        right = (mid < hi) & (table[start + xp.minimum(mid, d)] <= t)
+        lo = xp.where(right, mid + 1, lo)
+        hi = xp.where(right, hi, mid)
+    need = xp.where(lo > d, xp.int64(max_len + 1), lo)
+    empty = xp.where(t < 0, xp.int64(0), xp.int64(max_len + 1))  # |q| |d| == 0: the key is always 0 (0/0)
+    return xp.where((q == 0) | (d == 0), empty, need)
 
 
-def least_overlap(xp, threshold_key, query_len, doc_len, max_len: int, score: str = DEFAULT_SCORE):
+def least_overlap(xp, threshold_key, query_len, doc_len, max_len: int, score: str = DEFAULT_SCORE,
+                  cosine_keys=None):
     """:func:`min_overlap_above` as int64, in NumPy or CuPy (``xp``); the CUDA backend's threshold
     tables use it on the GPU (:func:`settopk.kernels.cuda.floors.floor_tables`). Mirrors ``least_overlap`` in
-    ``settopk/kernels/cuda/common.cuh``."""
+    ``settopk/kernels/cuda/common.cuh``. ``cosine_keys``: :func:`cosine_key_table` already in ``xp``'s
+    memory (None: copied there on each call; only cosine reads it)."""
     scale = key_scale(max_len, score)
+    if score == "cosine":
+        table = xp.asarray(cosine_key_table(max_len) if cosine_keys is None else cosine_keys)
+        return _cosine_least_overlap(xp, table, threshold_key, query_len, doc_len, max_len)
     # Clipped so that the products below stay far inside int64 (at most about 2**48).
     t = xp.clip(xp.asarray(threshold_key, dtype=xp.int64), -1, max_key(max_len, score)) + 1
     q, d = xp.broadcast_arrays(xp.asarray(query_len, dtype=xp.int64), xp.asarray(doc_len, dtype=xp.int64))
@@ -289,12 +375,9 @@ def least_overlap(xp, threshold_key, query_len, doc_len, max_len: int, score: st
         else:  # overlap: the fraction o / 1
             den = xp.ones_like(q)
         need = _ceil_div(t * den, scale * _LINEAR[score])
-    elif score == "jaccard":
+    else:  # jaccard
         den = q + d  # |q ∪ d| is 0 exactly where |q| + |d| is
         need = _ceil_div(t * den, scale + t)
-    else:  # cosine
-        den = q * d
-        need = _ceil_sqrt(xp, _ceil_div(t * den, scale))
     empty = xp.where(t <= 0, xp.int64(0), xp.int64(max_len + 1))  # den == 0: the key is always 0 (0/0)
     return xp.where(den == 0, empty, need)
 
@@ -310,8 +393,8 @@ def min_overlap_above(threshold_key, query_len, doc_len, max_len: int, score: st
     * braun_blanquet, containment, dice, overlap (``num = c o``, ``den`` free of
       ``o``): ``S c o >= t den``, so ``need = ceil(t den / (S c))``;
     * jaccard: ``S o >= t (|q| + |d| - o)``, so ``need = ceil(t (|q| + |d|) / (S + t))``;
-    * cosine: ``S o² >= t |q| |d|``, so ``o² >= ceil(t |q| |d| / S)`` and
-      ``need`` is the ceiling of that number's square root.
+    * cosine: the first overlap of row ``|d|`` of :func:`cosine_key_table`
+      whose key is above ``T`` (the rows increase), by binary search.
 
     Kernels compare overlaps against these tables instead of dividing per doc.
 

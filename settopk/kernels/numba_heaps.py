@@ -30,16 +30,18 @@ NO_CHILD = np.iinfo(np.int64).max  # fills a heap's slots past its capacity (key
 
 
 @njit(**JIT)
-def score_key(score, scale, o, ql, dl):
-    """``floor(S * num / den)`` of ``score`` (0 where ``den == 0``): :func:`settopk.kernels.score_key` for one pair (int64)."""
+def score_key(score, scale, cosine_keys, o, ql, dl):
+    """``floor(S * num / den)`` of ``score`` (0 where ``den == 0``), cosine's from ``cosine_keys``
+    (:func:`settopk.kernels.cosine_key_table`; any int32 array for the other scores):
+    :func:`settopk.kernels.score_key` for one pair (int64)."""
     if score == OVERLAP:
         return o
+    if score == COSINE:
+        return np.int64(cosine_keys[dl * (dl + 1) // 2 + o])
     if score == BRAUN_BLANQUET:
         num, den = o, max(ql, dl)
     elif score == JACCARD:
         num, den = o, ql + dl - o
-    elif score == COSINE:
-        num, den = o * o, ql * dl
     elif score == DICE:
         num, den = 2 * o, ql + dl
     else:  # containment
@@ -50,11 +52,11 @@ def score_key(score, scale, o, ql, dl):
 
 
 @njit(**JIT)
-def least_overlap(score, scale, top, max_len, t, ql, dl):
+def least_overlap(score, scale, top, max_len, cosine_keys, t, ql, dl):
     """Least overlap whose key exceeds ``t``: :func:`settopk.kernels.min_overlap_above` for one pair, unclamped (int64).
 
     ``top`` is :func:`settopk.kernels.max_key`. ``max_len + 1`` (never reached) where the
-    key is always 0 and ``t >= 0``.
+    key is always 0 and ``t >= 0``. Cosine's keys are read from ``cosine_keys`` (as :func:`score_key`).
     """
     t1 = min(max(t, -1), top) + 1
     if score == BRAUN_BLANQUET:
@@ -71,14 +73,16 @@ def least_overlap(score, scale, top, max_len, t, ql, dl):
         return 0 if t1 <= 0 else max_len + 1
     if score == JACCARD:
         return (t1 * den + scale + t1 - 1) // (scale + t1)
-    if score == COSINE:
-        x = (t1 * den + scale - 1) // scale  # o * o must reach x
-        r = np.int64(np.sqrt(np.float64(x)))
-        while r * r > x:
-            r -= 1
-        while (r + 1) * (r + 1) <= x:
-            r += 1
-        return r + 1 if r * r < x else r
+    if score == COSINE:  # the first key of row dl above t1 - 1 (a row increases): binary search
+        start = dl * (dl + 1) // 2
+        lo, hi = np.int64(0), dl + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cosine_keys[start + mid] < t1:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo <= dl else max_len + 1
     c = 2 if score == DICE else 1
     return (t1 * den + c * scale - 1) // (c * scale)
 

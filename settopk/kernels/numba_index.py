@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, key_scale, max_key
+from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_table, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
 from .dense import LocalIds, table_queries
 from .sets import SetBatch, check_shard_docs, index_ids
@@ -52,6 +52,10 @@ _ROUND_FIRST = 64  # docs a thread counts in the first round of a scan on severa
 _ROUND_SHARE = 4  # rounds double until each thread counts this fraction of its docs in one
 _HIT_SLOTS = 1 << 18  # (doc, lane) pairs a thread records in a round; a round that would need more is cut short
 _PARTS_PER_THREAD = 4  # ScanCount's queries are split into this many parts per thread, taken as threads free up
+# The kernels' cosine_keys argument for the other scores (never read): read-only int32 like
+# cosine_key_table's, so every score calls the same compiled functions.
+_NO_COSINE_KEYS = np.zeros(1, dtype=np.int32)
+_NO_COSINE_KEYS.flags.writeable = False
 # CPU cost model (seconds of one thread), fitted on an AMD EPYC core (200,000 docs of the STI2 length
 # histogram, Zipf and uniform ids, 16 to 500 queries): a scan group of n queries costs about
 # (_SCAN_S_PER_ID + n * _SCAN_S_PER_ID_QUERY) per doc id (the table outgrows the caches and more
@@ -87,7 +91,7 @@ class NumbaShardIndex:
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         Global doc ids, strictly increasing (so position order is id order).
     max_len : int
-        Bound on set sizes, in ``[1, 32767]`` (``[1, 255]`` for cosine).
+        Bound on set sizes, in ``[1, 32767]`` (``[1, 4096]`` for cosine).
     score : str, default "braun_blanquet"
         What :meth:`search` ranks by: one of :data:`settopk.kernels.SCORES`.
     routing : str, default "scan"
@@ -151,6 +155,7 @@ class NumbaShardIndex:
         self.last_routing = _no_routing()
         self._score_code = SCORES.index(score)
         self._top = max_key(max_len, score)
+        self._cosine_keys = cosine_key_table(max_len) if score == "cosine" else _NO_COSINE_KEYS
         self._n_planes = max(3, (max_len + 1).bit_length())
         self._tokens = np.ascontiguousarray(docs.tokens)
         # Tables by id cover the docs' ids (65536 for uint16 docs, else their local ids); queries'
@@ -326,7 +331,8 @@ class NumbaShardIndex:
             return nk.scan_range(self._tokens, self._offsets, self._doc_len64, self._len_index, self._lengths, 0,
                                  self.n_docs, slot_of, bits, table, group.lengths.astype(np.int64),
                                  np.ascontiguousarray(floor[rows], dtype=np.int64), self._score_code, self._scale,
-                                 self._top, self.max_len, self._n_planes, min(k, self.n_docs), _REFRESH_AFTER)
+                                 self._top, self.max_len, self._cosine_keys, self._n_planes, min(k, self.n_docs),
+                                 _REFRESH_AFTER)
 
         for rows, heaps in zip(groups, self._map(scan, [(rows,) for rows in groups])):
             self._write_heaps(*heaps, k, rows, out)
@@ -350,7 +356,7 @@ class NumbaShardIndex:
         q_len = group.lengths.astype(np.int64)
         floor_t, need, planes, _, valid = nk.scan_tables(q_len, np.ascontiguousarray(floor[rows], dtype=np.int64),
                                                          self._lengths, self._score_code, self._scale, self._top,
-                                                         self.max_len, self._n_planes)
+                                                         self.max_len, self._cosine_keys, self._n_planes)
         t_true, t_used = floor_t.copy(), floor_t.copy()
         cap = min(k, self.n_docs)
         heap, heap_ov = nk.new_heaps(n_group, cap)
@@ -386,9 +392,9 @@ class NumbaShardIndex:
             def offer(o):
                 lo, hi = lanes[o]
                 nk.offer_hits(hit_doc, hit_lane, hit_ov, taken, lo, hi, self._doc_len64, q_len, self._score_code,
-                              self._scale, cap, floor_t, t_true, heap, heap_ov, size)
+                              self._scale, self._cosine_keys, cap, floor_t, t_true, heap, heap_ov, size)
                 nk.refresh_needs(lo, hi, t_true, t_used, q_len, self._lengths, need, planes, reach[o],
-                                 self._score_code, self._scale, self._top, self.max_len)
+                                 self._score_code, self._scale, self._top, self.max_len, self._cosine_keys)
 
             self._map(offer, [(o,) for o in range(len(lanes))])
             part = min(2 * part, longest)
@@ -428,7 +434,8 @@ class NumbaShardIndex:
             counts = np.zeros(self._block, dtype=np.uint8 if self.max_len <= 255 else np.uint16)
             nk.scancount_queries(self.postings.offsets, self.postings.positions, self._rank_pos, self._rank_len,
                                  block_lo, block_hi, self._ordered, counts, part.tokens, part.offsets, floor[lo:hi],
-                                 k, self._score_code, self._scale, self._top, self.max_len, pos[lo:hi], ov[lo:hi])
+                                 k, self._score_code, self._scale, self._top, self.max_len, self._cosine_keys,
+                                 pos[lo:hi], ov[lo:hi])
 
         self._map(count, [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
         self._write(out, rows, pos, ov)

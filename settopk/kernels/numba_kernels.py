@@ -62,9 +62,10 @@ _U64_ONE = np.uint64(1)
 
 
 @njit(**_JIT)
-def _reaches(score, scale, t1, o, ql, dl):
+def _reaches(score, scale, cosine_keys, t1, o, ql, dl):
     """Whether overlap ``o`` (``<= min(ql, dl)``) of a query and a doc of lengths ``ql, dl >= 1`` gives a
-    key ``>= t1``, i.e. ``S * num >= t1 * den``: the key's formula without its division."""
+    key ``>= t1``, i.e. ``S * num >= t1 * den``: the key's formula without its division (cosine: its key
+    read from ``cosine_keys``, :func:`settopk.kernels.cosine_key_table`)."""
     if score == _OVERLAP:
         return o >= t1
     if score == _BRAUN_BLANQUET:
@@ -72,14 +73,14 @@ def _reaches(score, scale, t1, o, ql, dl):
     if score == _JACCARD:
         return scale * o >= t1 * (ql + dl - o)
     if score == _COSINE:
-        return scale * o * o >= t1 * ql * dl
+        return cosine_keys[dl * (dl + 1) // 2 + o] >= t1
     if score == _DICE:
         return scale * 2 * o >= t1 * (ql + dl)
     return scale * o >= t1 * ql  # containment
 
 
 @njit(**_JIT)
-def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len):
+def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len, cosine_keys):
     """Store query ``q``'s least overlaps above key ``t`` for every doc length, bit-sliced, and its reach.
 
     A length that no overlap can reach gets ``min(ql, dl) + 1`` or more. Every key falls as ``|d|``
@@ -97,7 +98,7 @@ def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len
         if fit == 0:  # no id to share: the key is 0
             here = 0 if t1 <= 0 else max_len + 1
         else:
-            while m <= fit and not _reaches(score, scale, t1, m, ql, dl):
+            while m <= fit and not _reaches(score, scale, cosine_keys, t1, m, ql, dl):
                 m += 1
             here = m
         was = need[q, li] <= fit
@@ -117,7 +118,7 @@ def _set_need(q, t, ql, lengths, need, planes, reach, score, scale, top, max_len
 
 
 @njit(**_JIT)
-def scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, n_planes):
+def scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, cosine_keys, n_planes):
     """The bit-sliced tables of a scan group (``n_group <= 512`` queries) for their key floors.
 
     Returns
@@ -141,7 +142,7 @@ def scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, n_planes):
     planes = np.zeros((nl, n_planes, WORDS), np.uint64)
     reach = np.full(nl, nq, np.int64)  # need 0 reaches every length
     for q in range(nq):
-        _set_need(q, floor_t[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+        _set_need(q, floor_t[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len, cosine_keys)
     valid = np.zeros(WORDS, np.uint64)
     for q in range(nq):
         valid[q >> 6] |= _U64_ONE << np.uint64(q & 63)
@@ -196,7 +197,7 @@ def _lane_count(acc, w, j, n_planes):
 
 @njit(**_JIT)
 def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slot_of, bits, table, q_len, q_floor,
-               score, scale, top, max_len, n_planes, cap, refresh_after):
+               score, scale, top, max_len, cosine_keys, n_planes, cap, refresh_after):
     """Top-``cap`` of docs ``lo .. hi - 1`` for each query of a group, by the bit-sliced scan.
 
     Parameters
@@ -215,7 +216,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         (uint64): the ids some query holds, a bit each, asked before ``slot_of``; empty: not used.
     q_len, q_floor : int64 arrays, shape (n_group,)
         The group's query lengths and key floors (``-1``: none); ``n_group <= 512``.
-    score, scale, top, max_len : int
+    score, scale, top, max_len, cosine_keys : int
         Score index, key scale, largest key and the bound on set sizes.
     n_planes : int
         Counter bits, ``>= 3`` and ``2**n_planes > max_len + 1`` (the carries of the highest plane are
@@ -237,7 +238,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     nq = len(q_len)
     heap, heap_ov = new_heaps(nq, max(cap, 1))
     size = np.zeros(nq, np.int64)
-    floor_t, need, planes, reach, valid = scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, n_planes)
+    floor_t, need, planes, reach, valid = scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, cosine_keys, n_planes)
     t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
     t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
     rejects = np.zeros(nq, np.int64)
@@ -258,13 +259,13 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                 hit &= hit - _U64_ONE
                 o = _lane_count(acc, w, j, n_planes)
                 q = w * 64 + np.int64(j)
-                key = score_key(score, scale, o, q_len[q], dl)
+                key = score_key(score, scale, cosine_keys, o, q_len[q], dl)
                 if key <= t_true[q]:
                     rejects[q] += 1
                     if rejects[q] >= refresh_after and t_used[q] < t_true[q]:
                         t_used[q] = t_true[q]
                         rejects[q] = 0
-                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len, cosine_keys)
                     continue
                 v = (key << 31) | (_POS_MASK - d)
                 size[q] = _offer(heap, heap_ov, q, size[q], cap, v, o)
@@ -274,7 +275,7 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         # The first threshold above the floor: refresh at once (the floor's tables admit every doc).
                         t_used[q] = t_true[q]
                         rejects[q] = 0
-                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len, cosine_keys)
     return heap[:, : max(cap, 1)], heap_ov[:, : max(cap, 1)], size
 
 
@@ -330,8 +331,8 @@ def scan_hits(doc_tokens, doc_offsets, len_index, lo, hi, slot_of, bits, table, 
 
 
 @njit(**_JIT)
-def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_len, score, scale, cap, floor_t,
-               t_true, heap, heap_ov, size):
+def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_len, score, scale, cosine_keys, cap,
+               floor_t, t_true, heap, heap_ov, size):
     """Offer the pairs of :func:`scan_hits` whose lane is in ``lane_lo .. lane_hi - 1`` to those lanes'
     heaps (:func:`new_heaps`, sizes in ``size``), in position order, and raise each lane's ``t_true``
     (the key a doc must exceed; ``floor_t`` until its heap holds ``cap``). A pair that only ties
@@ -348,7 +349,7 @@ def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_l
                 continue
             d = np.int64(hit_doc[p, i])
             o = np.int64(hit_ov[p, i])
-            key = score_key(score, scale, o, q_len[q], doc_len[d])
+            key = score_key(score, scale, cosine_keys, o, q_len[q], doc_len[d])
             if key <= t_true[q]:
                 continue
             size[q] = _offer(heap, heap_ov, q, size[q], cap, (key << 31) | (_POS_MASK - d), o)
@@ -357,13 +358,13 @@ def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_l
 
 
 @njit(**_JIT)
-def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes, reach, score, scale, top, max_len):
+def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes, reach, score, scale, top, max_len, cosine_keys):
     """Rebuild the least overlaps (:func:`_set_need`) of the lanes ``lane_lo .. lane_hi - 1`` whose ``t_true``
     rose above ``t_used``, the key their tables were built for; ``reach`` counts these lanes' queries."""
     for q in range(lane_lo, lane_hi):
         if t_true[q] > t_used[q]:
             t_used[q] = t_true[q]
-            _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len)
+            _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len, cosine_keys)
 
 
 @njit(**_JIT)

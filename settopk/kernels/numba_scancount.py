@@ -30,16 +30,16 @@ def _first_at_least(positions, lo, hi, value):
 
 
 @njit(**JIT)
-def _block_need(score, scale, top, max_len, least, ql, lo_len, hi_len, omin_pass, ordered):
+def _block_need(score, scale, top, max_len, cosine_keys, least, ql, lo_len, hi_len, omin_pass, ordered):
     """Least overlap a doc of length ``lo_len .. hi_len`` needs to reach key ``least``, and at least
     ``omin_pass``. ``ordered``: keys do not depend on ``|d|``, so one length tells it."""
-    omin = max(omin_pass, least_overlap(score, scale, top, max_len, least - 1, ql, lo_len))
+    omin = max(omin_pass, least_overlap(score, scale, top, max_len, cosine_keys, least - 1, ql, lo_len))
     if ordered:
         return omin
     for dl in range(lo_len + 1, hi_len + 1):
         if omin <= omin_pass:
             break
-        omin = max(omin_pass, min(omin, least_overlap(score, scale, top, max_len, least - 1, ql, dl)))
+        omin = max(omin_pass, min(omin, least_overlap(score, scale, top, max_len, cosine_keys, least - 1, ql, dl)))
     return omin
 
 
@@ -81,7 +81,7 @@ def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first
 
 @njit(**JIT)
 def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, found, q_tokens, qs, ql,
-                    omin_pass, omax_pass, ordered, least, heap, heap_ov, size, cap, score, scale, top, max_len):
+                    omin_pass, omax_pass, ordered, least, heap, heap_ov, size, cap, score, scale, top, max_len, cosine_keys):
     """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, offering the docs
     with overlap in ``[omin_pass, omax_pass]`` and key ``>= least`` to the min-heap ``heap[0, :size]`` of the
     ``cap`` best values (overlaps in ``heap_ov``; :func:`offer`). ``found`` (int32, ``len(counts)`` slots)
@@ -100,7 +100,7 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
         if ordered and size == cap:
             least = max(least, (heap[0, 0] >> 31) + 1)
         b = first // block
-        omin = _block_need(score, scale, top, max_len, least, ql, block_lo[b], block_hi[b], omin_pass, ordered)
+        omin = _block_need(score, scale, top, max_len, cosine_keys, least, ql, block_lo[b], block_hi[b], omin_pass, ordered)
         if omin > min(omax_pass, ql, block_hi[b]):
             synced = False  # nothing here can enter: the block's postings are passed over
             continue
@@ -115,7 +115,7 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
                 continue
             r = first + p
             # Ordered: the key does not depend on |d| and the rank is the position, so neither is looked up.
-            key = score_key(score, scale, o, ql, 0 if ordered else np.int64(rank_len[r]))
+            key = score_key(score, scale, cosine_keys, o, ql, 0 if ordered else np.int64(rank_len[r]))
             if key < least:
                 continue
             v = (key << 31) | (POS_MASK - (r if ordered else np.int64(rank_pos[r])))
@@ -130,7 +130,7 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
 
 @njit(**JIT)
 def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, ordered, counts, q_tokens,
-                      q_offsets, q_floor, k, score, scale, top, max_len, out_pos, out_ov):
+                      q_offsets, q_floor, k, score, scale, top, max_len, cosine_keys, out_pos, out_ov):
     """Exact top-k of each query through the postings (ScanCount), as :func:`settopk.kernels.postings.postings_search`.
 
     Parameters
@@ -153,7 +153,7 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
     q_floor : int64 array, shape (n_queries,)
         Key floors (``-1``: none).
     k : int
-    score, scale, top, max_len : int
+    score, scale, top, max_len, cosine_keys : int
         Score index, key scale, largest key and the bound on set sizes.
     out_pos, out_ov : int64 arrays, shape (n_queries, k)
         Receive positions (``-1`` padding) and overlaps (0 padding), best first.
@@ -193,16 +193,16 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
         if ql >= 2:
             size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
                                           found, q_tokens, qs, ql, 2, 1 << 30, ordered, least, heap, heap_ov, size,
-                                          cap, score, scale, top, max_len)
+                                          cap, score, scale, top, max_len, cosine_keys)
             # A single shared id scores best in the shortest doc that has one (every key falls with |d|).
-            if score_key(score, scale, 1, ql, shortest) >= least:
+            if score_key(score, scale, cosine_keys, 1, ql, shortest) >= least:
                 size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
                                               found, q_tokens, qs, ql, 1, 1, ordered, least, heap, heap_ov, size,
-                                              cap, score, scale, top, max_len)
+                                              cap, score, scale, top, max_len, cosine_keys)
         elif ql == 1:
             size, least = _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts,
                                           found, q_tokens, qs, ql, 1, 1 << 30, ordered, least, heap, heap_ov, size,
-                                          cap, score, scale, top, max_len)
+                                          cap, score, scale, top, max_len, cosine_keys)
         write_row(heap, heap_ov, 0, size, out_pos, out_ov, q)
         filled = size
         if filled < k and floor <= 0:

@@ -43,7 +43,7 @@ class NumpyShardIndex:
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         Global doc ids, strictly increasing (so position order is id order).
     max_len : int
-        Bound on set sizes, in ``[1, 32767]`` (``[1, 255]`` for cosine).
+        Bound on set sizes, in ``[1, 32767]`` (``[1, 4096]`` for cosine).
     score : str, default "braun_blanquet"
         What :meth:`search` ranks by: one of :data:`settopk.kernels.SCORES`.
     routing : str, default "scan"

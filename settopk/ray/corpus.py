@@ -112,7 +112,7 @@ def check_search_settings(k, score: str, backend: str, routing: str, max_len, vo
         raise ValueError(f"backend must be one of {', '.join(backends)}, found {backend!r}")
     if routing not in ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, found {routing!r}")
-    problems = max_len_problems(max_len, score, backend) + vocab_size_problems(vocab_size, backend)
+    problems = max_len_problems(max_len) + vocab_size_problems(vocab_size)
     if backend == "cupy" and not problems:
         problems = gpu_routing_problems(routing, max_len, vocab_size)
     if problems:
@@ -169,8 +169,8 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     routing : str
         One of :data:`settopk.kernels.postings.ROUTINGS`.
     max_len, vocab_size : int
-        Sets hold at most ``max_len`` distinct ids (at most 4096; 255 for
-        ``cosine``), each in ``[0, vocab_size)`` (at most 2**24).
+        Sets hold at most ``max_len`` distinct ids (at most 4096), each in
+        ``[0, vocab_size)`` (at most 2**24).
     threads : int, optional
         CPU threads of each ``"cpu"`` index.
     on_invalid : str

@@ -90,8 +90,8 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     routing : str
         One of :data:`settopk.kernels.postings.ROUTINGS` (default ``"scan"``).
     max_len, vocab_size : int
-        Every set holds at most ``max_len`` (default 128, at most 4096; 255 for
-        ``cosine``) distinct ids, each in ``[0, vocab_size)`` (default 65536; up to 2**24).
+        Every set holds at most ``max_len`` (default 128, at most 4096) distinct ids, each in
+        ``[0, vocab_size)`` (default 65536; up to 2**24).
     on_invalid : str
         Bad docs: ``"error"`` (default) or ``"quarantine"`` (left out). A bad query always raises.
     searcher_cls : type

@@ -335,7 +335,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
            const typename Planes<kPlanes>::Thr* __restrict__ thr_ge,
            const typename Planes<kPlanes>::Thr* __restrict__ thr_gt,
            const int* __restrict__ tie_pos, int max_doc_len, int n_win, int n_words, long long scale, int score,
-           int* __restrict__ cand_count, const long long* __restrict__ cand_base,
+           const int* __restrict__ cosine_keys, int* __restrict__ cand_count, const long long* __restrict__ cand_base,
            const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
     static_assert(kAnyScore || kPlanes == 8, "the 32-bit Braun-Blanquet emission needs max_len <= 255");
     constexpr int kHigh = kPlanes - 3;
@@ -506,8 +506,9 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
                 for (int b = 0; b < kPlanes; ++b) overlap |= static_cast<int>((c[b] >> j) & 1u) << b;
                 const int at = atomicAdd(&cand_count[q], 1);
                 if (at < cand_cap[q]) {
-                    cand[cand_base[q] + at] = kAnyScore ? encode_candidate(score, scale, overlap, s_qlen[j], len, pos)
-                                                        : encode_braun_blanquet(static_cast<unsigned>(scale), overlap, s_qlen[j], len, pos);
+                    cand[cand_base[q] + at] =
+                        kAnyScore ? encode_candidate(score, scale, cosine_keys, overlap, s_qlen[j], len, pos)
+                                  : encode_braun_blanquet(static_cast<unsigned>(scale), overlap, s_qlen[j], len, pos);
                 }
             }
         }
@@ -536,7 +537,7 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
                             unsigned long long* __restrict__ top, int update,
                             long long* __restrict__ bound_key, int* __restrict__ tie_pos,
                             const int* __restrict__ qlen, int max_doc_len, long long scale, int max_len, int score,
-                            typename Planes<kPlanes>::Thr* __restrict__ thr_ge,
+                            const int* __restrict__ cosine_keys, typename Planes<kPlanes>::Thr* __restrict__ thr_ge,
                             typename Planes<kPlanes>::Thr* __restrict__ thr_gt) {
     using Thr = typename Planes<kPlanes>::Thr;
     constexpr int kNever = Planes<kPlanes>::kNever;
@@ -584,9 +585,9 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
     const int n_len = max_doc_len + 1;
     for (int len = threadIdx.x; len < n_len; len += blockDim.x) {
         thr_ge[static_cast<long long>(q) * n_len + len] =
-            static_cast<Thr>(need_overlap(key - 1, qlen[q], len, scale, max_len, score, kNever));
+            static_cast<Thr>(need_overlap(key - 1, qlen[q], len, scale, max_len, score, cosine_keys, kNever));
         thr_gt[static_cast<long long>(q) * n_len + len] =
-            static_cast<Thr>(need_overlap(key, qlen[q], len, scale, max_len, score, kNever));
+            static_cast<Thr>(need_overlap(key, qlen[q], len, scale, max_len, score, cosine_keys, kNever));
     }
 }
 
@@ -601,7 +602,7 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
 __global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
                             const int* __restrict__ qlen, const int* __restrict__ out_row,
                             const unsigned short* __restrict__ len_by_pos, long long scale, int max_len, int score,
-                            const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
+                            const int* __restrict__ cosine_keys, const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
                             short* __restrict__ overlap, short* __restrict__ doc_len) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -618,7 +619,7 @@ __global__ void decode_topk(const unsigned long long* __restrict__ top, long lon
         const long long key = static_cast<long long>(v >> 32);
         const int len = len_by_pos[pos];
         doc_id[o] = doc_ids[pos];
-        overlap[o] = static_cast<short>(least_overlap(key - 1, qlen[q], len, scale, max_len, score));
+        overlap[o] = static_cast<short>(least_overlap(key - 1, qlen[q], len, scale, max_len, score, cosine_keys));
         doc_len[o] = static_cast<short>(len);
     }
 }

@@ -5,7 +5,10 @@
 // (settopk/kernels/cuda/modules.py passes -I with this directory).
 //
 // Scores: every kernel that needs the score takes it as a runtime argument (a
-// Score value, the index of the name in kernels.SCORES) with the key's scale S.
+// Score value, the index of the name in kernels.SCORES) with the key's scale S
+// and cosine's key table (kernels.cosine_key_table: the key of overlap o with a
+// doc of length d at d (d + 1) / 2 + o; any pointer for the other scores, which
+// never read it).
 // The score enters only where keys are made or inverted (need_overlap,
 // encode_candidate, the decode), never in the counting loop, and it is the same
 // for a whole launch, so the branch costs nothing measurable and one compiled
@@ -14,9 +17,9 @@
 // Candidate encoding (unsigned 64-bit, larger is better, 0 = empty):
 //   (key << 32) | ~position
 // with key = floor(S * num / den) (kernels.score_key; for Braun-Blanquet
-// (S * overlap) / max(|q|, |d|)), below 2**32 for every score (cosine's
-// S = max_len**4 < 2**32 for max_len <= 255; the others' S <= 4 * 4096**2 for
-// max_len <= 4096), and position < 2**31, so
+// (S * overlap) / max(|q|, |d|); cosine's from its table, below 2**23), below
+// 2**32 for every score (S <= 4 * 4096**2 for max_len <= 4096), and
+// position < 2**31, so
 // ~position has its top bit set and a real candidate is never 0. Sorting
 // descending gives key descending, then position ascending.
 
@@ -31,7 +34,7 @@ constexpr long long kNarrowScale = 1 << 16;  // S below this: max_len <= 255, so
 enum Score : int {
     kBraunBlanquet = 0,  // o / max(|q|, |d|)
     kJaccard = 1,        // o / (|q| + |d| - o)
-    kCosine = 2,         // ranked by o^2 / (|q| |d|)
+    kCosine = 2,         // ranked by o^2 / (|q| |d|); keyed by the rank of o^2 / |d| (one query's |q| is fixed)
     kDice = 3,           // 2 o / (|q| + |d|)
     kOverlap = 4,        // o
     kContainment = 5,    // o / |q|
@@ -49,23 +52,32 @@ __device__ __forceinline__ long long score_den(int score, int query_len, int doc
     }
 }
 
+// Cosine's key of overlap o (<= doc_len) with a doc of doc_len ids.
+__device__ __forceinline__ long long cosine_key(const int* __restrict__ cosine_keys, int overlap, int doc_len) {
+    return cosine_keys[doc_len * (doc_len + 1) / 2 + overlap];
+}
+
 // Unclamped least overlap whose key is > t: kernels.keys.least_overlap (see
 // kernels.min_overlap_above for the derivation). scale = S; max_key = S, or
-// max_len for overlap. t is clipped to [-1, max_key] as on the host.
+// max_len for overlap. t is clipped to [-1, max_key] as on the host. Cosine's
+// is the first key of row doc_len above t (a row increases), by binary search.
 __device__ __forceinline__ long long least_overlap(long long t, int query_len, int doc_len, long long scale,
-                                                   int max_len, int score) {
+                                                   int max_len, int score, const int* __restrict__ cosine_keys) {
     const long long top = score == kOverlap ? max_len : scale;
-    const long long t1 = min(max(t, -1ll), top) + 1;  // t + 1, in [0, max_key + 1]
+    const long long t1 = score == kCosine ? t + 1 : min(max(t, -1ll), top) + 1;  // t + 1, in [0, max_key + 1]
     const long long den = score_den(score, query_len, doc_len);
     if (den == 0) return t1 <= 0 ? 0 : max_len + 1;  // the key is always 0 (0/0)
     switch (score) {
         case kJaccard: return (t1 * den + scale + t1 - 1) / (scale + t1);
         case kCosine: {
-            const long long x = (t1 * den + scale - 1) / scale;  // o^2 must reach this
-            long long r = static_cast<long long>(sqrt(static_cast<double>(x)));
-            while (r * r > x) --r;
-            while ((r + 1) * (r + 1) <= x) ++r;
-            return r * r < x ? r + 1 : r;
+            const int* row = cosine_keys + doc_len * (doc_len + 1) / 2;
+            int lo = 0, hi = doc_len + 1;
+            while (lo < hi) {
+                const int mid = (lo + hi) / 2;
+                if (row[mid] < t1) lo = mid + 1;
+                else hi = mid;
+            }
+            return lo <= doc_len ? lo : max_len + 1;
         }
         case kDice: return (t1 * den + 2 * scale - 1) / (2 * scale);
         default: return (t1 * den + scale - 1) / scale;  // braun_blanquet, overlap, containment
@@ -76,8 +88,8 @@ __device__ __forceinline__ long long least_overlap(long long t, int query_len, i
 // count overlaps up to 4096). The clamp is above max_len, so it only marks a threshold that
 // no doc can reach.
 __device__ __forceinline__ int need_overlap(long long t, int query_len, int doc_len, long long scale, int max_len,
-                                            int score, int never = kNeverLen) {
-    return static_cast<int>(min(least_overlap(t, query_len, doc_len, scale, max_len, score),
+                                            int score, const int* __restrict__ cosine_keys, int never = kNeverLen) {
+    return static_cast<int>(min(least_overlap(t, query_len, doc_len, scale, max_len, score, cosine_keys),
                                 static_cast<long long>(never)));
 }
 
@@ -89,17 +101,22 @@ __device__ __forceinline__ unsigned long long encode_braun_blanquet(unsigned sca
     return (static_cast<unsigned long long>(key) << 32) | static_cast<unsigned>(~position);
 }
 
-// The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48.
-__device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale, int overlap, int query_len,
-                                                               int doc_len, int position) {
+// The exact key floor(S * num / den) (0 for 0/0), in 64-bit integers: S * num < 2**48; cosine's from its table.
+__device__ __forceinline__ unsigned long long encode_candidate(int score, long long scale,
+                                                               const int* __restrict__ cosine_keys, int overlap,
+                                                               int query_len, int doc_len, int position) {
     if (score == kBraunBlanquet && scale < kNarrowScale)
         return encode_braun_blanquet(static_cast<unsigned>(scale), overlap, query_len, doc_len, position);
-    long long num = overlap;
-    long long den = score_den(score, query_len, doc_len);
-    if (score == kJaccard) den -= overlap;
-    else if (score == kCosine) num = static_cast<long long>(overlap) * overlap;
-    else if (score == kDice) num = 2ll * overlap;
-    const unsigned long long key = den > 0 ? static_cast<unsigned long long>(scale * num / den) : 0ull;  // < 2**32
+    unsigned long long key;
+    if (score == kCosine) {
+        key = static_cast<unsigned long long>(cosine_key(cosine_keys, overlap, doc_len));
+    } else {
+        long long num = overlap;
+        long long den = score_den(score, query_len, doc_len);
+        if (score == kJaccard) den -= overlap;
+        else if (score == kDice) num = 2ll * overlap;
+        key = den > 0 ? static_cast<unsigned long long>(scale * num / den) : 0ull;  // < 2**32
+    }
     return (key << 32) | static_cast<unsigned>(~position);
 }
 

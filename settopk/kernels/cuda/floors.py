@@ -23,7 +23,7 @@ def threshold_table_type(max_len: int) -> tuple[np.dtype, int]:
     return (np.dtype(np.uint8), NEVER_LEN) if max_len <= NEVER_LEN else (np.dtype(np.uint16), _NEVER_LEN_13)
 
 
-def floor_tables(xp, floor, query_len, n_len: int, max_len: int, score: str = DEFAULT_SCORE):
+def floor_tables(xp, floor, query_len, n_len: int, max_len: int, score: str = DEFAULT_SCORE, cosine_keys=None):
     """Threshold tables of the bound ``(T, P) = (floor, 2**31 - 1)``, as ``select_topk`` writes them.
 
     :func:`settopk.kernels.min_overlap_above` clamped as ``need_overlap`` in
@@ -46,6 +46,9 @@ def floor_tables(xp, floor, query_len, n_len: int, max_len: int, score: str = DE
         Bound on set sizes; fixes the key scale.
     score : str
         One of :data:`settopk.kernels.SCORES`.
+    cosine_keys : array of int32, optional
+        :func:`settopk.kernels.cosine_key_table` in ``xp``'s memory, for score ``cosine`` (None:
+        copied there on each call).
 
     Returns
     -------
@@ -59,7 +62,7 @@ def floor_tables(xp, floor, query_len, n_len: int, max_len: int, score: str = DE
     dtype, never = threshold_table_type(max_len)
 
     def need_overlap(t):  # least overlap with key > t
-        need = least_overlap(xp, t, q, lengths, max_len, score)
+        need = least_overlap(xp, t, q, lengths, max_len, score, cosine_keys)
         return xp.ascontiguousarray(xp.minimum(need, never).astype(dtype))
 
     return need_overlap(t - 1), need_overlap(t)

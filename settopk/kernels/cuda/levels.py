@@ -105,8 +105,9 @@ class LevelSearch:
     kernels (``_kernels``, and ``_count`` with its shared memory ``_count_shared``), its counter planes
     and their tables (``_planes``, ``_thr_dtype``, ``_n_win``), its device layout
     (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
-    ``_longest``, ``_n_words``, ``_scan_slots``, and ``_tile_bounds``, an empty dict the tiles are cached in), its key constants (``_scale``, ``_score_code``), its
-    device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
+    ``_longest``, ``_n_words``, ``_scan_slots``, and ``_tile_bounds``, an empty dict the tiles are cached
+    in), its key constants (``_scale``, ``_score_code``, ``_cosine_keys``: cosine's key table on the
+    device, or one int32 for the other scores), its device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
     ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, remaps the layout
     and sets the table for the batch, so the caller holds ``_batch_turn()`` around each batch);
     they add to ``last_routing`` and ``rescans``.
@@ -224,7 +225,7 @@ class LevelSearch:
             floor = floor[order]
             bound_key = cupy.asarray(floor.astype(np.int64))
             tie_pos = cupy.asarray(np.where(floor >= 0, _LAST_POSITION, -1).astype(np.int32))
-            thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, n_len, self.max_len, self.score)
+            thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, n_len, self.max_len, self.score, self._cosine_keys)
         top = cupy.zeros((n_q, k), dtype=np.uint64)
 
         levels = self._levels(k, capacity)
@@ -270,7 +271,8 @@ class LevelSearch:
             (_blocks_for(n_q * k),),
             (_THREADS,),
             (top, np.int64(n_q * k), np.int32(k), qlen, cupy.asarray(order.astype(np.int32)), self._len_by_pos,
-             np.int64(self._scale), np.int32(self.max_len), np.int32(self._score_code), self._doc_ids, doc_ids,
+             np.int64(self._scale), np.int32(self.max_len), np.int32(self._score_code), self._cosine_keys,
+             self._doc_ids, doc_ids,
              overlap, doc_len),
         )
         doc_ids.get(out=out.doc_ids)
@@ -362,7 +364,8 @@ class LevelSearch:
         """Launch the postings kernel for ``members`` (device int32 query indices) over positions below ``limit``."""
         qoff, qtok, qlen, thr_ge, _thr_gt, tie_pos = query_arrays
         self._postings.emit(members, limit, qoff, qtok, qlen, thr_ge, self._longest, bound_key, tie_pos,
-                            self._len_by_pos, self._scale, self._score_code, count, cand_base, cand_cap, cand)
+                            self._len_by_pos, self._scale, self._score_code, self._cosine_keys, count, cand_base,
+                            cand_cap, cand)
 
     def _postings_emitter(self, query_arrays, bound_key):
         """``emit(members, count, cand_base, cand_cap, cand)`` of :meth:`_reemit` through the postings
@@ -410,6 +413,7 @@ class LevelSearch:
                 np.int32(self._n_words),
                 np.int64(self._scale),
                 np.int32(self._score_code),
+                self._cosine_keys,
                 count,
                 cand_base,
                 cand_cap,
@@ -445,6 +449,7 @@ class LevelSearch:
                 np.int64(self._scale),
                 np.int32(self.max_len),
                 np.int32(self._score_code),
+                self._cosine_keys,
                 thr_ge,
                 thr_gt,
             ),

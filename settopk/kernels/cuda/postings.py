@@ -115,7 +115,7 @@ class GpuPostings:
         return out.get()[:n_q]
 
     def emit(self, rows, limit: int, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
-             scale: int, score_code: int, count, cand_base, cand_cap, cand) -> None:
+             scale: int, score_code: int, cosine_keys, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
         query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``) over the docs at
         positions below ``limit`` (``n_docs``: the whole shard, where every routed query must have
@@ -129,7 +129,8 @@ class GpuPostings:
         """
         for name, a, dtype in (("rows", rows, np.int32), ("qoff", qoff, np.int64), ("qtok", qtok, np.uint16),
                                ("qlen", qlen, np.int32), ("thr_ge", thr_ge, np.uint8), ("bound_key", bound_key, np.int64),
-                               ("tie_pos", tie_pos, np.int32), ("count", count, np.int32), ("cand", cand, np.uint64)):
+                               ("tie_pos", tie_pos, np.int32), ("cosine_keys", cosine_keys, np.int32),
+                               ("count", count, np.int32), ("cand", cand, np.uint64)):
             if a.dtype != dtype or not a.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous {np.dtype(dtype)}, found {a.dtype}")
         if thr_ge.shape != (len(qlen), max_doc_len + 1):
@@ -145,7 +146,7 @@ class GpuPostings:
             (_THREADS,),
             (self.post, self.seg_start, np.int32(self.n_tiles), np.int32(self.n_words), np.int64(limit), rows,
              qoff, qtok, qlen, thr_ge, np.int32(max_doc_len), bound_key, tie_pos, len_by_pos, np.int64(scale),
-             np.int32(score_code), count, cand_base, cand_cap, cand),
+             np.int32(score_code), cosine_keys, count, cand_base, cand_cap, cand),
             shared_mem=_SHARED,
         )
 

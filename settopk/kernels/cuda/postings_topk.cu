@@ -61,7 +61,7 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
               const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
               const unsigned char* __restrict__ thr_ge, int max_doc_len, const long long* __restrict__ bound_key,
               const int* __restrict__ tie_pos, const unsigned short* __restrict__ len_by_pos, long long scale,
-              int score, int* __restrict__ cand_count, const long long* __restrict__ cand_base,
+              int score, const int* __restrict__ cosine_keys, int* __restrict__ cand_count, const long long* __restrict__ cand_base,
               const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
     extern __shared__ uint4 s_count4[];
     unsigned* s_count = reinterpret_cast<unsigned*>(s_count4);
@@ -112,7 +112,7 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
     auto emit = [&](bool ok, long long pos, int c) {
         unsigned long long code = 0;
         if (ok) {
-            code = encode_candidate(score, scale, c, ql, len_by_pos[pos], static_cast<int>(pos));
+            code = encode_candidate(score, scale, cosine_keys, c, ql, len_by_pos[pos], static_cast<int>(pos));
             const long long key = static_cast<long long>(code >> 32);
             ok = key > bound || (key == bound && pos <= last);
         }

@@ -191,7 +191,8 @@ class ThresholdSearch:
         floor = floor[order]
         bound_key = cupy.asarray(floor)
         tie_pos = cupy.full(n_q, _LAST_POSITION, dtype=np.int32)
-        thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, self._longest + 1, self.max_len, self.score)
+        thr_ge, thr_gt = floor_tables(cupy, bound_key, qlen, self._longest + 1, self.max_len, self.score,
+                                      self._cosine_keys)
         if min_doc_len is not None:  # shorter lengths unreachable: their tiles and warps are skipped
             shorter = cupy.arange(self._longest + 1)[None, :] < cupy.asarray(min_doc_len[order])[:, None]
             never = threshold_table_type(self.max_len)[1]
@@ -234,7 +235,8 @@ class ThresholdSearch:
         key = (values >> 32).astype(np.int64)
         doc_len = self._len_by_pos[position].astype(np.int64)
         q_dev = cupy.asarray(q_sorted)
-        overlap = least_overlap(cupy, key - 1, qlen[q_dev].astype(np.int64), doc_len, self.max_len, self.score)
+        overlap = least_overlap(cupy, key - 1, qlen[q_dev].astype(np.int64), doc_len, self.max_len, self.score,
+                                self._cosine_keys)
         q_row = order[q_sorted].astype(np.int64)
         if min_doc_len is not None:  # the postings kernel emits by key alone: its shorter docs go here
             keep = (doc_len >= cupy.asarray(min_doc_len[order])[q_dev]).get()
