@@ -132,4 +132,4 @@ def test_unknown_score_is_refused():
     with pytest.raises(ValueError, match="score must be one of"):
         _index(docs, np.arange(1), 8, score="tanimoto")
     with pytest.raises(ValueError, match="for score 'cosine'"):
-        _index(docs, np.arange(1), 256, score="cosine")
+        _index(docs, np.arange(1), 4097, score="cosine")

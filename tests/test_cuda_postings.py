@@ -101,12 +101,16 @@ def test_launcher_checks_dtypes():
     z = cupy.zeros(1, np.int32)
     def emit(rows, limit):
         p.emit(rows, limit, offsets, tokens, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
-               cupy.zeros(2, np.uint8), 4, 0, z, cupy.zeros(1, np.int64), z, cupy.zeros(1, np.uint64))
+               cupy.zeros(2, np.uint8), 4, 0, z, z, cupy.zeros(1, np.int64), z, cupy.zeros(1, np.uint64))
 
     with pytest.raises(ValueError, match="rows"):
         emit(cupy.zeros(1, np.int64), 2)
     with pytest.raises(ValueError, match="limit"):
         emit(z, 3)  # beyond the shard's 2 docs
+    with pytest.raises(ValueError, match="cosine_keys"):
+        p.emit(z, 2, offsets, tokens, z, cupy.zeros((1, 3), np.uint8), 2, cupy.zeros(1, np.int64), z,
+               cupy.zeros(2, np.uint8), 4, 0, cupy.zeros(1, np.int64), z, cupy.zeros(1, np.int64), z,
+               cupy.zeros(1, np.uint64))
     lengths = cupy.asarray(np.array([2, 1], np.int32))
     assert p.entries(offsets, tokens, lengths).tolist() == [2, 1]  # the "queries" {1, 2} and {3}: a doc per id
     with pytest.raises(ValueError, match="offsets"):

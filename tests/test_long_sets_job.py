@@ -194,7 +194,7 @@ def test_cpu_netflix_bench_config_is_netflix_shaped():
     cfg = load_bench_config("cpu-netflix")
     assert (cfg.backend, cfg.max_len, cfg.score) == ("cpu", 4096, "overlap")
     assert (cfg.synthetic.n_docs, cfg.synthetic.vocab_size, cfg.synthetic.length_law) == (480_000, 17_770, "lognormal")
-    assert "cosine" not in cfg.compare_scores
+    assert "cosine" in cfg.compare_scores
 
 
 @pytest.mark.slow

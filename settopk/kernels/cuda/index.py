@@ -542,14 +542,11 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             for rows in self._query_batches(queries, active):
                 contiguous = rows[-1] - rows[0] == len(rows) - 1
                 batch = queries if len(rows) == queries.n_sets else queries.take(rows)
-                if contiguous:  # the common case: decode into the output rows themselves
-                    part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out))
-                    with self._batch_turn():
-                        self._search_batch(batch, k, None if floor is None else floor[rows], part)
-                else:
-                    part = empty_topk(len(rows), k)
-                    with self._batch_turn():
-                        self._search_batch(batch, k, floor[rows], part)
+                # The common case, contiguous rows: decode into the output rows themselves.
+                part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out)) if contiguous else empty_topk(len(rows), k)
+                with self._batch_turn():
+                    self._search_batch(batch, k, None if floor is None else floor[rows], part)
+                if not contiguous:
                     out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
 
