@@ -169,7 +169,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         Global doc ids (host), strictly increasing, so position order is id
         order. Stored as int64.
     max_len : int
-        Bound on set sizes, in ``[1, 4096]`` (``[1, 255]`` for cosine); fixes
+        Bound on set sizes, in ``[1, 4096]`` for every score; fixes
         the key scale (:func:`settopk.kernels.key_scale`). Up to 255,
         overlaps are counted in 8 bit planes against uint8 threshold tables;
         above, in 13 planes against uint16 tables, docs longer than 255 ids are
