@@ -3,7 +3,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from settopk.kernels import SCORES, best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key, score_value
+from settopk.kernels import (SCORES, best_key_in_range, check_floor_key, key_scale, min_overlap_above, score_key,
+                             score_value)
 
 
 def _all_pairs(max_len):

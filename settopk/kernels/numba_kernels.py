@@ -216,8 +216,10 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
         (uint64): the ids some query holds, a bit each, asked before ``slot_of``; empty: not used.
     q_len, q_floor : int64 arrays, shape (n_group,)
         The group's query lengths and key floors (``-1``: none); ``n_group <= 512``.
-    score, scale, top, max_len, cosine_keys : int
+    score, scale, top, max_len : int
         Score index, key scale, largest key and the bound on set sizes.
+    cosine_keys : int32 array
+        Cosine's key table (:func:`settopk.kernels.cosine_key_table`); read for cosine only.
     n_planes : int
         Counter bits, ``>= 3`` and ``2**n_planes > max_len + 1`` (the carries of the highest plane are
         never set: an overlap is at most ``max_len``).
@@ -238,7 +240,8 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
     nq = len(q_len)
     heap, heap_ov = new_heaps(nq, max(cap, 1))
     size = np.zeros(nq, np.int64)
-    floor_t, need, planes, reach, valid = scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, cosine_keys, n_planes)
+    floor_t, need, planes, reach, valid = scan_tables(q_len, q_floor, lengths, score, scale, top, max_len, cosine_keys,
+                                                      n_planes)
     t_true = floor_t.copy()  # the key a doc must exceed to enter (ties lose to the earlier positions)
     t_used = floor_t.copy()  # the key the bit-sliced tables were built for (never above t_true)
     rejects = np.zeros(nq, np.int64)
@@ -265,7 +268,8 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                     if rejects[q] >= refresh_after and t_used[q] < t_true[q]:
                         t_used[q] = t_true[q]
                         rejects[q] = 0
-                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len, cosine_keys)
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len,
+                                  cosine_keys)
                     continue
                 v = (key << 31) | (_POS_MASK - d)
                 size[q] = _offer(heap, heap_ov, q, size[q], cap, v, o)
@@ -275,7 +279,8 @@ def scan_range(doc_tokens, doc_offsets, doc_len, len_index, lengths, lo, hi, slo
                         # The first threshold above the floor: refresh at once (the floor's tables admit every doc).
                         t_used[q] = t_true[q]
                         rejects[q] = 0
-                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len, cosine_keys)
+                        _set_need(q, t_used[q], q_len[q], lengths, need, planes, reach, score, scale, top, max_len,
+                                  cosine_keys)
     return heap[:, : max(cap, 1)], heap_ov[:, : max(cap, 1)], size
 
 
@@ -358,7 +363,8 @@ def offer_hits(hit_doc, hit_lane, hit_ov, n_hits, lane_lo, lane_hi, doc_len, q_l
 
 
 @njit(**_JIT)
-def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes, reach, score, scale, top, max_len, cosine_keys):
+def refresh_needs(lane_lo, lane_hi, t_true, t_used, q_len, lengths, need, planes, reach, score, scale, top, max_len,
+                  cosine_keys):
     """Rebuild the least overlaps (:func:`_set_need`) of the lanes ``lane_lo .. lane_hi - 1`` whose ``t_true``
     rose above ``t_used``, the key their tables were built for; ``reach`` counts these lanes' queries."""
     for q in range(lane_lo, lane_hi):

@@ -81,7 +81,8 @@ def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first
 
 @njit(**JIT)
 def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_hi, counts, found, q_tokens, qs, ql,
-                    omin_pass, omax_pass, ordered, least, heap, heap_ov, size, cap, score, scale, top, max_len, cosine_keys):
+                    omin_pass, omax_pass, ordered, least, heap, heap_ov, size, cap, score, scale, top, max_len,
+                    cosine_keys):
     """One ScanCount pass of the query ``q_tokens[qs:qs + ql]`` over the blocks of ranks, offering the docs
     with overlap in ``[omin_pass, omax_pass]`` and key ``>= least`` to the min-heap ``heap[0, :size]`` of the
     ``cap`` best values (overlaps in ``heap_ov``; :func:`offer`). ``found`` (int32, ``len(counts)`` slots)
@@ -100,7 +101,8 @@ def _scancount_pass(p_offsets, p_positions, rank_pos, rank_len, block_lo, block_
         if ordered and size == cap:
             least = max(least, (heap[0, 0] >> 31) + 1)
         b = first // block
-        omin = _block_need(score, scale, top, max_len, cosine_keys, least, ql, block_lo[b], block_hi[b], omin_pass, ordered)
+        omin = _block_need(score, scale, top, max_len, cosine_keys, least, ql, block_lo[b], block_hi[b], omin_pass,
+                           ordered)
         if omin > min(omax_pass, ql, block_hi[b]):
             synced = False  # nothing here can enter: the block's postings are passed over
             continue
@@ -153,8 +155,10 @@ def scancount_queries(p_offsets, p_positions, rank_pos, rank_len, block_lo, bloc
     q_floor : int64 array, shape (n_queries,)
         Key floors (``-1``: none).
     k : int
-    score, scale, top, max_len, cosine_keys : int
+    score, scale, top, max_len : int
         Score index, key scale, largest key and the bound on set sizes.
+    cosine_keys : int32 array
+        Cosine's key table (:func:`settopk.kernels.cosine_key_table`); read for cosine only.
     out_pos, out_ov : int64 arrays, shape (n_queries, k)
         Receive positions (``-1`` padding) and overlaps (0 padding), best first.
 

@@ -602,8 +602,9 @@ __global__ void select_topk(const unsigned long long* __restrict__ cand, const l
 __global__ void decode_topk(const unsigned long long* __restrict__ top, long long n_entries, int k,
                             const int* __restrict__ qlen, const int* __restrict__ out_row,
                             const unsigned short* __restrict__ len_by_pos, long long scale, int max_len, int score,
-                            const int* __restrict__ cosine_keys, const long long* __restrict__ doc_ids, long long* __restrict__ doc_id,
-                            short* __restrict__ overlap, short* __restrict__ doc_len) {
+                            const int* __restrict__ cosine_keys, const long long* __restrict__ doc_ids,
+                            long long* __restrict__ doc_id, short* __restrict__ overlap,
+                            short* __restrict__ doc_len) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n_entries;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const unsigned long long v = top[i];

@@ -107,7 +107,8 @@ class LevelSearch:
     (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
     ``_longest``, ``_n_words``, ``_scan_slots``, and ``_tile_bounds``, an empty dict the tiles are cached
     in), its key constants (``_scale``, ``_score_code``, ``_cosine_keys``: cosine's key table on the
-    device, or one int32 for the other scores), its device's ``_n_sm`` and its postings (``_postings``, or None), all set by the index's build, and its
+    device, or one int32 for the other scores), its device's ``_n_sm`` and its postings (``_postings``, or
+    None), all set by the index's build, and its
     ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, remaps the layout
     and sets the table for the batch, so the caller holds ``_batch_turn()`` around each batch);
     they add to ``last_routing`` and ``rescans``.

@@ -61,8 +61,9 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
               const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
               const unsigned char* __restrict__ thr_ge, int max_doc_len, const long long* __restrict__ bound_key,
               const int* __restrict__ tie_pos, const unsigned short* __restrict__ len_by_pos, long long scale,
-              int score, const int* __restrict__ cosine_keys, int* __restrict__ cand_count, const long long* __restrict__ cand_base,
-              const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
+              int score, const int* __restrict__ cosine_keys, int* __restrict__ cand_count,
+              const long long* __restrict__ cand_base, const int* __restrict__ cand_cap,
+              unsigned long long* __restrict__ cand) {
     extern __shared__ uint4 s_count4[];
     unsigned* s_count = reinterpret_cast<unsigned*>(s_count4);
     __shared__ unsigned short s_list[kPostListCap];
