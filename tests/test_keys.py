@@ -354,7 +354,7 @@ def test_key_scales_widths_and_limits():
     assert [key_scale(128, s) for s in SCORES] == [128**2, 4 * 128**2, 1, 4 * 128**2, 1, 128**2]
     assert [max_key(128, s) for s in SCORES][:2] == [128**2, 4 * 128**2]
     assert [max_key(128, s) for s in SCORES][3:] == [4 * 128**2, 128, 128**2]
-    assert max_key(128, "cosine") == len(_cosine_set(128)) - 1  # the rank of the largest fraction, 128**2 / 128
+    assert max_key(128, "cosine") == max(_cosine_ranks(128).values())  # the largest fraction's: 128**2 / 128
     assert key_dtype(4096, "cosine") == np.int32
     assert key_dtype(255, "braun_blanquet") == np.int32 and key_dtype(32767, "jaccard") == np.int64
     assert max_key(4096, "cosine") < 2**23 and max_key(32767, "dice") < 2**32
@@ -384,18 +384,6 @@ def test_score_value_is_the_score_and_zero_over_zero_is_zero(score):
         assert value == want, (o, q, d)
     # Broadcasting as the output writer uses it: one row of lengths against many.
     assert score_value(np.array([[1, 2]]), np.array([[3]]), np.array([4]), score).shape == (1, 2)
-
-
-def _cosine_set(max_len):
-    """The distinct fractions o**2 / d, 0 <= o <= d <= max_len, as (numerator, denominator) in lowest terms."""
-    from math import gcd
-
-    pairs = set()
-    for d in range(1, max_len + 1):
-        for o in range(d + 1):
-            g = gcd(o * o, d)
-            pairs.add((o * o // g, d // g))
-    return pairs
 
 
 def _distinct_keys_around(keys, top):

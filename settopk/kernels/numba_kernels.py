@@ -73,7 +73,7 @@ def _reaches(score, scale, cosine_keys, t1, o, ql, dl):
     if score == _JACCARD:
         return scale * o >= t1 * (ql + dl - o)
     if score == _COSINE:
-        return cosine_keys[dl * (dl + 1) // 2 + o] >= t1
+        return score_key(score, scale, cosine_keys, o, ql, dl) >= t1
     if score == _DICE:
         return scale * 2 * o >= t1 * (ql + dl)
     return scale * o >= t1 * ql  # containment
