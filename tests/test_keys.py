@@ -1,3 +1,4 @@
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -463,3 +464,47 @@ def test_cuda_score_enum_follows_scores():
     names = re.findall(r"k(\w+) = \d+", enum)
     assert values == list(range(len(SCORES)))
     assert [re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower() for n in names] == list(SCORES)
+
+
+def _device_cosine_least_overlap(t, q, d, max_len, keys, fractions):
+    """common.cuh's least_overlap for cosine, in Python integers: key t + 1 is the fraction a**2 / b,
+    and the least overlap o with o**2 b >= a**2 |d| is the ceiling of a square root."""
+    t1 = t + 1
+    if q * d == 0:
+        return 0 if t1 <= 0 else max_len + 1
+    if t1 <= 0:
+        return 0
+    if t1 > keys[-1]:
+        return max_len + 1
+    a, b = fractions[t1] >> 16, fractions[t1] & 0xFFFF
+    x = -(-(a * a * d) // b)
+    r = math.isqrt(x)
+    r += r * r < x
+    return r if r <= d else max_len + 1
+
+
+@pytest.mark.parametrize("max_len", [1, 3, 12, 4096])
+def test_cosine_key_fractions_invert_the_keys_as_the_gpu_does(max_len):
+    """Each key's fraction has that key, and the GPU's arithmetic inverse of a key (from its fraction)
+    equals min_overlap_above's search of the table: every (key, |q|, |d|) for small max_len, samples at 4096."""
+    from settopk.kernels import cosine_key_fractions, cosine_key_table
+
+    keys, fractions = cosine_key_table(max_len), cosine_key_fractions(max_len)
+    assert fractions.dtype == np.int32 and len(fractions) == max_key(max_len, "cosine") + 1 and fractions[0] == 0
+    o, d = fractions >> 16, fractions & 0xFFFF
+    assert np.array_equal(keys[d * (d + 1) // 2 + o], np.arange(len(fractions)))
+    rng = np.random.default_rng(max_len)
+    if max_len <= 12:
+        triples = [(t, q, dl) for t in range(-2, len(fractions) + 2) for q in range(max_len + 1)
+                   for dl in range(max_len + 1)]
+    else:
+        ts = np.concatenate([[-2, -1, 0, 1, len(fractions) - 2, len(fractions) - 1, len(fractions)],
+                             rng.integers(0, len(fractions), 3000)])
+        triples = list(zip(ts.tolist(), rng.integers(0, max_len + 1, len(ts)).tolist(),
+                           rng.integers(0, max_len + 1, len(ts)).tolist()))
+        triples += [(t, max_len, max_len) for t in ts.tolist()] + [(t, 1, max_len - 1) for t in ts.tolist()]
+    t, q, dl = (np.array(v, dtype=np.int64) for v in zip(*triples))
+    want = min_overlap_above(t, q, dl, max_len, "cosine")
+    keys, fractions = keys.tolist(), fractions.tolist()
+    got = [_device_cosine_least_overlap(*x, max_len, keys, fractions) for x in triples]
+    assert np.array_equal(np.array(got), want)

@@ -64,6 +64,7 @@ __all__ = [
     "key_dtype",
     "score_key",
     "cosine_key_table",
+    "cosine_key_fractions",
     "score_value",
     "min_overlap_above",
     "least_overlap",
@@ -210,6 +211,41 @@ def cosine_key_table(max_len: int) -> np.ndarray:
     table[order] = np.cumsum(distinct, dtype=np.int32)
     table.flags.writeable = False
     return table
+
+
+@functools.cache
+def cosine_key_fractions(max_len: int) -> np.ndarray:
+    """The fraction ``o² / d`` behind each of cosine's keys (:func:`cosine_key_table`), packed as ``(o << 16) | d``.
+
+    The GPU inverts a key with it: the least overlap ``o'`` whose key reaches key ``r`` for a doc of
+    length ``|d|`` is the least with ``o'² d >= o² |d|``, integer arithmetic instead of a search
+    of the table's row (``least_overlap`` in ``settopk/kernels/cuda/common.cuh``).
+
+    Parameters
+    ----------
+    max_len : int
+        Bound on set sizes, in ``[1, 4096]``.
+
+    Returns
+    -------
+    numpy.ndarray of int32, shape (max_key + 1,), host memory
+        Entry ``r``: an ``(o, d)`` with key ``r`` (any of them: equal fractions share the key), ``0 <= o
+        <= d <= max_len``; entry 0 is ``(0, 0)``. Read-only.
+
+    Raises
+    ------
+    ValueError
+        If ``max_len`` is not in ``[1, 4096]``.
+    """
+    table = cosine_key_table(max_len)
+    rows = np.arange(max_len + 1, dtype=np.int32)
+    doc_len = np.repeat(rows, rows + 1)
+    overlap = np.arange(len(table), dtype=np.int32) - _cosine_row_start(doc_len.astype(np.int64)).astype(np.int32)
+    fractions = np.empty(int(table[-1]) + 1, dtype=np.int32)
+    fractions[table] = (overlap << 16) | doc_len
+    fractions[0] = 0  # 0 / 0 (row 0) rather than whichever 0 / d was written last
+    fractions.flags.writeable = False
+    return fractions
 
 
 def _cosine_row_start(doc_len):

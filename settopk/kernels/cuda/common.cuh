@@ -6,9 +6,10 @@
 //
 // Scores: every kernel that needs the score takes it as a runtime argument (a
 // Score value, the index of the name in kernels.SCORES) with the key's scale S
-// and cosine's key table (kernels.cosine_key_table: the key of overlap o with a
-// doc of length d at d (d + 1) / 2 + o; any pointer for the other scores, which
-// never read it).
+// and cosine's keys (kernels.cuda.cosine.device_cosine_keys: the key of overlap o
+// with a doc of length d at d (d + 1) / 2 + o, then from there on the fraction
+// o^2 / d of each key, packed (o << 16) | d; any pointer for the other scores,
+// which never read it).
 // The score enters only where keys are made or inverted (need_overlap,
 // encode_candidate, the decode), never in the counting loop, and it is the same
 // for a whole launch, so the branch costs nothing measurable and one compiled
@@ -60,7 +61,9 @@ __device__ __forceinline__ long long cosine_key(const int* __restrict__ cosine_k
 // Unclamped least overlap whose key is > t: kernels.keys.least_overlap (see
 // kernels.min_overlap_above for the derivation). scale = S; max_key = S, or
 // max_len for overlap. t is clipped to [-1, max_key] as on the host. Cosine's
-// is the first key of row doc_len above t (a row increases), by binary search.
+// key t + 1 is the rank of a fraction a^2 / b (read from its table), so its
+// least overlap is the least o with o^2 b >= a^2 |d|: the ceiling of the square
+// root of ceil(a^2 |d| / b), in 64-bit integers (a^2 |d| <= 2**36).
 __device__ __forceinline__ long long least_overlap(long long t, int query_len, int doc_len, long long scale,
                                                    int max_len, int score, const int* __restrict__ cosine_keys) {
     const long long top = score == kOverlap ? max_len : scale;
@@ -70,14 +73,17 @@ __device__ __forceinline__ long long least_overlap(long long t, int query_len, i
     switch (score) {
         case kJaccard: return (t1 * den + scale + t1 - 1) / (scale + t1);
         case kCosine: {
-            const int* row = cosine_keys + doc_len * (doc_len + 1) / 2;
-            int lo = 0, hi = doc_len + 1;
-            while (lo < hi) {
-                const int mid = (lo + hi) / 2;
-                if (row[mid] < t1) lo = mid + 1;
-                else hi = mid;
-            }
-            return lo <= doc_len ? lo : max_len + 1;
+            if (t1 <= 0) return 0;
+            const int n_keys = (max_len + 1) * (max_len + 2) / 2;
+            if (t1 > cosine_keys[n_keys - 1]) return max_len + 1;  // above the largest key, max_len^2 / max_len's
+            const unsigned fraction = static_cast<unsigned>(cosine_keys[n_keys + t1]);
+            const long long a = fraction >> 16, b = fraction & 0xffffu;
+            const long long x = (a * a * doc_len + b - 1) / b;  // o^2 must reach this
+            long long r = static_cast<long long>(sqrt(static_cast<double>(x)));
+            while (r * r > x) --r;
+            while ((r + 1) * (r + 1) <= x) ++r;
+            if (r * r < x) ++r;
+            return r <= doc_len ? r : max_len + 1;
         }
         case kDice: return (t1 * den + 2 * scale - 1) / (2 * scale);
         default: return (t1 * den + scale - 1) / scale;  // braun_blanquet, overlap, containment

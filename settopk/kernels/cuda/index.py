@@ -23,7 +23,8 @@ import threading
 import numpy as np
 
 from ..cost import DOC_OVERHEAD_SLOTS
-from ..keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_table, key_scale
+from ..keys import (DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_fractions, cosine_key_table,
+                    key_scale)
 from ..postings import check_routing
 from ..sets import MAX_VOCAB, NARROW_VOCAB, SetBatch
 from ..topk import TopK, empty_topk
@@ -331,9 +332,10 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._wide_turn = threading.Lock()
         self._scale = key_scale(max_len, score)
         self._score_code = SCORES.index(score)  # the kernels' Score enum follows settopk.kernels.SCORES
-        # Cosine's keys (its key table, 4 bytes per (overlap, length) pair: 34 MB at max_len 4096); the
-        # kernels take a pointer for every score and only cosine reads it.
-        self._cosine_keys = cupy.asarray(cosine_key_table(max_len) if score == "cosine" else np.zeros(1, np.int32))
+        # Cosine's keys, then the fraction of each key (4 bytes per (overlap, length) pair and per key: 64 MB at
+        # max_len 4096; common.cuh); the kernels take a pointer for every score and only cosine reads it.
+        self._cosine_keys = cupy.asarray(np.concatenate([cosine_key_table(max_len), cosine_key_fractions(max_len)])
+                                         if score == "cosine" else np.zeros(1, np.int32))
         # uint8 tables and 8 counter planes (overlaps up to 255), or uint16 and 13 (up to 8191).
         self._thr_dtype, never = threshold_table_type(max_len)
         self._planes = int(never).bit_length()
