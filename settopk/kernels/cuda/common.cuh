@@ -6,10 +6,10 @@
 //
 // Scores: every kernel that needs the score takes it as a runtime argument (a
 // Score value, the index of the name in kernels.SCORES) with the key's scale S
-// and cosine's keys (kernels.cuda.cosine.device_cosine_keys: the key of overlap o
-// with a doc of length d at d (d + 1) / 2 + o, then from there on the fraction
-// o^2 / d of each key, packed (o << 16) | d; any pointer for the other scores,
-// which never read it).
+// and cosine's keys (CupyShardIndex._cosine_keys: kernels.cosine_key_table, the
+// key of overlap o with a doc of length d at d (d + 1) / 2 + o, followed by
+// kernels.cosine_key_fractions, the fraction o^2 / d of each key packed as
+// (o << 16) | d; any pointer for the other scores, which never read it).
 // The score enters only where keys are made or inverted (need_overlap,
 // encode_candidate, the decode), never in the counting loop, and it is the same
 // for a whole launch, so the branch costs nothing measurable and one compiled
