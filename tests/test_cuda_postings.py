@@ -44,7 +44,8 @@ def test_postings_path_matches_numpy_every_score(score):
         if routing == "postings":
             assert index.last_routing["postings"] > 0 and index.postings_bytes > 0
             r = index.last_routing
-            assert r["scan"] + r["postings"] == queries.n_sets
+            assert r["scan"] + r["postings"] + r["filled"] == queries.n_sets
+            assert r["filled"] >= 2  # the empty query, and the one whose ids no doc holds
 
 
 @pytest.mark.parametrize("score", ["braun_blanquet", "jaccard", "cosine"])
@@ -65,6 +66,21 @@ def test_postings_with_floors_ties_and_overflow(score):
         assert_same_topk(index.search(queries, 20), plain)
         assert index.last_routing["postings"] > 0
     assert index.rescans >= 0
+
+
+@pytest.mark.parametrize("capacity", [8, 4096])
+def test_postings_fill_queries_sharing_ids_with_fewer_than_k_docs(capacity):
+    """Rare ids: most queries share an id with fewer than k docs, so their top-k ends with the first other
+    docs by position (key 0, ties by doc id); with a capacity below k their candidates overflow and they
+    are scanned instead. Identical to the NumPy index either way."""
+    rng = np.random.default_rng(11)
+    vocab = 60_000
+    docs = SetBatch.from_lists(np.unique(rng.integers(0, vocab, int(n))) for n in rng.integers(1, 7, 70_000))
+    queries = SetBatch.from_lists(_sets(rng, 30, vocab, 6).to_lists() + _near_duplicates(rng, docs, 10, vocab).to_lists())
+    ids = np.arange(docs.n_sets, dtype=np.int64) * 2
+    index = _index(docs, ids, 8, vocab_size=vocab, score="dice", routing="postings", capacity=capacity)
+    assert_same_topk(index.search(queries, 30), NumpyShardIndex(docs, ids, 8, "dice").search(queries, 30))
+    assert index.last_routing["filled" if capacity > 30 else "scan"] > 20
 
 
 def test_routing_choice_is_logged_per_batch(caplog):

@@ -61,7 +61,7 @@ def _index(docs, ids, max_len, score, routing, batch_ids=None, **options):
 @pytest.mark.gpu
 @pytest.mark.parametrize("score", SCORES)
 @given(doc_picks=_picks, query_picks=_picks, pool=st.sampled_from(sorted(POOLS)), mix=st.sampled_from(MIXES),
-       k=st.sampled_from([1, 3, 20]), routing=st.sampled_from(["scan", "auto"]),
+       k=st.sampled_from([1, 3, 20]), routing=st.sampled_from(["scan", "auto", "postings"]),
        batch_ids=st.sampled_from([None, 8, 12]), query_batch=st.sampled_from([3, 4096]))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_topk_with_wide_ids_matches_oracle(score, doc_picks, query_picks, pool, mix, k, routing, batch_ids, query_batch):
@@ -76,14 +76,14 @@ def test_topk_with_wide_ids_matches_oracle(score, doc_picks, query_picks, pool, 
 @pytest.mark.parametrize("score", SCORES)
 @given(doc_picks=_picks, query_picks=_picks, pool=st.sampled_from(sorted(POOLS)), mix=st.sampled_from(MIXES),
        text=st.sampled_from(["0", "1", "0.5", "1/3", "2/3", "0.75"]), k=st.sampled_from([None, 2]),
-       batch_ids=st.sampled_from([None, 8]))
+       batch_ids=st.sampled_from([None, 8]), routing=st.sampled_from(["scan", "postings"]))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_threshold_with_wide_ids_matches_oracle(score, doc_picks, query_picks, pool, mix, text, k, batch_ids):
+def test_threshold_with_wide_ids_matches_oracle(score, doc_picks, query_picks, pool, mix, text, k, batch_ids, routing):
     docs, queries = _sets(doc_picks, POOLS[pool]), _sets(query_picks, POOLS[pool])
     d, q = _batches(docs, queries, mix)
     t = parse_threshold(text if score != "overlap" else str(Fraction(text) * 3), score)
     ids = [3 * i + 1 for i in range(len(docs))]
-    index = _index(d, np.asarray(ids, dtype=np.int64), 8, score, "scan", batch_ids, query_batch=5)
+    index = _index(d, np.asarray(ids, dtype=np.int64), 8, score, routing, batch_ids, query_batch=5)
     got = index.threshold_search(q, t, k=k)
     assert [got.row(i) for i in range(got.n_queries)] == brute_force_threshold(docs, queries, t, doc_ids=ids,
                                                                                score=score, k=k)
@@ -108,13 +108,38 @@ def test_large_wide_corpus_matches_the_numpy_index(id_dist):
                                   + docs.take(np.arange(0, 40_000, 400)).to_lists())
     ids = np.arange(docs.n_sets, dtype=np.int64)
     want = NumpyShardIndex(docs, ids, max_len).search(queries, k)
-    for batch_ids in (None, 2000):
-        index = _index(docs, ids, max_len, "braun_blanquet", "auto", batch_ids, tile_docs=4096)
-        assert_same_topk(index.search(queries, k), want)
     floor = np.full(queries.n_sets, -1, dtype=np.int64)
     floor[::3] = 1
-    assert_same_topk(index.search(queries, k, floor_key=floor),
-                     NumpyShardIndex(docs, ids, max_len).search(queries, k, floor_key=floor))
+    want_floor = NumpyShardIndex(docs, ids, max_len).search(queries, k, floor_key=floor)
+    for routing in ("auto", "postings"):
+        for batch_ids in (None, 2000):
+            index = _index(docs, ids, max_len, "braun_blanquet", routing, batch_ids, tile_docs=4096)
+            assert_same_topk(index.search(queries, k), want)
+        assert_same_topk(index.search(queries, k, floor_key=floor), want_floor)
+
+
+@pytest.mark.gpu
+def test_wide_postings_span_several_tiles_and_batches():
+    """More docs than one postings tile (65,536 positions), queries cut into batches of a few distinct ids:
+    a wide shard's postings, built per batch from the layout, give the NumPy index's TopK and
+    threshold pairs. The random queries share ids with fewer than k docs: their top-k is filled with
+    the first other docs by position (key 0)."""
+    rng = np.random.default_rng(7)
+    max_len, k = 24, 5
+    docs = SetBatch.from_lists([np.unique(rng.integers(0, MAX_VOCAB, int(rng.integers(1, max_len + 1))))
+                                for _ in range(150_000)])
+    queries = SetBatch.from_lists(docs.take(rng.choice(docs.n_sets, 60, replace=False)).to_lists()
+                                  + [np.unique(rng.integers(0, MAX_VOCAB, 10)) for _ in range(20)])
+    ids = np.arange(docs.n_sets, dtype=np.int64) * 3
+    numpy_index = NumpyShardIndex(docs, ids, max_len, score="jaccard")
+    index = _index(docs, ids, max_len, "jaccard", "postings", 300, query_batch=16)
+    assert_same_topk(index.search(queries, k), numpy_index.search(queries, k))
+    assert index.last_routing["postings"] > 0 and index.last_routing["filled"] > 0
+    t = parse_threshold("0.3", "jaccard")
+    got = index.threshold_search(queries, t)
+    want = numpy_index.threshold_search(queries, t)
+    assert [got.row(i) for i in range(got.n_queries)] == [want.row(i) for i in range(want.n_queries)]
+    assert index.postings_bytes == 4 * (int(docs.tokens.max()) + 1)
 
 
 @pytest.mark.gpu
@@ -131,11 +156,6 @@ def test_wide_and_narrow_gpu_indexes_give_the_same_results():
                      narrow.search(SetBatch.from_lists(queries), 10))
 
 
-@pytest.mark.gpu
-def test_wide_gpu_index_refuses_postings_routing():
-    docs = SetBatch.from_lists([[1, 70000]])
-    with pytest.raises(ValueError, match="routing 'postings' takes ids below 65536 on the GPU"):
-        cupy_index(docs, np.arange(1), 8, MAX_VOCAB, routing="postings")
 
 
 def _wide_corpus_and_query_halves(seed: int):
@@ -153,16 +173,17 @@ def _wide_corpus_and_query_halves(seed: int):
 
 
 @pytest.mark.gpu
-def test_two_threads_searching_one_wide_index_get_their_own_results():
+@pytest.mark.parametrize("routing", ["scan", "postings"])
+def test_two_threads_searching_one_wide_index_get_their_own_results(routing):
     """A GPU actor runs two searches at once: on a wide shard each batch remaps the shard's one
-    layout into its own ids, so the batches must take turns (CupyShardIndex._batch_turn), or one
-    batch's kernels read the layout in the other's numbers."""
+    layout (or builds its one set of postings) in its own ids, so the batches must take turns
+    (CupyShardIndex._batch_turn), or one batch's kernels read the layout in the other's numbers."""
     import threading
 
     docs, ids, max_len, halves = _wide_corpus_and_query_halves(5)
     k = 10
     want = [NumpyShardIndex(docs, ids, max_len).search(q, k) for q in halves]
-    index = _index(docs, ids, max_len, "braun_blanquet", "scan", 3000, query_batch=50)  # 4 remaps a search
+    index = _index(docs, ids, max_len, "braun_blanquet", routing, 3000, query_batch=50)  # 4 batches a search
     got, failures = [[], []], []
 
     def search(which: int) -> None:

@@ -179,7 +179,7 @@ def search_problems(cfg: SearchConfig) -> list[str]:
     problems += max_len_problems(cfg.max_len)
     problems += vocab_size_problems(cfg.vocab_size)
     if cfg.backend == "cupy" and not problems:
-        problems += gpu_routing_problems(cfg.routing, cfg.max_len, cfg.vocab_size)
+        problems += gpu_routing_problems(cfg.routing, cfg.max_len)
     return problems
 
 
@@ -199,20 +199,14 @@ def max_len_problems(max_len) -> list[str]:
     return []
 
 
-def gpu_routing_problems(routing: str, max_len: int, vocab_size: int, why: str = "backend 'cupy'") -> list[str]:
+def gpu_routing_problems(routing: str, max_len: int, why: str = "backend 'cupy'") -> list[str]:
     """What is wrong with ``routing`` on the GPU (empty if nothing): the GPU postings count overlaps in
-    bytes over uint16 ids, so ``routing: postings`` needs ``max_len <= 255`` and ``vocab_size <= 65536``
-    (``auto`` scans such shards instead). ``why``: how cupy was chosen, for the message."""
-    if routing != "postings":
+    bytes, so ``routing: postings`` needs ``max_len <= 255`` (``auto`` scans such shards instead).
+    ``why``: how cupy was chosen, for the message."""
+    if routing != "postings" or max_len <= _GPU_POSTINGS_MAX_LEN:
         return []
-    problems = []
-    if max_len > _GPU_POSTINGS_MAX_LEN:
-        problems.append(f"routing 'postings' with {why} needs max_len <= {_GPU_POSTINGS_MAX_LEN} (the GPU postings count "
-                        f"overlaps in bytes), found {max_len}; use routing 'auto' (which scans such shards) or 'scan'")
-    if vocab_size > NARROW_VOCAB:
-        problems.append(f"routing 'postings' with {why} needs vocab_size <= {NARROW_VOCAB} (the GPU postings take "
-                        f"uint16 ids), found {vocab_size}; use routing 'auto' (which scans such shards) or 'scan'")
-    return problems
+    return [f"routing 'postings' with {why} needs max_len <= {_GPU_POSTINGS_MAX_LEN} (the GPU postings count "
+            f"overlaps in bytes), found {max_len}; use routing 'auto' (which scans such shards) or 'scan'"]
 
 
 def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:

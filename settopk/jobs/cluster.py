@@ -88,7 +88,7 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
     ------
     InputError
         If ``cupy`` is asked for on a cluster without GPUs, or ``auto`` picks it with ``routing: postings``
-        for sets or ids the GPU postings do not take (:func:`settopk.configs.gpu_routing_problems`),
+        for sets the GPU postings do not take (:func:`settopk.configs.gpu_routing_problems`),
         or the shards' actors need more GPUs or CPUs than the cluster has (they would wait forever).
     """
     n_gpus = float(resources.get("GPU", 0))
@@ -103,7 +103,7 @@ def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | N
             "run on a GPU cluster or use backend 'cpu', 'numpy' or 'auto'"
         )
     if backend == "cupy" and cfg.backend == "auto":  # an explicit cupy is checked with the config
-        problems = gpu_routing_problems(cfg.routing, cfg.max_len, cfg.vocab_size,
+        problems = gpu_routing_problems(cfg.routing, cfg.max_len,
                                         f"backend 'auto' (it picked cupy: the Ray cluster has {n_gpus:g} GPU(s))")
         if problems:
             raise InputError(problems[0])

@@ -114,25 +114,25 @@ def check_search_settings(k, score: str, backend: str, routing: str, max_len, vo
         raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, found {routing!r}")
     problems = max_len_problems(max_len) + vocab_size_problems(vocab_size)
     if backend == "cupy" and not problems:
-        problems = gpu_routing_problems(routing, max_len, vocab_size)
+        problems = gpu_routing_problems(routing, max_len)
     if problems:
         raise ValueError(problems[0])
 
 
-def resolve_backend(backend: str, routing: str = "scan", max_len: int = 1, vocab_size: int = 1) -> str:
+def resolve_backend(backend: str, routing: str = "scan", max_len: int = 1) -> str:
     """``backend``, or for ``"auto"`` ``"cupy"`` where the connected cluster has a GPU, else ``"cpu"`` (as the job).
 
     Raises
     ------
     ValueError
         If ``"cupy"`` is asked for on a cluster without a GPU, or ``"auto"`` picks it with
-        ``routing="postings"`` for sets or ids the GPU postings do not take
+        ``routing="postings"`` for sets the GPU postings do not take
         (:func:`settopk.configs.gpu_routing_problems`; it never falls back to the CPU unasked).
     """
     gpus = float(ray.cluster_resources().get("GPU", 0))
     if backend == "auto":
         why = f"backend 'auto' (it picks cupy: the Ray cluster has {gpus:g} GPU(s))"
-        problems = gpu_routing_problems(routing, max_len, vocab_size, why) if gpus > 0 else []
+        problems = gpu_routing_problems(routing, max_len, why) if gpus > 0 else []
         if problems:
             raise ValueError(problems[0])
         return "cupy" if gpus > 0 else "cpu"
@@ -198,7 +198,7 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     docs = os.fspath(docs)
     if not ray.is_initialized():
         ray.init()
-    backend = resolve_backend(backend, routing, max_len, vocab_size)
+    backend = resolve_backend(backend, routing, max_len)
     limits = SetLimits(vocab_size=vocab_size, max_len=max_len)
     pieces, _, _ = pieces_for_cluster(docs, float(ray.cluster_resources().get("CPU", 1)))
     corpus = read_corpus_pieces(pieces, limits, on_invalid)

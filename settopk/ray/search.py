@@ -150,7 +150,7 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
         check_search_settings(*(settings[name] for name in ("k", "score", "backend", "routing", "max_len", "vocab_size")))
         if not ray.is_initialized():
             ray.init()
-        settings["backend"] = resolve_backend(*(settings[name] for name in ("backend", "routing", "max_len", "vocab_size")))
+        settings["backend"] = resolve_backend(*(settings[name] for name in ("backend", "routing", "max_len")))
         num_gpus = (1.0 if settings["backend"] == "cupy" else 0.0) if num_gpus is None else num_gpus
         if isinstance(settings["n_shards"], int):  # else load_corpus says what is wrong with it
             # Before the corpus is read: the plan has at most n_shards shards.

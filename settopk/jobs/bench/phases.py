@@ -330,7 +330,7 @@ def format_phases_table(result: dict) -> str:
                  f"({result['checks']:.3e} checks in the search median)")
     for i, r in enumerate(result.get("routing", [])):
         last = r["last"]
-        mix = ", ".join(f"{p} {last[p]}" for p in ("scan", "postings", "scancount", "prefix", "fallback") if p in last)
+        mix = ", ".join(f"{p} {last[p]}" for p in ("scan", "postings", "scancount", "prefix", "filled") if p in last)
         times = ", ".join(f"{p} {last[p] * 1e3:.2f} ms" for p in ("scan_s", "postings_s") if p in last)
         lines.append(f"routing {r['routing']} (shard {i}): {mix}" + (f" | GPU time per path {times}" if times else "")
                      + f" | postings {r['postings_bytes'] / 2**20:.1f} MiB = {r['postings_bytes'] / max(1, r['docs_bytes']):.2f}x"

@@ -297,6 +297,76 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
     }
 }
 
+// The tiled postings (postings_topk.cu's layout) of some of a batch's ids, from a wide layout
+// (settopk/kernels/cuda/wide.py): id p < slot_len[s] of slot s, numbered d = dense[id] != 0,
+// is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. Two launches: with `fill` 0,
+// counts[segment] += 1 per entry; then, with `fill` 1, seg_start the counts' exclusive sums and the counts
+// zeroed, each entry takes a place in its segment (atomicAdd) and writes its position inside the
+// tile. The order inside a segment is arbitrary: ScanCount's counters do not depend on it.
+//
+// Most of the layout's ids are not numbered, so each is first tested against `filter` (bit
+// id % (32 kFilterWords) is set for every numbered id), copied to shared memory, and only those
+// that pass read dense[id] (up to 32 MiB, gathered). One warp per chunk, lane l reads slot 32 c + l,
+// kGroupsInFlight groups of 8 ids at a time (a pass is bound by the latency of these loads).
+// Dynamic shared memory: the filter, kFilterWords words.
+constexpr int kFilterWords = 1 << 14;
+constexpr int kLayoutPostingsThreads = 512;  // two blocks per SM (their filters take 128 KiB)
+constexpr int kGroupsInFlight = 4;            // loads a lane issues before it reads the first
+
+__global__ void __launch_bounds__(kLayoutPostingsThreads, 2)
+layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
+                const long long* __restrict__ chunk_start, const unsigned short* __restrict__ slot_len,
+                const int* __restrict__ slot_pos, long long n_chunks, long long n_docs,
+                const unsigned* __restrict__ filter, const unsigned short* __restrict__ dense, int n_tiles,
+                int* __restrict__ counts, const long long* __restrict__ seg_start,
+                unsigned short* __restrict__ post, int fill) {
+    extern __shared__ unsigned s_filter[];
+    for (int i = threadIdx.x; i < kFilterWords; i += blockDim.x) s_filter[i] = filter[i];
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
+    for (long long c = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; c < n_chunks;
+         c += warps) {
+        const long long slot = c * kChunkSlots + lane;
+        const int len = slot < n_docs ? slot_len[slot] : 0;
+        const int pos = slot < n_docs ? slot_pos[slot] : 0;
+        const long long tile = pos >> kPostTileBits;
+        const unsigned short in_tile = static_cast<unsigned short>(pos & (kPostTile - 1));
+        const long long base = chunk_start[c] + lane;
+        const int n_groups = (len + kIdsPerGroup - 1) / kIdsPerGroup;
+        for (int g0 = 0; g0 < n_groups; g0 += kGroupsInFlight) {
+            uint4 v[kGroupsInFlight];
+            uint2 h[kGroupsInFlight];
+#pragma unroll
+            for (int u = 0; u < kGroupsInFlight; ++u) {
+                const bool in = g0 + u < n_groups;
+                const long long at = base + static_cast<long long>(g0 + u) * kChunkSlots;
+                v[u] = in ? low[at] : make_uint4(0u, 0u, 0u, 0u);
+                h[u] = in ? high[at] : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < kGroupsInFlight; ++u) {
+                const unsigned lo[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+                const unsigned hi[2] = {h[u].x, h[u].y};
+#pragma unroll
+                for (int e = 0; e < kIdsPerGroup; ++e) {
+                    // build_layout's packing: low half-word e % 2 of lo[e / 2], high byte e % 4 of hi[e / 4].
+                    const unsigned id = ((lo[e >> 1] >> (16 * (e & 1))) & 0xFFFFu) |
+                                        (((hi[e >> 2] >> (8 * (e & 3))) & 0xFFu) << 16);
+                    if ((g0 + u) * kIdsPerGroup + e >= len ||
+                        !((s_filter[(id >> 5) & (kFilterWords - 1)] >> (id & 31u)) & 1u))
+                        continue;
+                    const unsigned d = dense[id];
+                    if (d == 0u) continue;
+                    const long long seg = static_cast<long long>(d) * n_tiles + tile;
+                    if (!fill) atomicAdd(&counts[seg], 1);
+                    else post[seg_start[seg] + atomicAdd(&counts[seg], 1)] = in_tile;
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Counting with fused thresholds
 

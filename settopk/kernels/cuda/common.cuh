@@ -53,6 +53,11 @@ __device__ __forceinline__ long long score_den(int score, int query_len, int doc
     }
 }
 
+// The tiles of the GPU postings (postings_topk.cu's layout; layout_postings in
+// bitslice_topk.cu builds a wide shard's): 65536 consecutive doc positions each.
+constexpr int kPostTileBits = 16;
+constexpr int kPostTile = 1 << kPostTileBits;
+
 // Cosine's key of overlap o (<= doc_len) with a doc of doc_len ids.
 __device__ __forceinline__ long long cosine_key(const int* __restrict__ cosine_keys, int overlap, int doc_len) {
     return cosine_keys[doc_len * (doc_len + 1) / 2 + overlap];

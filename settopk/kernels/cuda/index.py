@@ -33,7 +33,7 @@ from .levels import CHUNK_SLOTS, DEFAULT_SHARED_LIMIT, SORT_MAX, LevelSearch
 from .modules import load_kernels
 from .postings import GpuPostings
 from .threshold import ThresholdSearch
-from .wide import WideLayout, split_by_distinct
+from .wide import WideLayout, WidePostings, split_by_distinct
 
 __all__ = ["CupyShardIndex", "warm_up"]
 
@@ -55,7 +55,7 @@ _BUILD_KERNELS = {
     ("plain", np.dtype(np.uint16)): "settopk::build_layout_plain<unsigned short>",
     ("plain", np.dtype(np.uint32)): "settopk::build_layout_plain<unsigned int>",
 }
-_OTHER_KERNELS = ("settopk::remap_layout", "settopk::decode_topk")
+_OTHER_KERNELS = ("settopk::remap_layout", "settopk::layout_postings", "settopk::decode_topk")
 _MAX_LEN_LIMIT = 4096  # 13 counter planes count to 8191; the job's configs allow at most 4096
 _SPREAD_MAX_LEN = 255  # kSpreadMaxLen: longer docs are laid out by build_layout_plain
 _WINDOW_LENS = 512  # doc lengths whose threshold planes a 13-plane count block holds at once
@@ -182,8 +182,9 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         is *wide* (:mod:`settopk.kernels.cuda.wide`): its layout takes 3 bytes
         per id plus a 2-byte working copy searched in each query batch's own
         dense ids, batches are cut where their queries hold more distinct ids
-        than the count kernel's table fits, and ``routing`` is ``"scan"`` or
-        ``"auto"`` (which then scans: the postings take uint16 ids).
+        than the count kernel's table fits, and its postings (4 bytes per id
+        of the vocabulary between searches) are built for each batch from the
+        layout, over the ids of the queries routed to them.
     capacity : int, optional
         Candidate slots per query and sampling level, in ``[1, 16384]``
         (default: the smallest power of two ``>= max(4096, 8 k)``, capped at
@@ -222,11 +223,11 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         Number of docs in the shard.
     last_routing : dict
         The last ``search``'s routing, summed over its batches: ``scan`` and
-        ``postings`` (queries per path of the last level), ``fallback``
-        (routed to the postings but scanned, their bound being below key 1),
-        ``scan_s`` and ``postings_s`` (GPU seconds of each path's levels with
-        their selections, CUDA events; a fallback's scan counts in
-        ``postings_s``).
+        ``postings`` (queries per path of the last level), ``filled``
+        (routed to the postings, with fewer than k docs sharing an id: the
+        rest of their top-k is the first other docs by position, key 0, and
+        they have no last level), ``scan_s`` and ``postings_s`` (GPU seconds
+        of each path's levels with their selections, CUDA events).
     postings_bytes : int
         GPU bytes of the postings (0 with ``routing="scan"``).
     device_bytes : int
@@ -283,9 +284,6 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
         if not 1 <= vocab_size <= MAX_VOCAB:
             raise ValueError(f"vocab_size must be in [1, {MAX_VOCAB}], found {vocab_size}")
-        if vocab_size > NARROW_VOCAB and routing == "postings":
-            raise ValueError(f"routing 'postings' takes ids below {NARROW_VOCAB} on the GPU, found vocab_size={vocab_size}; "
-                             "use routing 'scan' or 'auto' (which scans such a shard)")
         if max_len > _SPREAD_MAX_LEN and routing == "postings":
             raise ValueError(f"routing 'postings' counts overlaps in bytes on the GPU (max_len <= {_SPREAD_MAX_LEN}), "
                              f"found max_len={max_len}; use routing 'scan' or 'auto' (which scans such a shard)")
@@ -454,6 +452,10 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             self._wide = WideLayout(self._groups, high, self._n_words, self._kernels["remap_layout"])
             self._groups = self._wide.groups
             self._n_words = self._batch_ids + 1
+            if self.routing != "scan" and n and self._planes == 8:
+                self._postings = WidePostings(self._wide, tokens, (self._chunk_start, self._slot_len, self._slot_pos),
+                                              n, self._kernels["layout_postings"], self._n_sm)
+                self.postings_bytes = self._postings.nbytes
         self._set_table(self._n_words)
         cupy.cuda.get_current_stream().synchronize()  # the build's time includes its GPU work
 
@@ -575,12 +577,13 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
 
     def _query_tokens(self, batch: SetBatch):
         """The device uint16 ids of one batch's queries for the kernels. On a wide shard they are the batch's
-        own numbers, and the layout the count kernel reads is remapped into them first."""
+        own numbers (the layout the count kernel reads is rewritten into them before the batch's first
+        scan, in ``_count_emit``, and its postings are built for the routed queries, in ``_route``)."""
         import cupy
 
         if self._wide is None:
             return cupy.asarray(batch.tokens) if len(batch.tokens) else cupy.zeros(1, dtype=np.uint16)
-        qtok, n_words = self._wide.remap(cupy.asarray(batch.tokens))
+        qtok, n_words = self._wide.number(cupy.asarray(batch.tokens))
         self._set_table(n_words)
         return qtok
 

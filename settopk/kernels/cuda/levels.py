@@ -106,18 +106,18 @@ class LevelSearch:
     and their tables (``_planes``, ``_thr_dtype``, ``_n_win``), its device layout
     (``_groups``, ``_chunk_start``, ``_slot_len``, ``_slot_pos``, ``_len_by_pos``, ``_doc_ids``,
     ``_longest``, ``_n_words``, ``_scan_slots``, and ``_tile_bounds``, an empty dict the tiles are cached
-    in), its key constants (``_scale``, ``_score_code``, ``_cosine_keys``: cosine's key table on the
-    device, or one int32 for the other scores), its device's ``_n_sm`` and its postings (``_postings``, or
-    None), all set by the index's build, and its
-    ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, remaps the layout
-    and sets the table for the batch, so the caller holds ``_batch_turn()`` around each batch);
-    they add to ``last_routing`` and ``rescans``.
+    in), its key constants (``_scale``, ``_score_code``, ``_cosine_keys``: cosine's key table and each
+    key's fraction on the device, or one int32 for the other scores), its device's ``_n_sm``, its postings
+    (``_postings``, or None) and its wide layout (``_wide``, or None), all set by the index's build, and its
+    ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, numbers the batch's
+    ids and sets the table for the batch, after which its layout and postings are the batch's, so the
+    caller holds ``_batch_turn()`` around each batch); they add to ``last_routing`` and ``rescans``.
     """
 
     @staticmethod
     def _fresh_routing() -> dict:
         """``last_routing`` before a search: no query on any path yet."""
-        return {"scan": 0, "postings": 0, "fallback": 0, "scan_s": 0.0, "postings_s": 0.0}
+        return {"scan": 0, "postings": 0, "filled": 0, "scan_s": 0.0, "postings_s": 0.0}
 
     def _capacity(self, k: int) -> int:
         if self.capacity is not None:
@@ -232,10 +232,7 @@ class LevelSearch:
         levels = self._levels(k, capacity)
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
         batch = _Batch(query_arrays, bound_key, count, cand_base, cand_cap, cand, top, k, _pow2_at_least(capacity))
-        routed = np.zeros(n_q, dtype=bool)
-        if self._postings is not None:
-            routed = cupy_route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
-                                self._scan_slots, self.queries_per_block)
+        routed = self._route(qoff, qtok, qlen)
         post_rows = None
         marks: list = []
         if not routed.all():
@@ -248,7 +245,7 @@ class LevelSearch:
         for path, seconds in times.items():
             self.last_routing[path + "_s"] += seconds
         if self._postings is not None:
-            _log.debug("routing %s: %d of %d queries to the postings (%d of them scanned at the last level); "
+            _log.debug("routing %s: %d of %d queries to the postings (%d of them without a last level); "
                        "GPU %.2f ms scan, %.2f ms postings", self.routing, int(routed.sum()), n_q,
                        int(routed.sum()) - (0 if post_rows is None else len(post_rows)),
                        times.get("scan", 0.0) * 1e3, times.get("postings", 0.0) * 1e3)
@@ -309,14 +306,14 @@ class LevelSearch:
         else:
             batch.count[rows_dev] = 0
 
-    def _scan_levels(self, rows: np.ndarray, levels, batch, *, last_only: bool = False) -> None:
-        """Every level (only the last with ``last_only``) for the queries ``rows`` (host, sorted order)
-        through the count kernel, each followed by its selection."""
+    def _scan_levels(self, rows: np.ndarray, levels, batch) -> None:
+        """Every level for the queries ``rows`` (host, sorted order) through the count kernel, each followed
+        by its selection."""
         import cupy
 
         group_query, n_groups = self._groups_of(rows)
         rows_dev = cupy.asarray(rows.astype(np.int32))
-        for stride, n_sample in levels[-1:] if last_only else levels:
+        for stride, n_sample in levels:
             last = stride == 1
             self._reset_counts(batch, rows_dev)
             self._count_emit(group_query, n_groups, batch.query_arrays, stride, n_sample, batch.count,
@@ -326,10 +323,12 @@ class LevelSearch:
 
     def _postings_levels(self, rows: np.ndarray, levels, batch):
         """Every level for the queries ``rows`` (host, sorted order) through the postings: the sampling
-        levels over the first ``n_sample`` positions, the last over the whole shard for the queries whose
-        bound reached key 1 (the others are scanned: docs outside the postings may qualify for them, and
-        are counted in ``last_routing["fallback"]``). Returns the rows whose last level ran through the
-        postings (host), or None."""
+        levels over the first ``n_sample`` positions, then the whole shard, as one more sampling level for
+        the queries whose bound they leave below key 1 and as the last level for those whose bound reached
+        it. A query whose bound the whole shard leaves below key 1 has fewer than k docs sharing an id with
+        it, all among its candidates: its top-k is those, then the first other docs by position (key 0;
+        counted in ``last_routing["filled"]``; where a capacity below k lost some, it is scanned). Returns the
+        rows whose last level ran through the postings (host), or None."""
         import cupy
 
         rows_dev = cupy.asarray(rows.astype(np.int32))
@@ -346,11 +345,21 @@ class LevelSearch:
             self._reset_counts(batch, rows_dev)
             emit(rows_dev, n_sample)
             self._select_level(batch, rows_dev, update=True)
+        below = rows[batch.bound_key[rows_dev].get() < 1]
+        if len(below) and (not sampling or sampling[-1] < self.n_docs):
+            below_dev = cupy.asarray(below.astype(np.int32))
+            self._reset_counts(batch, below_dev)
+            emit(below_dev, self.n_docs)
+            self._select_level(batch, below_dev, update=True)
         eligible = batch.bound_key[rows_dev].get() >= 1
-        fallback = rows[~eligible]
-        if len(fallback):
-            self.last_routing["fallback"] += len(fallback)
-            self._scan_levels(fallback, levels, batch, last_only=True)
+        if not eligible.all():
+            # Without overflow, the candidates are every doc sharing an id; with it (capacity below k), scanned.
+            whole = (batch.count[rows_dev] <= batch.cand_cap[rows_dev]).get() & ~eligible
+            if whole.any():
+                self.last_routing["filled"] += int(whole.sum())
+                self._fill_key_zero(rows[whole], batch)
+            if (~eligible & ~whole).any():
+                self._scan_levels(rows[~eligible & ~whole], levels, batch)
         posted = rows[eligible]
         if not len(posted):
             return None
@@ -360,6 +369,29 @@ class LevelSearch:
         self._select_level(batch, posted_dev, update=False)
         self.last_routing["postings"] += len(posted)
         return posted
+
+    def _fill_key_zero(self, rows: np.ndarray, batch) -> None:
+        """Complete the top-k rows of queries ``rows`` (host, sorted order) whose ``c < k`` candidates, already
+        in ``batch.top``, are every doc sharing an id with them: entries ``c..k-1`` become the first docs by
+        position among the others (key 0, so position order is their order), as far as the shard has them."""
+        import cupy
+
+        rows_dev = cupy.asarray(rows.astype(np.int64))
+        k = batch.k
+        top = batch.top[rows_dev]
+        have = cupy.minimum(batch.count[rows_dev], k).astype(np.int64)
+        width = min(self.n_docs, k + int(have.max()))  # the first k others lie among the first k + c positions
+        taken = cupy.zeros((len(rows), width + 1), dtype=bool)  # column `width`: positions past it
+        rank = cupy.arange(k, dtype=np.int64)[None, :]
+        position = (~top & 0xFFFFFFFF).astype(np.int64)  # the encoding: (key << 32) | ~position
+        held = rank < have[:, None]
+        taken[cupy.nonzero(held)[0], cupy.minimum(position[held], width)] = True
+        free = ~taken[:, :width]
+        order = cupy.cumsum(free, axis=1) - 1  # rank of each free position among its row's
+        pick = free & (order < (k - have)[:, None])
+        row, pos = cupy.nonzero(pick)
+        top[row, have[row] + order[row, pos]] = (~pos.astype(np.uint64)) & np.uint64(0xFFFFFFFF)
+        batch.top[rows_dev] = top
 
     def _emit_postings(self, members, limit: int, query_arrays, bound_key, count, cand_base, cand_cap, cand) -> None:
         """Launch the postings kernel for ``members`` (device int32 query indices) over positions below ``limit``."""
@@ -385,9 +417,27 @@ class LevelSearch:
                      batch.sort_size, batch.top, update=update, bound_key=batch.bound_key, tie_pos=tie_pos, qlen=qlen,
                      thr_ge=thr_ge, thr_gt=thr_gt)
 
+    def _route(self, qoff, qtok, qlen, eligible: np.ndarray | None = None) -> np.ndarray:
+        """Which of a batch's queries go to the postings (host bool of shape (n_queries,)): the cost model's
+        choice (:func:`settopk.kernels.cost.cupy_route_mask`) among the ``eligible`` ones (host bool; None:
+        all), none without postings. Makes the postings of the routed queries ready (a wide shard's are
+        built for them)."""
+        routed = np.zeros(len(qlen), dtype=bool)
+        if self._postings is None:
+            return routed
+        routed = cupy_route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
+                                 self._scan_slots, self.queries_per_block)
+        if eligible is not None:
+            routed &= eligible
+        if routed.any():
+            self._postings.prepare(np.flatnonzero(routed), qoff, qtok, qlen)
+        return routed
+
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""
         qoff, qtok, qlen, thr_ge, thr_gt, tie_pos = query_arrays
+        if self._wide is not None:  # its layout in this batch's numbers, once per batch
+            self._wide.rewrite()
         tile_start, n_tiles = self._tiles(stride, n_sample, n_groups)
         if self._count_shared > DEFAULT_SHARED_LIMIT:  # per launch: indexes of other shapes share the function
             self._count.max_dynamic_shared_size_bytes = self._count_shared

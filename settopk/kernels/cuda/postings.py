@@ -73,11 +73,7 @@ class GpuPostings:
 
         if offsets.dtype != np.int64 or offsets.ndim != 1 or tokens.dtype != np.uint16 or tokens.ndim != 1:
             raise ValueError(f"offsets must be 1-D int64 and tokens 1-D uint16, found {offsets.dtype}, {tokens.dtype}")
-        n_docs = len(offsets) - 1
-        self.n_tiles = max(1, -(-n_docs // TILE_DOCS))
-        if self.n_tiles > _MAX_GRID_Y:
-            raise ValueError(f"the postings path holds fewer than {_MAX_GRID_Y * TILE_DOCS} docs, found {n_docs}")
-        self.n_docs = n_docs
+        self._start(len(offsets) - 1)
         self.n_words = max(1, int(n_words))
         n_tok = len(tokens)
         if n_tok:
@@ -97,8 +93,22 @@ class GpuPostings:
             self._freq_by_id = cupy.zeros(1 << 16, dtype=np.int64)
         self.doc_freq = self._freq_by_id[: self.n_words].get()
         self.nbytes = int(2 * n_tok + self.seg_start.nbytes)
+
+    def _start(self, n_docs: int) -> None:
+        """Set ``n_docs`` and ``n_tiles`` (ValueError past the grid's tiles) and load the kernels."""
+        import cupy
+
+        self.n_tiles = max(1, -(-n_docs // TILE_DOCS))
+        if self.n_tiles > _MAX_GRID_Y:
+            raise ValueError(f"the postings path holds fewer than {_MAX_GRID_Y * TILE_DOCS} docs, found {n_docs}")
+        self.n_docs = n_docs
         kernels = load_kernels(_SOURCE, (_EMIT, _COST), cupy.cuda.Device().id)
         self._kernel, self._cost = kernels[_EMIT], kernels[_COST]
+
+    def prepare(self, rows, qoff, qtok, qlen) -> None:
+        """Make the postings of the queries ``rows`` (host int indices into the query arrays, as for
+        :meth:`emit`) ready to emit: nothing here, as these postings cover every id (a wide shard's
+        are built per batch: :class:`settopk.kernels.cuda.wide.WidePostings`)."""
 
     def entries(self, qoff, qtok, qlen) -> np.ndarray:
         """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).

@@ -46,8 +46,6 @@
 
 namespace settopk {
 
-constexpr int kPostTileBits = 16;
-constexpr int kPostTile = 1 << kPostTileBits;
 constexpr int kPostListCap = 4096;
 constexpr int kPostThreads = 1024;
 constexpr int kPostMaxIds = 256;   // max_len <= 255

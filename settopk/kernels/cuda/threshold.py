@@ -36,7 +36,6 @@ import numbers
 
 import numpy as np
 
-from ..cost import cupy_route_mask
 from ..keys import least_overlap, score_key
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, need_table, order_pairs, parse_threshold, reachable_lengths
@@ -205,11 +204,7 @@ class ThresholdSearch:
         cand_base = cupy.arange(n_q, dtype=np.int64) * capacity
         cand_cap = cupy.full(n_q, capacity, dtype=np.int32)
 
-        routed = np.zeros(n_q, dtype=bool)
-        if self._postings is not None:
-            entries = self._postings.entries(qoff, qtok, qlen)
-            routed = cupy_route_mask(self.routing, entries, self._postings.n_tiles, self._scan_slots,
-                                     self.queries_per_block) & (floor >= 1)  # F == 0 passes docs outside the postings
+        routed = self._route(qoff, qtok, qlen, eligible=floor >= 1)  # F == 0 passes docs outside the postings
         emitters = {False: self._scan_emitter(query_arrays), True: self._postings_emitter(query_arrays, bound_key)}
         for posted, emit in emitters.items():
             rows = np.flatnonzero(routed == posted)

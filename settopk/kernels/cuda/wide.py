@@ -8,13 +8,17 @@ batch at a time through the batch's own dense ids:
 
 * the distinct ids of the batch's queries are numbered ``1..n`` in ascending order
   (:func:`batch_dense_ids`); an id that no query of the batch holds is ``0``;
-* ``remap_layout`` writes the shard's layout in those numbers into a plain uint16 layout (a device
-  map of ``2 (largest doc id + 1)`` bytes gives each id its number), and the count kernel runs on it
-  with a table of ``n + 1`` words, as on any narrow shard.
+* before the batch's first scan, ``remap_layout`` writes the shard's layout in those numbers into
+  a plain uint16 layout (a device map of ``2 (largest doc id + 1)`` bytes gives each id its
+  number), and the count kernel runs on it with a table of ``n + 1`` words, as on any narrow shard;
+* where the cost model routes queries to the postings, ``layout_postings`` builds the postings of
+  their ids, in those numbers, from the layout (:class:`WidePostings`), and ``postings_emit`` runs
+  on them as on a narrow shard. A batch whose queries all go to the postings skips the remap.
 
-The remapped layout is one per shard: where two searches run at once (a GPU actor runs two calls),
-their batches take turns from the remap to the results (``CupyShardIndex._batch_turn``); without
-that, one batch's kernels read the layout in the other's numbers.
+The remapped layout and the batch's postings are one per shard: where two searches run at once (a
+GPU actor runs two calls), their batches take turns from the numbering to the results
+(``CupyShardIndex._batch_turn``); without that, one batch's kernels read the layout in the other's
+numbers.
 
 Exact: an id that no query of the batch holds can add to no overlap of the batch, and lengths come
 from the layout's slot lengths, not from the ids. A batch whose queries hold more distinct ids than
@@ -30,10 +34,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .postings import GpuPostings
 
-__all__ = ["WideLayout", "batch_dense_ids", "split_by_distinct"]
+__all__ = ["WideLayout", "WidePostings", "batch_dense_ids", "split_by_distinct"]
 
 _THREADS = 256  # remap_layout
+_FILTER_BITS = 1 << 19  # layout_postings' filter in shared memory (kFilterWords words)
+_CHUNK_SLOTS = 32  # slots per layout chunk (kChunkSlots)
+_PASS_THREADS = 512  # layout_postings (kLayoutPostingsThreads)
 
 
 def batch_dense_ids(tokens, xp=np):
@@ -116,7 +124,11 @@ class WideLayout:
     Attributes
     ----------
     groups : cupy.ndarray of uint32, shape (n_elements, 4)
-        The layout in the last :meth:`remap`'s batch numbers, read by the count kernel.
+        The layout in the batch's numbers once :meth:`rewrite` ran for it, read by the count kernel.
+    distinct : cupy.ndarray of uint32, shape (n_distinct,)
+        The batch's distinct ids, ascending (:meth:`number`); id ``distinct[i]`` is numbered ``i + 1``.
+    n_held : int
+        How many of them are below ``n_ids`` (a prefix): the others are in no doc.
     nbytes : int
         Device bytes held: ``24 n_elements + 2 n_ids`` (the plain layout's are ``16 n_elements``).
     """
@@ -127,12 +139,16 @@ class WideLayout:
         self.low = low
         self.high = high
         self.groups = cupy.empty_like(low)
-        self._dense = cupy.zeros(max(1, n_ids), dtype=np.uint16)
+        self.n_ids = max(1, n_ids)
+        self._dense = cupy.zeros(self.n_ids, dtype=np.uint16)
         self._kernel = kernel
+        self.distinct = cupy.zeros(0, dtype=np.uint32)
+        self.n_held = 0
+        self._rewritten = True
         self.nbytes = int(low.nbytes + high.nbytes + self.groups.nbytes + self._dense.nbytes)
 
-    def remap(self, tokens):
-        """Renumber the layout for a batch whose query ids are ``tokens``.
+    def number(self, tokens):
+        """Number a batch whose query ids are ``tokens``; :meth:`rewrite` then renumbers the layout.
 
         Parameters
         ----------
@@ -148,14 +164,133 @@ class WideLayout:
         """
         import cupy
 
+        self._rewritten = False
         if len(tokens) == 0:
+            self.distinct, self.n_held = cupy.zeros(0, dtype=np.uint32), 0
             return cupy.zeros(1, dtype=np.uint16), 1
-        distinct, dense = batch_dense_ids(tokens, cupy)
+        self.distinct, dense = batch_dense_ids(tokens, cupy)
         # Ascending, so the ids some doc may hold are a prefix of `distinct`, numbered 1.. as in `dense`.
-        n_held = int(cupy.searchsorted(distinct, len(self._dense)))
+        self.n_held = int(cupy.searchsorted(self.distinct, self.n_ids))
+        return dense, len(self.distinct) + 1
+
+    def map_numbers(self, numbered=None):
+        """Fill the device map (id -> the batch's number, 0 for the others) for every held id of the batch,
+        or those whose ``numbered[number]`` is True (device bool of shape (n_distinct + 1,)); returns it."""
+        import cupy
+
+        ids = self.distinct[: self.n_held].astype(np.int64)
+        numbers = cupy.arange(1, self.n_held + 1, dtype=np.uint16)
+        if numbered is not None:
+            keep = numbered[1 : self.n_held + 1]
+            ids, numbers = ids[keep], numbers[keep]
         self._dense.fill(0)
-        self._dense[distinct[:n_held].astype(np.int64)] = cupy.arange(1, n_held + 1, dtype=np.uint16)
+        self._dense[ids] = numbers
+        return self._dense
+
+    def rewrite(self) -> None:
+        """Write the layout in the batch's numbers into :attr:`groups`, once per :meth:`number`."""
+        if self._rewritten:
+            return
+        dense = self.map_numbers()
         n = len(self.low)
         self._kernel((max(1, min(-(-n // _THREADS), 65535 * 32)),), (_THREADS,),
-                     (self.low, self.high, np.int64(n), self._dense, self.groups))
-        return dense, len(distinct) + 1
+                     (self.low, self.high, np.int64(n), dense, self.groups))
+        self._rewritten = True
+
+
+class WidePostings(GpuPostings):
+    """The GPU postings of a wide shard, built for each batch from its layout.
+
+    Postings over ``2**24`` ids would need a segment per (id, tile), so a wide shard keeps only each
+    id's doc count (for the cost model), and a batch that routes queries to the postings gets
+    postings of those queries' ids, in the batch's numbers (:meth:`WideLayout.number`), as the
+    plain shard's are laid out: two passes of ``layout_postings`` over the layout (count, then
+    fill), after which ``postings_emit`` runs on them as on a narrow shard. Exact: every doc that
+    holds one of those ids is in its postings, which is all ScanCount reads for those queries.
+
+    Parameters
+    ----------
+    layout : WideLayout
+        The shard's layout.
+    tokens : cupy.ndarray of uint32, shape (n_tokens,)
+        The shard's doc ids (device), all below ``layout.n_ids``.
+    slots : tuple of cupy.ndarray
+        ``(chunk_start, slot_len, slot_pos)``: the layout's chunk starts (int64, in uint4 elements),
+        slot lengths (uint16) and positions (int32), as ``CupyShardIndex`` builds them.
+    n_docs : int
+    kernel : cupy.RawKernel
+        ``layout_postings``.
+    n_sm : int
+        The device's multiprocessors (the passes' grid).
+
+    Attributes
+    ----------
+    nbytes : int
+        Device bytes held between batches: ``4 n_ids`` (the docs per id). A batch's postings take
+        ``2`` bytes per entry and ``12`` per (number, tile) while it runs.
+    """
+
+    def __init__(self, layout: WideLayout, tokens, slots: tuple, n_docs: int, kernel, n_sm: int):
+        import cupy
+
+        self._start(n_docs)
+        self._layout = layout
+        self._slots = slots
+        self._build_kernel = kernel
+        self._grid = max(1, 2 * n_sm)  # 2 blocks of _PASS_THREADS per SM: 64 KiB of filter each
+        self._docs_per_id = cupy.bincount(tokens, minlength=layout.n_ids).astype(np.int32)
+        self._freq_by_id = cupy.zeros(1 << 16, dtype=np.int64)
+        self.n_words = 1
+        self.post = cupy.zeros(1, dtype=np.uint16)
+        self.seg_start = cupy.zeros(self.n_tiles + 1, dtype=np.int64)
+        self.nbytes = int(self._docs_per_id.nbytes)
+
+    def entries(self, qoff, qtok, qlen) -> np.ndarray:
+        """Postings entries of each query's ids (as :meth:`GpuPostings.entries`), ``qtok`` in the batch's
+        numbers (the layout's last :meth:`WideLayout.number`)."""
+        held = self._layout.n_held
+        self._freq_by_id.fill(0)
+        self._freq_by_id[1 : held + 1] = self._docs_per_id[self._layout.distinct[:held].astype(np.int64)]
+        return super().entries(qoff, qtok, qlen)
+
+    def prepare(self, rows, qoff, qtok, qlen) -> None:
+        """Build the postings of the ids of the queries ``rows`` (host int indices into the query arrays;
+        query ``q``'s ids ``qtok[qoff[q] : qoff[q] + qlen[q]]``, device, in the batch's numbers)."""
+        import cupy
+
+        layout = self._layout
+        n_numbers = len(layout.distinct) + 1
+        rows = cupy.asarray(np.asarray(rows, dtype=np.int64))
+        # The routed queries' tokens: +1 at each one's start, -1 past its end (sets do not overlap).
+        edges = cupy.zeros(len(qtok) + 1, dtype=np.int32)
+        cupy.add.at(edges, qoff[rows], 1)
+        cupy.add.at(edges, qoff[rows] + qlen[rows], -1)
+        numbered = cupy.zeros(n_numbers, dtype=bool)
+        numbered[qtok[cupy.cumsum(edges[:-1]) > 0]] = True
+        dense = layout.map_numbers(numbered)
+        ids = layout.distinct[: layout.n_held][numbered[1 : layout.n_held + 1]].astype(np.int64)
+        bits = cupy.zeros(_FILTER_BITS, dtype=bool)
+        bits[ids & (_FILTER_BITS - 1)] = True
+        filter_words = (bits.reshape(-1, 32).astype(np.uint32) << cupy.arange(32, dtype=np.uint32)).sum(
+            axis=1, dtype=np.uint32)
+        counts = cupy.zeros(n_numbers * self.n_tiles, dtype=np.int32)
+        self.n_words = n_numbers
+        self.seg_start = cupy.zeros(len(counts) + 1, dtype=np.int64)
+        self.post = cupy.zeros(1, dtype=np.uint16)
+        self._pass(filter_words, dense, counts, fill=False)
+        cupy.cumsum(counts, dtype=np.int64, out=self.seg_start[1:])
+        self.post = cupy.empty(max(1, int(self.seg_start[-1])), dtype=np.uint16)
+        counts.fill(0)
+        self._pass(filter_words, dense, counts, fill=True)
+
+    def _pass(self, filter_words, dense, counts, *, fill: bool) -> None:
+        """One launch of ``layout_postings``: count the entries per segment, or place them in :attr:`post`."""
+        chunk_start, slot_len, slot_pos = self._slots
+        low, high = self._layout.low, self._layout.high
+        n_chunks = -(-self.n_docs // _CHUNK_SLOTS)
+        self._build_kernel.max_dynamic_shared_size_bytes = _FILTER_BITS // 8
+        self._build_kernel((self._grid,), (_PASS_THREADS,),
+                           (low, high, chunk_start, slot_len, slot_pos, np.int64(n_chunks), np.int64(self.n_docs),
+                            filter_words, dense, np.int32(self.n_tiles), counts, self.seg_start, self.post,
+                            np.int32(fill)),
+                           shared_mem=_FILTER_BITS // 8)
