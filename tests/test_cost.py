@@ -40,6 +40,10 @@ def test_gpu_cost_model_routes_whole_scan_groups():
     assert not cupy_route_mask("auto", np.full(400, 30_000_000, dtype=np.int64), tiles, slots, 32).any()
     assert not cupy_route_mask("auto", uniform[5:60], tiles, slots, 32).any()  # 55 x 3.7 us saved: not worth a batch
     assert cupy_route_mask("auto", np.zeros(0, dtype=np.int64), tiles, slots, 32).shape == (0,)
+    # A wide shard's build: the 1.4 ms saved pays for ROUTING_BATCH_S and a 0.2 ms build, not a 2 ms one.
+    assert cupy_route_mask("auto", uniform, tiles, slots, 32, build_s=0.0002).all()
+    assert not cupy_route_mask("auto", uniform, tiles, slots, 32, build_s=0.002).any()
+    assert cupy_route_mask("postings", uniform, tiles, slots, 32, build_s=1.0).all()
 
 
 def test_cpu_cost_model_sends_rare_ids_to_the_postings_and_frequent_ones_to_the_scan():

@@ -297,27 +297,35 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
     }
 }
 
-// The tiled postings (postings_topk.cu's layout) of some of a batch's ids, from a wide layout
+// The tiled postings (postings_topk.cu's layout) of some ids, from a wide layout
 // (settopk/kernels/cuda/wide.py): id p < slot_len[s] of slot s, numbered d = dense[id] != 0,
 // is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. Two launches: with `fill` 0,
 // counts[segment] += 1 per entry; then, with `fill` 1, seg_start the counts' exclusive sums and the counts
 // zeroed, each entry takes a place in its segment (atomicAdd) and writes its position inside the
 // tile. The order inside a segment is arbitrary: ScanCount's counters do not depend on it.
 //
-// Most of the layout's ids are not numbered, so each is first tested against `filter` (bit
-// id % (32 kFilterWords) is set for every numbered id), copied to shared memory, and only those
-// that pass read dense[id] (up to 32 MiB, gathered). One warp per chunk, lane l reads slot 32 c + l,
+// Most of the layout's ids are not numbered, so each is first tested against `filter`, a Bloom
+// filter of the numbered ids in shared memory (bits filter_bit(id, 0) and filter_bit(id, 1) set
+// for each; the first is exact below 2**20 ids), and only those that pass read dense[id] (up to
+// 64 MiB, gathered). One warp per chunk, lane l reads slot 32 c + l,
 // kGroupsInFlight groups of 8 ids at a time (a pass is bound by the latency of these loads).
 // Dynamic shared memory: the filter, kFilterWords words.
-constexpr int kFilterWords = 1 << 14;
-constexpr int kLayoutPostingsThreads = 512;  // two blocks per SM (their filters take 128 KiB)
-constexpr int kGroupsInFlight = 4;            // loads a lane issues before it reads the first
+constexpr int kFilterBits = 20;
+constexpr int kFilterWords = 1 << (kFilterBits - 5);  // 128 KiB
+constexpr int kLayoutPostingsThreads = 1024;          // one block per SM
+constexpr int kGroupsInFlight = 4;                    // loads a lane issues before it reads the first
 
-__global__ void __launch_bounds__(kLayoutPostingsThreads, 2)
+// Bit `which` (0 or 1) of id's pair in layout_postings' filter: its low bits, then a multiplicative
+// hash of it (wide.py's WidePostings sets the same bits).
+__device__ __forceinline__ unsigned filter_bit(unsigned id, int which) {
+    return which == 0 ? id & ((1u << kFilterBits) - 1u) : (id * 2654435761u) >> (32 - kFilterBits);
+}
+
+__global__ void __launch_bounds__(kLayoutPostingsThreads, 1)
 layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
                 const long long* __restrict__ chunk_start, const unsigned short* __restrict__ slot_len,
                 const int* __restrict__ slot_pos, long long n_chunks, long long n_docs,
-                const unsigned* __restrict__ filter, const unsigned short* __restrict__ dense, int n_tiles,
+                const unsigned* __restrict__ filter, const unsigned* __restrict__ dense, int n_tiles,
                 int* __restrict__ counts, const long long* __restrict__ seg_start,
                 unsigned short* __restrict__ post, int fill) {
     extern __shared__ unsigned s_filter[];
@@ -353,9 +361,9 @@ layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
                     // build_layout's packing: low half-word e % 2 of lo[e / 2], high byte e % 4 of hi[e / 4].
                     const unsigned id = ((lo[e >> 1] >> (16 * (e & 1))) & 0xFFFFu) |
                                         (((hi[e >> 2] >> (8 * (e & 3))) & 0xFFu) << 16);
-                    if ((g0 + u) * kIdsPerGroup + e >= len ||
-                        !((s_filter[(id >> 5) & (kFilterWords - 1)] >> (id & 31u)) & 1u))
-                        continue;
+                    if ((g0 + u) * kIdsPerGroup + e >= len) continue;
+                    const unsigned b0 = filter_bit(id, 0), b1 = filter_bit(id, 1);
+                    if (!((s_filter[b0 >> 5] >> (b0 & 31u)) & (s_filter[b1 >> 5] >> (b1 & 31u)) & 1u)) continue;
                     const unsigned d = dense[id];
                     if (d == 0u) continue;
                     const long long seg = static_cast<long long>(d) * n_tiles + tile;

@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from ..cost import DOC_OVERHEAD_SLOTS
+from ..cost import DOC_OVERHEAD_SLOTS, WIDE_BUILD_S_PER_SLOT, cupy_route_mask
 from ..keys import (DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_fractions, cosine_key_table,
                     key_scale)
 from ..postings import check_routing
@@ -543,37 +543,54 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             skipped = np.setdiff1d(np.arange(queries.n_sets), active)
             out.doc_ids[skipped], out.overlap[skipped], out.doc_len[skipped] = -1, 0, 0
         with cupy.cuda.Device(self._device_id):
-            for rows in self._query_batches(queries, active):
-                contiguous = rows[-1] - rows[0] == len(rows) - 1
-                batch = queries if len(rows) == queries.n_sets else queries.take(rows)
-                # The common case, contiguous rows: decode into the output rows themselves.
-                part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out)) if contiguous else empty_topk(len(rows), k)
+            for chunk in self._chunks(active):
                 with self._batch_turn():
-                    self._search_batch(batch, k, None if floor is None else floor[rows], part)
-                if not contiguous:
-                    out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
+                    for rows, routed in self._runs(queries, chunk):
+                        contiguous = rows[-1] - rows[0] == len(rows) - 1
+                        batch = queries if len(rows) == queries.n_sets else queries.take(rows)
+                        # The common case, contiguous rows: decode into the output rows themselves.
+                        part = (TopK(*(a[rows[0] : rows[-1] + 1] for a in out)) if contiguous
+                                else empty_topk(len(rows), k))
+                        self._search_batch(batch, k, None if floor is None else floor[rows], part, routed)
+                        if not contiguous:
+                            out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
         return out
 
     def _batch_turn(self):
-        """What a batch's search holds from its remap to its results: on a wide shard, the lock of its
-        remapped layout (another thread's remap would renumber it under this batch's kernels, as two
-        searches share one stream and one layout); on a narrow shard, nothing (its batches share no state)."""
+        """What a chunk of queries holds from its routing to its results: on a wide shard, the lock of its
+        remapped layout and postings (another thread's batch would renumber them under this one's
+        kernels, as two searches share one stream); on a narrow shard, nothing (its batches share no state)."""
         return self._wide_turn if self._wide is not None else contextlib.nullcontext()
 
-    def _query_batches(self, queries: SetBatch, rows: np.ndarray) -> list[np.ndarray]:
-        """Runs of ``rows`` searched together: ``query_batch`` at a time, cut further on a wide shard where
-        their queries hold more distinct ids than its table (:func:`settopk.kernels.cuda.wide.split_by_distinct`)."""
+    def _chunks(self, rows: np.ndarray):
+        """``rows`` in chunks of ``query_batch``, searched one at a time."""
+        return [rows[lo : lo + self.query_batch] for lo in range(0, len(rows), self.query_batch)]
+
+    def _runs(self, queries: SetBatch, rows: np.ndarray, eligible: np.ndarray | None = None) -> list[tuple]:
+        """The runs a chunk of query rows is searched in: ``(rows, routed)`` pairs, ``routed`` a host bool per
+        row (the queries sent to the postings) or None (each run routes its own: a narrow shard).
+
+        A narrow shard searches the chunk as one run. A wide one routes the whole chunk by the cost
+        model (among the ``eligible`` rows, host bool per row; None: all), builds the postings of the
+        routed queries' ids once for its runs, and cuts it where its queries hold more distinct ids
+        than the count kernel's table (:func:`settopk.kernels.cuda.wide.split_by_distinct`)."""
         import cupy
 
-        runs = [rows[lo : lo + self.query_batch] for lo in range(0, len(rows), self.query_batch)]
         if self._wide is None:
-            return runs
-        parts = []
-        for run in runs:
-            batch = queries if len(run) == queries.n_sets else queries.take(run)
-            cuts = split_by_distinct(batch.offsets, cupy.asarray(batch.tokens), self._batch_ids, cupy)
-            parts += [run[lo:hi] for lo, hi in cuts]
-        return parts
+            return [(rows, None)]
+        batch = queries if len(rows) == queries.n_sets else queries.take(rows)
+        tokens = cupy.asarray(batch.tokens)
+        routed = None
+        if self._postings is not None:
+            entries = self._postings.query_entries(batch.offsets, tokens)
+            routed = cupy_route_mask(self.routing, entries, self._postings.n_tiles, self._scan_slots,
+                                     self.queries_per_block, WIDE_BUILD_S_PER_SLOT * self._scan_slots)
+            if eligible is not None:
+                routed &= eligible
+            if routed.any():
+                self._postings.build(tokens[cupy.asarray(np.repeat(routed, batch.lengths))])
+        cuts = split_by_distinct(batch.offsets, tokens, self._batch_ids, cupy)
+        return [(rows[lo:hi], None if routed is None else routed[lo:hi]) for lo, hi in cuts]
 
     def _query_tokens(self, batch: SetBatch):
         """The device uint16 ids of one batch's queries for the kernels. On a wide shard they are the batch's

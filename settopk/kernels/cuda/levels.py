@@ -77,6 +77,7 @@ class _Batch(NamedTuple):
     """The device arrays one batch's levels share (see ``_search_batch``)."""
 
     query_arrays: tuple  # qoff, qtok, qlen, thr_ge, thr_gt, tie_pos
+    postings_arrays: tuple  # the same, qtok in the postings' numbers (a wide shard's; else qtok itself)
     bound_key: object
     count: object
     cand_base: object
@@ -193,12 +194,15 @@ class LevelSearch:
         return cupy.concatenate([cupy.zeros(1, np.int64), cupy.searchsorted(work, targets, side="right"),
                                  cupy.full(1, n_sample, np.int64)])
 
-    def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK) -> None:
+    def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK,
+                      routed: np.ndarray | None = None) -> None:
         """Search one batch of queries through the sampling levels (see the module docstring).
 
         ``floor``: None, or host int64 of shape (n_queries,) with values in
         ``[-1, S]`` (``-1``: no floor), every query able to reach its floor.
         ``out``: C-contiguous host arrays of shape (n_queries, k), filled in place.
+        ``routed``: host bool of shape (n_queries,), the queries sent to the postings (their
+        postings built: a wide shard's), or None: chosen here by the cost model.
         """
         import cupy
 
@@ -231,8 +235,10 @@ class LevelSearch:
 
         levels = self._levels(k, capacity)
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
-        batch = _Batch(query_arrays, bound_key, count, cand_base, cand_cap, cand, top, k, _pow2_at_least(capacity))
-        routed = self._route(qoff, qtok, qlen)
+        routed = self._route(qoff, qtok, qlen) if routed is None else routed[order]
+        post_arrays = self._postings_arrays(query_arrays, queries) if routed.any() else query_arrays
+        batch = _Batch(query_arrays, post_arrays, bound_key, count, cand_base, cand_cap, cand, top, k,
+                       _pow2_at_least(capacity))
         post_rows = None
         marks: list = []
         if not routed.all():
@@ -245,7 +251,7 @@ class LevelSearch:
         for path, seconds in times.items():
             self.last_routing[path + "_s"] += seconds
         if self._postings is not None:
-            _log.debug("routing %s: %d of %d queries to the postings (%d of them without a last level); "
+            _log.debug("routing %s: %d of %d queries to the postings (%d of them filled or scanned); "
                        "GPU %.2f ms scan, %.2f ms postings", self.routing, int(routed.sum()), n_q,
                        int(routed.sum()) - (0 if post_rows is None else len(post_rows)),
                        times.get("scan", 0.0) * 1e3, times.get("postings", 0.0) * 1e3)
@@ -260,7 +266,7 @@ class LevelSearch:
                 self._rescan(scanned, counts, query_arrays, bound_key, k, top)
             if len(posted):  # the same path again, so the same candidates
                 self._rescan(posted, counts, query_arrays, bound_key, k, top,
-                             emit=self._postings_emitter(query_arrays, bound_key))
+                             emit=self._postings_emitter(post_arrays, bound_key))
 
         doc_ids = cupy.empty((n_q, k), dtype=np.int64)
         overlap = cupy.empty((n_q, k), dtype=np.int16)
@@ -324,18 +330,24 @@ class LevelSearch:
     def _postings_levels(self, rows: np.ndarray, levels, batch):
         """Every level for the queries ``rows`` (host, sorted order) through the postings: the sampling
         levels over the first ``n_sample`` positions, then the whole shard, as one more sampling level for
-        the queries whose bound they leave below key 1 and as the last level for those whose bound reached
-        it. A query whose bound the whole shard leaves below key 1 has fewer than k docs sharing an id with
-        it, all among its candidates: its top-k is those, then the first other docs by position (key 0;
-        counted in ``last_routing["filled"]``; where a capacity below k lost some, it is scanned). Returns the
-        rows whose last level ran through the postings (host), or None."""
+        the queries whose bound they leave below key 1 and as the last level for the others.
+
+        Where a level over the whole shard kept all its candidates (no overflow), they hold every doc
+        that beats the query's bound, so its selection is the query's top-k: with fewer than k of
+        them (bound below key 1, every doc sharing an id with the query), the top-k ends with the first
+        other docs by position (key 0; counted in ``last_routing["filled"]``); where a capacity below k
+        lost some, the query is scanned. Returns the rows whose last level ran through the postings
+        (host), or None."""
         import cupy
 
         rows_dev = cupy.asarray(rows.astype(np.int32))
 
         def emit(members, limit):
-            self._emit_postings(members, limit, batch.query_arrays, batch.bound_key, batch.count, batch.cand_base,
+            self._emit_postings(members, limit, batch.postings_arrays, batch.bound_key, batch.count, batch.cand_base,
                                 batch.cand_cap, batch.cand)
+
+        def kept(members_dev):  # host bool: no candidate of the last level lost to the buffer's capacity
+            return (batch.count[members_dev] <= batch.cand_cap[members_dev]).get()
 
         # A level costs at least one tile of postings: of the sampling levels within one tile, the largest
         # alone is kept (it gives the best bound for that cost).
@@ -345,30 +357,34 @@ class LevelSearch:
             self._reset_counts(batch, rows_dev)
             emit(rows_dev, n_sample)
             self._select_level(batch, rows_dev, update=True)
-        below = rows[batch.bound_key[rows_dev].get() < 1]
-        if len(below) and (not sampling or sampling[-1] < self.n_docs):
-            below_dev = cupy.asarray(below.astype(np.int32))
-            self._reset_counts(batch, below_dev)
-            emit(below_dev, self.n_docs)
-            self._select_level(batch, below_dev, update=True)
+        done = np.zeros(len(rows), dtype=bool)  # top-k final: the whole shard's candidates all kept
+        if sampling and sampling[-1] >= self.n_docs:
+            done = kept(rows_dev)
+        else:
+            below = np.flatnonzero(batch.bound_key[rows_dev].get() < 1)
+            if len(below):
+                below_dev = rows_dev[cupy.asarray(below)]
+                self._reset_counts(batch, below_dev)
+                emit(below_dev, self.n_docs)
+                self._select_level(batch, below_dev, update=True)
+                done[below] = kept(below_dev)
         eligible = batch.bound_key[rows_dev].get() >= 1
-        if not eligible.all():
-            # Without overflow, the candidates are every doc sharing an id; with it (capacity below k), scanned.
-            whole = (batch.count[rows_dev] <= batch.cand_cap[rows_dev]).get() & ~eligible
-            if whole.any():
-                self.last_routing["filled"] += int(whole.sum())
-                self._fill_key_zero(rows[whole], batch)
-            if (~eligible & ~whole).any():
-                self._scan_levels(rows[~eligible & ~whole], levels, batch)
-        posted = rows[eligible]
+        short = done & ~eligible
+        if short.any():
+            self.last_routing["filled"] += int(short.sum())
+            self._fill_key_zero(rows[short], batch)
+        if (~done & ~eligible).any():
+            self._scan_levels(rows[~done & ~eligible], levels, batch)
+        self.last_routing["postings"] += int((done & eligible).sum())
+        posted = rows[~done & eligible]
         if not len(posted):
-            return None
+            return rows[done & eligible] if (done & eligible).any() else None
         posted_dev = cupy.asarray(posted.astype(np.int32))
         self._reset_counts(batch, posted_dev)
         emit(posted_dev, self.n_docs)
         self._select_level(batch, posted_dev, update=False)
         self.last_routing["postings"] += len(posted)
-        return posted
+        return rows[eligible]
 
     def _fill_key_zero(self, rows: np.ndarray, batch) -> None:
         """Complete the top-k rows of queries ``rows`` (host, sorted order) whose ``c < k`` candidates, already
@@ -418,20 +434,26 @@ class LevelSearch:
                      thr_ge=thr_ge, thr_gt=thr_gt)
 
     def _route(self, qoff, qtok, qlen, eligible: np.ndarray | None = None) -> np.ndarray:
-        """Which of a batch's queries go to the postings (host bool of shape (n_queries,)): the cost model's
-        choice (:func:`settopk.kernels.cost.cupy_route_mask`) among the ``eligible`` ones (host bool; None:
-        all), none without postings. Makes the postings of the routed queries ready (a wide shard's are
-        built for them)."""
+        """Which of a narrow shard's batch's queries go to its postings (host bool of shape (n_queries,)): the
+        cost model's choice (:func:`settopk.kernels.cost.cupy_route_mask`) among the ``eligible`` ones (host
+        bool; None: all), none without postings. A wide shard's batches are routed with their chunk
+        (``CupyShardIndex._runs``), which builds the postings for them."""
         routed = np.zeros(len(qlen), dtype=bool)
         if self._postings is None:
             return routed
         routed = cupy_route_mask(self.routing, self._postings.entries(qoff, qtok, qlen), self._postings.n_tiles,
                                  self._scan_slots, self.queries_per_block)
-        if eligible is not None:
-            routed &= eligible
-        if routed.any():
-            self._postings.prepare(np.flatnonzero(routed), qoff, qtok, qlen)
-        return routed
+        return routed if eligible is None else routed & eligible
+
+    def _postings_arrays(self, query_arrays: tuple, queries: SetBatch) -> tuple:
+        """``query_arrays`` for the postings kernel: on a wide shard, with the batch's ids in its postings'
+        numbers (:meth:`settopk.kernels.cuda.wide.WidePostings.numbers`); else as they are."""
+        import cupy
+
+        if self._wide is None:
+            return query_arrays
+        qoff, _qtok, *rest = query_arrays
+        return (qoff, self._postings.numbers(cupy.asarray(queries.tokens)), *rest)
 
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""

@@ -29,7 +29,8 @@ from .modules import load_kernels
 __all__ = ["GpuPostings", "TILE_DOCS"]
 
 _SOURCE = "postings_topk.cu"
-_EMIT = "settopk::postings_emit"
+_EMIT = {np.dtype(np.uint16): "settopk::postings_emit<unsigned short>",
+         np.dtype(np.uint32): "settopk::postings_emit<unsigned int>"}  # by the queries' id type
 _COST = "settopk::postings_cost"
 TILE_DOCS = 1 << 16  # kPostTile
 _THREADS = 1024  # kPostThreads
@@ -102,13 +103,9 @@ class GpuPostings:
         if self.n_tiles > _MAX_GRID_Y:
             raise ValueError(f"the postings path holds fewer than {_MAX_GRID_Y * TILE_DOCS} docs, found {n_docs}")
         self.n_docs = n_docs
-        kernels = load_kernels(_SOURCE, (_EMIT, _COST), cupy.cuda.Device().id)
-        self._kernel, self._cost = kernels[_EMIT], kernels[_COST]
-
-    def prepare(self, rows, qoff, qtok, qlen) -> None:
-        """Make the postings of the queries ``rows`` (host int indices into the query arrays, as for
-        :meth:`emit`) ready to emit: nothing here, as these postings cover every id (a wide shard's
-        are built per batch: :class:`settopk.kernels.cuda.wide.WidePostings`)."""
+        kernels = load_kernels(_SOURCE, (*_EMIT.values(), _COST), cupy.cuda.Device().id)
+        self._kernels = {dtype: kernels[name] for dtype, name in _EMIT.items()}
+        self._cost = kernels[_COST]
 
     def entries(self, qoff, qtok, qlen) -> np.ndarray:
         """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
@@ -127,7 +124,8 @@ class GpuPostings:
     def emit(self, rows, limit: int, qoff, qtok, qlen, thr_ge, max_doc_len: int, bound_key, tie_pos, len_by_pos,
              scale: int, score_code: int, cosine_keys, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
-        query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``) over the docs at
+        query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``, uint16, or uint32 for a
+        wide shard's postings, in their numbers: :meth:`settopk.kernels.cuda.wide.WidePostings.numbers`) over the docs at
         positions below ``limit`` (``n_docs``: the whole shard, where every routed query must have
         ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
 
@@ -137,7 +135,10 @@ class GpuPostings:
             If ``rows`` or a query array has the wrong dtype or is not C-contiguous,
             ``thr_ge`` is not of shape (n_queries, max_doc_len + 1), or ``limit`` is not in [1, n_docs].
         """
-        for name, a, dtype in (("rows", rows, np.int32), ("qoff", qoff, np.int64), ("qtok", qtok, np.uint16),
+        kernel = self._kernels.get(qtok.dtype)
+        if kernel is None:
+            raise ValueError(f"qtok must be uint16 or uint32, found {qtok.dtype}")
+        for name, a, dtype in (("rows", rows, np.int32), ("qoff", qoff, np.int64), ("qtok", qtok, qtok.dtype),
                                ("qlen", qlen, np.int32), ("thr_ge", thr_ge, np.uint8), ("bound_key", bound_key, np.int64),
                                ("tie_pos", tie_pos, np.int32), ("cosine_keys", cosine_keys, np.int32),
                                ("count", count, np.int32), ("cand", cand, np.uint64)):
@@ -150,8 +151,8 @@ class GpuPostings:
         if len(rows) == 0:
             return
         tiles = -(-int(limit) // TILE_DOCS)
-        self._kernel.max_dynamic_shared_size_bytes = _SHARED
-        self._kernel(
+        kernel.max_dynamic_shared_size_bytes = _SHARED
+        kernel(
             (len(rows), -(-tiles // _TILES_PER_BLOCK)),
             (_THREADS,),
             (self.post, self.seg_start, np.int32(self.n_tiles), np.int32(self.n_words), np.int64(limit), rows,

@@ -52,11 +52,13 @@ constexpr int kPostMaxIds = 256;   // max_len <= 255
 constexpr int kPostUnroll = 4;     // postings entries in flight per lane
 constexpr int kPostPending = 2048; // qualifying docs a block keeps in shared memory before emitting them
 
-// Dynamic shared memory: kPostTile / 4 words of byte counters (64 KiB).
+// Dynamic shared memory: kPostTile / 4 words of byte counters (64 KiB). Id: the queries' ids,
+// unsigned short, or unsigned int for a wide shard's postings (numbered per query batch).
+template <typename Id>
 __global__ void __launch_bounds__(kPostThreads)
 postings_emit(const unsigned short* __restrict__ post, const long long* __restrict__ seg_start, int n_tiles,
               int n_words, long long limit, const int* __restrict__ route, const long long* __restrict__ qoff,
-              const unsigned short* __restrict__ qtok, const int* __restrict__ qlen,
+              const Id* __restrict__ qtok, const int* __restrict__ qlen,
               const unsigned char* __restrict__ thr_ge, int max_doc_len, const long long* __restrict__ bound_key,
               const int* __restrict__ tie_pos, const unsigned short* __restrict__ len_by_pos, long long scale,
               int score, const int* __restrict__ cosine_keys, int* __restrict__ cand_count,
@@ -94,8 +96,8 @@ postings_emit(const unsigned short* __restrict__ post, const long long* __restri
     // Thread i < ql owns id i: its segment of the next tile is loaded one tile ahead.
     long long seg_row = -1;
     if (tid < ql) {
-        const int t = qtok[qoff[q] + tid];
-        if (t < n_words) seg_row = static_cast<long long>(t) * n_tiles;  // no doc holds an id above the largest
+        const long long t = qtok[qoff[q] + tid];
+        if (t < n_words) seg_row = t * n_tiles;  // no doc holds an id above the largest
     }
     long long next_b = 0, next_e = 0;
     int tile = blockIdx.y;

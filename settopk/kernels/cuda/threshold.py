@@ -152,12 +152,13 @@ class ThresholdSearch:
         self.last_skipped = n_q - len(active)
         found = []
         with cupy.cuda.Device(self._device_id):
-            for rows in self._query_batches(queries, active):
-                batch = queries if len(rows) == n_q else queries.take(rows)
+            for chunk in self._chunks(active):
                 with self._batch_turn():
-                    q_row, *rest = self._threshold_batch(batch, floor[rows],
-                                                         None if min_doc_len is None else min_doc_len[rows])
-                found.append((rows[q_row], *rest))
+                    for rows, routed in self._runs(queries, chunk, eligible=floor[chunk] >= 1):
+                        batch = queries if len(rows) == n_q else queries.take(rows)
+                        q_row, *rest = self._threshold_batch(batch, floor[rows],
+                                                             None if min_doc_len is None else min_doc_len[rows], routed)
+                        found.append((rows[q_row], *rest))
         if found:
             q_row, position, overlap, doc_len = (np.concatenate([f[i] for f in found]) for i in range(4))
         else:
@@ -173,9 +174,11 @@ class ThresholdSearch:
             self._present = counts[: self.max_len + 1] > 0
         return self._present
 
-    def _threshold_batch(self, batch: SetBatch, floor: np.ndarray, min_doc_len: np.ndarray | None):
+    def _threshold_batch(self, batch: SetBatch, floor: np.ndarray, min_doc_len: np.ndarray | None,
+                         routed: np.ndarray | None = None):
         """Every pair of one batch with ``key >= floor[q]`` (host int64, each ``>= 0``) and, where
-        given, a doc at least ``min_doc_len[q]`` long.
+        given, a doc at least ``min_doc_len[q]`` long. ``routed``: as for ``_search_batch`` (only
+        queries with ``floor >= 1``: a floor of 0 passes docs outside the postings).
 
         Returns host arrays ``(q_row, position, overlap, doc_len)`` of int64, one entry per pair,
         unordered (``q_row``: the batch's row; ``position``: the doc's position in the shard)."""
@@ -204,8 +207,12 @@ class ThresholdSearch:
         cand_base = cupy.arange(n_q, dtype=np.int64) * capacity
         cand_cap = cupy.full(n_q, capacity, dtype=np.int32)
 
-        routed = self._route(qoff, qtok, qlen, eligible=floor >= 1)  # F == 0 passes docs outside the postings
-        emitters = {False: self._scan_emitter(query_arrays), True: self._postings_emitter(query_arrays, bound_key)}
+        if routed is None:
+            routed = self._route(qoff, qtok, qlen, eligible=floor >= 1)  # F == 0 passes docs outside the postings
+        else:
+            routed = routed[order]
+        post_arrays = self._postings_arrays(query_arrays, batch) if routed.any() else query_arrays
+        emitters = {False: self._scan_emitter(query_arrays), True: self._postings_emitter(post_arrays, bound_key)}
         for posted, emit in emitters.items():
             rows = np.flatnonzero(routed == posted)
             if len(rows):

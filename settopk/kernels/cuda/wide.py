@@ -11,12 +11,13 @@ batch at a time through the batch's own dense ids:
 * before the batch's first scan, ``remap_layout`` writes the shard's layout in those numbers into
   a plain uint16 layout (a device map of ``2 (largest doc id + 1)`` bytes gives each id its
   number), and the count kernel runs on it with a table of ``n + 1`` words, as on any narrow shard;
-* where the cost model routes queries to the postings, ``layout_postings`` builds the postings of
-  their ids, in those numbers, from the layout (:class:`WidePostings`), and ``postings_emit`` runs
-  on them as on a narrow shard. A batch whose queries all go to the postings skips the remap.
+* the cost model routes a whole chunk of queries (``query_batch`` of them) before it is cut into
+  batches, and ``layout_postings`` builds the postings of the routed queries' ids from the layout
+  once for them (:class:`WidePostings`, in numbers of its own); ``postings_emit`` runs on them as
+  on a narrow shard. A batch whose queries all go to the postings skips the remap.
 
-The remapped layout and the batch's postings are one per shard: where two searches run at once (a
-GPU actor runs two calls), their batches take turns from the numbering to the results
+The remapped layout and the chunk's postings are one per shard: where two searches run at once (a
+GPU actor runs two calls), their chunks take turns from the routing to the results
 (``CupyShardIndex._batch_turn``); without that, one batch's kernels read the layout in the other's
 numbers.
 
@@ -39,9 +40,10 @@ from .postings import GpuPostings
 __all__ = ["WideLayout", "WidePostings", "batch_dense_ids", "split_by_distinct"]
 
 _THREADS = 256  # remap_layout
-_FILTER_BITS = 1 << 19  # layout_postings' filter in shared memory (kFilterWords words)
+_FILTER_LOG2 = 20  # layout_postings' Bloom filter in shared memory: 2**20 bits (kFilterBits)
+_FILTER_BITS = 1 << _FILTER_LOG2
 _CHUNK_SLOTS = 32  # slots per layout chunk (kChunkSlots)
-_PASS_THREADS = 512  # layout_postings (kLayoutPostingsThreads)
+_PASS_THREADS = 1024  # layout_postings (kLayoutPostingsThreads), one block per SM
 
 
 def batch_dense_ids(tokens, xp=np):
@@ -173,40 +175,30 @@ class WideLayout:
         self.n_held = int(cupy.searchsorted(self.distinct, self.n_ids))
         return dense, len(self.distinct) + 1
 
-    def map_numbers(self, numbered=None):
-        """Fill the device map (id -> the batch's number, 0 for the others) for every held id of the batch,
-        or those whose ``numbered[number]`` is True (device bool of shape (n_distinct + 1,)); returns it."""
-        import cupy
-
-        ids = self.distinct[: self.n_held].astype(np.int64)
-        numbers = cupy.arange(1, self.n_held + 1, dtype=np.uint16)
-        if numbered is not None:
-            keep = numbered[1 : self.n_held + 1]
-            ids, numbers = ids[keep], numbers[keep]
-        self._dense.fill(0)
-        self._dense[ids] = numbers
-        return self._dense
-
     def rewrite(self) -> None:
         """Write the layout in the batch's numbers into :attr:`groups`, once per :meth:`number`."""
+        import cupy
+
         if self._rewritten:
             return
-        dense = self.map_numbers()
+        self._dense.fill(0)
+        self._dense[self.distinct[: self.n_held].astype(np.int64)] = cupy.arange(1, self.n_held + 1, dtype=np.uint16)
         n = len(self.low)
         self._kernel((max(1, min(-(-n // _THREADS), 65535 * 32)),), (_THREADS,),
-                     (self.low, self.high, np.int64(n), dense, self.groups))
+                     (self.low, self.high, np.int64(n), self._dense, self.groups))
         self._rewritten = True
 
 
 class WidePostings(GpuPostings):
-    """The GPU postings of a wide shard, built for each batch from its layout.
+    """The GPU postings of a wide shard, built for each query batch from its layout.
 
     Postings over ``2**24`` ids would need a segment per (id, tile), so a wide shard keeps only each
     id's doc count (for the cost model), and a batch that routes queries to the postings gets
-    postings of those queries' ids, in the batch's numbers (:meth:`WideLayout.number`), as the
-    plain shard's are laid out: two passes of ``layout_postings`` over the layout (count, then
-    fill), after which ``postings_emit`` runs on them as on a narrow shard. Exact: every doc that
-    holds one of those ids is in its postings, which is all ScanCount reads for those queries.
+    postings of those queries' ids, numbered ``1..m`` in ascending order, laid out as a narrow
+    shard's: two passes of ``layout_postings`` over the layout (count, then fill), after which
+    ``postings_emit`` runs on them with the queries' ids in those numbers (:meth:`numbers`). Exact:
+    every doc that holds one of those ids is in its postings, which is all ScanCount reads for
+    those queries. One build serves every run a batch is cut into for the count kernel's table.
 
     Parameters
     ----------
@@ -227,7 +219,7 @@ class WidePostings(GpuPostings):
     ----------
     nbytes : int
         Device bytes held between batches: ``4 n_ids`` (the docs per id). A batch's postings take
-        ``2`` bytes per entry and ``12`` per (number, tile) while it runs.
+        ``2`` bytes per entry, ``12`` per (number, tile) and ``4 n_ids`` for the map while it runs.
     """
 
     def __init__(self, layout: WideLayout, tokens, slots: tuple, n_docs: int, kernel, n_sm: int):
@@ -237,44 +229,51 @@ class WidePostings(GpuPostings):
         self._layout = layout
         self._slots = slots
         self._build_kernel = kernel
-        self._grid = max(1, 2 * n_sm)  # 2 blocks of _PASS_THREADS per SM: 64 KiB of filter each
+        self._grid = max(1, n_sm)  # 128 KiB of filter a block
         self._docs_per_id = cupy.bincount(tokens, minlength=layout.n_ids).astype(np.int32)
-        self._freq_by_id = cupy.zeros(1 << 16, dtype=np.int64)
+        self._distinct = cupy.zeros(0, dtype=np.uint32)
         self.n_words = 1
         self.post = cupy.zeros(1, dtype=np.uint16)
         self.seg_start = cupy.zeros(self.n_tiles + 1, dtype=np.int64)
         self.nbytes = int(self._docs_per_id.nbytes)
 
-    def entries(self, qoff, qtok, qlen) -> np.ndarray:
-        """Postings entries of each query's ids (as :meth:`GpuPostings.entries`), ``qtok`` in the batch's
-        numbers (the layout's last :meth:`WideLayout.number`)."""
-        held = self._layout.n_held
-        self._freq_by_id.fill(0)
-        self._freq_by_id[1 : held + 1] = self._docs_per_id[self._layout.distinct[:held].astype(np.int64)]
-        return super().entries(qoff, qtok, qlen)
+    def query_entries(self, offsets: np.ndarray, tokens) -> np.ndarray:
+        """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
 
-    def prepare(self, rows, qoff, qtok, qlen) -> None:
-        """Build the postings of the ids of the queries ``rows`` (host int indices into the query arrays;
-        query ``q``'s ids ``qtok[qoff[q] : qoff[q] + qlen[q]]``, device, in the batch's numbers)."""
+        Parameters
+        ----------
+        offsets : numpy.ndarray of int64, shape (n_queries + 1,)
+            Host CSR offsets of the queries into ``tokens``.
+        tokens : cupy.ndarray of uint16 or uint32, shape (n_tokens,)
+            Their ids (device), as the shard's docs hold them.
+        """
         import cupy
 
-        layout = self._layout
-        n_numbers = len(layout.distinct) + 1
-        rows = cupy.asarray(np.asarray(rows, dtype=np.int64))
-        # The routed queries' tokens: +1 at each one's start, -1 past its end (sets do not overlap).
-        edges = cupy.zeros(len(qtok) + 1, dtype=np.int32)
-        cupy.add.at(edges, qoff[rows], 1)
-        cupy.add.at(edges, qoff[rows] + qlen[rows], -1)
-        numbered = cupy.zeros(n_numbers, dtype=bool)
-        numbered[qtok[cupy.cumsum(edges[:-1]) > 0]] = True
-        dense = layout.map_numbers(numbered)
-        ids = layout.distinct[: layout.n_held][numbered[1 : layout.n_held + 1]].astype(np.int64)
+        if len(tokens) == 0:
+            return np.zeros(len(offsets) - 1, dtype=np.int64)
+        held = tokens < len(self._docs_per_id)
+        freq = cupy.where(held, self._docs_per_id[cupy.where(held, tokens, 0).astype(np.int64)], 0)
+        csum = cupy.concatenate([cupy.zeros(1, np.int64), cupy.cumsum(freq, dtype=np.int64)])
+        at = csum[cupy.asarray(offsets)].get()
+        return at[1:] - at[:-1]
+
+    def build(self, ids) -> None:
+        """Build the postings of ``ids`` (cupy.ndarray of uint32, device; any order, repeats allowed): the
+        ids of the queries routed to them, numbered ``1..m`` in ascending order of the distinct ones."""
+        import cupy
+
+        distinct = cupy.unique(ids)
+        self._distinct = distinct
+        self.n_words = len(distinct) + 1
+        held = distinct[distinct < self._layout.n_ids].astype(np.int64)
+        dense = cupy.zeros(self._layout.n_ids, dtype=np.uint32)
+        dense[held] = cupy.arange(1, len(held) + 1, dtype=np.uint32)
         bits = cupy.zeros(_FILTER_BITS, dtype=bool)
-        bits[ids & (_FILTER_BITS - 1)] = True
+        bits[held & (_FILTER_BITS - 1)] = True  # filter_bit(id, 0) and (id, 1) in bitslice_topk.cu
+        bits[((held * 2654435761) & 0xFFFFFFFF) >> (32 - _FILTER_LOG2)] = True
         filter_words = (bits.reshape(-1, 32).astype(np.uint32) << cupy.arange(32, dtype=np.uint32)).sum(
             axis=1, dtype=np.uint32)
-        counts = cupy.zeros(n_numbers * self.n_tiles, dtype=np.int32)
-        self.n_words = n_numbers
+        counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
         self.seg_start = cupy.zeros(len(counts) + 1, dtype=np.int64)
         self.post = cupy.zeros(1, dtype=np.uint16)
         self._pass(filter_words, dense, counts, fill=False)
@@ -282,6 +281,16 @@ class WidePostings(GpuPostings):
         self.post = cupy.empty(max(1, int(self.seg_start[-1])), dtype=np.uint16)
         counts.fill(0)
         self._pass(filter_words, dense, counts, fill=True)
+
+    def numbers(self, tokens):
+        """``tokens`` (cupy.ndarray of uint16 or uint32, device) in the numbers of the last :meth:`build`: uint32 of
+        the same shape, 0 for an id it was not given (whose postings are empty)."""
+        import cupy
+
+        if len(tokens) == 0 or len(self._distinct) == 0:
+            return cupy.zeros(max(1, len(tokens)), dtype=np.uint32)
+        at = cupy.minimum(cupy.searchsorted(self._distinct, tokens), len(self._distinct) - 1)
+        return cupy.where(self._distinct[at] == tokens, at + 1, 0).astype(np.uint32)
 
     def _pass(self, filter_words, dense, counts, *, fill: bool) -> None:
         """One launch of ``layout_postings``: count the entries per segment, or place them in :attr:`post`."""
