@@ -210,12 +210,13 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
     routing : str, default "scan"
         ``"scan"``: every query scans the shard. ``"auto"``: an inverted index
         is built too (:class:`settopk.kernels.cuda.postings.GpuPostings`,
-        ``2 n_tokens + 8 n_words ceil(n_docs / 65536)`` bytes of GPU memory)
-        and a query runs its levels through its ids' postings where the cost
-        model (:func:`settopk.kernels.cost.cupy_route_mask`) says that is cheaper;
-        its last level is scanned all the same if its bound from the sampling
-        levels is below key 1. ``"postings"``: every query goes to the
-        postings. Results are identical in every mode.
+        ``2 n_tokens + 8 n_words ceil(n_docs / 65536)`` bytes of GPU memory;
+        on a wide shard, built per chunk of queries) and a query runs its
+        levels through its ids' postings where the cost model
+        (:func:`settopk.kernels.cost.cupy_route_mask`) says that is cheaper;
+        one that shares ids with fewer than k docs ends its top-k with the
+        first other docs by position (key 0). ``"postings"``: every query goes
+        to the postings. Results are identical in every mode.
 
     Attributes
     ----------

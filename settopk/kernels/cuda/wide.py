@@ -190,15 +190,15 @@ class WideLayout:
 
 
 class WidePostings(GpuPostings):
-    """The GPU postings of a wide shard, built for each query batch from its layout.
+    """The GPU postings of a wide shard, built for each chunk of queries from its layout.
 
     Postings over ``2**24`` ids would need a segment per (id, tile), so a wide shard keeps only each
-    id's doc count (for the cost model), and a batch that routes queries to the postings gets
+    id's doc count (for the cost model), and a chunk of queries that routes some to the postings gets
     postings of those queries' ids, numbered ``1..m`` in ascending order, laid out as a narrow
     shard's: two passes of ``layout_postings`` over the layout (count, then fill), after which
     ``postings_emit`` runs on them with the queries' ids in those numbers (:meth:`numbers`). Exact:
     every doc that holds one of those ids is in its postings, which is all ScanCount reads for
-    those queries. One build serves every run a batch is cut into for the count kernel's table.
+    those queries. One build serves every batch the chunk is cut into for the count kernel's table.
 
     Parameters
     ----------
