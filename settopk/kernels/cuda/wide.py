@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .levels import CHUNK_SLOTS
 from .postings import GpuPostings
 
 __all__ = ["WideLayout", "WidePostings", "batch_dense_ids", "split_by_distinct"]
@@ -42,7 +43,6 @@ __all__ = ["WideLayout", "WidePostings", "batch_dense_ids", "split_by_distinct"]
 _THREADS = 256  # remap_layout
 _FILTER_LOG2 = 20  # layout_postings' Bloom filter in shared memory: 2**20 bits (kFilterBits)
 _FILTER_BITS = 1 << _FILTER_LOG2
-_CHUNK_SLOTS = 32  # slots per layout chunk (kChunkSlots)
 _PASS_THREADS = 1024  # layout_postings (kLayoutPostingsThreads), one block per SM
 
 
@@ -296,7 +296,7 @@ class WidePostings(GpuPostings):
         """One launch of ``layout_postings``: count the entries per segment, or place them in :attr:`post`."""
         chunk_start, slot_len, slot_pos = self._slots
         low, high = self._layout.low, self._layout.high
-        n_chunks = -(-self.n_docs // _CHUNK_SLOTS)
+        n_chunks = -(-self.n_docs // CHUNK_SLOTS)
         self._build_kernel.max_dynamic_shared_size_bytes = _FILTER_BITS // 8
         self._build_kernel((self._grid,), (_PASS_THREADS,),
                            (low, high, chunk_start, slot_len, slot_pos, np.int64(n_chunks), np.int64(self.n_docs),
