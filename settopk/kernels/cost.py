@@ -87,7 +87,7 @@ POSTINGS_S_PER_ENTRY = 4.0e-12
 POSTINGS_S_PER_TILE = 1.0e-8
 ROUTING_BATCH_S = 1.0e-3
 # A wide shard builds the postings of the routed queries' ids for each chunk of queries: two passes over its
-# layout, per id slot (fitted on one H200: 6.1 ms over 2**24 uniform ids, 13 ms over 10**6, on STI2's 690 M slots).
+# layout, per id slot (fitted on one H200 to the sti2-uniform-vocab shapes' builds; docs/benchmarks.md).
 WIDE_BUILD_S_PER_SLOT = 1.5e-11
 
 

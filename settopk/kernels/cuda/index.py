@@ -183,8 +183,8 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         per id plus a 2-byte working copy searched in each query batch's own
         dense ids, batches are cut where their queries hold more distinct ids
         than the count kernel's table fits, and its postings (4 bytes per id
-        of the vocabulary between searches) are built for each batch from the
-        layout, over the ids of the queries routed to them.
+        of the vocabulary between searches) are built for each chunk of
+        queries from the layout, over the ids of the queries routed to them.
     capacity : int, optional
         Candidate slots per query and sampling level, in ``[1, 16384]``
         (default: the smallest power of two ``>= max(4096, 8 k)``, capped at
@@ -596,7 +596,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
     def _query_tokens(self, batch: SetBatch):
         """The device uint16 ids of one batch's queries for the kernels. On a wide shard they are the batch's
         own numbers (the layout the count kernel reads is rewritten into them before the batch's first
-        scan, in ``_count_emit``, and its postings are built for the routed queries, in ``_route``)."""
+        scan, in ``_count_emit``; its chunk's postings are built in ``_runs``)."""
         import cupy
 
         if self._wide is None:

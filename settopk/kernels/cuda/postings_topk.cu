@@ -53,7 +53,7 @@ constexpr int kPostUnroll = 4;     // postings entries in flight per lane
 constexpr int kPostPending = 2048; // qualifying docs a block keeps in shared memory before emitting them
 
 // Dynamic shared memory: kPostTile / 4 words of byte counters (64 KiB). Id: the queries' ids,
-// unsigned short, or unsigned int for a wide shard's postings (numbered per query batch).
+// unsigned short, or unsigned int for a wide shard's postings (numbered per chunk of queries).
 template <typename Id>
 __global__ void __launch_bounds__(kPostThreads)
 postings_emit(const unsigned short* __restrict__ post, const long long* __restrict__ seg_start, int n_tiles,
