@@ -437,7 +437,7 @@ class Index:
             try:
                 for lo in range(0, n, batch_size):
                     hi = min(lo + batch_size, n)
-                    part = self._index.search(_rows(sets, lo, hi), k)
+                    part = self._index.search(sets.slice(lo, hi), k)
                     pending.append(pool.submit(_copy_and_score, part, out, query_len, scores, self.score, lo, hi))
                     while len(pending) > 2:  # at most two calls' rows held beside the result
                         pending.popleft().result()
@@ -485,12 +485,6 @@ def _fill_slice(found: _KernelTopK, query_len, scores, score: str, a: int, b: in
     padded = np.flatnonzero(found.doc_ids[a:b, -1] < 0) + a  # padding comes last in a row: one column tells
     if len(padded):
         scores[padded] = np.where(found.doc_ids[padded] < 0, -np.inf, scores[padded])
-
-
-def _rows(sets: SetBatch, lo: int, hi: int) -> SetBatch:
-    """Sets ``lo .. hi - 1`` as a SetBatch sharing ``sets``' tokens (no gather, as ``take`` would)."""
-    start, end = int(sets.offsets[lo]), int(sets.offsets[hi])
-    return SetBatch(sets.offsets[lo : hi + 1] - start, sets.tokens[start:end])
 
 
 def _pad(found: _KernelTopK, scores: np.ndarray, k: int) -> tuple[_KernelTopK, np.ndarray]:

@@ -119,11 +119,11 @@ def test_large_wide_corpus_matches_the_numpy_index(id_dist):
 
 
 @pytest.mark.gpu
-def test_wide_postings_span_several_tiles_and_batches():
-    """More docs than one postings tile (65,536 positions), queries cut into batches of a few distinct ids:
-    a wide shard's postings, built per batch from the layout, give the NumPy index's TopK and
-    threshold pairs. The random queries share ids with fewer than k docs: their top-k is filled with
-    the first other docs by position (key 0)."""
+def test_wide_postings_span_several_tiles_and_chunks():
+    """More docs than one postings tile (65,536 positions), queries in chunks of 16: a wide shard's
+    postings, built per chunk from the layout, give the NumPy index's TopK and threshold pairs. The
+    random queries share ids with fewer than k docs: their top-k is filled with the first other docs
+    by position (key 0)."""
     rng = np.random.default_rng(7)
     max_len, k = 24, 5
     docs = SetBatch.from_lists([np.unique(rng.integers(0, MAX_VOCAB, int(rng.integers(1, max_len + 1))))
@@ -140,6 +140,31 @@ def test_wide_postings_span_several_tiles_and_batches():
     want = numpy_index.threshold_search(queries, t)
     assert [got.row(i) for i in range(got.n_queries)] == [want.row(i) for i in range(want.n_queries)]
     assert index.postings_bytes == 4 * (int(docs.tokens.max()) + 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("capacity", [8, 4096])
+def test_a_chunk_sent_wholly_to_the_postings_is_one_batch(capacity):
+    """A chunk whose queries all go to the postings is searched as one batch, neither cut for the count
+    kernel's table (here 50 distinct ids) nor numbered. With a capacity below k, the queries whose
+    candidates overflow it before their bound reaches key 1 (rare ids) cannot be finished there; they
+    are scanned afterwards in batches of their own. Identical to the NumPy index either way."""
+    rng = np.random.default_rng(11)
+    pool = rng.choice(MAX_VOCAB, 60_000, replace=False)  # about 4 docs per id: most queries share ids with < k docs
+    docs = SetBatch.from_lists(np.unique(rng.choice(pool, int(n))) for n in rng.integers(1, 7, 70_000))
+    queries = SetBatch.from_lists([np.unique(rng.choice(pool, 6)) for _ in range(30)]
+                                  + docs.take(rng.choice(docs.n_sets, 10, replace=False)).to_lists())
+    ids = np.arange(docs.n_sets, dtype=np.int64) * 2
+    index = _index(docs, ids, 8, "dice", "postings", 50, capacity=capacity)
+    batches = []
+    search_batch = index._search_batch
+    index._search_batch = lambda batch, *args: batches.append(batch.n_sets) or search_batch(batch, *args)
+    assert_same_topk(index.search(queries, 30), NumpyShardIndex(docs, ids, 8, "dice").search(queries, 30))
+    assert batches[0] == queries.n_sets
+    if capacity > 30:
+        assert batches == [queries.n_sets] and index.last_routing["filled"] > 20
+    else:  # the rows left unfinished, scanned in batches cut at 50 distinct ids
+        assert len(batches) > 2 and sum(batches[1:]) == index.last_routing["scan"] > 0
 
 
 @pytest.mark.gpu

@@ -196,10 +196,14 @@ def test_warm_up_backend_calls_the_registered_hook_once_per_call():
         unregister_backend("warmed")
 
 
-def test_set_batch_take_and_concat_keep_each_set():
+def test_set_batch_take_slice_and_concat_keep_each_set():
     a = SetBatch.from_lists([[1, 2], [3], [], [4, 5, 6]])
     b = SetBatch.from_lists([[7], [8, 9]])
     assert a.take(np.array([3, 0, 3, 2])).to_lists() == [[4, 5, 6], [1, 2], [4, 5, 6], []]
+    for lo, hi in ((0, 4), (1, 3), (2, 3), (3, 4), (2, 2)):
+        part = a.slice(lo, hi)
+        assert part.to_lists() == a.to_lists()[lo:hi] and part.offsets[0] == 0
+        assert part.tokens.base is a.tokens or part.tokens.base is a.tokens.base  # a view: no gather
     both = SetBatch.concat([a, b])
     assert both.to_lists() == a.to_lists() + b.to_lists() and both.offsets.dtype == np.int64
     assert SetBatch.concat([]).n_sets == 0 and SetBatch.concat([b]).to_lists() == b.to_lists()

@@ -84,6 +84,11 @@ class SetBatch:
         positions = starts + np.arange(offsets[-1], dtype=np.int64)
         return SetBatch(offsets, self.tokens[positions])
 
+    def slice(self, lo: int, hi: int) -> "SetBatch":
+        """Sets ``lo .. hi - 1`` as a new batch that shares this one's tokens (no gather, as :meth:`take` does)."""
+        start, end = int(self.offsets[lo]), int(self.offsets[hi])
+        return SetBatch(self.offsets[lo : hi + 1] - start, self.tokens[start:end])
+
     @classmethod
     def concat(cls, batches: Sequence["SetBatch"]) -> "SetBatch":
         """The sets of ``batches``, one batch after the other, as one batch (host memory); ``uint32``

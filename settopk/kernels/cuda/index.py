@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,6 +37,15 @@ from .threshold import ThresholdSearch
 from .wide import WideLayout, WidePostings, split_by_distinct
 
 __all__ = ["CupyShardIndex", "warm_up"]
+
+
+class _Run(NamedTuple):
+    """One batch of a chunk of queries, as ``CupyShardIndex._runs`` cuts it."""
+
+    rows: np.ndarray  # host int64, ascending: the batch's rows among the searched queries
+    batch: SetBatch  # those queries (host)
+    routed: np.ndarray | None  # host bool per row: sent to the postings (built for them); None: the batch routes
+    tokens: object  # the batch's ids on the device, or None: the batch uploads them
 
 _SOURCE = "bitslice_topk.cu"
 # (queries per block, any score, counter planes): Braun-Blanquet has a kernel of its own on 8 planes
@@ -546,16 +556,26 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         with cupy.cuda.Device(self._device_id):
             for chunk in self._chunks(active):
                 with self._batch_turn():
-                    for rows, routed in self._runs(queries, chunk):
-                        contiguous = rows[-1] - rows[0] == len(rows) - 1
-                        batch = queries if len(rows) == queries.n_sets else queries.take(rows)
-                        # The common case, contiguous rows: decode into the output rows themselves.
-                        part = (TopK(*(a[rows[0] : rows[-1] + 1] for a in out)) if contiguous
-                                else empty_topk(len(rows), k))
-                        self._search_batch(batch, k, None if floor is None else floor[rows], part, routed)
-                        if not contiguous:
-                            out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
+                    left = self._search_runs(self._runs(queries, chunk), k, floor, out)
+                    if len(left):  # a batch the postings could not finish and that has no table numbers
+                        self._search_runs(self._runs(queries, left, eligible=np.zeros(len(left), bool)), k, floor, out)
         return out
+
+    def _search_runs(self, runs: list, k: int, floor: np.ndarray | None, out: TopK) -> np.ndarray:
+        """Search each :class:`_Run` into its rows of ``out``; returns the rows (host int64, ascending) left for a
+        scan in a batch of their own (see ``LevelSearch._search_batch``)."""
+        left = []
+        for run in runs:
+            rows = run.rows
+            contiguous = rows[-1] - rows[0] == len(rows) - 1
+            # The common case, contiguous rows: decode into the output rows themselves.
+            part = TopK(*(a[rows[0] : rows[-1] + 1] for a in out)) if contiguous else empty_topk(len(rows), k)
+            unscanned = self._search_batch(run.batch, k, None if floor is None else floor[rows], part, run.routed,
+                                           run.tokens)
+            if not contiguous:
+                out.doc_ids[rows], out.overlap[rows], out.doc_len[rows] = part
+            left.append(rows[unscanned])
+        return np.sort(np.concatenate(left)) if left else np.zeros(0, np.int64)
 
     def _batch_turn(self):
         """What a chunk of queries holds from its routing to its results: on a wide shard, the lock of its
@@ -567,21 +587,22 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         """``rows`` in chunks of ``query_batch``, searched one at a time."""
         return [rows[lo : lo + self.query_batch] for lo in range(0, len(rows), self.query_batch)]
 
-    def _runs(self, queries: SetBatch, rows: np.ndarray, eligible: np.ndarray | None = None) -> list[tuple]:
-        """The runs a chunk of query rows is searched in: ``(rows, routed)`` pairs, ``routed`` a host bool per
-        row (the queries sent to the postings) or None (each run routes its own: a narrow shard).
+    def _runs(self, queries: SetBatch, rows: np.ndarray, eligible: np.ndarray | None = None) -> list[_Run]:
+        """The batches a chunk of query rows (host int, ascending) is searched in, as :class:`_Run` s.
 
-        A narrow shard searches the chunk as one run. A wide one routes the whole chunk by the cost
-        model (among the ``eligible`` rows, host bool per row; None: all), builds the postings of the
-        routed queries' ids once for its runs, and cuts it where its queries hold more distinct ids
-        than the count kernel's table (:func:`settopk.kernels.cuda.wide.split_by_distinct`)."""
+        A narrow shard searches the chunk as one batch, routed by the batch. A wide one uploads the
+        chunk's ids once, routes the whole chunk by the cost model (among the ``eligible`` rows, host
+        bool per row; None: all) and builds the postings of the routed queries' ids once for its
+        batches. Where every query goes to the postings, no count kernel runs and the chunk is one
+        batch; else it is cut where its queries hold more distinct ids than the count kernel's table
+        (:func:`settopk.kernels.cuda.wide.split_by_distinct`)."""
         import cupy
 
-        if self._wide is None:
-            return [(rows, None)]
         batch = queries if len(rows) == queries.n_sets else queries.take(rows)
+        if self._wide is None:
+            return [_Run(rows, batch, None, None)]
         tokens = cupy.asarray(batch.tokens)
-        routed = None
+        routed = np.zeros(len(rows), dtype=bool)
         if self._postings is not None:
             entries = self._postings.query_entries(batch.offsets, tokens)
             routed = cupy_route_mask(self.routing, entries, self._postings.n_tiles, self._scan_slots,
@@ -590,20 +611,31 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
                 routed &= eligible
             if routed.any():
                 self._postings.build(tokens[cupy.asarray(np.repeat(routed, batch.lengths))])
-        cuts = split_by_distinct(batch.offsets, tokens, self._batch_ids, cupy)
-        return [(rows[lo:hi], None if routed is None else routed[lo:hi]) for lo, hi in cuts]
+        if routed.all():
+            return [_Run(rows, batch, routed, tokens)]
+        offsets = batch.offsets
+        return [_Run(rows[lo:hi], batch.slice(lo, hi), routed[lo:hi], tokens[int(offsets[lo]) : int(offsets[hi])])
+                for lo, hi in split_by_distinct(offsets, tokens, self._batch_ids, cupy)]
 
-    def _query_tokens(self, batch: SetBatch):
-        """The device uint16 ids of one batch's queries for the kernels. On a wide shard they are the batch's
-        own numbers (the layout the count kernel reads is rewritten into them before the batch's first
-        scan, in ``_count_emit``; its chunk's postings are built in ``_runs``)."""
+    def _query_tokens(self, batch: SetBatch, tokens=None, routed: np.ndarray | None = None) -> tuple:
+        """A batch's query ids on the device: ``(tokens, qtok)``, as the docs hold them (``tokens``; uploaded
+        from ``batch`` where None) and as the count kernel reads them (``qtok``).
+
+        On a narrow shard they are one array. On a wide one, ``qtok`` holds the batch's own numbers
+        (the layout the count kernel reads is rewritten into them before the batch's first scan, in
+        ``_count_emit``), or is None where every query goes to the postings (``routed``, host bool, all
+        true): no count kernel runs on such a batch, and ``_runs`` does not cut it for the table."""
         import cupy
 
+        if tokens is None:
+            tokens = cupy.asarray(batch.tokens) if len(batch.tokens) else cupy.zeros(1, dtype=batch.tokens.dtype)
         if self._wide is None:
-            return cupy.asarray(batch.tokens) if len(batch.tokens) else cupy.zeros(1, dtype=np.uint16)
-        qtok, n_words = self._wide.number(cupy.asarray(batch.tokens))
+            return tokens, tokens
+        if routed is not None and routed.all():
+            return tokens, None
+        qtok, n_words = self._wide.number(tokens)
         self._set_table(n_words)
-        return qtok
+        return tokens, qtok
 
     def _check_queries(self, queries: SetBatch) -> None:
         """Raise ValueError unless ``queries`` is a host SetBatch of sets of at most ``max_len`` ids below ``vocab_size``."""

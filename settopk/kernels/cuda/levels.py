@@ -86,6 +86,7 @@ class _Batch(NamedTuple):
     top: object
     k: int
     sort_size: int
+    deferred: list  # sorted-order rows the postings left for a scan, where the batch has no table numbers
 
 
 def _blocks_for(n_items: int) -> int:
@@ -110,9 +111,10 @@ class LevelSearch:
     in), its key constants (``_scale``, ``_score_code``, ``_cosine_keys``: cosine's key table and each
     key's fraction on the device, or one int32 for the other scores), its device's ``_n_sm``, its postings
     (``_postings``, or None) and its wide layout (``_wide``, or None), all set by the index's build, and its
-    ``_query_tokens(batch)``, which gives a batch's device ids (and, on a wide shard, numbers the batch's
-    ids and sets the table for the batch, after which its layout and postings are the batch's, so the
-    caller holds ``_batch_turn()`` around each batch); they add to ``last_routing`` and ``rescans``.
+    ``_query_tokens(batch, tokens, routed)``, which gives a batch's device ids and the count kernel's (on
+    a wide shard it numbers the batch's ids and sets the table for the batch, after which its layout
+    and postings are the batch's, so the caller holds ``_batch_turn()`` around each batch); they add to
+    ``last_routing`` and ``rescans``.
     """
 
     @staticmethod
@@ -195,7 +197,7 @@ class LevelSearch:
                                  cupy.full(1, n_sample, np.int64)])
 
     def _search_batch(self, queries: SetBatch, k: int, floor: np.ndarray | None, out: TopK,
-                      routed: np.ndarray | None = None) -> None:
+                      routed: np.ndarray | None = None, tokens=None) -> np.ndarray:
         """Search one batch of queries through the sampling levels (see the module docstring).
 
         ``floor``: None, or host int64 of shape (n_queries,) with values in
@@ -203,6 +205,11 @@ class LevelSearch:
         ``out``: C-contiguous host arrays of shape (n_queries, k), filled in place.
         ``routed``: host bool of shape (n_queries,), the queries sent to the postings (their
         postings built: a wide shard's), or None: chosen here by the cost model.
+        ``tokens``: the batch's ids on the device, or None: uploaded here.
+
+        Returns the rows (host int64) whose ``out`` rows are not final: queries of a wide shard's batch
+        sent wholly to the postings (no table numbers for the count kernel) that the postings could not
+        finish; the caller scans them in a batch of their own. Empty almost always.
         """
         import cupy
 
@@ -212,7 +219,7 @@ class LevelSearch:
         lengths = queries.lengths
         order = np.argsort(lengths, kind="stable")
         qoff = cupy.asarray(queries.offsets[:-1][order])
-        qtok = self._query_tokens(queries)
+        tokens, qtok = self._query_tokens(queries, tokens, routed)
         qlen = cupy.asarray(lengths[order].astype(np.int32))
         capacity = self._capacity(k)
         n_len = self._longest + 1
@@ -236,9 +243,9 @@ class LevelSearch:
         levels = self._levels(k, capacity)
         query_arrays = (qoff, qtok, qlen, thr_ge, thr_gt, tie_pos)
         routed = self._route(qoff, qtok, qlen) if routed is None else routed[order]
-        post_arrays = self._postings_arrays(query_arrays, queries) if routed.any() else query_arrays
+        post_arrays = self._postings_arrays(query_arrays, tokens) if routed.any() else query_arrays
         batch = _Batch(query_arrays, post_arrays, bound_key, count, cand_base, cand_cap, cand, top, k,
-                       _pow2_at_least(capacity))
+                       _pow2_at_least(capacity), [])
         post_rows = None
         marks: list = []
         if not routed.all():
@@ -262,6 +269,7 @@ class LevelSearch:
             if post_rows is not None:
                 posted_mask[post_rows] = True
             scanned, posted = overflowed[~posted_mask[overflowed]], overflowed[posted_mask[overflowed]]
+            scanned = np.setdiff1d(scanned, batch.deferred)
             if len(scanned):
                 self._rescan(scanned, counts, query_arrays, bound_key, k, top)
             if len(posted):  # the same path again, so the same candidates
@@ -282,6 +290,7 @@ class LevelSearch:
         doc_ids.get(out=out.doc_ids)
         overlap.get(out=out.overlap)
         doc_len.get(out=out.doc_len)
+        return order[np.asarray(batch.deferred, dtype=np.int64)]
 
     def _timed(self, marks: list, path: str, levels_fn, *args):
         """Run ``levels_fn(*args)`` between two CUDA events appended to ``marks`` as ``(path, start, end)``
@@ -336,7 +345,7 @@ class LevelSearch:
         that beats the query's bound, so its selection is the query's top-k: with fewer than k of
         them (bound below key 1, every doc sharing an id with the query), the top-k ends with the first
         other docs by position (key 0; counted in ``last_routing["filled"]``); where a capacity below k
-        lost some, the query is scanned. Returns the rows whose last level ran through the postings
+        lost some, the query is scanned (or, in a batch without table numbers, left in ``batch.deferred``). Returns the rows whose last level ran through the postings
         (host), or None."""
         import cupy
 
@@ -373,8 +382,11 @@ class LevelSearch:
         if short.any():
             self.last_routing["filled"] += int(short.sum())
             self._fill_key_zero(rows[short], batch)
-        if (~done & ~eligible).any():
-            self._scan_levels(rows[~done & ~eligible], levels, batch)
+        unfinished = rows[~done & ~eligible]
+        if len(unfinished) and batch.query_arrays[1] is None:  # no table numbers: the caller scans them
+            batch.deferred.extend(unfinished.tolist())
+        elif len(unfinished):
+            self._scan_levels(unfinished, levels, batch)
         self.last_routing["postings"] += int((done & eligible).sum())
         posted = rows[~done & eligible]
         if not len(posted):
@@ -445,15 +457,13 @@ class LevelSearch:
                                  self._scan_slots, self.queries_per_block)
         return routed if eligible is None else routed & eligible
 
-    def _postings_arrays(self, query_arrays: tuple, queries: SetBatch) -> tuple:
-        """``query_arrays`` for the postings kernel: on a wide shard, with the batch's ids in its postings'
-        numbers (:meth:`settopk.kernels.cuda.wide.WidePostings.numbers`); else as they are."""
-        import cupy
-
+    def _postings_arrays(self, query_arrays: tuple, tokens) -> tuple:
+        """``query_arrays`` for the postings kernel: on a wide shard, with the batch's ids (``tokens``, device)
+        in its postings' numbers (:meth:`settopk.kernels.cuda.wide.WidePostings.numbers`); else as they are."""
         if self._wide is None:
             return query_arrays
         qoff, _qtok, *rest = query_arrays
-        return (qoff, self._postings.numbers(cupy.asarray(queries.tokens)), *rest)
+        return (qoff, self._postings.numbers(tokens), *rest)
 
     def _count_emit(self, group_query, n_groups, query_arrays, stride, n_sample, count, cand_base, cand_cap, cand):
         """Launch count_emit over sample indices [0, n_sample) (slot = index * stride) for ``n_groups`` groups."""

@@ -154,11 +154,11 @@ class ThresholdSearch:
         with cupy.cuda.Device(self._device_id):
             for chunk in self._chunks(active):
                 with self._batch_turn():
-                    for rows, routed in self._runs(queries, chunk, eligible=floor[chunk] >= 1):
-                        batch = queries if len(rows) == n_q else queries.take(rows)
-                        q_row, *rest = self._threshold_batch(batch, floor[rows],
-                                                             None if min_doc_len is None else min_doc_len[rows], routed)
-                        found.append((rows[q_row], *rest))
+                    for run in self._runs(queries, chunk, eligible=floor[chunk] >= 1):
+                        q_row, *rest = self._threshold_batch(
+                            run.batch, floor[run.rows], None if min_doc_len is None else min_doc_len[run.rows],
+                            run.routed, run.tokens)
+                        found.append((run.rows[q_row], *rest))
         if found:
             q_row, position, overlap, doc_len = (np.concatenate([f[i] for f in found]) for i in range(4))
         else:
@@ -175,10 +175,11 @@ class ThresholdSearch:
         return self._present
 
     def _threshold_batch(self, batch: SetBatch, floor: np.ndarray, min_doc_len: np.ndarray | None,
-                         routed: np.ndarray | None = None):
+                         routed: np.ndarray | None = None, tokens=None):
         """Every pair of one batch with ``key >= floor[q]`` (host int64, each ``>= 0``) and, where
-        given, a doc at least ``min_doc_len[q]`` long. ``routed``: as for ``_search_batch`` (only
-        queries with ``floor >= 1``: a floor of 0 passes docs outside the postings).
+        given, a doc at least ``min_doc_len[q]`` long. ``routed`` and ``tokens``: as for ``_search_batch``
+        (only queries with ``floor >= 1`` are routed: a floor of 0 passes docs outside the postings; a
+        routed query needs no scan here, so a batch without table numbers leaves none unfinished).
 
         Returns host arrays ``(q_row, position, overlap, doc_len)`` of int64, one entry per pair,
         unordered (``q_row``: the batch's row; ``position``: the doc's position in the shard)."""
@@ -188,7 +189,7 @@ class ThresholdSearch:
         lengths = batch.lengths
         order = np.argsort(lengths, kind="stable")  # groups of similar lengths: tighter size filters
         qoff = cupy.asarray(batch.offsets[:-1][order])
-        qtok = self._query_tokens(batch)
+        tokens, qtok = self._query_tokens(batch, tokens, routed)
         qlen = cupy.asarray(lengths[order].astype(np.int32))
         floor = floor[order]
         bound_key = cupy.asarray(floor)
@@ -211,7 +212,7 @@ class ThresholdSearch:
             routed = self._route(qoff, qtok, qlen, eligible=floor >= 1)  # F == 0 passes docs outside the postings
         else:
             routed = routed[order]
-        post_arrays = self._postings_arrays(query_arrays, batch) if routed.any() else query_arrays
+        post_arrays = self._postings_arrays(query_arrays, tokens) if routed.any() else query_arrays
         emitters = {False: self._scan_emitter(query_arrays), True: self._postings_emitter(post_arrays, bound_key)}
         for posted, emit in emitters.items():
             rows = np.flatnonzero(routed == posted)

@@ -14,7 +14,9 @@ batch at a time through the batch's own dense ids:
 * the cost model routes a whole chunk of queries (``query_batch`` of them) before it is cut into
   batches, and ``layout_postings`` builds the postings of the routed queries' ids from the layout
   once for them (:class:`WidePostings`, in numbers of its own); ``postings_emit`` runs on them as
-  on a narrow shard. A batch whose queries all go to the postings skips the remap.
+  on a narrow shard. A batch whose queries all go to the postings skips the remap; a chunk whose
+  queries all go there is one batch, neither cut nor numbered (no count kernel runs on it; the rare
+  query the postings cannot finish is scanned afterwards, in a batch of its own).
 
 The remapped layout and the chunk's postings are one per shard: where two searches run at once (a
 GPU actor runs two calls), their chunks take turns from the routing to the results
