@@ -139,7 +139,34 @@ def test_wide_postings_span_several_tiles_and_chunks():
     got = index.threshold_search(queries, t)
     want = numpy_index.threshold_search(queries, t)
     assert [got.row(i) for i in range(got.n_queries)] == [want.row(i) for i in range(want.n_queries)]
-    assert index.postings_bytes == 4 * (int(docs.tokens.max()) + 1)
+    assert index.postings_bytes == 4 * (int(docs.tokens.max()) + 1) and index._postings.build_passes == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("every_doc", [False, True])
+def test_wide_postings_keep_their_counts_per_id_and_tile_where_they_fit(every_doc):
+    """Ids up to 68,536 over two postings tiles: the shard keeps its postings' counts per (id, tile) from
+    its build (2 bytes each; 4 where a full tile's docs all hold one id) and each chunk's build places
+    the entries in one pass. Identical to the NumPy index for top-k and threshold pairs."""
+    rng = np.random.default_rng(5)
+    base, n_docs = 65_536, 70_000
+    sets = [np.unique(rng.integers(base, base + 3_000, int(rng.integers(1, 12)))) for _ in range(n_docs)]
+    if every_doc:
+        sets = [np.union1d(s, [base]) for s in sets]
+    docs = SetBatch.from_lists(sets)
+    queries = SetBatch.from_lists(docs.take(rng.choice(n_docs, 20, replace=False)).to_lists()
+                                  + [np.unique(rng.integers(base, base + 3_000, 5)) for _ in range(20)])
+    ids = np.arange(n_docs, dtype=np.int64) * 5
+    index = _index(docs, ids, 16, "cosine", "postings")
+    n_ids = int(docs.tokens.max()) + 1
+    assert index._postings.build_passes == 1
+    assert index.postings_bytes == 4 * n_ids + (4 if every_doc else 2) * n_ids * 2  # 2 tiles
+    numpy_index = NumpyShardIndex(docs, ids, 16, score="cosine")
+    assert_same_topk(index.search(queries, 10), numpy_index.search(queries, 10))
+    assert index.last_routing["postings"] == queries.n_sets
+    t = parse_threshold("0.4", "cosine")
+    got, want = index.threshold_search(queries, t), numpy_index.threshold_search(queries, t)
+    assert [got.row(i) for i in range(got.n_queries)] == [want.row(i) for i in range(want.n_queries)]
 
 
 @pytest.mark.gpu

@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = [
     "DOC_OVERHEAD_SLOTS",
-    "WIDE_BUILD_S_PER_SLOT",
+    "WIDE_PASS_S_PER_SLOT",
     "cupy_route_mask",
     "cupy_search_cost_per_doc",
     "numpy_postings_cheaper",
@@ -86,9 +86,10 @@ SCAN_S_PER_SLOT = 1.1e-14
 POSTINGS_S_PER_ENTRY = 4.0e-12
 POSTINGS_S_PER_TILE = 1.0e-8
 ROUTING_BATCH_S = 1.0e-3
-# A wide shard builds the postings of the routed queries' ids for each chunk of queries: two passes over its
-# layout, per id slot (fitted on one H200 to the sti2-uniform-vocab shapes' builds; docs/benchmarks.md).
-WIDE_BUILD_S_PER_SLOT = 1.5e-11
+# A wide shard builds the postings of the routed queries' ids for each chunk of queries in one or two passes
+# over its layout: seconds per id slot and pass (fitted on one H200 to the sti2-uniform-vocab shapes' builds;
+# docs/benchmarks.md).
+WIDE_PASS_S_PER_SLOT = 0.75e-11
 
 
 def cupy_route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots: int,
@@ -113,7 +114,7 @@ def cupy_route_mask(routing: str, entries: np.ndarray, n_tiles: int, scan_slots:
         postings cost less than one group's scan.
     build_s : float
         Seconds the postings cost once any query of the batch goes to them (a wide shard builds them:
-        ``WIDE_BUILD_S_PER_SLOT * scan_slots``); ``"auto"`` routes only where the batch saves more.
+        ``WIDE_PASS_S_PER_SLOT * scan_slots`` per pass); ``"auto"`` routes only where the batch saves more.
     """
     n = len(entries)
     if routing == "scan" or n == 0:

@@ -299,10 +299,11 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
 
 // The tiled postings (postings_topk.cu's layout) of some ids, from a wide layout
 // (settopk/kernels/cuda/wide.py): id p < slot_len[s] of slot s, numbered d = dense[id] != 0,
-// is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. Two launches: with `fill` 0,
-// counts[segment] += 1 per entry; then, with `fill` 1, seg_start the counts' exclusive sums and the counts
-// zeroed, each entry takes a place in its segment (atomicAdd) and writes its position inside the
-// tile. The order inside a segment is arbitrary: ScanCount's counters do not depend on it.
+// is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. With `fill` 0, counts[segment] += 1 per
+// entry; with `fill` 1, cursor[segment] starting at the segment's start in `post` (the counts'
+// exclusive sums), each entry takes the place its cursor points to (one atomicAdd, which returns it)
+// and writes its position inside the tile there. A shard that keeps its counts per (id, tile) runs the
+// fill alone. The order inside a segment is arbitrary: ScanCount's counters do not depend on it.
 //
 // Most of the layout's ids are not numbered, so each is first tested against `filter`, a Bloom
 // filter of the numbered ids in shared memory (bits filter_bit(id, 0) and filter_bit(id, 1) set
@@ -326,7 +327,7 @@ layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
                 const long long* __restrict__ chunk_start, const unsigned short* __restrict__ slot_len,
                 const int* __restrict__ slot_pos, long long n_chunks, long long n_docs,
                 const unsigned* __restrict__ filter, const unsigned* __restrict__ dense, int n_tiles,
-                int* __restrict__ counts, const long long* __restrict__ seg_start,
+                int* __restrict__ counts, unsigned long long* __restrict__ cursor,
                 unsigned short* __restrict__ post, int fill) {
     extern __shared__ unsigned s_filter[];
     for (int i = threadIdx.x; i < kFilterWords; i += blockDim.x) s_filter[i] = filter[i];
@@ -368,7 +369,7 @@ layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
                     if (d == 0u) continue;
                     const long long seg = static_cast<long long>(d) * n_tiles + tile;
                     if (!fill) atomicAdd(&counts[seg], 1);
-                    else post[seg_start[seg] + atomicAdd(&counts[seg], 1)] = in_tile;
+                    else post[atomicAdd(&cursor[seg], 1ull)] = in_tile;
                 }
             }
         }

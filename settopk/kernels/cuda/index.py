@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..cost import DOC_OVERHEAD_SLOTS, WIDE_BUILD_S_PER_SLOT, cupy_route_mask
+from ..cost import DOC_OVERHEAD_SLOTS, WIDE_PASS_S_PER_SLOT, cupy_route_mask
 from ..keys import (DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_fractions, cosine_key_table,
                     key_scale)
 from ..postings import check_routing
@@ -606,7 +606,8 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         if self._postings is not None:
             entries = self._postings.query_entries(batch.offsets, tokens)
             routed = cupy_route_mask(self.routing, entries, self._postings.n_tiles, self._scan_slots,
-                                     self.queries_per_block, WIDE_BUILD_S_PER_SLOT * self._scan_slots)
+                                     self.queries_per_block,
+                                     WIDE_PASS_S_PER_SLOT * self._postings.build_passes * self._scan_slots)
             if eligible is not None:
                 routed &= eligible
             if routed.any():

@@ -40,12 +40,15 @@ import numpy as np
 from .levels import CHUNK_SLOTS
 from .postings import GpuPostings
 
-__all__ = ["WideLayout", "WidePostings", "batch_dense_ids", "split_by_distinct"]
+__all__ = ["TILE_COUNTS_BYTES_PER_DOC", "WideLayout", "WidePostings", "batch_dense_ids", "split_by_distinct"]
 
 _THREADS = 256  # remap_layout
 _FILTER_LOG2 = 20  # layout_postings' Bloom filter in shared memory: 2**20 bits (kFilterBits)
 _FILTER_BITS = 1 << _FILTER_LOG2
 _PASS_THREADS = 1024  # layout_postings (kLayoutPostingsThreads), one block per SM
+# Device bytes per doc a wide shard may spend on its postings' counts per (id, tile), which spare each
+# chunk's build its counting pass: 2 bytes per (id, tile) is 32 per doc at 2**20 ids over full tiles.
+TILE_COUNTS_BYTES_PER_DOC = 32
 
 
 def batch_dense_ids(tokens, xp=np):
@@ -194,13 +197,16 @@ class WideLayout:
 class WidePostings(GpuPostings):
     """The GPU postings of a wide shard, built for each chunk of queries from its layout.
 
-    Postings over ``2**24`` ids would need a segment per (id, tile), so a wide shard keeps only each
-    id's doc count (for the cost model), and a chunk of queries that routes some to the postings gets
+    Postings over ``2**24`` ids would need a segment per (id, tile), so a wide shard keeps each id's
+    doc count (for the cost model), and a chunk of queries that routes some to the postings gets
     postings of those queries' ids, numbered ``1..m`` in ascending order, laid out as a narrow
-    shard's: two passes of ``layout_postings`` over the layout (count, then fill), after which
-    ``postings_emit`` runs on them with the queries' ids in those numbers (:meth:`numbers`). Exact:
-    every doc that holds one of those ids is in its postings, which is all ScanCount reads for
-    those queries. One build serves every batch the chunk is cut into for the count kernel's table.
+    shard's: ``layout_postings`` counts the entries of each (number, tile) in a pass over the layout,
+    then places them in a second pass; after that ``postings_emit`` runs on them with the queries'
+    ids in those numbers (:meth:`numbers`). Where the counts of every (id, tile) fit
+    :data:`TILE_COUNTS_BYTES_PER_DOC` (up to about ``2**20`` ids), the shard keeps them from its build
+    and each chunk runs the second pass alone. Exact: every doc that holds one of those ids is in its
+    postings, which is all ScanCount reads for those queries. One build serves every batch the chunk
+    is cut into for the count kernel's table.
 
     Parameters
     ----------
@@ -219,9 +225,13 @@ class WidePostings(GpuPostings):
 
     Attributes
     ----------
+    build_passes : int
+        Passes over the layout a chunk's build takes: 1 with the counts per (id, tile), else 2.
     nbytes : int
-        Device bytes held between batches: ``4 n_ids`` (the docs per id). A batch's postings take
-        ``2`` bytes per entry, ``12`` per (number, tile) and ``4 n_ids`` for the map while it runs.
+        Device bytes held between batches: ``4 n_ids`` (the docs per id), plus ``2 n_ids n_tiles``
+        for the counts per (id, tile) where kept (``4 n_ids n_tiles`` if a tile's docs all hold one
+        id). A chunk's postings take ``2`` bytes per entry, ``16`` per (number, tile), and, for the
+        counting pass, ``4`` per (number, tile) and ``4 n_ids`` for the map while they are built.
     """
 
     def __init__(self, layout: WideLayout, tokens, slots: tuple, n_docs: int, kernel, n_sm: int):
@@ -237,7 +247,15 @@ class WidePostings(GpuPostings):
         self.n_words = 1
         self.post = cupy.zeros(1, dtype=np.uint16)
         self.seg_start = cupy.zeros(self.n_tiles + 1, dtype=np.int64)
-        self.nbytes = int(self._docs_per_id.nbytes)
+        self._tile_counts = None  # (n_ids, n_tiles): entries per (id, tile), where kept
+        if 2 * layout.n_ids * self.n_tiles <= TILE_COUNTS_BYTES_PER_DOC * n_docs:
+            counts = cupy.zeros((layout.n_ids + 1) * self.n_tiles, dtype=np.int32)  # row d = id + 1: every id
+            every = cupy.arange(1, layout.n_ids + 1, dtype=np.uint32)
+            self._pass(cupy.full(_FILTER_BITS // 32, 0xFFFFFFFF, dtype=np.uint32), every, counts, None, fill=False)
+            counts = counts[self.n_tiles :].reshape(layout.n_ids, self.n_tiles)
+            self._tile_counts = counts.astype(np.uint16) if int(counts.max()) < 1 << 16 else counts
+        self.build_passes = 2 if self._tile_counts is None else 1
+        self.nbytes = int(self._docs_per_id.nbytes) + (0 if self._tile_counts is None else int(self._tile_counts.nbytes))
 
     def query_entries(self, offsets: np.ndarray, tokens) -> np.ndarray:
         """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
@@ -267,7 +285,7 @@ class WidePostings(GpuPostings):
         distinct = cupy.unique(ids)
         self._distinct = distinct
         self.n_words = len(distinct) + 1
-        held = distinct[distinct < self._layout.n_ids].astype(np.int64)
+        held = distinct[distinct < self._layout.n_ids].astype(np.int64)  # a prefix: numbers 1..len(held)
         dense = cupy.zeros(self._layout.n_ids, dtype=np.uint32)
         dense[held] = cupy.arange(1, len(held) + 1, dtype=np.uint32)
         bits = cupy.zeros(_FILTER_BITS, dtype=bool)
@@ -275,14 +293,18 @@ class WidePostings(GpuPostings):
         bits[((held * 2654435761) & 0xFFFFFFFF) >> (32 - _FILTER_LOG2)] = True
         filter_words = (bits.reshape(-1, 32).astype(np.uint32) << cupy.arange(32, dtype=np.uint32)).sum(
             axis=1, dtype=np.uint32)
-        counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
-        self.seg_start = cupy.zeros(len(counts) + 1, dtype=np.int64)
+        self.seg_start = cupy.zeros(self.n_words * self.n_tiles + 1, dtype=np.int64)
         self.post = cupy.zeros(1, dtype=np.uint16)
-        self._pass(filter_words, dense, counts, fill=False)
+        if self._tile_counts is None:
+            counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
+            self._pass(filter_words, dense, counts, None, fill=False)
+        else:  # rows 1..len(held) are the held ids' counts; the other numbers' segments are empty
+            counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
+            counts[self.n_tiles : self.n_tiles * (len(held) + 1)] = self._tile_counts[held].reshape(-1)
         cupy.cumsum(counts, dtype=np.int64, out=self.seg_start[1:])
+        del counts
         self.post = cupy.empty(max(1, int(self.seg_start[-1])), dtype=np.uint16)
-        counts.fill(0)
-        self._pass(filter_words, dense, counts, fill=True)
+        self._pass(filter_words, dense, None, self.seg_start[:-1].astype(np.uint64), fill=True)
 
     def numbers(self, tokens):
         """``tokens`` (cupy.ndarray of uint16 or uint32, device) in the numbers of the last :meth:`build`: uint32 of
@@ -294,14 +316,18 @@ class WidePostings(GpuPostings):
         at = cupy.minimum(cupy.searchsorted(self._distinct, tokens), len(self._distinct) - 1)
         return cupy.where(self._distinct[at] == tokens, at + 1, 0).astype(np.uint32)
 
-    def _pass(self, filter_words, dense, counts, *, fill: bool) -> None:
-        """One launch of ``layout_postings``: count the entries per segment, or place them in :attr:`post`."""
+    def _pass(self, filter_words, dense, counts, cursor, *, fill: bool) -> None:
+        """One launch of ``layout_postings``: add the entries of each segment to ``counts`` (device int32), or
+        place them in :attr:`post` at ``cursor`` (device uint64, each segment's start; advanced)."""
+        import cupy
+
         chunk_start, slot_len, slot_pos = self._slots
         low, high = self._layout.low, self._layout.high
         n_chunks = -(-self.n_docs // CHUNK_SLOTS)
+        unused = cupy.zeros(1, dtype=np.uint64 if counts is not None else np.int32)
         self._build_kernel.max_dynamic_shared_size_bytes = _FILTER_BITS // 8
         self._build_kernel((self._grid,), (_PASS_THREADS,),
                            (low, high, chunk_start, slot_len, slot_pos, np.int64(n_chunks), np.int64(self.n_docs),
-                            filter_words, dense, np.int32(self.n_tiles), counts, self.seg_start, self.post,
-                            np.int32(fill)),
+                            filter_words, dense, np.int32(self.n_tiles), counts if counts is not None else unused,
+                            cursor if cursor is not None else unused, self.post, np.int32(fill)),
                            shared_mem=_FILTER_BITS // 8)
