@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_threshold, brute_force_topk, parse_threshold
+from settopk.kernels.cuda import wide
 from settopk.kernels.cuda.wide import batch_dense_ids, split_by_distinct
 from settopk.kernels.sets import MAX_VOCAB
 from tests.gpu_helpers import assert_same_topk, cupy_index
@@ -144,10 +145,14 @@ def test_wide_postings_span_several_tiles_and_chunks():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("every_doc", [False, True])
-def test_wide_postings_keep_their_counts_per_id_and_tile_where_they_fit(every_doc):
+@pytest.mark.parametrize("cursors", ["uint32", "uint64"])
+def test_wide_postings_keep_their_counts_per_id_and_tile_where_they_fit(every_doc, cursors, monkeypatch):
     """Ids up to 68,536 over two postings tiles: the shard keeps its postings' counts per (id, tile) from
     its build (2 bytes each; 4 where a full tile's docs all hold one id) and each chunk's build places
-    the entries in one pass. Identical to the NumPy index for top-k and threshold pairs."""
+    the entries in one pass, with 32-bit cursors or (past 2**32 entries, forced here) 64-bit ones.
+    Identical to the NumPy index for top-k and threshold pairs."""
+    if cursors == "uint64":
+        monkeypatch.setattr(wide, "_UINT32_CURSOR_ENTRIES", 0)
     rng = np.random.default_rng(5)
     base, n_docs = 65_536, 70_000
     sets = [np.unique(rng.integers(base, base + 3_000, int(rng.integers(1, 12)))) for _ in range(n_docs)]

@@ -302,7 +302,8 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
 // is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. With `fill` 0, counts[segment] += 1 per
 // entry; with `fill` 1, cursor[segment] starting at the segment's start in `post` (the counts'
 // exclusive sums), each entry takes the place its cursor points to (one atomicAdd, which returns it)
-// and writes its position inside the tile there. A shard that keeps its counts per (id, tile) runs the
+// and writes its position inside the tile there. Cursor: unsigned int where `post` holds fewer than
+// 2**32 entries (half the bytes the atomics touch), else unsigned long long. A shard that keeps its counts per (id, tile) runs the
 // fill alone. The order inside a segment is arbitrary: ScanCount's counters do not depend on it.
 //
 // Most of the layout's ids are not numbered, so each is first tested against `filter`, a Bloom
@@ -322,12 +323,13 @@ __device__ __forceinline__ unsigned filter_bit(unsigned id, int which) {
     return which == 0 ? id & ((1u << kFilterBits) - 1u) : (id * 2654435761u) >> (32 - kFilterBits);
 }
 
+template <typename Cursor>
 __global__ void __launch_bounds__(kLayoutPostingsThreads, 1)
 layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
                 const long long* __restrict__ chunk_start, const unsigned short* __restrict__ slot_len,
                 const int* __restrict__ slot_pos, long long n_chunks, long long n_docs,
                 const unsigned* __restrict__ filter, const unsigned* __restrict__ dense, int n_tiles,
-                int* __restrict__ counts, unsigned long long* __restrict__ cursor,
+                int* __restrict__ counts, Cursor* __restrict__ cursor,
                 unsigned short* __restrict__ post, int fill) {
     extern __shared__ unsigned s_filter[];
     for (int i = threadIdx.x; i < kFilterWords; i += blockDim.x) s_filter[i] = filter[i];
@@ -357,19 +359,30 @@ layout_postings(const uint4* __restrict__ low, const uint2* __restrict__ high,
             for (int u = 0; u < kGroupsInFlight; ++u) {
                 const unsigned lo[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
                 const unsigned hi[2] = {h[u].x, h[u].y};
+                // A group's gathers, then its atomics, then its stores, each step's loads issued
+                // together: an entry waits on its own gather and atomic, not on the entries before it.
+                unsigned d[kIdsPerGroup];
 #pragma unroll
                 for (int e = 0; e < kIdsPerGroup; ++e) {
                     // build_layout's packing: low half-word e % 2 of lo[e / 2], high byte e % 4 of hi[e / 4].
                     const unsigned id = ((lo[e >> 1] >> (16 * (e & 1))) & 0xFFFFu) |
                                         (((hi[e >> 2] >> (8 * (e & 3))) & 0xFFu) << 16);
-                    if ((g0 + u) * kIdsPerGroup + e >= len) continue;
                     const unsigned b0 = filter_bit(id, 0), b1 = filter_bit(id, 1);
-                    if (!((s_filter[b0 >> 5] >> (b0 & 31u)) & (s_filter[b1 >> 5] >> (b1 & 31u)) & 1u)) continue;
-                    const unsigned d = dense[id];
-                    if (d == 0u) continue;
-                    const long long seg = static_cast<long long>(d) * n_tiles + tile;
-                    if (!fill) atomicAdd(&counts[seg], 1);
-                    else post[atomicAdd(&cursor[seg], 1ull)] = in_tile;
+                    const bool maybe = (g0 + u) * kIdsPerGroup + e < len &&
+                                       ((s_filter[b0 >> 5] >> (b0 & 31u)) & (s_filter[b1 >> 5] >> (b1 & 31u)) & 1u);
+                    d[e] = maybe ? dense[id] : 0u;
+                }
+                Cursor place[kIdsPerGroup];
+#pragma unroll
+                for (int e = 0; e < kIdsPerGroup; ++e) {
+                    const long long seg = static_cast<long long>(d[e]) * n_tiles + tile;
+                    if (d[e] != 0u && !fill) atomicAdd(&counts[seg], 1);
+                    if (d[e] != 0u && fill) place[e] = atomicAdd(&cursor[seg], Cursor(1));
+                }
+                if (fill) {
+#pragma unroll
+                    for (int e = 0; e < kIdsPerGroup; ++e)
+                        if (d[e] != 0u) post[place[e]] = in_tile;
                 }
             }
         }

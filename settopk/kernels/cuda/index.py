@@ -65,7 +65,10 @@ _BUILD_KERNELS = {
     ("plain", np.dtype(np.uint16)): "settopk::build_layout_plain<unsigned short>",
     ("plain", np.dtype(np.uint32)): "settopk::build_layout_plain<unsigned int>",
 }
-_OTHER_KERNELS = ("settopk::remap_layout", "settopk::layout_postings", "settopk::decode_topk")
+# A wide shard's postings build, by the dtype of its cursors into the postings (wide.WidePostings).
+_LAYOUT_POSTINGS_KERNELS = {np.dtype(np.uint32): "settopk::layout_postings<unsigned int>",
+                            np.dtype(np.uint64): "settopk::layout_postings<unsigned long long>"}
+_OTHER_KERNELS = ("settopk::remap_layout", "settopk::decode_topk")
 _MAX_LEN_LIMIT = 4096  # 13 counter planes count to 8191; the job's configs allow at most 4096
 _SPREAD_MAX_LEN = 255  # kSpreadMaxLen: longer docs are laid out by build_layout_plain
 _WINDOW_LENS = 512  # doc lengths whose threshold planes a 13-plane count block holds at once
@@ -102,11 +105,13 @@ def _kernels(device_id: int) -> dict:
     """The compiled kernels for ``device_id`` by short name: ``build_spread_uint16`` (and ``_plain``,
     ``_uint32``) by layout kind and id type; ``count32_8``/``count16_8`` for Braun-Blanquet and
     ``count32_any_8``, ``count16_any_8``, ``count32_any_13``, ``count16_any_13`` for any score;
-    ``select_topk_8``/``_13`` by counter planes; ``remap_layout``, ``decode_topk``."""
+    ``select_topk_8``/``_13`` by counter planes; ``remap_layout``, ``decode_topk``; ``layout_postings``, a
+    dict of the build's kernels by cursor dtype (uint32, uint64)."""
     names = (list(_COUNT_KERNELS.values()) + list(_SELECT_KERNELS.values()) + list(_BUILD_KERNELS.values())
-             + list(_OTHER_KERNELS))
+             + list(_LAYOUT_POSTINGS_KERNELS.values()) + list(_OTHER_KERNELS))
     module = load_kernels(_SOURCE, names, device_id)
     out = {name.split("::")[-1]: module[name] for name in _OTHER_KERNELS}
+    out["layout_postings"] = {dtype: module[name] for dtype, name in _LAYOUT_POSTINGS_KERNELS.items()}
     out.update({f"build_{kind}_{dtype.name}": module[name] for (kind, dtype), name in _BUILD_KERNELS.items()})
     out.update({f"select_topk_{planes}": module[name] for planes, name in _SELECT_KERNELS.items()})
     for (queries, any_score, planes), name in _COUNT_KERNELS.items():

@@ -49,6 +49,7 @@ _PASS_THREADS = 1024  # layout_postings (kLayoutPostingsThreads), one block per 
 # Device bytes per doc a wide shard may spend on its postings' counts per (id, tile), which spare each
 # chunk's build its counting pass: 2 bytes per (id, tile) is 32 per doc at 2**20 ids over full tiles.
 TILE_COUNTS_BYTES_PER_DOC = 32
+_UINT32_CURSOR_ENTRIES = 1 << 32  # a build's postings entries below which its cursors are uint32
 
 
 def batch_dense_ids(tokens, xp=np):
@@ -218,8 +219,8 @@ class WidePostings(GpuPostings):
         ``(chunk_start, slot_len, slot_pos)``: the layout's chunk starts (int64, in uint4 elements),
         slot lengths (uint16) and positions (int32), as ``CupyShardIndex`` builds them.
     n_docs : int
-    kernel : cupy.RawKernel
-        ``layout_postings``.
+    kernels : dict of numpy.dtype to cupy.RawKernel
+        ``layout_postings`` by the dtype of its cursors (uint32, uint64).
     n_sm : int
         The device's multiprocessors (the passes' grid).
 
@@ -234,13 +235,13 @@ class WidePostings(GpuPostings):
         counting pass, ``4`` per (number, tile) and ``4 n_ids`` for the map while they are built.
     """
 
-    def __init__(self, layout: WideLayout, tokens, slots: tuple, n_docs: int, kernel, n_sm: int):
+    def __init__(self, layout: WideLayout, tokens, slots: tuple, n_docs: int, kernels: dict, n_sm: int):
         import cupy
 
         self._start(n_docs)
         self._layout = layout
         self._slots = slots
-        self._build_kernel = kernel
+        self._build_kernels = kernels
         self._grid = max(1, n_sm)  # 128 KiB of filter a block
         self._docs_per_id = cupy.bincount(tokens, minlength=layout.n_ids).astype(np.int32)
         self._distinct = cupy.zeros(0, dtype=np.uint32)
@@ -303,8 +304,10 @@ class WidePostings(GpuPostings):
             counts[self.n_tiles : self.n_tiles * (len(held) + 1)] = self._tile_counts[held].reshape(-1)
         cupy.cumsum(counts, dtype=np.int64, out=self.seg_start[1:])
         del counts
-        self.post = cupy.empty(max(1, int(self.seg_start[-1])), dtype=np.uint16)
-        self._pass(filter_words, dense, None, self.seg_start[:-1].astype(np.uint64), fill=True)
+        n_entries = int(self.seg_start[-1])
+        self.post = cupy.empty(max(1, n_entries), dtype=np.uint16)
+        cursor = self.seg_start[:-1].astype(np.uint32 if n_entries < _UINT32_CURSOR_ENTRIES else np.uint64)
+        self._pass(filter_words, dense, None, cursor, fill=True)
 
     def numbers(self, tokens):
         """``tokens`` (cupy.ndarray of uint16 or uint32, device) in the numbers of the last :meth:`build`: uint32 of
@@ -318,16 +321,19 @@ class WidePostings(GpuPostings):
 
     def _pass(self, filter_words, dense, counts, cursor, *, fill: bool) -> None:
         """One launch of ``layout_postings``: add the entries of each segment to ``counts`` (device int32), or
-        place them in :attr:`post` at ``cursor`` (device uint64, each segment's start; advanced)."""
+        place them in :attr:`post` at ``cursor`` (device uint32 or uint64, each segment's start; advanced)."""
         import cupy
 
         chunk_start, slot_len, slot_pos = self._slots
         low, high = self._layout.low, self._layout.high
         n_chunks = -(-self.n_docs // CHUNK_SLOTS)
-        unused = cupy.zeros(1, dtype=np.uint64 if counts is not None else np.int32)
-        self._build_kernel.max_dynamic_shared_size_bytes = _FILTER_BITS // 8
-        self._build_kernel((self._grid,), (_PASS_THREADS,),
-                           (low, high, chunk_start, slot_len, slot_pos, np.int64(n_chunks), np.int64(self.n_docs),
-                            filter_words, dense, np.int32(self.n_tiles), counts if counts is not None else unused,
-                            cursor if cursor is not None else unused, self.post, np.int32(fill)),
-                           shared_mem=_FILTER_BITS // 8)
+        if cursor is None:
+            cursor = cupy.zeros(1, dtype=np.uint32)
+        if counts is None:
+            counts = cupy.zeros(1, dtype=np.int32)
+        kernel = self._build_kernels[cursor.dtype]
+        kernel.max_dynamic_shared_size_bytes = _FILTER_BITS // 8
+        kernel((self._grid,), (_PASS_THREADS,),
+               (low, high, chunk_start, slot_len, slot_pos, np.int64(n_chunks), np.int64(self.n_docs), filter_words,
+                dense, np.int32(self.n_tiles), counts, cursor, self.post, np.int32(fill)),
+               shared_mem=_FILTER_BITS // 8)
