@@ -58,9 +58,12 @@ __device__ __forceinline__ long long score_den(int score, int query_len, int doc
 constexpr int kPostTileBits = 16;
 constexpr int kPostTile = 1 << kPostTileBits;
 
+// Where the row of doc length d starts in cosine's key table (rows 0..d - 1 hold 1..d keys).
+__device__ __forceinline__ int cosine_row(int doc_len) { return doc_len * (doc_len + 1) / 2; }
+
 // Cosine's key of overlap o (<= doc_len) with a doc of doc_len ids.
 __device__ __forceinline__ long long cosine_key(const int* __restrict__ cosine_keys, int overlap, int doc_len) {
-    return cosine_keys[doc_len * (doc_len + 1) / 2 + overlap];
+    return cosine_keys[cosine_row(doc_len) + overlap];
 }
 
 // Unclamped least overlap whose key is > t: kernels.keys.least_overlap (see
@@ -79,7 +82,7 @@ __device__ __forceinline__ long long least_overlap(long long t, int query_len, i
         case kJaccard: return (t1 * den + scale + t1 - 1) / (scale + t1);
         case kCosine: {
             if (t1 <= 0) return 0;
-            const int n_keys = (max_len + 1) * (max_len + 2) / 2;
+            const int n_keys = cosine_row(max_len + 1);
             if (t1 > cosine_keys[n_keys - 1]) return max_len + 1;  // above the largest key, max_len^2 / max_len's
             const unsigned fraction = static_cast<unsigned>(cosine_keys[n_keys + t1]);
             const long long a = fraction >> 16, b = fraction & 0xffffu;
