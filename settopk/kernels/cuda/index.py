@@ -38,15 +38,6 @@ from .wide import WideLayout, WidePostings, split_by_distinct
 
 __all__ = ["CupyShardIndex", "warm_up"]
 
-
-class _Run(NamedTuple):
-    """One batch of a chunk of queries, as ``CupyShardIndex._runs`` cuts it."""
-
-    rows: np.ndarray  # host int64, ascending: the batch's rows among the searched queries
-    batch: SetBatch  # those queries (host)
-    routed: np.ndarray | None  # host bool per row: sent to the postings (built for them); None: the batch routes
-    tokens: object  # the batch's ids on the device, or None: the batch uploads them
-
 _SOURCE = "bitslice_topk.cu"
 # (queries per block, any score, counter planes): Braun-Blanquet has a kernel of its own on 8 planes
 # (see count_emit's kAnyScore); 13 planes (max_len above 255) take the score at run time.
@@ -74,6 +65,16 @@ _SPREAD_MAX_LEN = 255  # kSpreadMaxLen: longer docs are laid out by build_layout
 _WINDOW_LENS = 512  # doc lengths whose threshold planes a 13-plane count block holds at once
 _IDS_PER_GROUP = 8  # kIdsPerGroup
 _BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
+
+
+class _Run(NamedTuple):
+    """One batch of a chunk of queries, as ``CupyShardIndex._runs`` cuts it."""
+
+    rows: np.ndarray  # host int64, ascending: the batch's rows among the searched queries
+    batch: SetBatch  # those queries (host)
+    routed: np.ndarray | None  # host bool per row: sent to the postings (built for them); None: the batch routes
+    tokens: object  # the batch's ids on the device, or None: the batch uploads them
+
 
 def warm_up(routing: str = "scan") -> None:
     """Create the CUDA context on the current device and load every kernel a build and a search
