@@ -79,11 +79,9 @@ def _batches(n: int, batch_size: int | None, backend: str) -> list[tuple[int, in
 
 def _kernel_alone(kernel, queries, k: int, batches: list[tuple[int, int]]):
     """Seconds inside the backend's ``search`` for every batch, and the results (kernel TopKs)."""
-    from settopk.index import _rows
-
     seconds, parts = 0.0, []
     for lo, hi in batches:
-        batch = queries if (lo, hi) == (0, queries.n_sets) else _rows(queries, lo, hi)
+        batch = queries if (lo, hi) == (0, queries.n_sets) else queries.slice(lo, hi)
         start = time.perf_counter()
         parts.append(kernel.search(batch, k))
         seconds += time.perf_counter() - start
