@@ -299,12 +299,13 @@ __global__ void remap_layout(const uint4* __restrict__ low, const uint2* __restr
 
 // The tiled postings (postings_topk.cu's layout) of some ids, from a wide layout
 // (settopk/kernels/cuda/wide.py): id p < slot_len[s] of slot s, numbered d = dense[id] != 0,
-// is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. With `fill` 0, counts[segment] += 1 per
-// entry; with `fill` 1, cursor[segment] starting at the segment's start in `post` (the counts'
-// exclusive sums), each entry takes the place its cursor points to (one atomicAdd, which returns it)
-// and writes its position inside the tile there. Cursor: unsigned int where `post` holds fewer than
-// 2**32 entries (half the bytes the atomics touch), else unsigned long long. A shard that keeps its counts per (id, tile) runs the
-// fill alone. The order inside a segment is arbitrary: ScanCount's counters do not depend on it.
+// is an entry of segment d * n_tiles + slot_pos[s] / kPostTile. With `fill` 0, counts[segment] += 1
+// per entry; with `fill` 1, cursor[segment] starting at the segment's start in `post` (the counts'
+// exclusive sums), each entry takes the place its cursor points to (one atomicAdd, which returns
+// it) and writes its position inside the tile there. Cursor: unsigned int where `post` holds fewer
+// than 2**32 entries (half the bytes the atomics touch), else unsigned long long. A shard that keeps
+// its counts per (id, tile) runs the fill alone. The order inside a segment is arbitrary:
+// ScanCount's counters do not depend on it.
 //
 // Most of the layout's ids are not numbered, so each is first tested against `filter`, a Bloom
 // filter of the numbered ids in shared memory (bits filter_bit(id, 0) and filter_bit(id, 1) set

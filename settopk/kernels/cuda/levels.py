@@ -345,8 +345,8 @@ class LevelSearch:
         that beats the query's bound, so its selection is the query's top-k: with fewer than k of
         them (bound below key 1, every doc sharing an id with the query), the top-k ends with the first
         other docs by position (key 0; counted in ``last_routing["filled"]``); where a capacity below k
-        lost some, the query is scanned (or, in a batch without table numbers, left in ``batch.deferred``). Returns the rows whose last level ran through the postings
-        (host), or None."""
+        lost some, the query is scanned (or, in a batch without table numbers, left in
+        ``batch.deferred``). Returns the rows whose last level ran through the postings (host), or None."""
         import cupy
 
         rows_dev = cupy.asarray(rows.astype(np.int32))

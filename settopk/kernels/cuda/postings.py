@@ -125,8 +125,8 @@ class GpuPostings:
              scale: int, score_code: int, cosine_keys, count, cand_base, cand_cap, cand) -> None:
         """Launch ``postings_emit`` for the queries ``rows`` (device int32, C-contiguous, indices into the
         query arrays; query ``q``'s ids are ``qtok[qoff[q] : qoff[q] + qlen[q]]``, uint16, or uint32 for a
-        wide shard's postings, in their numbers: :meth:`settopk.kernels.cuda.wide.WidePostings.numbers`) over the docs at
-        positions below ``limit`` (``n_docs``: the whole shard, where every routed query must have
+        wide shard's postings, in their numbers: :meth:`settopk.kernels.cuda.wide.WidePostings.numbers`) over
+        the docs at positions below ``limit`` (``n_docs``: the whole shard, where every routed query must have
         ``bound_key >= 1``; less: a sampling level). Arrays as in ``count_emit``.
 
         Raises

@@ -256,7 +256,8 @@ class WidePostings(GpuPostings):
             counts = counts[self.n_tiles :].reshape(layout.n_ids, self.n_tiles)
             self._tile_counts = counts.astype(np.uint16) if int(counts.max()) < 1 << 16 else counts
         self.build_passes = 2 if self._tile_counts is None else 1
-        self.nbytes = int(self._docs_per_id.nbytes) + (0 if self._tile_counts is None else int(self._tile_counts.nbytes))
+        kept = 0 if self._tile_counts is None else int(self._tile_counts.nbytes)
+        self.nbytes = int(self._docs_per_id.nbytes) + kept
 
     def query_entries(self, offsets: np.ndarray, tokens) -> np.ndarray:
         """Postings entries of each query's ids (ScanCount's reads): host int64 of shape (n_queries,).
@@ -296,11 +297,10 @@ class WidePostings(GpuPostings):
             axis=1, dtype=np.uint32)
         self.seg_start = cupy.zeros(self.n_words * self.n_tiles + 1, dtype=np.int64)
         self.post = cupy.zeros(1, dtype=np.uint16)
+        counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
         if self._tile_counts is None:
-            counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
             self._pass(filter_words, dense, counts, None, fill=False)
         else:  # rows 1..len(held) are the held ids' counts; the other numbers' segments are empty
-            counts = cupy.zeros(self.n_words * self.n_tiles, dtype=np.int32)
             counts[self.n_tiles : self.n_tiles * (len(held) + 1)] = self._tile_counts[held].reshape(-1)
         cupy.cumsum(counts, dtype=np.int64, out=self.seg_start[1:])
         del counts
