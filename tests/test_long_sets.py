@@ -222,7 +222,7 @@ def test_lognormal_length_law_is_netflix_shaped_and_seeded():
 @pytest.mark.parametrize("score", ["braun_blanquet", "jaccard"])
 @pytest.mark.parametrize("window", [None, 3, 40])
 def test_gpu_long_sets_equal_the_numpy_index(score, window, monkeypatch):
-    """Thousands of docs of 0 to 1500 ids (chunks laid out by both build kernels), small tiles, several
+    """Thousands of docs of 0 to 1500 ids (laid out in segments of 255 positions), small tiles, several
     sampling levels, and threshold planes taken a few doc lengths at a time (``window``): the GPU's
     TopK equals the NumPy index's, with and without floors, ids beyond 65,536 included."""
     import settopk.kernels.cuda.index as cuda_index
@@ -255,6 +255,49 @@ def test_gpu_long_sets_equal_the_numpy_index(score, window, monkeypatch):
                       score=score, tile_docs=512)
     shifted = SetBatch(queries.offsets, queries.tokens.astype(np.uint32) + 70_000)
     assert_same_topk(wide.search(shifted, k), cpu.search(queries, k))
+
+
+def _wavefronts(rows: np.ndarray) -> np.ndarray:
+    """Shared-memory wavefronts of each position of a chunk (``rows``: 32 lanes x positions of ids, -1
+    past a doc's end): the most distinct ids the lanes read from one of the 32 banks (equal ids are
+    one broadcast)."""
+    ids = np.sort(rows, axis=0)
+    distinct = (ids >= 0) & np.vstack([np.ones((1, ids.shape[1]), bool), ids[1:] != ids[:-1]])
+    counts = np.zeros((32, ids.shape[1]), dtype=np.int64)
+    np.add.at(counts, (ids % 32, np.broadcast_to(np.arange(ids.shape[1]), ids.shape)), distinct)
+    return counts.max(axis=0)
+
+
+@pytest.mark.gpu
+def test_gpu_layout_spreads_long_docs_over_banks_in_segments():
+    """Docs past 255 ids are laid out in segments of 255 positions, each holding the doc's next 255 ids
+    (sorted ids, any order inside the segment), each spread over the 32 shared-memory banks: on random
+    ids, well under the wavefronts of the ids laid out in order."""
+    from tests.gpu_helpers import cupy_index
+
+    rng = np.random.default_rng(43)
+    lengths = np.minimum(rng.lognormal(5.5, 0.8, 2000).astype(np.int64), 1500)
+    docs = SetBatch.from_lists([np.sort(rng.choice(65536, size=n, replace=False)) for n in lengths])
+    gpu = cupy_index(docs, np.arange(docs.n_sets, dtype=np.int64), 1500)
+    groups = gpu._groups.get().view(np.uint16).reshape(-1, 8).astype(np.int64)
+    starts, slot_len, slot_pos = (a.get() for a in (gpu._chunk_start, gpu._slot_len, gpu._slot_pos))
+    spread, in_order = [], []
+    for c in range(-(-docs.n_sets // 32)):
+        slots = np.arange(32 * c, min(32 * c + 32, docs.n_sets))
+        n_pos = int(slot_len[slots[-1]] + 7) // 8 * 8
+        laid, plain = np.full((32, n_pos), -1), np.full((32, n_pos), -1)
+        for lane, slot in enumerate(slots):
+            n = int(slot_len[slot])
+            want = docs.tokens[docs.offsets[slot_pos[slot]]:docs.offsets[slot_pos[slot] + 1]].astype(np.int64)
+            got = groups[starts[c] + 32 * np.arange(n_pos // 8) + lane].reshape(-1)[:n]
+            for lo in range(0, n, 255):
+                assert np.array_equal(np.sort(got[lo:lo + 255]), want[lo:lo + 255]), (slot, lo)
+            laid[lane, :n], plain[lane, :n] = got, want
+        keep = slice(255, None)  # the positions of the second segment on
+        spread.append(_wavefronts(laid)[keep])
+        in_order.append(_wavefronts(plain)[keep])
+    spread, in_order = np.concatenate(spread), np.concatenate(in_order)
+    assert len(spread) > 1000 and spread.mean() < 0.7 * in_order.mean(), (spread.mean(), in_order.mean())
 
 
 @pytest.mark.gpu

@@ -61,7 +61,7 @@ namespace settopk {
 constexpr int kChunkSlots = 32;    // slots per layout chunk (a warp)
 constexpr int kIdsPerGroup = 8;    // uint16 ids per uint4
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
-constexpr int kSpreadMaxLen = 255; // longest doc build_layout spreads over banks (byte cursors)
+constexpr int kSpreadMaxLen = 255; // positions build_layout spreads at once (byte cursors)
 
 // Counter planes: 8 count overlaps up to 255 (max_len <= 255) with uint8 threshold tables; 13
 // count up to 8191 (max_len <= 4096) with uint16 tables. kNever: the clamped least overlap
@@ -152,10 +152,12 @@ __device__ __forceinline__ int slot_ids(const long long* __restrict__ offsets, c
 // 65 ids per doc).
 //
 // Dynamic shared memory: per warp, 32 lanes x stride ids (stride >= the
-// longest doc) and 32 x 32 bank cursors (begin, end). Every element of every
-// chunk is written; padding ids past a doc's end are 0 (the count kernel
-// masks them). The cursors are bytes, so it takes the chunks [0, n_chunks)
-// whose docs hold at most kSpreadMaxLen ids; build_layout_plain writes longer ones.
+// longest doc, or kSpreadMaxLen) and 32 x 32 bank cursors (begin, end). Every
+// element of every chunk is written; padding ids past a doc's end are 0 (the
+// count kernel masks them). The cursors are bytes, so a doc longer than
+// kSpreadMaxLen ids is spread in segments of kSpreadMaxLen positions, each
+// taking the next kSpreadMaxLen of its ids (on the NETFLIX shape, two thirds
+// of the ids lie in such docs).
 constexpr int kBuildWarps = 4;
 
 //
@@ -178,98 +180,72 @@ build_layout(const long long* __restrict__ offsets, const Id* __restrict__ token
                              (warp * 32 + lane) * 64;  // [0, 32): next free (pops from the top), [32, 64): begin
     for (long long c = static_cast<long long>(blockIdx.x) * kBuildWarps + warp; c < n_chunks;
          c += static_cast<long long>(gridDim.x) * kBuildWarps) {
-        const int n_groups = chunk_groups[c];
+        const int n_positions = chunk_groups[c] * kIdsPerGroup;
         const long long slot = c * 32 + lane;
         const Id* src = tokens;
         const int len = slot_ids(offsets, tokens, slot_pos, slot, n_docs, src);
-        // Bucket the doc's ids by bank (counting sort into ids[]).
-        unsigned char* top = cursors;
-        unsigned char* begin = cursors + 32;
-        for (int b = 0; b < 32; ++b) top[b] = 0;
-        for (int t = 0; t < len; ++t) ++top[src[t] & 31u];
-        unsigned avail = 0u, many = 0u;
-        int sum = 0;
-        for (int b = 0; b < 32; ++b) {
-            const int count = top[b];
-            avail |= (count > 0 ? 1u : 0u) << b;
-            many |= (count > 1 ? 1u : 0u) << b;
-            begin[b] = static_cast<unsigned char>(sum);
-            top[b] = static_cast<unsigned char>(sum);
-            sum += count;
-        }
-        for (int t = 0; t < len; ++t) {
-            const unsigned id = src[t];
-            ids[top[id & 31u]++] = static_cast<Id>(id);
-        }
-        // Positions, lane after lane; `used` holds the banks taken at this position.
         unsigned packed[4] = {0u, 0u, 0u, 0u};
         unsigned packed_high[2] = {0u, 0u};
-        const int n_positions = n_groups * kIdsPerGroup;
-        for (int p = 0; p < n_positions; ++p) {
-            unsigned used = 0u;
-            unsigned mine = 0u;  // this lane's id at position p (0: padding)
-            for (int j = 0; j < 32; ++j) {
-                if (lane == j && p < len) {
-                    const unsigned free = avail & ~used;
-                    unsigned m = free & many;
-                    if (!m) m = free;
-                    if (!m) m = avail & many;
-                    if (!m) m = avail;
-                    const int rot = (lane + p) & 31;  // start the search at a lane-specific bank
-                    const unsigned r = __funnelshift_r(m, m, rot);
-                    const int b = (__ffs(r) - 1 + rot) & 31;
-                    const int at = --top[b];
-                    mine = ids[at];
-                    const int left = at - begin[b];
-                    if (left == 0) avail &= ~(1u << b);
-                    if (left < 2) many &= ~(1u << b);
-                    used |= 1u << b;
-                }
-                used = __shfl_sync(kFullMask, used, j);
+        // Segments of kSpreadMaxLen positions, each spread over the banks on its own: the lane's
+        // ids at those positions are its ids src[seg0, seg0 + kSpreadMaxLen).
+        for (int seg0 = 0; seg0 < n_positions; seg0 += kSpreadMaxLen) {
+            const int seg_len = max(0, min(len - seg0, kSpreadMaxLen));
+            const Id* seg = src + seg0;
+            // Bucket the segment's ids by bank (counting sort into ids[]).
+            unsigned char* top = cursors;
+            unsigned char* begin = cursors + 32;
+            for (int b = 0; b < 32; ++b) top[b] = 0;
+            for (int t = 0; t < seg_len; ++t) ++top[seg[t] & 31u];
+            unsigned avail = 0u, many = 0u;
+            int sum = 0;
+            for (int b = 0; b < 32; ++b) {
+                const int count = top[b];
+                avail |= (count > 0 ? 1u : 0u) << b;
+                many |= (count > 1 ? 1u : 0u) << b;
+                begin[b] = static_cast<unsigned char>(sum);
+                top[b] = static_cast<unsigned char>(sum);
+                sum += count;
             }
-            packed[(p & 7) >> 1] |= (mine & 0xFFFFu) << (16 * (p & 1));
-            if (sizeof(Id) == 4) packed_high[(p & 7) >> 2] |= ((mine >> 16) & 0xFFu) << (8 * (p & 3));
-            if ((p & 7) == 7) {
-                const long long at = chunk_start[c] + static_cast<long long>(p >> 3) * kChunkSlots + lane;
-                out[at] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                if (sizeof(Id) == 4) high[at] = make_uint2(packed_high[0], packed_high[1]);
-                packed[0] = packed[1] = packed[2] = packed[3] = 0u;
-                packed_high[0] = packed_high[1] = 0u;
+            for (int t = 0; t < seg_len; ++t) {
+                const unsigned id = seg[t];
+                ids[top[id & 31u]++] = static_cast<Id>(id);
+            }
+            // Positions, lane after lane; `used` holds the banks taken at this position.
+            const int seg_end = min(n_positions, seg0 + kSpreadMaxLen);
+            for (int p = seg0; p < seg_end; ++p) {
+                unsigned used = 0u;
+                unsigned mine = 0u;  // this lane's id at position p (0: padding)
+                for (int j = 0; j < 32; ++j) {
+                    if (lane == j && p - seg0 < seg_len) {
+                        const unsigned free = avail & ~used;
+                        unsigned m = free & many;
+                        if (!m) m = free;
+                        if (!m) m = avail & many;
+                        if (!m) m = avail;
+                        const int rot = (lane + p) & 31;  // start the search at a lane-specific bank
+                        const unsigned r = __funnelshift_r(m, m, rot);
+                        const int b = (__ffs(r) - 1 + rot) & 31;
+                        const int at = --top[b];
+                        mine = ids[at];
+                        const int left = at - begin[b];
+                        if (left == 0) avail &= ~(1u << b);
+                        if (left < 2) many &= ~(1u << b);
+                        used |= 1u << b;
+                    }
+                    used = __shfl_sync(kFullMask, used, j);
+                }
+                packed[(p & 7) >> 1] |= (mine & 0xFFFFu) << (16 * (p & 1));
+                if (sizeof(Id) == 4) packed_high[(p & 7) >> 2] |= ((mine >> 16) & 0xFFu) << (8 * (p & 3));
+                if ((p & 7) == 7) {
+                    const long long at = chunk_start[c] + static_cast<long long>(p >> 3) * kChunkSlots + lane;
+                    out[at] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                    if (sizeof(Id) == 4) high[at] = make_uint2(packed_high[0], packed_high[1]);
+                    packed[0] = packed[1] = packed[2] = packed[3] = 0u;
+                    packed_high[0] = packed_high[1] = 0u;
+                }
             }
         }
         __syncwarp();
-    }
-}
-
-// The same layout for chunks [chunk0, n_chunks), each doc's ids in their own order: for docs
-// longer than build_layout's byte cursors and shared memory take (max_len above kSpreadMaxLen).
-// One warp per chunk, lane l holds slot 32 c + l; the warp's stores are contiguous.
-template <typename Id>
-__global__ void build_layout_plain(const long long* __restrict__ offsets, const Id* __restrict__ tokens,
-                                   const int* __restrict__ slot_pos, const long long* __restrict__ chunk_start,
-                                   const int* __restrict__ chunk_groups, long long chunk0, long long n_chunks,
-                                   long long n_docs, uint4* __restrict__ out, uint2* __restrict__ high) {
-    const int lane = threadIdx.x & 31;
-    const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
-    for (long long c = chunk0 + (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; c < n_chunks;
-         c += warps) {
-        const long long slot = c * 32 + lane;
-        const Id* src = tokens;
-        const int len = slot_ids(offsets, tokens, slot_pos, slot, n_docs, src);
-        for (int g = 0; g < chunk_groups[c]; ++g) {
-            unsigned packed[4] = {0u, 0u, 0u, 0u};
-            unsigned packed_high[2] = {0u, 0u};
-#pragma unroll
-            for (int e = 0; e < kIdsPerGroup; ++e) {
-                const int p = g * kIdsPerGroup + e;
-                const unsigned id = p < len ? static_cast<unsigned>(src[p]) : 0u;
-                packed[e >> 1] |= (id & 0xFFFFu) << (16 * (e & 1));
-                if (sizeof(Id) == 4) packed_high[e >> 2] |= ((id >> 16) & 0xFFu) << (8 * (e & 3));
-            }
-            const long long at = chunk_start[c] + static_cast<long long>(g) * kChunkSlots + lane;
-            out[at] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-            if (sizeof(Id) == 4) high[at] = make_uint2(packed_high[0], packed_high[1]);
-        }
     }
 }
 

@@ -50,18 +50,16 @@ _COUNT_KERNELS = {
     (16, True, 13): "settopk::count_emit<16, unsigned short, true, 13>",
 }
 _SELECT_KERNELS = {8: "settopk::select_topk<8>", 13: "settopk::select_topk<13>"}
-_BUILD_KERNELS = {
-    ("spread", np.dtype(np.uint16)): "settopk::build_layout<unsigned short>",
-    ("spread", np.dtype(np.uint32)): "settopk::build_layout<unsigned int>",
-    ("plain", np.dtype(np.uint16)): "settopk::build_layout_plain<unsigned short>",
-    ("plain", np.dtype(np.uint32)): "settopk::build_layout_plain<unsigned int>",
-}
+# The layout's build by id type: uint16 ids, or a wide shard's (uint32, below 2**24).
+_BUILD_KERNELS = {np.dtype(np.uint16): "settopk::build_layout<unsigned short>",
+                  np.dtype(np.uint32): "settopk::build_layout<unsigned int>"}
 # A wide shard's postings build, by the dtype of its cursors into the postings (wide.WidePostings).
 _LAYOUT_POSTINGS_KERNELS = {np.dtype(np.uint32): "settopk::layout_postings<unsigned int>",
                             np.dtype(np.uint64): "settopk::layout_postings<unsigned long long>"}
 _OTHER_KERNELS = ("settopk::remap_layout", "settopk::decode_topk")
 _MAX_LEN_LIMIT = 4096  # 13 counter planes count to 8191; the job's configs allow at most 4096
-_SPREAD_MAX_LEN = 255  # kSpreadMaxLen: longer docs are laid out by build_layout_plain
+_SPREAD_MAX_LEN = 255  # kSpreadMaxLen: positions of a doc build_layout spreads over banks at once
+_POSTINGS_MAX_LEN = 255  # the GPU postings count overlaps in bytes
 _WINDOW_LENS = 512  # doc lengths whose threshold planes a 13-plane count block holds at once
 _IDS_PER_GROUP = 8  # kIdsPerGroup
 _BUILD_WARPS = 4  # kBuildWarps in bitslice_topk.cu: warps (chunks) per block of build_layout
@@ -103,8 +101,8 @@ def warm_up(routing: str = "scan") -> None:
 
 
 def _kernels(device_id: int) -> dict:
-    """The compiled kernels for ``device_id`` by short name: ``build_spread_uint16`` (and ``_plain``,
-    ``_uint32``) by layout kind and id type; ``count32_8``/``count16_8`` for Braun-Blanquet and
+    """The compiled kernels for ``device_id`` by short name: ``build_layout_uint16`` (and
+    ``_uint32``) by id type; ``count32_8``/``count16_8`` for Braun-Blanquet and
     ``count32_any_8``, ``count16_any_8``, ``count32_any_13``, ``count16_any_13`` for any score;
     ``select_topk_8``/``_13`` by counter planes; ``remap_layout``, ``decode_topk``; ``layout_postings``, a
     dict of the build's kernels by cursor dtype (uint32, uint64)."""
@@ -113,7 +111,7 @@ def _kernels(device_id: int) -> dict:
     module = load_kernels(_SOURCE, names, device_id)
     out = {name.split("::")[-1]: module[name] for name in _OTHER_KERNELS}
     out["layout_postings"] = {dtype: module[name] for dtype, name in _LAYOUT_POSTINGS_KERNELS.items()}
-    out.update({f"build_{kind}_{dtype.name}": module[name] for (kind, dtype), name in _BUILD_KERNELS.items()})
+    out.update({f"build_layout_{dtype.name}": module[name] for dtype, name in _BUILD_KERNELS.items()})
     out.update({f"select_topk_{planes}": module[name] for planes, name in _SELECT_KERNELS.items()})
     for (queries, any_score, planes), name in _COUNT_KERNELS.items():
         out[f"count{queries}" + ("_any" if any_score else "") + f"_{planes}"] = module[name]
@@ -189,8 +187,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         Bound on set sizes, in ``[1, 4096]`` for every score; fixes
         the key scale (:func:`settopk.kernels.key_scale`). Up to 255,
         overlaps are counted in 8 bit planes against uint8 threshold tables;
-        above, in 13 planes against uint16 tables, docs longer than 255 ids are
-        laid out in their own order (not spread over shared-memory banks), and
+        above, in 13 planes against uint16 tables, and
         ``routing`` is ``"scan"`` or ``"auto"`` (which then scans: the postings
         count overlaps in bytes).
     vocab_size : int, default 65536
@@ -301,8 +298,8 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             raise ValueError(f"max_len must be in [1, {_MAX_LEN_LIMIT}] for the GPU backend, found {max_len}")
         if not 1 <= vocab_size <= MAX_VOCAB:
             raise ValueError(f"vocab_size must be in [1, {MAX_VOCAB}], found {vocab_size}")
-        if max_len > _SPREAD_MAX_LEN and routing == "postings":
-            raise ValueError(f"routing 'postings' counts overlaps in bytes on the GPU (max_len <= {_SPREAD_MAX_LEN}), "
+        if max_len > _POSTINGS_MAX_LEN and routing == "postings":
+            raise ValueError(f"routing 'postings' counts overlaps in bytes on the GPU (max_len <= {_POSTINGS_MAX_LEN}), "
                              f"found max_len={max_len}; use routing 'scan' or 'auto' (which scans such a shard)")
         for name, value in (("tile_docs", tile_docs), ("query_batch", query_batch), ("redo_bytes", redo_bytes)):
             if value < 1:
@@ -428,24 +425,15 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self._groups = (cupy.empty if total else cupy.zeros)((max(1, total), 4), dtype=np.uint32)
         high = cupy.zeros((max(1, total), 2), dtype=np.uint32) if wide else self._groups
         if total:
-            # Chunks are length-sorted: those of docs up to 255 ids (a prefix) are spread over banks.
-            n_spread = int(cupy.count_nonzero(chunk_len <= _SPREAD_MAX_LEN))
-            grid = lambda chunks: (max(1, min(-(-chunks // _BUILD_WARPS), 65535 * 32)),)  # noqa: E731
-            common = (offsets, tokens, self._slot_pos, self._chunk_start, chunk_groups)
-            if n_spread:
-                longest = int(chunk_len[n_spread - 1])
-                stride = longest + (longest & 1)  # ids per lane in the build's shared memory (even: aligned cursors)
-                shared = _BUILD_WARPS * 32 * (tokens.itemsize * stride + 64)
-                kernel = self._kernels[f"build_spread_{tokens.dtype.name}"]
-                if shared > DEFAULT_SHARED_LIMIT:
-                    kernel.max_dynamic_shared_size_bytes = shared
-                kernel(grid(n_spread), (_BUILD_WARPS * 32,),
-                       (*common, np.int64(n_spread), np.int64(n), np.int32(stride), self._groups, high),
-                       shared_mem=shared)
-            if n_spread < n_chunks:
-                self._kernels[f"build_plain_{tokens.dtype.name}"](
-                    grid(n_chunks - n_spread), (_BUILD_WARPS * 32,),
-                    (*common, np.int64(n_spread), np.int64(n_chunks), np.int64(n), self._groups, high))
+            longest = min(int(chunk_len[-1]), _SPREAD_MAX_LEN)  # chunks are length-sorted
+            stride = longest + (longest & 1)  # ids per lane in the build's shared memory (even: aligned cursors)
+            shared = _BUILD_WARPS * 32 * (tokens.itemsize * stride + 64)
+            kernel = self._kernels[f"build_layout_{tokens.dtype.name}"]
+            if shared > DEFAULT_SHARED_LIMIT:
+                kernel.max_dynamic_shared_size_bytes = shared
+            kernel((max(1, min(-(-n_chunks // _BUILD_WARPS), 65535 * 32)),), (_BUILD_WARPS * 32,),
+                   (offsets, tokens, self._slot_pos, self._chunk_start, chunk_groups, np.int64(n_chunks),
+                    np.int64(n), np.int32(stride), self._groups, high), shared_mem=shared)
         if n == 0:  # keep every device pointer valid
             self._slot_len = cupy.zeros(1, dtype=np.uint16)
             self._slot_pos = cupy.zeros(1, dtype=np.int32)
