@@ -23,8 +23,8 @@
 //   * A thread scores one doc at a time. Its 32 overlaps are kept bit-sliced:
 //     bit j of plane b is bit b of query j's overlap. Words are added with
 //     carry-save adders in the Harley-Seal pattern (Mula, Kurz, Lemire, 2018):
-//     8 words cost 7 adders (2 three-input logic ops each, LOP3) and one
-//     ripple into the high planes, instead of 8 x 32 popcounts.
+//     16 words cost 15 adders (2 three-input logic ops each, LOP3) and one
+//     ripple into the high planes, instead of 16 x 32 popcounts.
 //   * Sets of up to 255 ids take 8 planes and uint8 threshold tables; up to 4096,
 //     13 planes (Planes<13>) and uint16 tables, whose threshold planes are kept
 //     for a window of doc lengths at a time (4097 lengths would not fit in
@@ -90,20 +90,23 @@ __device__ __forceinline__ void csa(unsigned& high, unsigned& low, unsigned a, u
     low = u ^ c;
 }
 
-// Add 8 membership words to the bit-sliced counters
-// (count == ones + 2 twos + 4 fours + 8 * high; kHigh = planes - 3).
-template <int kHigh>
+// Add 8 membership words into the three low bit-sliced counter planes
+// (count == ones + 2 twos + 4 fours + 8 * eights_out): 7 adders.
 __device__ __forceinline__ void add8(const unsigned (&w)[8], unsigned& ones, unsigned& twos, unsigned& fours,
-                                     unsigned (&high)[kHigh]) {
-    unsigned twos_a, twos_b, fours_a, fours_b, eights;
+                                     unsigned& eights_out) {
+    unsigned twos_a, twos_b, fours_a, fours_b;
     csa(twos_a, ones, ones, w[0], w[1]);
     csa(twos_b, ones, ones, w[2], w[3]);
     csa(fours_a, twos, twos, twos_a, twos_b);
     csa(twos_a, ones, ones, w[4], w[5]);
     csa(twos_b, ones, ones, w[6], w[7]);
     csa(fours_b, twos, twos, twos_a, twos_b);
-    csa(eights, fours, fours, fours_a, fours_b);
-    unsigned carry = eights;
+    csa(eights_out, fours, fours, fours_a, fours_b);
+}
+
+// Ripple a carry word into planes high[0..kHigh) (a one-bit add per counter).
+template <int kHigh>
+__device__ __forceinline__ void ripple(unsigned carry, unsigned (&high)[kHigh]) {
 #pragma unroll
     for (int b = 0; b < kHigh; ++b) {
         const unsigned t = high[b] & carry;
@@ -122,6 +125,26 @@ __device__ __forceinline__ unsigned at_least(const unsigned (&c)[kPlanes], const
         borrow = (~c[b] & t[b]) | ((~c[b] | t[b]) & borrow);
     }
     return ~borrow;
+}
+
+// The table words of the 8 ids of `v` (kIdsPerGroup uint16 ids); ids at or past `keep` (the doc's
+// ids left from this group on) are padding and give 0.
+template <typename Word>
+__device__ __forceinline__ void lookup8(const Word* table, const uint4 v, int keep, unsigned (&w)[8]) {
+    w[0] = table[v.x & 0xFFFFu];
+    w[1] = table[v.x >> 16];
+    w[2] = table[v.y & 0xFFFFu];
+    w[3] = table[v.y >> 16];
+    w[4] = table[v.z & 0xFFFFu];
+    w[5] = table[v.z >> 16];
+    w[6] = table[v.w & 0xFFFFu];
+    w[7] = table[v.w >> 16];
+    if (keep < kIdsPerGroup) {  // the doc's last group
+#pragma unroll
+        for (int e = 1; e < kIdsPerGroup; ++e) {
+            if (e >= keep) w[e] = 0u;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -407,7 +430,7 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
            const int* __restrict__ cosine_keys, int* __restrict__ cand_count, const long long* __restrict__ cand_base,
            const int* __restrict__ cand_cap, unsigned long long* __restrict__ cand) {
     static_assert(kAnyScore || kPlanes == 8, "the 32-bit Braun-Blanquet emission needs max_len <= 255");
-    constexpr int kHigh = kPlanes - 3;
+    constexpr int kHigh = kPlanes - 4;  // planes above ones, twos, fours and eights
     constexpr int kNever = Planes<kPlanes>::kNever;
     extern __shared__ uint4 smem[];
     __shared__ int s_query[32];
@@ -519,33 +542,30 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
 
             const int n_groups = live ? (len + kIdsPerGroup - 1) / kIdsPerGroup : 0;
             const uint4* p = groups + chunk_start[slot / kChunkSlots] + (slot & (kChunkSlots - 1));
-            unsigned ones = 0u, twos = 0u, fours = 0u;
+            // Groups in pairs: each adds 8 words into ones, twos and fours (add8), the pair's two
+            // carries go into `eights` with one more adder, and only its carry ripples into the
+            // kPlanes - 4 high planes (Harley-Seal over 16 words: half the ripples of 8 at a time).
+            unsigned ones = 0u, twos = 0u, fours = 0u, eights = 0u;
             unsigned high[kHigh];
 #pragma unroll
             for (int b = 0; b < kHigh; ++b) high[b] = 0u;
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
             if (n_groups > 0) v = __ldg(p);
-#pragma unroll 2
-            for (int g = 0; g < n_groups; ++g) {
-                uint4 next = make_uint4(0u, 0u, 0u, 0u);
-                if (g + 1 < n_groups) next = __ldg(p + static_cast<long long>(g + 1) * kChunkSlots);
-                unsigned w[8];
-                w[0] = table[v.x & 0xFFFFu];
-                w[1] = table[v.x >> 16];
-                w[2] = table[v.y & 0xFFFFu];
-                w[3] = table[v.y >> 16];
-                w[4] = table[v.z & 0xFFFFu];
-                w[5] = table[v.z >> 16];
-                w[6] = table[v.w & 0xFFFFu];
-                w[7] = table[v.w >> 16];
-                if (g == n_groups - 1) {  // the last group: ids past the doc's end are padding
-                    const int keep = len - g * kIdsPerGroup;
-#pragma unroll
-                    for (int e = 1; e < kIdsPerGroup; ++e) {
-                        if (e >= keep) w[e] = 0u;
-                    }
+            for (int g = 0; g < n_groups; g += 2) {
+                const bool pair = g + 1 < n_groups;
+                uint4 second = make_uint4(0u, 0u, 0u, 0u), next = make_uint4(0u, 0u, 0u, 0u);
+                if (pair) second = __ldg(p + static_cast<long long>(g + 1) * kChunkSlots);
+                if (g + 2 < n_groups) next = __ldg(p + static_cast<long long>(g + 2) * kChunkSlots);
+                unsigned w[8], eights_a, eights_b = 0u;
+                lookup8(table, v, len - g * kIdsPerGroup, w);
+                add8(w, ones, twos, fours, eights_a);
+                if (pair) {
+                    lookup8(table, second, len - (g + 1) * kIdsPerGroup, w);
+                    add8(w, ones, twos, fours, eights_b);
                 }
-                add8<kHigh>(w, ones, twos, fours, high);
+                unsigned sixteens;
+                csa(sixteens, eights, eights, eights_a, eights_b);
+                ripple<kHigh>(sixteens, high);
                 v = next;
             }
             if (!live) continue;
@@ -554,8 +574,9 @@ count_emit(const uint4* __restrict__ groups, const long long* __restrict__ chunk
             c[0] = ones;
             c[1] = twos;
             c[2] = fours;
+            c[3] = eights;
 #pragma unroll
-            for (int b = 0; b < kHigh; ++b) c[3 + b] = high[b];
+            for (int b = 0; b < kHigh; ++b) c[4 + b] = high[b];
             const unsigned above = at_least<kPlanes>(c, gt_planes + (len - w0) * kPlanes);         // key > T
             unsigned tie = at_least<kPlanes>(c, ge_planes + (len - w0) * kPlanes) & ~above;        // key == T
             unsigned emit = above;
