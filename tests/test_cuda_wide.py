@@ -140,7 +140,9 @@ def test_wide_postings_span_several_tiles_and_chunks():
     got = index.threshold_search(queries, t)
     want = numpy_index.threshold_search(queries, t)
     assert [got.row(i) for i in range(got.n_queries)] == [want.row(i) for i in range(want.n_queries)]
-    assert index.postings_bytes == 4 * (int(docs.tokens.max()) + 1) and index._postings.build_passes == 2
+    n_ids = int(docs.tokens.max()) + 1
+    assert index.postings_bytes == 4 * n_ids and index._postings.build_passes == 2
+    assert np.array_equal(index._postings._docs_per_id.get(), np.bincount(docs.tokens, minlength=n_ids))
 
 
 @pytest.mark.gpu
@@ -165,6 +167,7 @@ def test_wide_postings_keep_their_counts_per_id_and_tile_where_they_fit(every_do
     index = _index(docs, ids, 16, "cosine", "postings")
     n_ids = int(docs.tokens.max()) + 1
     assert index._postings.build_passes == 1
+    assert np.array_equal(index._postings._docs_per_id.get(), np.bincount(docs.tokens, minlength=n_ids))
     assert index.postings_bytes == 4 * n_ids + (4 if every_doc else 2) * n_ids * 2  # 2 tiles
     numpy_index = NumpyShardIndex(docs, ids, 16, score="cosine")
     assert_same_topk(index.search(queries, 10), numpy_index.search(queries, 10))
