@@ -229,3 +229,6 @@ def test_gpu_netflix_bench_config_is_the_cpu_shape_on_cupy():
     assert (gpu.backend, gpu.max_len, gpu.routing, gpu.score) == ("cupy", 4096, "auto", "braun_blanquet")
     assert (gpu.synthetic.n_docs, gpu.synthetic.vocab_size, gpu.synthetic.length_law) == \
         (cpu.synthetic.n_docs, cpu.synthetic.vocab_size, cpu.synthetic.length_law)
+    same_ids = load_bench_config("gpu-netflix-sti2-ids")  # the law at the STI2 shape's doc ids
+    assert dataclasses.replace(same_ids, synthetic=gpu.synthetic, compare_scores=gpu.compare_scores) == gpu
+    assert same_ids.synthetic == dataclasses.replace(gpu.synthetic, n_docs=2_600_000)
