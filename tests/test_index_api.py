@@ -97,8 +97,8 @@ def test_batches_give_the_one_call_result(backend, monkeypatch):
     queries = [rng.choice(30, size=rng.integers(0, 8), replace=False).tolist() for _ in range(41)]
     index = settopk.Index.build(docs, backend=backend, max_len=8, score="dice")
     whole = index.search(queries, 9, batch_size=1000)
-    monkeypatch.setattr("settopk.index._PARALLEL_FILL", 1)  # scores filled by threads, in slices of 4 rows
-    monkeypatch.setattr("settopk.index._FILL_ROWS", 4)
+    monkeypatch.setattr("settopk.index.api._PARALLEL_FILL", 1)  # scores filled by threads, in slices of 4 rows
+    monkeypatch.setattr("settopk.index.api._FILL_ROWS", 4)
     for batched in (index.search(queries, 9, batch_size=4), index.search(queries, 9)):
         for name in ("doc_ids", "scores", "overlap", "query_len", "doc_len"):
             assert np.array_equal(getattr(whole, name), getattr(batched, name))

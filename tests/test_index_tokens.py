@@ -213,7 +213,7 @@ def test_null_tokens_in_a_parquet_file_name_the_file_and_row(tmp_path):
 
 
 def test_too_many_distinct_doc_tokens_are_refused(monkeypatch):
-    import settopk._index_tokens as tokens
+    import settopk.index.tokens as tokens
 
     monkeypatch.setattr(tokens, "MAX_VOCAB", 20)  # 2**24 distinct tokens would take seconds to build
     with pytest.raises(InputError, match=r"expected at most 16 distinct doc tokens .*max_len 4.*found 17 distinct tokens"):

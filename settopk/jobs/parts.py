@@ -10,40 +10,18 @@ the run in their schema metadata (``settopk.run_id``, ``settopk.k``, ``settopk.s
 from __future__ import annotations
 
 import uuid
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from settopk.kernels import DEFAULT_SCORE, TopK, score_definition, score_value
+from settopk.shards.results import RESULT_SCHEMA, results_table
 from settopk.shards.location import Location
 
 __all__ = ["RESULT_SCHEMA", "ROW_GROUP_ROWS", "PartWriter", "part_name", "read_part_doc_ids", "results_table",
            "write_part", "write_tsv"]
-
-RESULT_SCHEMA = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("rank", pa.int16(), nullable=False),
-        pa.field("doc_id", pa.int64(), nullable=False),
-        pa.field("score", pa.float64(), nullable=False),
-        pa.field("overlap", pa.int16(), nullable=False),
-        pa.field("query_len", pa.int16(), nullable=False),
-        pa.field("doc_len", pa.int16(), nullable=False),
-    ],
-    metadata={
-        b"settopk.score": score_definition(DEFAULT_SCORE).encode(),
-        b"settopk.schema_version": b"1",
-    },
-)
-"""Schema of the result dataset: one row per (query, rank), rank 1 is best.
-
-Signed integer types only (unsigned Parquet integers need Spark >= 3.2). Each
-written file adds ``settopk.run_id`` and ``settopk.k`` to this metadata, and
-replaces ``settopk.score`` (the default score's name and definition) with the
-run's (:func:`settopk.kernels.score_definition`)."""
 
 ROW_GROUP_ROWS = 131_072
 """Default target rows per row group (config ``output.row_group_rows``)."""
@@ -54,56 +32,6 @@ _PART_TEMPLATE = "part-{i}.parquet"
 # distinct within a row group, and query_id, rank and query_len come in runs (each query's k rows),
 # which zstd packs smaller and faster without one; score, overlap and doc_len keep theirs.
 _DICTIONARY_COLUMNS = ["score", "overlap", "doc_len"]
-def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK, score: str = DEFAULT_SCORE) -> pa.Table:
-    """Rows of the result dataset for a batch of queries, in query order then rank.
-
-    Parameters
-    ----------
-    query_ids : sequence of str, length n_queries
-    query_len : numpy.ndarray of int, shape (n_queries,)
-    topk : TopK
-        Shape ``(n_queries, k)``, host memory; ``-1`` padding is dropped.
-    score : str
-        The score ``topk`` is ranked by (one of :data:`settopk.kernels.SCORES`); its float64
-        value (:func:`settopk.kernels.score_value`) fills the ``score`` column.
-
-    Returns
-    -------
-    pyarrow.Table
-        With schema :data:`RESULT_SCHEMA`.
-
-    Raises
-    ------
-    ValueError
-        If ``score`` is unknown.
-    """
-    n_queries, k = topk.doc_ids.shape
-    query_len = np.asarray(query_len, dtype=np.int16)
-    valid = topk.doc_ids >= 0
-    if valid.all():  # the common case (n_docs >= k): every row full, no mask copies
-        rows_q = np.repeat(np.arange(n_queries, dtype=np.int32), k)
-        rank = np.tile(np.arange(1, k + 1, dtype=np.int16), n_queries)
-        doc_ids, overlap, doc_len = (a.reshape(-1) for a in topk)
-        qlen = np.repeat(query_len, k)
-    else:
-        rows_q, rows_r = np.nonzero(valid)
-        rows_q = rows_q.astype(np.int32)
-        rank = (rows_r + 1).astype(np.int16)
-        doc_ids, overlap, doc_len = (a[valid] for a in topk)
-        qlen = query_len[rows_q]
-    ids = pa.array(list(query_ids), pa.string())
-    columns = [
-        ids.take(pa.array(rows_q)) if len(ids) else pa.array([], pa.string()),
-        pa.array(rank),
-        pa.array(doc_ids.astype(np.int64, copy=False)),
-        pa.array(score_value(overlap, qlen, doc_len, score)),
-        pa.array(overlap.astype(np.int16, copy=False)),
-        pa.array(qlen),
-        pa.array(doc_len.astype(np.int16, copy=False)),
-    ]
-    return pa.Table.from_arrays(columns, schema=RESULT_SCHEMA)
-
-
 def part_name(index: int) -> str:
     """File name of result part ``index``: ``part-00000.parquet``, ``part-00001.parquet``, ..."""
     return _PART_TEMPLATE.format(i=f"{index:05d}")

@@ -9,7 +9,7 @@ of your own, :func:`load_corpus` reads and plans the corpus once (a :class:`Corp
 Importing this package imports Ray (``import settopk`` does not).
 """
 
-from settopk.jobs.output import RESULT_SCHEMA
+from settopk.shards.results import RESULT_SCHEMA
 
 from .corpus import CorpusHandle, load_corpus
 from .search import search

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from settopk.jobs.output import RESULT_SCHEMA, results_table
+from settopk.shards.results import RESULT_SCHEMA, results_table
 from settopk.kernels import SetBatch, TopK, empty_topk, score_definition, score_value
 from settopk.shards import merge_topk
 from settopk.shards.inputs.canonical import canonical

@@ -71,7 +71,7 @@ def _batches(n: int, batch_size: int | None, backend: str) -> list[tuple[int, in
     at once, as the backend batches for itself (``numpy``: the Index's 256, its memory grows with
     queries x docs). The Index may cut its calls smaller (``cupy``: to overlap its host work with
     the GPU's); that is part of what is timed."""
-    from settopk.index import _BATCH_SIZE
+    from settopk.index.api import _BATCH_SIZE
 
     size = batch_size or (_BATCH_SIZE["numpy"] if backend == "numpy" else n) or 1
     return [(lo, min(lo + size, n)) for lo in range(0, n, size)] if size < n else [(0, n)]

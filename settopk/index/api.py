@@ -13,7 +13,7 @@ Results are exact and identical to the job's (``settopk score``) for the same do
 score and ``k``, on every backend: ranked by the score descending, ties to the lower doc id.
 Tokens may be ids in ``[0, vocab_size)``, taken as they are, or any token values (strings, bytes,
 64-bit or negative integers), searched through an exact dictionary of the docs' tokens
-(:mod:`settopk._index_tokens`), as the job maps them.
+(:mod:`settopk.index.tokens`), as the job maps them.
 
 Everything runs in this process: no Ray. CuPy is imported when a ``"cupy"`` index is built
 (or ``backend="auto"`` looks for a GPU), Numba when a ``"cpu"`` one is; ``import settopk``
@@ -36,9 +36,10 @@ from settopk.kernels.postings import check_routing
 from settopk.kernels.sets import MAX_VOCAB
 from settopk.shards.inputs import InputError, SetLimits
 from settopk.shards.inputs.vocabulary import WideSets
+from settopk.shards.results import RESULT_SCHEMA, results_table
 
-from ._index_inputs import SETS, TABLE, read_doc_sets, read_query_sets
-from ._index_tokens import TokenDictionary
+from .inputs import SETS, TABLE, read_doc_sets, read_query_sets
+from .tokens import TokenDictionary
 
 __all__ = ["BACKENDS", "Index", "InputError", "MAX_K", "TopK"]  # InputError: what build and search raise for bad input
 
@@ -148,7 +149,7 @@ class TopK:
         Returns
         -------
         pyarrow.Table
-            Schema :data:`settopk.jobs.output.RESULT_SCHEMA` (``query_id`` string, ``rank`` int16
+            Schema :data:`settopk.shards.results.RESULT_SCHEMA` (``query_id`` string, ``rank`` int16
             from 1, ``doc_id`` int64, ``score`` float64, ``overlap``, ``query_len`` and ``doc_len``
             int16), rows in query order then rank, ``-1`` padding dropped; the schema metadata
             names the score (``settopk.score``) and ``k`` (``settopk.k``), as a part file's does.
@@ -159,8 +160,6 @@ class TopK:
         ValueError
             If ``query_ids`` does not hold one unique string per query.
         """
-        from settopk.jobs.output import RESULT_SCHEMA, results_table  # pyarrow.dataset and the writer: only here
-
         if query_ids is not None:
             ids = _checked_query_ids(query_ids, self.n_queries)
         else:
