@@ -13,6 +13,7 @@ import pytest
 
 import settopk.jobs
 from settopk.jobs import bench, make_corpus, score, verify
+from settopk.jobs.output import manifest_path
 from settopk.jobs.progress import progress_bar
 from settopk.jobs.validate import locate_args, settle
 from tests.job_helpers import job_config, write_sets
@@ -93,7 +94,9 @@ def test_dry_run_says_the_run_would_be_a_no_op(tmp_path, capsys):
     assert score.main(base + ["--out", str(out)]) == 0
     assert "no-op" not in capsys.readouterr().out
     out.mkdir()
-    (out / "_SUCCESS").write_text("")  # what marks a finished result (settopk.jobs.output)
+    (out / "_SUCCESS").write_text("")  # what marks a finished result (settopk.jobs.output) ...
+    manifest_path(out).parent.mkdir()
+    manifest_path(out).write_text("{}")  # ... with its run record: a settopk result
     assert score.main(base + ["--out", str(out)]) == 0
     assert f"no-op: {out} already holds a finished result" in capsys.readouterr().out
     assert score.main(base + ["--out", str(out), "--force"]) == 0

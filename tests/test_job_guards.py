@@ -246,6 +246,53 @@ def test_rerun_under_quarantine_with_a_rejected_query_file_is_a_no_op(tmp_path, 
     assert manifest_path(out).read_text() == made
 
 
+def _spark_output(directory):
+    """A directory as Spark leaves it, with a user's file beside: not a settopk result."""
+    directory.mkdir(parents=True)
+    (directory / "_SUCCESS").write_bytes(b"")
+    (directory / "part-00000-c000.snappy.parquet").write_bytes(b"PAR1 not settopk's PAR1")
+    (directory / "important.txt").write_text("the user's notes\n")
+    return directory
+
+
+@pytest.mark.parametrize("extra", [[], ["--force"], ["--dry-run"], ["--dry-run", "--force"]])
+def test_an_out_that_is_not_a_settopk_result_is_never_replaced(tmp_path, caplog, extra):
+    """Another tool's directory with ``_SUCCESS`` has no settopk run record: refused, --force or not."""
+    docs, queries = _inputs(tmp_path)
+    out = _spark_output(tmp_path / "out")
+    kept = _snapshot(out)
+    text = _refused(tmp_path, caplog, ["--docs", docs, "--queries", queries, "--out", str(out), "--config",
+                                       job_config(tmp_path), *extra],
+                    f"{out}: expected a new or empty directory or a settopk result", "is not a settopk result",
+                    "important.txt", "part-00000-c000.snappy.parquet", "choose another --out, or move those files away")
+    assert "could not be read" not in text and "pass --force" not in text
+    assert _snapshot(out) == kept
+
+
+def test_a_nightly_partition_that_is_not_a_settopk_result_is_never_replaced(tmp_path, caplog):
+    docs, queries = _inputs(tmp_path)
+    root = tmp_path / "nightly"
+    partition = _spark_output(root / "dt=2026-11-20")
+    kept = _snapshot(root)
+    cfg = job_config(tmp_path, output={"partition": "dt"})
+    for extra in ([], ["--force"]):
+        caplog.clear()
+        _refused(tmp_path, caplog, ["--docs", docs, "--queries", queries, "--out", str(root), "--date", "2026-11-20",
+                                    "--config", cfg, *extra], f"{partition}:", "is not a settopk result", "important.txt")
+        assert _snapshot(root) == kept
+
+
+def test_a_directory_of_other_files_is_never_replaced(tmp_path, caplog):
+    """No ``_SUCCESS`` and no run record: not a settopk run's leftover either."""
+    docs, queries = _inputs(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "important.txt").write_text("keep\n")
+    _refused(tmp_path, caplog, ["--docs", docs, "--queries", queries, "--out", str(out), "--config", job_config(tmp_path),
+                                "--force"], "is not a settopk result", "important.txt")
+    assert (out / "important.txt").read_text() == "keep\n"
+
+
 # (7) one run at a time on an output
 
 _HOLD = """

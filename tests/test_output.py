@@ -106,11 +106,41 @@ def test_check_output_dir(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "x").write_text("")
-    with pytest.raises(OutputExistsError, match="not a finished settopk result"):
-        check_output_dir(other, force=False)
+    for force in (False, True):
+        with pytest.raises(OutputExistsError, match="is not a settopk result .*no settopk run record.*it holds x\\)"):
+            check_output_dir(other, force=force)
     assert check_output_dir(tmp_path / "no" / "such", force=False) is False  # parents are created
     with pytest.raises(OutputExistsError, match="is a file"):
         check_output_dir(other / "x" / "res", force=False)
+
+
+def test_a_spark_output_is_never_replaced(tmp_path):
+    """``_SUCCESS`` without a settopk run record: another tool's directory, refused with or without
+    force, and by the commit itself; its files stay."""
+    out = tmp_path / "spark"
+    out.mkdir()
+    (out / "_SUCCESS").write_bytes(b"")
+    (out / "part-00000-c000.snappy.parquet").write_bytes(b"PAR1")
+    (out / "important.txt").write_text("notes")
+    for force in (False, True):
+        with pytest.raises(OutputExistsError, match="is not a settopk result .*important.txt, part-00000-c000.snappy.parquet"):
+            check_output_dir(out, force=force)
+    with pytest.raises(OutputExistsError, match="no settopk run record"):
+        write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {})
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "important.txt", "part-00000-c000.snappy.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spark"]  # no staging, record or trash left
+
+
+def test_force_never_deletes_files_added_to_a_settopk_result(tmp_path):
+    out = tmp_path / "res"
+    write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {"run": 1})
+    (out / "notes.txt").write_text("mine")
+    assert check_output_dir(out, force=False) is True
+    with pytest.raises(OutputExistsError, match="which --force would delete; it holds notes.txt"):
+        check_output_dir(out, force=True)
+    with pytest.raises(OutputExistsError, match="notes.txt"):
+        write_results(out, results_table(["a", "b"], np.array([2, 0]), _topk()), {"run": 2})
+    assert read_manifest(out) == {"run": 1} and (out / "notes.txt").read_text() == "mine"
 
 
 def test_rewrite_with_force_replaces_whole_result(tmp_path):

@@ -101,13 +101,68 @@ def test_replacing_a_result_on_a_store_drops_its_success_first_and_writes_succes
 def test_a_cut_off_commit_on_a_store_is_taken_back_by_the_rerun(s3):
     bucket = s3.bucket()
     out = f"{bucket}/results"
+    Location.of(manifest_path(out)).write_bytes(b"{}")  # the commit writes the run record before it moves parts
     write_part(out, 0, _table())  # parts moved, no _SUCCESS yet: the commit was cut off
     assert check_output_dir(out, force=False) is False
     with pytest.raises(FileNotFoundError, match="no _SUCCESS"):
         read_manifest(out)
     Location.of(f"{out}/notes.txt").write_bytes(b"x")
-    with pytest.raises(OutputExistsError, match="not a finished settopk result"):
+    with pytest.raises(OutputExistsError, match="is not a settopk result .*no _SUCCESS.*notes.txt"):
         check_output_dir(out, force=False)
+
+
+def test_parts_without_a_run_record_are_not_taken_back(s3):
+    """Part files alone are not a cut-off commit: the commit writes the run record first."""
+    bucket = s3.bucket()
+    out = f"{bucket}/results"
+    write_part(out, 0, _table())
+    with pytest.raises(OutputExistsError, match="is not a settopk result .*no settopk run record"):
+        check_output_dir(out, force=False)
+
+
+def _spark_prefix(out):
+    for name, data in (("_SUCCESS", b""), ("part-00000-c000.snappy.parquet", b"PAR1 not settopk's PAR1"),
+                       ("important.txt", b"the user's notes")):
+        Location.of(f"{out}/{name}").write_bytes(data)
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_prefix_that_is_not_a_settopk_result_is_never_replaced(s3, tmp_path, caplog, force):
+    """Another tool's prefix with ``_SUCCESS`` but no settopk run record: refused by the check, by
+    the commit itself, and by the job (exit 2 before any Ray work), --force or not."""
+    from settopk.jobs import score
+    from tests.job_helpers import job_config, write_sets
+
+    bucket = s3.bucket()
+    out = f"{bucket}/spark"
+    _spark_prefix(out)
+    before = {name: Location.of(f"{bucket}/{name}").read_bytes() for name in _names(s3, bucket)}
+    with pytest.raises(OutputExistsError, match="is not a settopk result .*important.txt"):
+        check_output_dir(out, force=force)
+    write_part(f"{bucket}/.spark.staging-x", 0, _table())
+    with pytest.raises(OutputExistsError, match="is not a settopk result .*no settopk run record"):
+        commit_results(f"{bucket}/.spark.staging-x", out, {"run": 1})
+    Location.of(f"{bucket}/.spark.staging-x").delete_tree()
+    docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3]])
+    argv = ["--docs", docs, "--queries", docs, "--out", out, "--config", job_config(tmp_path), "--quiet"]
+    with caplog.at_level("ERROR", logger="settopk"):
+        assert score.main(argv + (["--force"] if force else [])) == 2
+    assert "is not a settopk result" in caplog.text and "important.txt" in caplog.text, caplog.text
+    assert "move those files away" in caplog.text and "could not be read" not in caplog.text
+    assert {name: Location.of(f"{bucket}/{name}").read_bytes() for name in _names(s3, bucket)} == before
+
+
+def test_force_never_deletes_files_added_to_a_settopk_result(s3):
+    bucket = s3.bucket()
+    out = f"{bucket}/results"
+    write_results(out, _table(), {"run": 1})
+    Location.of(f"{out}/important.txt").write_bytes(b"notes")
+    assert check_output_dir(out, force=False) is True  # a no-op deletes nothing
+    with pytest.raises(OutputExistsError, match="never writes, which --force would delete; it holds important.txt"):
+        check_output_dir(out, force=True)
+    with pytest.raises(OutputExistsError, match="important.txt"):
+        write_results(out, _table(), {"run": 2})
+    assert read_manifest(out) == {"run": 1} and Location.of(f"{out}/important.txt").read_bytes() == b"notes"
 
 
 def test_nightly_partitions_on_a_store(s3):

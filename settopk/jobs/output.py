@@ -46,6 +46,7 @@ from settopk.errors import SettopkError
 from settopk.shards.location import Location
 
 # The parts' names are part of this module's surface: every caller finds the result's pieces here.
+from .dedup import DATASETS
 from .parts import RESULT_SCHEMA, ROW_GROUP_ROWS, PartWriter, part_name, read_part_doc_ids, results_table, write_part, write_tsv
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "ROW_GROUP_ROWS",
     "OutputExistsError",
     "check_output_dir",
+    "foreign_entries",
     "check_dataset_root",
     "partition_dir",
     "open_results",
@@ -116,6 +118,8 @@ REJECTED_SCHEMA = pa.schema(
 rows set aside under ``on_invalid: quarantine``, with why."""
 _PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
+# A writer killed mid-write leaves its temporary file (settopk.jobs.parts, Location.write_bytes) among the parts.
+_TEMP_NAME = re.compile(r"\.(?:tmp-[0-9a-f]{32}\.parquet|[^/]+\.tmp-[0-9a-f]{32})")
 
 DEFAULT_OUT = "out/settopk-results"
 """Where the result goes when no output is given (relative to the working directory)."""
@@ -125,39 +129,89 @@ class OutputExistsError(FileExistsError, SettopkError):
     """The output directory exists and is not a finished result of this job."""
 
 
-def check_output_dir(out_dir, force: bool) -> bool:
+def check_output_dir(out_dir, force: bool, dataset_root=None) -> bool:
     """Decide, before any work starts, whether the job may write ``out_dir`` (a path or URI).
+
+    Only a settopk result is ever replaced: a directory holding ``_SUCCESS`` whose run record
+    (:func:`manifest_path`) exists, and nothing but the files a settopk commit leaves there.
+    Anything else that holds files (another tool's output, a user's files) is refused, with or
+    without ``force``.
+
+    Parameters
+    ----------
+    out_dir : path or str
+        The result directory (for a nightly run, the partition ``ROOT/dt=...``).
+    force : bool
+        ``--force``: a finished settopk result is to be replaced.
+    dataset_root : path or str, optional
+        Its dataset root (see :func:`record_dir`).
 
     Returns
     -------
     bool
-        True if ``out_dir`` already holds a finished result (``_SUCCESS``) and
-        ``force`` is false: the run is a no-op.
+        True if ``out_dir`` already holds a finished settopk result and ``force`` is false:
+        the run is a no-op (once its inputs and settings are found the same).
 
     Raises
     ------
     OutputExistsError
-        If ``out_dir`` exists without ``_SUCCESS`` (not written by this job, or a
-        different tool's directory), or is a file. On a store, a prefix holding only part
-        files (a commit that was cut off) is taken back.
+        If ``out_dir`` is a file, or a directory that is not a settopk result: it holds files
+        but no run record, no ``_SUCCESS`` (on a store, a prefix holding only part files and
+        the run record is a commit that was cut off, and is taken back), or, under ``force``,
+        files other than a settopk result's (they would be deleted with it).
     """
-    out = Location.real(out_dir)
+    out, root = _places(out_dir, dataset_root)
     _refuse_a_record(out)
     kind = out.kind()
     if kind == pafs.FileType.NotFound:
         if out.local and out.parent.is_file():
             raise OutputExistsError(f"{out}: {out.parent} is a file, not a directory; choose another --out")
         return False
-    if kind == pafs.FileType.Directory:
-        if (out / SUCCESS).is_file():
-            return not force
-        names = [e.base_name for e in out.children()]
-        if not names or (not out.renames and all(_PART_NAME.fullmatch(n) for n in names)):
-            return False
-    raise OutputExistsError(
-        f"{out}: exists and is not a finished settopk result (no {SUCCESS}); "
-        "choose another --out or remove it"
-    )
+    if kind != pafs.FileType.Directory:
+        raise OutputExistsError(f"{out}: expected a result directory, found a file; fix: choose another --out, or move the file away")
+    names = sorted(e.base_name for e in out.children())
+    if not names:
+        return False  # an empty directory: nothing to lose
+    record = _record(out, root) / MANIFEST
+    if not record.is_file():
+        raise OutputExistsError(_not_a_result(out, names, f"no settopk run record {record.shown}"))
+    if SUCCESS in names:
+        strays = foreign_entries(out)
+        if force and strays:
+            raise OutputExistsError(_not_a_result(
+                out, strays, "besides a settopk result it holds files a settopk run never writes, which --force would delete"))
+        return not force
+    if not out.renames and all(_PART_NAME.fullmatch(n) for n in names):
+        return False  # a commit cut off on a store: its run record was written, then some parts moved
+    raise OutputExistsError(_not_a_result(out, names, f"no {SUCCESS}, and files a settopk run never leaves there"))
+
+
+def _not_a_result(out: Location, names: list[str], why: str) -> str:
+    few = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"{out}: expected a new or empty directory or a settopk result, found a directory that is not a settopk result "
+            f"({why}; it holds {few}); settopk never replaces or deletes it, with or without --force; "
+            "fix: choose another --out, or move those files away")
+
+
+def foreign_entries(out) -> list[str]:
+    """The entries under the result directory ``out`` that a settopk run does not write:
+    anything but ``_SUCCESS``, part files and a killed writer's temporary files, at its top or
+    (a ``--dedup`` result) in its ``pairs/``, ``groups/`` and ``duplicates/``; paths relative to
+    ``out``, sorted."""
+    out = Location.real(out)
+    base = out.path.rstrip("/") + "/"
+    found = out.fs.get_file_info(pafs.FileSelector(out.path, recursive=True, allow_not_found=True))
+    strays = []
+    for entry in found:
+        parts = entry.path[len(base):].split("/")
+        if entry.type == pafs.FileType.Directory:
+            ok = len(parts) == 1 and parts[0] in DATASETS
+        else:
+            ok = (len(parts) == 1 or (len(parts) == 2 and parts[0] in DATASETS)) and (
+                parts[-1] == SUCCESS or _PART_NAME.fullmatch(parts[-1]) or _TEMP_NAME.fullmatch(parts[-1]))
+        if not ok:
+            strays.append("/".join(parts))
+    return sorted(strays)
 
 
 def check_dataset_root(root) -> None:
@@ -426,6 +480,7 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
     stage = Location.real(stage)
     out, root = _out_and_root(out_dir, dataset_root)
     record = _record(out, root)
+    _check_replaceable(out, record)
     out.parent.make_dirs()
     record.make_dirs()
     trash = None
@@ -457,6 +512,21 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
         (out / SUCCESS).write_bytes(b"")  # last
         stage.delete_tree()
     return out.shown
+
+
+def _check_replaceable(out: Location, record: Location) -> None:
+    """Refuse, at the commit itself, to remove anything but a settopk result: ``out`` must be
+    missing, empty, or hold only a settopk result's files with its run record beside it (the
+    validate stage checked this; files added since, or a library call, are caught here)."""
+    if not out.is_dir() or not out.children():
+        return
+    strays = foreign_entries(out)
+    if not (record / MANIFEST).is_file():
+        raise OutputExistsError(_not_a_result(out, sorted(e.base_name for e in out.children()),
+                                              f"no settopk run record {(record / MANIFEST).shown}"))
+    if strays:
+        raise OutputExistsError(_not_a_result(out, strays, "besides a settopk result it holds files a settopk run never "
+                                                           "writes, which replacing it would delete"))
 
 
 def _fsync_dir(place: Location) -> None:

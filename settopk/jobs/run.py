@@ -395,7 +395,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     rejected = _set_aside(job, valid, corpus, facts)
     lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
     if args.dry_run:
-        no_op = check_output_dir(job.target.out_dir, args.force)
+        no_op = check_output_dir(job.target.out_dir, args.force, job.target.dataset_root)
         return {"status": "dry-run", "out": str(job.target.out_dir), "plan": lines, "no_op": no_op}
     job, work = _open_work(job, valid, facts, lines)
     # The workers are held until each actor answers, that is, until it has loaded its shard.

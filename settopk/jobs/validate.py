@@ -212,7 +212,8 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     run_id = args.run_id or submission_id or new_run_id(started)
     lock = None if args.dry_run else lock_output(target.out_dir, target.dataset_root, run_id)
     try:
-        if not args.dry_run and check_output_dir(target.out_dir, args.force):
+        # Also for --dry-run: a directory that is not a settopk result is refused before Ray starts.
+        if check_output_dir(target.out_dir, args.force, target.dataset_root) and not args.dry_run:
             _check_same_run(target, inputs, cfg, bool(getattr(args, "dedup", False)))
             log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
                      "(use --force to recompute)", target.out_dir)
