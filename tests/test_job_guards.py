@@ -17,7 +17,7 @@ import time
 import pytest
 
 from settopk.jobs import score
-from settopk.jobs.guard import lock_output, output_lock_path
+from settopk.jobs.lock import lock_output, output_lock_path
 from settopk.jobs.output import manifest_path, read_manifest, rejected_path
 from tests.job_helpers import ROOT, job_config, result_rows, write_sets
 
@@ -298,7 +298,7 @@ def test_a_directory_of_other_files_is_never_replaced(tmp_path, caplog):
 _HOLD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from settopk.jobs.guard import lock_output
+from settopk.jobs.lock import lock_output
 lock = lock_output({out!r}, {out!r}, "holder-run")
 print("locked", flush=True)
 time.sleep(120)

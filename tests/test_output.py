@@ -10,8 +10,6 @@ from settopk.jobs.output import (
     PartWriter,
     RESULT_SCHEMA,
     OutputExistsError,
-    check_dataset_root,
-    check_output_dir,
     commit_results,
     manifest_path,
     open_results,
@@ -25,6 +23,7 @@ from settopk.jobs.output import (
     write_results,
     write_tsv,
 )
+from settopk.jobs.target import check_dataset_root, check_output_dir
 from settopk.kernels import TopK
 
 pytestmark = pytest.mark.timeout(60)

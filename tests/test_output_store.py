@@ -20,13 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from settopk.jobs.chunks import Chunk, check_parts, drop_resume_key, open_work_dir
-from settopk.jobs.guard import PathError, check_writable, lock_output, output_lock_path
+from settopk.jobs.lock import lock_output, output_lock_path
 from settopk.shards.location import Location
 from settopk.jobs.output import (
     OutputExistsError,
     PartWriter,
-    check_dataset_root,
-    check_output_dir,
+    PathError,
     commit_results,
     manifest_path,
     open_results,
@@ -40,6 +39,7 @@ from settopk.jobs.output import (
     write_results,
     write_tsv,
 )
+from settopk.jobs.target import check_dataset_root, check_output_dir, check_writable
 from settopk.kernels import TopK
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,7 +7,8 @@ import argparse
 import pytest
 
 from settopk.jobs.run import check_outputs_absolute_under_ray_job
-from settopk.jobs.guard import PathError, check_outputs_apart
+from settopk.jobs.output import PathError
+from settopk.jobs.target import check_outputs_apart
 from settopk.jobs.validate import UsageError, locate_args
 
 

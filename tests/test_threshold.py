@@ -252,7 +252,7 @@ def test_config_threshold_is_canonical_and_checked():
 
 
 def test_threshold_is_a_result_setting():
-    from settopk.jobs.guard import RESULT_SETTINGS
+    from settopk.jobs.target import RESULT_SETTINGS
 
     assert "threshold" in RESULT_SETTINGS  # a rerun with another T is not the same run
 

@@ -59,7 +59,7 @@ def score(docs=None, queries=None, out=None, **settings) -> dict:
         Bad input (naming the file and line or row), config, settings or output path; nothing
         was written. Subclasses: :class:`settopk.shards.inputs.InputError`,
         :class:`settopk.configs.ConfigError`, :class:`settopk.jobs.validate.UsageError`,
-        :class:`settopk.jobs.guard.PathError`, :class:`settopk.jobs.output.OutputExistsError`.
+        :class:`settopk.jobs.output.PathError`, :class:`settopk.jobs.output.OutputExistsError`.
     TypeError
         A keyword that is not a setting.
     Exception

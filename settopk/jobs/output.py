@@ -1,5 +1,6 @@
-"""Result output: where a result goes, its run record, and the atomic commit of its parts
-(the parts themselves: :mod:`settopk.jobs.parts`).
+"""Result output: the result dataset's layout, its run record, and the atomic commit of its
+parts (the parts themselves: :mod:`settopk.jobs.parts`; whether a run may write a result, and
+where: :class:`settopk.jobs.target.Target`).
 
 A reader never sees a partial result: the dataset is written into a staging (work)
 directory beside the dataset root (same filesystem, outside the root, so
@@ -55,9 +56,8 @@ __all__ = [
     "DT_PARTITIONING",
     "ROW_GROUP_ROWS",
     "OutputExistsError",
-    "check_output_dir",
+    "PathError",
     "foreign_entries",
-    "check_dataset_root",
     "partition_dir",
     "open_results",
     "results_table",
@@ -116,7 +116,8 @@ REJECTED_SCHEMA = pa.schema(
 )
 """Schema of the run record's ``rejected.parquet`` (:func:`rejected_path`): the input lines and
 rows set aside under ``on_invalid: quarantine``, with why."""
-_PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
+PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
+"""The name of a nightly partition directory under its dataset root."""
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 # A writer killed mid-write leaves its temporary file (settopk.jobs.parts, Location.write_bytes) among the parts.
 _TEMP_NAME = re.compile(r"\.(?:tmp-[0-9a-f]{32}\.parquet|[^/]+\.tmp-[0-9a-f]{32})")
@@ -128,69 +129,17 @@ DEFAULT_OUT = "out/settopk-results"
 class OutputExistsError(FileExistsError, SettopkError):
     """The output directory exists and is not a finished result of this job."""
 
-
-def check_output_dir(out_dir, force: bool, dataset_root=None) -> bool:
-    """Decide, before any work starts, whether the job may write ``out_dir`` (a path or URI).
-
-    Only a settopk result is ever replaced: a directory holding ``_SUCCESS`` whose run record
-    (:func:`manifest_path`) exists, and nothing but the files a settopk commit leaves there.
-    Anything else that holds files (another tool's output, a user's files) is refused, with or
-    without ``force``.
-
-    Parameters
-    ----------
-    out_dir : path or str
-        The result directory (for a nightly run, the partition ``ROOT/dt=...``).
-    force : bool
-        ``--force``: a finished settopk result is to be replaced.
-    dataset_root : path or str, optional
-        Its dataset root (see :func:`record_dir`).
-
-    Returns
-    -------
-    bool
-        True if ``out_dir`` already holds a finished settopk result and ``force`` is false:
-        the run is a no-op (once its inputs and settings are found the same).
-
-    Raises
-    ------
-    OutputExistsError
-        If ``out_dir`` is a file, or a directory that is not a settopk result: it holds files
-        but no run record, no ``_SUCCESS`` (on a store, a prefix holding only part files and
-        the run record is a commit that was cut off, and is taken back), or, under ``force``,
-        files other than a settopk result's (they would be deleted with it).
-    """
-    out, root = _places(out_dir, dataset_root)
-    _refuse_a_record(out)
-    kind = out.kind()
-    if kind == pafs.FileType.NotFound:
-        if out.local and out.parent.is_file():
-            raise OutputExistsError(f"{out}: {out.parent} is a file, not a directory; choose another --out")
-        return False
-    if kind != pafs.FileType.Directory:
-        raise OutputExistsError(f"{out}: expected a result directory, found a file; fix: choose another --out, or move the file away")
-    names = sorted(e.base_name for e in out.children())
-    if not names:
-        return False  # an empty directory: nothing to lose
-    record = _record(out, root) / MANIFEST
-    if not record.is_file():
-        raise OutputExistsError(_not_a_result(out, names, f"no settopk run record {record.shown}"))
-    if SUCCESS in names:
-        strays = foreign_entries(out)
-        if force and strays:
-            raise OutputExistsError(_not_a_result(
-                out, strays, "besides a settopk result it holds files a settopk run never writes, which --force would delete"))
-        return not force
-    if not out.renames and all(_PART_NAME.fullmatch(n) for n in names):
-        return False  # a commit cut off on a store: its run record was written, then some parts moved
-    raise OutputExistsError(_not_a_result(out, names, f"no {SUCCESS}, and files a settopk run never leaves there"))
+    @classmethod
+    def not_a_result(cls, out: Location, names: list[str], why: str) -> "OutputExistsError":
+        """The refusal of a directory that is not a settopk result, naming a few of ``names``."""
+        few = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return cls(f"{out}: expected a new or empty directory or a settopk result, found a directory that is not a settopk "
+                   f"result ({why}; it holds {few}); settopk never replaces or deletes it, with or without --force; "
+                   "fix: choose another --out, or move those files away")
 
 
-def _not_a_result(out: Location, names: list[str], why: str) -> str:
-    few = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return (f"{out}: expected a new or empty directory or a settopk result, found a directory that is not a settopk result "
-            f"({why}; it holds {few}); settopk never replaces or deletes it, with or without --force; "
-            "fix: choose another --out, or move those files away")
+class PathError(ValueError, SettopkError):
+    """An output path the run cannot use (overlapping an input, not writable, or locked)."""
 
 
 def foreign_entries(out) -> list[str]:
@@ -214,47 +163,6 @@ def foreign_entries(out) -> list[str]:
     return sorted(strays)
 
 
-def check_dataset_root(root) -> None:
-    """Check that ``root`` (a path or URI) can hold ``dt=YYYY-MM-DD`` partitions, before any work starts.
-
-    Raises
-    ------
-    OutputExistsError
-        If ``root`` is a file, or a directory holding anything other than
-        ``dt=YYYY-MM-DD`` partitions and hidden (``.``/``_``) entries, for example
-        an unpartitioned result: readers of the root would then mix the two.
-    """
-    root = Location.real(root)
-    _refuse_a_record(root)
-    kind = root.kind()
-    if kind == pafs.FileType.NotFound:
-        if root.local and root.parent.is_file():
-            raise OutputExistsError(f"{root}: {root.parent} is a file, not a directory; choose another --out")
-        return
-    if kind != pafs.FileType.Directory:
-        raise OutputExistsError(f"{root}: is a file; --out of a partitioned config must be a dataset root directory")
-    strays = sorted(
-        e.base_name for e in root.children()
-        if not e.base_name.startswith((".", "_"))
-        and not (e.type == pafs.FileType.Directory and _PARTITION_NAME.fullmatch(e.base_name))
-    )
-    if strays:
-        raise OutputExistsError(
-            f"{root}: expected a dataset root holding only dt=YYYY-MM-DD partitions, found {strays[:3]}; "
-            "choose another --out for the partitioned (nightly) dataset"
-        )
-
-
-def _refuse_a_record(place: Location) -> None:
-    """Refuse an output that is the run record of a result beside it (``X.run`` next to ``X``)."""
-    if place.name.endswith(RECORD_SUFFIX):
-        result = place.sibling(place.name[: -len(RECORD_SUFFIX)])
-        if result.kind() == pafs.FileType.Directory:
-            raise OutputExistsError(
-                f"{place}: expected a result path, found the run record (manifest) of {result}; choose another --out"
-            )
-
-
 def _record(out: Location, root: Location) -> Location:
     record = root.sibling(root.name + RECORD_SUFFIX)
     return record if out.path == root.path else record / out.relative_to(root)
@@ -266,7 +174,7 @@ def _places(out_dir, dataset_root) -> tuple[Location, Location]:
     out = Location.real(out_dir)
     if dataset_root is not None:
         return out, Location.real(dataset_root)
-    return out, (out.parent if _PARTITION_NAME.fullmatch(out.name) else out)
+    return out, (out.parent if PARTITION_NAME.fullmatch(out.name) else out)
 
 
 def record_dir(out_dir, dataset_root=None):
@@ -337,7 +245,7 @@ def open_results(path) -> pyarrow.dataset.Dataset:
     import pyarrow.dataset as ds
 
     place = Location.real(path)
-    partitioned = any(_PARTITION_NAME.fullmatch(e.base_name) for e in place.children())
+    partitioned = any(PARTITION_NAME.fullmatch(e.base_name) for e in place.children())
     return ds.dataset(place.path, filesystem=place.fs, format="parquet", partitioning=_dt_partitioning() if partitioned else None)
 
 
@@ -522,11 +430,11 @@ def _check_replaceable(out: Location, record: Location) -> None:
         return
     strays = foreign_entries(out)
     if not (record / MANIFEST).is_file():
-        raise OutputExistsError(_not_a_result(out, sorted(e.base_name for e in out.children()),
-                                              f"no settopk run record {(record / MANIFEST).shown}"))
+        raise OutputExistsError.not_a_result(out, sorted(e.base_name for e in out.children()),
+                                             f"no settopk run record {(record / MANIFEST).shown}")
     if strays:
-        raise OutputExistsError(_not_a_result(out, strays, "besides a settopk result it holds files a settopk run never "
-                                                           "writes, which replacing it would delete"))
+        raise OutputExistsError.not_a_result(out, strays, "besides a settopk result it holds files a settopk run never "
+                                                          "writes, which replacing it would delete")
 
 
 def _fsync_dir(place: Location) -> None:

@@ -2,8 +2,8 @@
 
 :func:`run` calls one stage after another:
 
-- validate (:mod:`settopk.jobs.validate`): the config, where the result goes and the output's lock
-  first; then the one pass over the queries and the inputs' fingerprints, in a driver thread
+- validate (:mod:`settopk.jobs.validate`): the config, where the result goes, the output's lock
+  and whether the run may write there (:class:`settopk.jobs.target.Target`) first; then the one pass over the queries and the inputs' fingerprints, in a driver thread
   that runs while the cluster works (connect, read, load). The driver waits for it before
   anything is written: bad queries stop the actors and write nothing.
 - connect (:mod:`settopk.jobs.cluster`): the Ray cluster, and the backend and shard count that fit it.
@@ -19,8 +19,8 @@
 - search (:mod:`settopk.jobs.search`): query batches to every shard in two rounds, chunk by chunk.
 - merge and write (:mod:`settopk.jobs.merge_task`): a Ray task per chunk, running beside the search,
   merges the chunk's shard lists exactly and writes its part.
-- commit (:mod:`settopk.jobs.output`): every part checked, the manifest (:mod:`settopk.jobs.manifest`)
-  written, the result dataset renamed into place.
+- commit (:meth:`settopk.jobs.target.Target.commit`, :mod:`settopk.jobs.output`): every part
+  checked, the manifest (:mod:`settopk.jobs.manifest`) written, the result dataset renamed into place.
 
 With no docs/queries the job runs on the config's synthetic corpus. With a config whose
 ``output.partition`` is ``dt`` (``nightly``), ``out`` is a dataset root and the run writes
@@ -57,11 +57,12 @@ from .cluster import Cluster, connect, shard_doc_cost
 from .dedup import stage_dedup
 from .dispatch import gather
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
-from .output import DEFAULT_OUT, REJECTED_SCHEMA, check_output_dir, commit_results, part_name, read_manifest, read_part_doc_ids, rejected_path, work_dir, write_tsv
+from .output import DEFAULT_OUT, REJECTED_SCHEMA, part_name, read_part_doc_ids, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
 from .reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
+from .target import Decision
 from .threshold_job import threshold_cap, threshold_section
 from .vocabulary import tokens_for_run
 from .validate import Job, NoOp, UsageError, Validated, ValidationThread, check_unchanged_since, locate_args, self_join_note, settle
@@ -181,7 +182,7 @@ def _set_aside(job: Job, valid: Validated, corpus, facts: _CorpusFacts):
         log.warning(
             "on_invalid: quarantine set aside %d doc line(s)/row(s) and %d query line(s)/row(s)/file(s); "
             "they are listed with the reason in %s", facts.n_rejected, len(query_rejected),
-            rejected_path(job.target.out_dir, job.target.dataset_root),
+            job.target.rejected_path,
         )
     return rejected
 
@@ -195,7 +196,7 @@ def _open_work(job: Job, valid: Validated, facts: _CorpusFacts, plan_lines: list
     rows_per_query = min(cfg.k, facts.n_docs - 1) if job.exclude_self else min(cfg.k, facts.n_docs)
     if cfg.threshold is not None:
         rows_per_query = None
-    path = work_dir(target.out_dir, target.dataset_root)
+    path = target.work_dir
     results_config = {key: value for key, value in cfg.to_dict().items() if key != "faults"}
     # The output by its key: no credentials, so a rerun after a key rotation resumes.
     key = resume_key(fingerprints=valid.fingerprints, config=results_config, out=":".join(target.out_dir.key),
@@ -304,8 +305,7 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         manifest["counts"]["pairs"] = total_rows
     if dedup_section is not None:
         manifest["dedup"] = dedup_section
-        commit_results(dedup_stage, target.out_dir, manifest, dataset_root=target.dataset_root,
-                       rejected=rejected if cfg.on_invalid == "quarantine" else None)
+        target.commit(dedup_stage, manifest, rejected if cfg.on_invalid == "quarantine" else None)
         return manifest
     if args.tsv:
         # Before the dataset: its _SUCCESS then means the whole run is done, so a rerun
@@ -315,8 +315,7 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         else:
             write_tsv(args.tsv, (read_part_doc_ids(work.path, c.index, work.rows_per_query) for c in work.chunks))
     drop_resume_key(work.path)
-    commit_results(work.path, target.out_dir, manifest, dataset_root=target.dataset_root,
-                   rejected=rejected if cfg.on_invalid == "quarantine" else None)
+    target.commit(work.path, manifest, rejected if cfg.on_invalid == "quarantine" else None)
     return manifest
 
 
@@ -363,13 +362,11 @@ def _run(args, pool: ShardPool, searcher_cls: type) -> dict:
     check_outputs_absolute_under_ray_job(args)
     job = settle(args, clock.started)
     if isinstance(job, NoOp):
-        return {"status": "no-op", "out": str(job.target.out_dir),
-                "manifest": read_manifest(job.target.out_dir, job.target.dataset_root)}
+        return {"status": "no-op", "out": str(job.target.out_dir), "manifest": job.target.read_manifest()}
     try:
         return _run_settled(job, clock, pool, searcher_cls)
     finally:
-        if job.lock is not None:
-            job.lock.release()
+        job.target.release()
 
 
 def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: type) -> dict:
@@ -395,7 +392,7 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
     rejected = _set_aside(job, valid, corpus, facts)
     lines = _plan_lines(plan, cluster.backend, job.cfg, facts.n_docs, valid.queries.n_queries)
     if args.dry_run:
-        no_op = check_output_dir(job.target.out_dir, args.force, job.target.dataset_root)
+        no_op = job.target.decision is Decision.NO_OP
         return {"status": "dry-run", "out": str(job.target.out_dir), "plan": lines, "no_op": no_op}
     job, work = _open_work(job, valid, facts, lines)
     # The workers are held until each actor answers, that is, until it has loaded its shard.

@@ -26,12 +26,11 @@ from settopk.errors import SettopkError
 from settopk.shards.location import Location
 from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, query_files
 
-from .guard import RESULT_SETTINGS, OutputLock, PathError, check_outputs_apart, check_writable, differences, lock_output
 from .manifest import new_run_id, ray_submission_id
+from .target import RESULT_SETTINGS, Decision, Target, ThisRun
 from .threshold_job import threshold_config
-from .output import check_dataset_root, check_output_dir, partition_dir, read_manifest, record_dir, rejected_paths
 
-__all__ = ["UsageError", "Inputs", "Target", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
+__all__ = ["UsageError", "Inputs", "Job", "NoOp", "Validated", "ValidationThread", "check_gpus", "gpu_layout", "locate_args", "settle", "validate",
            "check_unchanged_since", "self_join_note"]
 
 _LOCATION_ARGS = ("docs", "queries", "out", "tsv")
@@ -106,25 +105,15 @@ def _check_dedup_args(args, cfg: settopk.configs.JobConfig, target) -> None:
                          "unpartitioned config (e.g. a dated --out for a nightly run)")
 
 
-@dataclass
-class Target:
-    """Where the run's result goes."""
-
-    out_dir: Location  # where this run's result goes
-    dataset_root: Location  # what readers scan: out_dir itself, or the root of the dt= partitions
-    day: datetime.date | None  # the partition date, for a partitioned config
-
-
 def _target(args, cfg: settopk.configs.JobConfig, now: datetime.datetime) -> Target:
     if cfg.output.partition == "dt":
-        day = args.date or now.date()  # `now` is UTC: the partition of a run is its UTC day
-        return Target(Location.of(partition_dir(args.out, day)), args.out, day)
+        return Target.of(args.out, args.date or now.date())  # `now` is UTC: the partition of a run is its UTC day
     if args.date is not None:
         raise UsageError(
             f"--date {args.date.isoformat()} needs a config whose output.partition is 'dt' "
             f"(config {args.config!r} writes --out directly); use --config nightly or drop --date"
         )
-    return Target(args.out, args.out, None)
+    return Target.of(args.out)
 
 
 @dataclass
@@ -133,12 +122,16 @@ class Job:
 
     args: argparse.Namespace
     cfg: settopk.configs.JobConfig  # query_batch_size resolved once the backend is known (settopk.jobs.score)
-    target: Target
+    target: Target  # holds the output's lock (none for --dry-run) until the run ends
     inputs: Inputs
     limits: SetLimits
     run_id: str  # the resumed run's id replaces it (settopk.jobs.score)
     submission_id: str | None
-    lock: OutputLock | None = None  # the output's lock (None for --dry-run), held until the run ends
+
+    @property
+    def lock(self):
+        """The output's lock (None for ``--dry-run``): :attr:`settopk.jobs.target.Target.lock`."""
+        return self.target.lock
 
     @property
     def exclude_self(self) -> bool:
@@ -180,12 +173,12 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     -------
     Job or NoOp
         :class:`NoOp` where ``--out`` already holds a finished result of the same inputs and
-        settings (nothing to do). A returned job holds the output's lock (``Job.lock``); the
-        caller releases it.
+        settings (nothing to do). A returned job's target holds the output's lock and its decision
+        (:class:`settopk.jobs.target.Target`); the caller releases the lock (``job.target.release()``).
 
     Raises
     ------
-    settopk.configs.ConfigError, UsageError, settopk.jobs.output.OutputExistsError, settopk.jobs.guard.PathError, settopk.shards.inputs.InputError
+    settopk.configs.ConfigError, UsageError, settopk.jobs.output.OutputExistsError, settopk.jobs.output.PathError, settopk.shards.inputs.InputError
         For a bad config, arguments that do not fit together, an output path that is not
         the job's, overlaps an input, cannot be written or is locked by another run, a
         finished result of other inputs or settings at ``--out``, or missing inputs.
@@ -202,28 +195,26 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     target = _target(args, cfg, started)
     if getattr(args, "dedup", False):
         _check_dedup_args(args, cfg, target)
-    if not target.dataset_root.local:  # first: a store that cannot be reached fails here, with the reason
-        check_writable("--out", target.dataset_root, file=False, creates_parents=True)
-    if target.day is not None:
-        check_dataset_root(target.dataset_root)
+    target.check_root()  # first: a store that cannot be reached fails here, with the reason
     inputs = _resolve_inputs(args, cfg)
-    _check_output_paths(args, target, inputs)
+    target.check_paths({"--docs": inputs.docs_path, "--queries": inputs.queries_path}, args.tsv)
     submission_id = ray_submission_id()
     run_id = args.run_id or submission_id or new_run_id(started)
-    lock = None if args.dry_run else lock_output(target.out_dir, target.dataset_root, run_id)
+    if not args.dry_run:
+        target.take_lock(run_id)
     try:
-        # Also for --dry-run: a directory that is not a settopk result is refused before Ray starts.
-        if check_output_dir(target.out_dir, args.force, target.dataset_root) and not args.dry_run:
-            _check_same_run(target, inputs, cfg, bool(getattr(args, "dedup", False)))
+        dedup = bool(getattr(args, "dedup", False))
+        # --dry-run decides too: a directory that is not a settopk result is refused before Ray starts.
+        this_run = None if args.dry_run else (lambda: _this_run(target, inputs, cfg, dedup))
+        if target.decide(args.force, this_run) is Decision.NO_OP and not args.dry_run:
             log.info("done: %s already holds a finished result of these inputs and settings; nothing to do "
                      "(use --force to recompute)", target.out_dir)
-            lock.release()
+            target.release()
             return NoOp(target)
         limits = SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len)
-        return Job(args, cfg, target, inputs, limits, run_id, submission_id, lock)
+        return Job(args, cfg, target, inputs, limits, run_id, submission_id)
     except BaseException:
-        if lock is not None:
-            lock.release()
+        target.release()
         raise
 
 
@@ -282,25 +273,12 @@ def check_gpus(args, resources: dict) -> None:
                          f"(resources: {resources}); lower --gpus, or run on a cluster with {n} GPUs")
 
 
-def _check_output_paths(args, target: Target, inputs: Inputs) -> None:
-    """Outputs apart from the inputs, and every output writable, before anything is read."""
-    given = {"--docs": inputs.docs_path, "--queries": inputs.queries_path}
-    # The run record (manifest, quarantined lines) is written beside the dataset root.
-    record = Location.of(record_dir(target.dataset_root))
-    outputs = {"--out": target.dataset_root, "--out (its run record)": record}
-    check_outputs_apart({**outputs, "--tsv": args.tsv}, given)
-    if args.tsv is not None:
-        check_outputs_apart({"--tsv": args.tsv}, outputs)
-        check_writable("--tsv", args.tsv, file=True, creates_parents=False)
-    check_writable("--out", target.dataset_root, file=False, creates_parents=True)
-
-
-def _check_same_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig, dedup: bool = False) -> None:
-    """Refuse to skip a finished result made from other inputs or settings."""
-    out_dir = target.out_dir
+def _this_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig, dedup: bool) -> ThisRun:
+    """What this run asks for, to compare with the finished result at the target: the inputs'
+    fingerprints now and the settings a result depends on."""
     # The files set aside are recorded as shown; compared by key, without credentials, so that a
     # rerun after a key rotation is still the same run.
-    rejected = {Location.of(path).key for path in rejected_paths(out_dir, "queries", target.dataset_root)}
+    rejected = {Location.of(path).key for path in target.rejected_inputs("queries")}
     docs_files = plan_pieces(inputs.docs_path, 1)[2]
     docs = fingerprint(docs_files, inputs.docs_path)
     if cfg.self_join:
@@ -308,18 +286,7 @@ def _check_same_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConf
     else:
         queries = fingerprint([f for f in query_files(inputs.queries_path) if f.key not in rejected], inputs.queries_path)
     settings = {key: getattr(cfg, key) for key in RESULT_SETTINGS}
-    diffs = differences(out_dir, target.dataset_root, {"docs": docs, "queries": queries}, settings)
-    try:
-        dedup_there = "dedup" in read_manifest(out_dir, target.dataset_root)
-    except (OSError, ValueError):  # differences() has said why it could not be read
-        dedup_there = dedup
-    if dedup_there != dedup:
-        diffs.append(f"--dedup (a{'' if dedup_there else ' no'} dedup result there, {'' if dedup else 'no '}--dedup now)")
-    if diffs:
-        raise PathError(
-            f"--out {out_dir}: expected a finished result of the same inputs and settings (a rerun is then a no-op), "
-            f"found one that differs in {'; '.join(diffs)}; fix: pass --force to replace it, or choose another --out"
-        )
+    return ThisRun({"docs": docs, "queries": queries}, settings, dedup)
 
 
 def validate(job: Job, start_ns: int | None = None) -> Validated:
