@@ -134,3 +134,23 @@ def test_refuse_while_another_run_holds_the_lock(tmp_path):
     second.release()
     second.release()  # idempotent
     assert not second.lock.path.exists()
+
+
+def test_replace_a_dedup_result_under_force(tmp_path):
+    """A ``--dedup`` result's ``pairs/``, ``groups/`` and ``duplicates/`` are settopk's own: replaced."""
+
+    def dedup_stage(name):
+        stage = tmp_path / name
+        for dataset in ("pairs", "groups", "duplicates"):
+            (stage / dataset).mkdir(parents=True)
+            write_part(stage / dataset, 0, _table())
+            (stage / dataset / "_SUCCESS").write_bytes(b"")
+        return stage
+
+    out = tmp_path / "dedup"
+    Target.of(out).commit(dedup_stage(".s1"), {"run": 1, "dedup": {}})
+    target = Target.of(out)
+    assert target.decide(True, _never) is Decision.REPLACE
+    target.commit(dedup_stage(".s2"), {"run": 2, "dedup": {}})
+    assert read_manifest(out) == {"run": 2, "dedup": {}}
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "duplicates", "groups", "pairs"]
