@@ -337,3 +337,11 @@ def test_a_run_record_is_not_an_output(tmp_path):
     assert record_dir(tmp_path / "res") == tmp_path / "res.run"
     root = tmp_path / "root"
     assert record_dir(partition_dir(root, datetime.date(2026, 1, 2)), root) == tmp_path / "root.run" / "dt=2026-01-02"
+
+
+def test_a_commit_never_moves_a_file_away(tmp_path):
+    out = tmp_path / "res"
+    out.write_text("a user's file")
+    with pytest.raises(OutputExistsError, match="expected a result directory, found a file"):
+        commit_results(_stage(tmp_path), out, {"run": 1})
+    assert out.read_text() == "a user's file" and not (tmp_path / "res.run").exists()

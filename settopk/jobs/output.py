@@ -384,6 +384,13 @@ def commit_results(stage, out_dir, manifest: dict, *, dataset_root=None, rejecte
     -------
     pathlib.Path or settopk.shards.location.Location
         The result directory (resolved), or its URI.
+
+    Raises
+    ------
+    OutputExistsError
+        Before anything is moved or deleted, where ``out_dir`` is a file, or a directory that
+        is not a settopk result (no run record, or files a settopk run never writes): only a
+        settopk result is ever replaced.
     """
     stage = Location.real(stage)
     out, root = _out_and_root(out_dir, dataset_root)
@@ -426,7 +433,10 @@ def _check_replaceable(out: Location, record: Location) -> None:
     """Refuse, at the commit itself, to remove anything but a settopk result: ``out`` must be
     missing, empty, or hold only a settopk result's files with its run record beside it (the
     validate stage checked this; files added since, or a library call, are caught here)."""
-    if not out.is_dir() or not out.children():
+    kind = out.kind()
+    if kind == pafs.FileType.File:
+        raise OutputExistsError(f"{out}: expected a result directory, found a file; fix: choose another --out, or move the file away")
+    if kind == pafs.FileType.NotFound or not out.children():
         return
     strays = foreign_entries(out)
     if not (record / MANIFEST).is_file():
