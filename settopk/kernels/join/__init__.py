@@ -1,0 +1,109 @@
+"""The exact threshold join on real data: frequency order, prefix, length and positional filters,
+early-exit verification, identical sets grouped.
+
+Entry points, one contract on every backend (results identical to the scan's,
+:meth:`settopk.kernels.NumpyShardIndex.threshold_search`):
+
+* :func:`self_join`: every pair of a corpus whose score reaches ``T``, under the self-join rule
+  (:func:`settopk.kernels.self_join_keep`);
+* :func:`prepare_docs` then ``.probe(queries)``: an R-S join, the doc side prepared once and
+  probed batch after batch (what a shard index holds).
+
+Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
+:mod:`~settopk.kernels.join.prefixes` (the filters per length), :mod:`~settopk.kernels.join.host_join`
+and :mod:`~settopk.kernels.join.numba_join` (the ``cpu`` backend, Numba). Where ``T == 0`` every
+pair passes and no prefix filter applies (:func:`join_applies`): callers scan instead.
+
+Sources: Bayardo, Ma, Srikant, "Scaling up all pairs similarity search", WWW 2007 (AllPairs);
+Xiao, Wang, Lin, Yu, "Efficient similarity joins for near duplicate detection", WWW 2008 (PPJoin);
+Bouros, Ge, Mamoulis, "Spatio-textual similarity joins", PVLDB 2012 (GroupJoin); Mann, Augsten,
+Bouros, "An Empirical Evaluation of Set Similarity Join Techniques", PVLDB 2016.
+"""
+
+from __future__ import annotations
+
+from .prefixes import join_applies
+
+__all__ = ["join_applies", "prepare_docs", "self_join"]
+
+_BACKENDS = ("cpu", "numpy", "cupy")
+
+
+def prepare_docs(docs, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", threads: int | None = None):
+    """The doc side of an R-S join, prepared once for ``threshold`` and ``score``.
+
+    Parameters
+    ----------
+    docs : settopk.kernels.SetBatch
+        ``n_docs`` sets (host memory).
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing doc ids.
+    threshold : str, float or fractions.Fraction
+        ``T > 0`` (:func:`settopk.kernels.parse_threshold`).
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+    max_len : int
+        Bound on set sizes (queries of any length up to it are served).
+    backend : {"cpu", "numpy", "cupy"}
+    threads : int, optional
+        ``cpu``: threads of a probe (default: this process's CPUs).
+
+    Returns
+    -------
+    object with ``probe(queries, k=None, min_doc_len=None) -> ThresholdPairs``
+
+    Raises
+    ------
+    ValueError
+        If ``T == 0``, the threshold or score is invalid, or the backend unknown.
+    """
+    if backend == "cpu":
+        from .host_join import DocSide
+
+        return DocSide(docs, doc_ids, threshold, score, max_len, threads)
+    if backend in ("numpy", "cupy"):
+        from .arrays import prepare_docs as array_prepare
+
+        return array_prepare(docs, doc_ids, threshold, score, max_len, backend=backend)
+    raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
+
+
+def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", include_self: bool = False,
+              k: int | None = None, threads: int | None = None):
+    """Every pair of a corpus whose score reaches ``threshold``, exactly, under the self-join rule.
+
+    Parameters
+    ----------
+    sets : settopk.kernels.SetBatch
+        ``n_docs`` sets (host memory); each is also a query.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing doc ids.
+    threshold, score, max_len, backend, threads
+        As :func:`prepare_docs`.
+    include_self : bool
+        Also each doc's pair with itself (where its own score reaches ``T``).
+    k : int, optional
+        Keep each query's ``k`` best pairs; None keeps all.
+
+    Returns
+    -------
+    settopk.kernels.ThresholdPairs
+        ``n_queries = n_docs`` (query ``i`` is doc ``i``). Symmetric scores: each unordered pair
+        once, under its shorter doc, or the lower id of two of one length; containment: every
+        ordered pair but a doc with itself. Each query's pairs best first (score descending, then
+        doc id ascending).
+
+    Raises
+    ------
+    ValueError
+        As :func:`prepare_docs`, or ``k < 1``.
+    """
+    if backend == "cpu":
+        from .host_join import self_join as host_self_join
+
+        return host_self_join(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads)
+    if backend in ("numpy", "cupy"):
+        from .arrays import self_join as array_self_join
+
+        return array_self_join(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self, k=k)
+    raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")

@@ -1,0 +1,265 @@
+"""The ``cpu`` backend's join: the prepared doc side, the R-S probe and the self-join (imports Numba).
+
+A :class:`DocSide` is built once per corpus (or shard), threshold and score: the docs in frequency
+order, grouped when identical (:mod:`settopk.kernels.join.prepare`), their prefixes in postings sized
+for any query length. :meth:`DocSide.probe` answers a batch of queries, grouped the same way; the
+self-join (:func:`self_join`) indexes each group only against the groups no longer than itself, so
+each unordered pair of groups is met once. The compiled kernels are in
+:mod:`settopk.kernels.join.numba_join`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..keys import SCORES, check_score, cosine_key_table, key_scale
+from ..sets import SetBatch
+from ..threshold import ThresholdPairs, parse_threshold
+from .numba_join import build_postings, expand_pairs, order_by_query, probe_groups, sort_rows
+from .prefixes import join_applies, length_plan
+from .prepare import JoinSets, frequency_order, prepare_sets
+
+__all__ = ["DocSide", "self_join"]
+
+_RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
+
+
+class DocSide:
+    """A corpus prepared for threshold joins at one threshold and score (host memory).
+
+    Parameters
+    ----------
+    docs : SetBatch
+        ``n_docs`` sets.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing ids (position order is id order).
+    threshold : value taken by :func:`settopk.kernels.parse_threshold`
+        ``T > 0``.
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+    max_len : int
+        Bound on set sizes: the index prefixes serve queries of any length up to it.
+    threads : int, optional
+        Threads of :meth:`probe` (default: the CPUs of this process).
+
+    Raises
+    ------
+    ValueError
+        If ``T == 0`` (every pair passes: no prefix filter applies; use a scan) or the threshold
+        or score is invalid.
+    """
+
+    def __init__(self, docs: SetBatch, doc_ids, threshold, score: str, max_len: int, threads: int | None = None):
+        self.score = check_score(score)
+        key_scale(max_len, score)
+        self.threshold = parse_threshold(threshold, score)
+        if not join_applies(self.threshold):
+            raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+        self.max_len = max_len
+        self.threads = threads or len(os.sched_getaffinity(0))
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.n_ids = docs.id_bound
+        self.rank = frequency_order(docs.tokens, self.n_ids)
+        self.sets = prepare_sets(docs, self.rank, sort_rows=sort_rows)
+        self._groups = _group_sets(self.sets)
+        plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
+        self.index_prefix = plan.index_prefix
+        g_tokens, g_offsets, g_len = self._groups
+        self.postings = build_postings(g_tokens, g_offsets, plan.index_prefix[g_len], self.n_ids)
+
+    @property
+    def n_docs(self) -> int:
+        """Docs of the corpus."""
+        return self.sets.n_sets
+
+    def probe(self, queries: SetBatch, k: int | None = None, min_doc_len=None) -> ThresholdPairs:
+        """Every (query, doc) pair whose score reaches the threshold, exactly, best first.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            ``n_queries`` sets in the docs' id space (an id no doc holds matches nothing).
+        k : int, optional
+            Keep each query's ``k`` best pairs; None keeps all.
+        min_doc_len : array_like of int, shape (n_queries,), optional
+            Per query, only docs at least this long.
+
+        Returns
+        -------
+        ThresholdPairs
+            As :meth:`settopk.kernels.NumpyShardIndex.threshold_search`.
+        """
+        n_q = queries.n_sets
+        rank = _extended_rank(self.rank, queries.id_bound)
+        q_sets = prepare_sets(queries, rank, sort_rows=sort_rows)
+        q_tokens, q_offsets, q_len = _group_sets(q_sets)
+        floor = None
+        if min_doc_len is not None:
+            floor = np.asarray(min_doc_len, dtype=np.int64)
+            if floor.shape != (n_q,):
+                raise ValueError(f"min_doc_len must have shape ({n_q},) (one per query), found {floor.shape}")
+        plan = length_plan(self.threshold, self.score, self.max_len, q_sets.lengths, self.sets.lengths, ordered=False)
+        _, _, d_len = self._groups
+        lo = plan.lo[q_len]
+        if floor is not None:  # a group's members share their set; the floor is each member's: the least here, each after
+            group_floor = np.full(q_sets.n_groups, np.iinfo(np.int64).max)
+            np.minimum.at(group_floor, q_sets.group_of, floor)
+            lo = np.maximum(lo, group_floor)
+        first = np.searchsorted(d_len, lo, side="left").astype(np.int32)
+        end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int32)
+        prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
+        pair_q, pair_i, pair_ov = _probe_all(self.threads, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
+                                             plan.need, self.postings)
+        mode = np.zeros(len(pair_q), np.int8)
+        query, pos, overlap = _expand(pair_q, pair_i, pair_ov, mode, q_sets, self.sets)
+        doc_len = self.sets.lengths[pos]
+        if floor is not None:
+            keep = doc_len >= floor[query]
+            query, pos, overlap, doc_len = query[keep], pos[keep], overlap[keep], doc_len[keep]
+        return _ordered(n_q, query, pos, overlap, q_sets.lengths, self.sets.lengths, self.doc_ids, self.max_len,
+                        self.score, k)
+
+
+def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
+              k: int | None = None, threads: int | None = None) -> ThresholdPairs:
+    """The threshold self-join of a corpus on the ``cpu`` backend (see :func:`settopk.kernels.join.self_join`)."""
+    score = check_score(score)
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    if score == "containment":  # not symmetric: every ordered pair, through the R-S probe
+        pairs = DocSide(sets, doc_ids, threshold, score, max_len, threads).probe(sets)
+        return _drop_own(pairs, doc_ids, include_self, k)
+    t = parse_threshold(threshold, score)
+    if not join_applies(t):
+        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+    threads = threads or len(os.sched_getaffinity(0))
+    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound), sort_rows=sort_rows)
+    groups = _group_sets(js)
+    g_tokens, g_offsets, g_len = groups
+    plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
+    postings = build_postings(g_tokens, g_offsets, plan.index_prefix[g_len], sets.id_bound)
+    own = np.arange(js.n_groups, dtype=np.int32)
+    first = np.searchsorted(g_len, plan.lo[g_len], side="left").astype(np.int32)
+    # Groups before x only (a group's own identical sets are paired below, not probed).
+    end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), own).astype(np.int32)
+    prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
+    pair_q, pair_i, pair_ov = _probe_all(threads, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
+                                         postings)
+    mode = np.where(g_len[pair_i] < g_len[pair_q], 1, 2).astype(np.int8)
+    # Inside a group every pair has overlap |s|; it passes where |s| reaches its own need.
+    need_self = plan.need[g_len, np.minimum(g_len, plan.need.shape[1] - 1)]
+    inside = np.flatnonzero((js.group_size > 1) & (need_self <= g_len)).astype(np.int32)
+    pair_q = np.concatenate([pair_q, inside])
+    pair_i = np.concatenate([pair_i, inside])
+    pair_ov = np.concatenate([pair_ov, g_len[inside]])
+    mode = np.concatenate([mode, np.full(len(inside), 3, np.int8)])
+    query, doc, overlap = _expand(pair_q, pair_i, pair_ov, mode, js, js)
+    if include_self:
+        own_sets = np.flatnonzero(need_self[js.group_of] <= js.lengths)
+        query = np.concatenate([query, own_sets])
+        doc = np.concatenate([doc, own_sets])
+        overlap = np.concatenate([overlap, js.lengths[own_sets]])
+    return _ordered(js.n_sets, query, doc, overlap, js.lengths, js.lengths, doc_ids, max_len, score, k)
+
+
+def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The groups' sets (their first members'), CSR in group order: tokens int32, offsets int64, lengths int32."""
+    g_len = js.lengths[js.group_rep]
+    g_offsets = np.zeros(js.n_groups + 1, np.int64)
+    np.cumsum(g_len, out=g_offsets[1:])
+    step = np.arange(int(g_offsets[-1]), dtype=np.int64) - np.repeat(g_offsets[:-1], g_len)
+    g_tokens = js.tokens[np.repeat(js.offsets[js.group_rep], g_len) + step]
+    return np.ascontiguousarray(g_tokens, np.int32), g_offsets, np.ascontiguousarray(g_len, np.int32)
+
+
+def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
+    """``rank`` extended to ids no doc holds, ranked after every doc id (any one order serves both sides)."""
+    if id_bound <= len(rank):
+        return rank
+    return np.concatenate([rank, np.arange(len(rank), id_bound, dtype=np.int32)])
+
+
+def _probe_all(threads: int, probe, index, need, postings):
+    """:func:`probe_groups` over every probe group, in ranges taken by ``threads`` threads."""
+    q_tokens, q_offsets, q_len, prefix, first, end = probe
+    i_tokens, i_offsets, i_len = index
+    n_probe, n_index = len(q_len), len(i_len)
+    need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
+    work = np.flatnonzero(prefix > 0)
+    if not len(work):
+        return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)
+    threads = max(1, min(threads, len(work)))
+    cuts = np.unique(np.linspace(work[0], work[-1] + 1, threads * _RANGES_PER_THREAD + 1).astype(np.int64))
+    scratch = queue.SimpleQueue()
+    for _ in range(threads):
+        scratch.put(tuple(np.zeros(n_index, np.int32) for _ in range(4)))
+
+    def run(lo_hi):
+        buffers = scratch.get()
+        try:
+            return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, prefix, first, end, i_tokens, i_offsets,
+                                i_len, need, *postings, *buffers)
+        finally:
+            scratch.put(buffers)
+
+    ranges = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+    if threads == 1:
+        found = [run(r) for r in ranges]
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") as pool:
+            found = list(pool.map(run, ranges))
+    return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
+
+
+def _expand(pair_q, pair_i, pair_ov, mode, q_sets: JoinSets, i_sets: JoinSets):
+    """Group pairs expanded into set pairs: (query row, doc position, overlap)."""
+    q_size = q_sets.group_size[pair_q]
+    i_size = i_sets.group_size[pair_i]
+    count = np.where(mode == 3, q_size * (q_size - 1) // 2, q_size * i_size)
+    starts = np.zeros(len(pair_q) + 1, np.int64)
+    np.cumsum(count, out=starts[1:])
+    return expand_pairs(pair_q, pair_i, pair_ov, mode, starts, q_sets.group_offsets, q_sets.group_members,
+                        i_sets.group_offsets, i_sets.group_members)
+
+
+def _ordered(n_queries, query, pos, overlap, query_len, doc_len_all, doc_ids, max_len, score, k) -> ThresholdPairs:
+    """Found pairs as :class:`ThresholdPairs`: by query, best first, at most ``k`` each."""
+    n_docs = max(len(doc_ids), 1)
+    if n_docs >= 2**30:
+        raise ValueError(f"{n_docs} docs overflow the pair order's int64 key (2**32 keys per doc)")
+    cosine_keys = cosine_key_table(max_len) if score == "cosine" else np.zeros(1, np.int32)
+    offsets, pos_sorted, overlap_sorted = order_by_query(
+        n_queries, query, pos, overlap, np.ascontiguousarray(query_len, np.int32), np.ascontiguousarray(doc_len_all, np.int32),
+        SCORES.index(score), key_scale(max_len, score), cosine_keys, n_docs)
+    doc_len_sorted = doc_len_all[pos_sorted].astype(np.int32)
+    ids = doc_ids[pos_sorted]
+    if k is not None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
+        counts = np.diff(offsets)
+        rank_in = np.arange(len(ids)) - np.repeat(offsets[:-1], counts)
+        keep = rank_in < k
+        ids, overlap_sorted, doc_len_sorted = ids[keep], overlap_sorted[keep], doc_len_sorted[keep]
+        offsets = np.zeros_like(offsets)
+        np.cumsum(np.minimum(counts, k), out=offsets[1:])
+    return ThresholdPairs(offsets, ids, overlap_sorted, doc_len_sorted)
+
+
+def _drop_own(pairs: ThresholdPairs, doc_ids, include_self: bool, k) -> ThresholdPairs:
+    """A containment self-join from the corpus probed with itself: every ordered pair but (d, d)."""
+    if not include_self:
+        row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
+        keep = pairs.doc_ids != doc_ids[row]
+        offsets = np.zeros_like(pairs.offsets)
+        np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
+        pairs = ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])
+    if k is None:
+        return pairs
+    counts = pairs.counts
+    keep = (np.arange(len(pairs.doc_ids)) - np.repeat(pairs.offsets[:-1], counts)) < k
+    offsets = np.zeros_like(pairs.offsets)
+    np.cumsum(np.minimum(counts, k), out=offsets[1:])
+    return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])

@@ -1,0 +1,100 @@
+"""Per length, what a join's filters allow: the least overlap, the prefix lengths, the lengths reachable.
+
+Everything follows from the exact need table (:func:`settopk.kernels.threshold.need_table`): a
+pair of lengths ``(|q|, |d|)`` can pass only where ``need <= min(|q|, |d|)`` (length filter), and a
+pair whose overlap reaches ``a`` shares a token between the first ``|q| - a + 1`` tokens of ``q``
+and the first ``|d| - a + 1`` of ``d`` in one global order (prefix filter: Chaudhuri, Ganti,
+Kaushik, ICDE 2006). A probe set takes ``a`` as its least need over the lengths it can reach, an
+indexed set its least need over the probe lengths that can reach it. Host NumPy, no Numba.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..threshold import need_table
+
+__all__ = ["LengthPlan", "length_plan", "join_applies"]
+
+
+class LengthPlan(NamedTuple):
+    """The filters per length (host memory).
+
+    Attributes
+    ----------
+    need : numpy.ndarray of int32, shape (n_probe_lengths, n_index_lengths)
+        Least overlap per (probe length, index length); ``> min`` of the two where unreachable.
+    reach : numpy.ndarray of bool, same shape
+        Pairs of lengths that can pass (and are allowed: present, and ordered in a self-join).
+    probe_prefix : numpy.ndarray of int32, shape (n_probe_lengths,)
+        Tokens a probe set of each length probes (0: it reaches no length).
+    index_prefix : numpy.ndarray of int32, shape (n_index_lengths,)
+        Tokens an index set of each length puts in the postings (0: no probe reaches it).
+    lo, hi : numpy.ndarray of int64, shape (n_probe_lengths,)
+        The least and greatest index length each probe length reaches (``lo > hi``: none).
+    """
+
+    need: np.ndarray
+    reach: np.ndarray
+    probe_prefix: np.ndarray
+    index_prefix: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def join_applies(threshold) -> bool:
+    """Whether prefix filtering can find every passing pair: only where ``T > 0`` (at ``T == 0``
+    every pair passes, disjoint ones too, and the need is 0)."""
+    return threshold > 0
+
+
+def length_plan(threshold, score: str, max_len: int, probe_lengths, index_lengths, *, ordered: bool) -> LengthPlan:
+    """The filters of a join between sets of the given lengths.
+
+    Parameters
+    ----------
+    threshold : fractions.Fraction
+        ``T > 0``.
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+    max_len : int
+        Bound on set sizes (the key scale).
+    probe_lengths : array_like of int
+        Lengths present among the probe sets (the index prefixes are sized for them).
+    index_lengths : array_like of int
+        Lengths present among the index sets.
+    ordered : bool
+        A self-join over one corpus: a probe pairs only with index sets no longer than itself.
+
+    Returns
+    -------
+    LengthPlan
+        Indexed by length: rows ``0 .. max(probe_lengths)``, columns ``0 .. max(index_lengths)``.
+    """
+    probe_lengths = np.unique(np.asarray(probe_lengths, dtype=np.int64))
+    index_lengths = np.unique(np.asarray(index_lengths, dtype=np.int64))
+    n_p = int(probe_lengths.max()) + 1 if len(probe_lengths) else 1
+    n_i = int(index_lengths.max()) + 1 if len(index_lengths) else 1
+    need = need_table(threshold, np.arange(n_p), max_len, score)[:, :n_i]
+    lp = np.arange(n_p).reshape(-1, 1)
+    li = np.arange(n_i).reshape(1, -1)
+    reach = need <= np.minimum(lp, li)
+    present_p = np.zeros(n_p, bool)
+    present_p[probe_lengths] = True
+    present_i = np.zeros(n_i, bool)
+    present_i[index_lengths] = True
+    reach &= present_p[:, None] & present_i[None, :]
+    if ordered:
+        reach &= li <= lp
+    big = np.iinfo(np.int32).max
+    held = np.where(reach, need, big)
+    least_p = held.min(axis=1)
+    least_i = held.min(axis=0)
+    probe_prefix = np.where(least_p < big, np.arange(n_p) - least_p + 1, 0).astype(np.int32)
+    index_prefix = np.where(least_i < big, np.arange(n_i) - least_i + 1, 0).astype(np.int32)
+    any_p = reach.any(axis=1)
+    lo = np.where(any_p, reach.argmax(axis=1), n_i).astype(np.int64)
+    hi = np.where(any_p, n_i - 1 - reach[:, ::-1].argmax(axis=1), -1).astype(np.int64)
+    return LengthPlan(need.astype(np.int32), reach, probe_prefix, index_prefix, lo, hi)
