@@ -39,6 +39,7 @@ import numpy as np
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_table, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
 from .dense import LocalIds, table_queries
+from .join.prefixes import join_applies
 from .sets import SetBatch, check_shard_docs, index_ids
 from .topk import TopK, empty_topk
 
@@ -187,6 +188,7 @@ class NumbaShardIndex:
         self.postings_bytes = 0 if self.postings is None else (
             self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
         self._pool = None
+        self._join_side = None  # the threshold join's prepared docs (settopk.kernels.join), per threshold
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -273,9 +275,10 @@ class NumbaShardIndex:
         Same contract and result as :meth:`settopk.kernels.NumpyShardIndex.threshold_search`
         (:class:`settopk.kernels.ThresholdPairs`, CSR by query, unbounded unless ``k`` is given;
         ``min_doc_len`` leaves out each query's shorter docs),
-        compiled (:mod:`settopk.kernels.numba_threshold`) and run on ``threads`` threads: each query
-        counts only the docs of the lengths that can pass, and with postings (``routing`` other
-        than ``"scan"``) is prefix filtered where that is cheaper (always with ``"postings"``).
+        run on ``threads`` threads. Where ``T > 0``: the join of :mod:`settopk.kernels.join`
+        (frequency order, identical docs grouped, prefix, length and positional filters), its doc
+        side prepared at the first search of a threshold and kept; at ``T == 0`` (every pair
+        passes) the compiled scan of :mod:`settopk.kernels.numba_threshold`.
 
         Raises
         ------
@@ -283,9 +286,24 @@ class NumbaShardIndex:
             If ``threshold`` is not a number in ``[0, 1]`` (``>= 0`` for overlap), ``k < 1``, or
             ``min_doc_len`` does not have one entry per query.
         """
+        from .threshold import parse_threshold
+
+        tables = table_queries(queries, self._local, self._n_ids)
+        t = parse_threshold(threshold, self.score)
+        if self.n_docs and join_applies(t):
+            side = self._join_side
+            if side is None or side.threshold != t:
+                # Built at the first search of a threshold (a job or a self-join keeps one threshold).
+                from .join import prepare_docs
+
+                side = self._join_side = prepare_docs(SetBatch(self._offsets, self._tokens), self.doc_ids, t, self.score,
+                                                      self.max_len, backend="cpu", threads=self.threads)
+            self.last_skipped = 0
+            self.last_routing = {**_no_routing(), "postings": queries.n_sets, "prefix": queries.n_sets}
+            return side.probe(tables, k, min_doc_len)
         from .numba_threshold import numba_threshold_search
 
-        return numba_threshold_search(self, table_queries(queries, self._local, self._n_ids), threshold, k, min_doc_len)
+        return numba_threshold_search(self, tables, threshold, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

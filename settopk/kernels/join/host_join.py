@@ -19,7 +19,7 @@ import numpy as np
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .numba_join import build_postings, expand_pairs, order_by_query, probe_groups, sort_rows
+from .numba_join import build_postings, emit_by_query, probe_groups, sort_rows
 from .prefixes import join_applies, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 
@@ -114,14 +114,10 @@ class DocSide:
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
         pair_q, pair_i, pair_ov = _probe_all(self.threads, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
                                              plan.need, self.postings)
-        mode = np.zeros(len(pair_q), np.int8)
-        query, pos, overlap = _expand(pair_q, pair_i, pair_ov, mode, q_sets, self.sets)
-        doc_len = self.sets.lengths[pos]
-        if floor is not None:
-            keep = doc_len >= floor[query]
-            query, pos, overlap, doc_len = query[keep], pos[keep], overlap[keep], doc_len[keep]
-        return _ordered(n_q, query, pos, overlap, q_sets.lengths, self.sets.lengths, self.doc_ids, self.max_len,
-                        self.score, k)
+        filt = np.zeros(len(pair_q), np.int8)
+        floor_rows = floor if floor is not None else np.zeros(n_q, np.int64)
+        return _emit(n_q, (pair_q, pair_i, pair_ov, filt), q_sets, self.sets, floor_rows, k, self.doc_ids, self.max_len,
+                     self.score)
 
 
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
@@ -148,21 +144,18 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
     pair_q, pair_i, pair_ov = _probe_all(threads, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
                                          postings)
-    mode = np.where(g_len[pair_i] < g_len[pair_q], 1, 2).astype(np.int8)
-    # Inside a group every pair has overlap |s|; it passes where |s| reaches its own need.
-    need_self = plan.need[g_len, np.minimum(g_len, plan.need.shape[1] - 1)]
-    inside = np.flatnonzero((js.group_size > 1) & (need_self <= g_len)).astype(np.int32)
-    pair_q = np.concatenate([pair_q, inside])
-    pair_i = np.concatenate([pair_i, inside])
-    pair_ov = np.concatenate([pair_ov, g_len[inside]])
-    mode = np.concatenate([mode, np.full(len(inside), 3, np.int8)])
-    query, doc, overlap = _expand(pair_q, pair_i, pair_ov, mode, js, js)
-    if include_self:
-        own_sets = np.flatnonzero(need_self[js.group_of] <= js.lengths)
-        query = np.concatenate([query, own_sets])
-        doc = np.concatenate([doc, own_sets])
-        overlap = np.concatenate([overlap, js.lengths[own_sets]])
-    return _ordered(js.n_sets, query, doc, overlap, js.lengths, js.lengths, doc_ids, max_len, score, k)
+    # Directed by the self-join rule: the shorter group's members are the queries; between groups of
+    # one length, both ways, each member keeping the higher positions; inside a group likewise.
+    shorter = g_len[pair_i] < g_len[pair_q]
+    need_self = plan.need[g_len, g_len]
+    inside = np.flatnonzero((js.group_size > (0 if include_self else 1)) & (need_self <= g_len)).astype(np.int32)
+    same = ~shorter
+    dq = np.concatenate([pair_i, pair_q[same], inside])
+    dt = np.concatenate([pair_q, pair_i[same], inside])
+    dov = np.concatenate([pair_ov, pair_ov[same], g_len[inside]])
+    dfilt = np.concatenate([np.where(shorter, 0, 1), np.ones(int(same.sum()), np.int64),
+                            np.full(len(inside), 2 if include_self else 1)]).astype(np.int8)
+    return _emit(js.n_sets, (dq, dt, dov, dfilt), js, js, np.zeros(js.n_sets, np.int64), k, doc_ids, max_len, score)
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -214,38 +207,18 @@ def _probe_all(threads: int, probe, index, need, postings):
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 
 
-def _expand(pair_q, pair_i, pair_ov, mode, q_sets: JoinSets, i_sets: JoinSets):
-    """Group pairs expanded into set pairs: (query row, doc position, overlap)."""
-    q_size = q_sets.group_size[pair_q]
-    i_size = i_sets.group_size[pair_i]
-    count = np.where(mode == 3, q_size * (q_size - 1) // 2, q_size * i_size)
-    starts = np.zeros(len(pair_q) + 1, np.int64)
-    np.cumsum(count, out=starts[1:])
-    return expand_pairs(pair_q, pair_i, pair_ov, mode, starts, q_sets.group_offsets, q_sets.group_members,
-                        i_sets.group_offsets, i_sets.group_members)
-
-
-def _ordered(n_queries, query, pos, overlap, query_len, doc_len_all, doc_ids, max_len, score, k) -> ThresholdPairs:
-    """Found pairs as :class:`ThresholdPairs`: by query, best first, at most ``k`` each."""
-    n_docs = max(len(doc_ids), 1)
-    if n_docs >= 2**30:
-        raise ValueError(f"{n_docs} docs overflow the pair order's int64 key (2**32 keys per doc)")
+def _emit(n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc_ids, max_len: int, score: str):
+    """Directed group pairs (query group, target group, overlap, member rule) as :class:`ThresholdPairs`."""
+    if k is not None and k < 1:
+        raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
+    dq, dt, dov, dfilt = directed
     cosine_keys = cosine_key_table(max_len) if score == "cosine" else np.zeros(1, np.int32)
-    offsets, pos_sorted, overlap_sorted = order_by_query(
-        n_queries, query, pos, overlap, np.ascontiguousarray(query_len, np.int32), np.ascontiguousarray(doc_len_all, np.int32),
-        SCORES.index(score), key_scale(max_len, score), cosine_keys, n_docs)
-    doc_len_sorted = doc_len_all[pos_sorted].astype(np.int32)
-    ids = doc_ids[pos_sorted]
-    if k is not None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
-        counts = np.diff(offsets)
-        rank_in = np.arange(len(ids)) - np.repeat(offsets[:-1], counts)
-        keep = rank_in < k
-        ids, overlap_sorted, doc_len_sorted = ids[keep], overlap_sorted[keep], doc_len_sorted[keep]
-        offsets = np.zeros_like(offsets)
-        np.cumsum(np.minimum(counts, k), out=offsets[1:])
-    return ThresholdPairs(offsets, ids, overlap_sorted, doc_len_sorted)
+    offsets, pos, overlap, doc_len = emit_by_query(
+        n_queries, dq.astype(np.int32), dt.astype(np.int32), dov.astype(np.int32), dfilt, q_sets.group_offsets,
+        q_sets.group_members, np.ascontiguousarray(q_sets.group_len, np.int32), t_sets.group_offsets,
+        t_sets.group_members, np.ascontiguousarray(t_sets.group_len, np.int32), floor, 0 if k is None else k,
+        SCORES.index(score), key_scale(max_len, score), cosine_keys)
+    return ThresholdPairs(offsets, doc_ids[pos], overlap, doc_len)
 
 
 def _drop_own(pairs: ThresholdPairs, doc_ids, include_self: bool, k) -> ThresholdPairs:

@@ -25,7 +25,7 @@ from numba import njit, prange
 
 from ..numba_heaps import score_key
 
-__all__ = ["build_postings", "expand_pairs", "order_by_query", "probe_groups", "sort_rows"]
+__all__ = ["build_postings", "emit_by_query", "probe_groups", "sort_rows"]
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -212,122 +212,6 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
 
 
 @njit(cache=True, parallel=True)
-def expand_pairs(pair_q, pair_i, pair_ov, mode, starts, q_goff, q_members, i_goff, i_members):
-    """Group pairs expanded into set pairs, in parallel.
-
-    Parameters
-    ----------
-    pair_q, pair_i, pair_ov : int32 (n_group_pairs,)
-        Probe group, index group, overlap.
-    starts : int64 (n_group_pairs + 1,)
-        Output position of each group pair's first set pair (prefix sums of the pair counts).
-    q_goff, q_members, i_goff, i_members : int64
-        Each side's groups' members (CSR); in a self-join both sides are the same arrays.
-    mode : int8 (n_group_pairs,)
-        Which set of a pair is the query: 0 the probe member, 1 the index member (a self-join
-        whose index group is the shorter), 2 the lower set index (a self-join between groups of
-        one length); 3: a group paired with itself (a self-join's identical sets), its
-        ``s (s - 1) / 2`` unordered pairs of distinct members, the lower index the query.
-
-    Returns
-    -------
-    query, doc : int64 (n_pairs,)
-        Set indices (rows of the probe and index sides).
-    overlap : int32 (n_pairs,)
-    """
-    n_pairs = starts[-1]
-    query = np.empty(n_pairs, np.int64)
-    doc = np.empty(n_pairs, np.int64)
-    overlap = np.empty(n_pairs, np.int32)
-    for p in prange(len(pair_q)):
-        out = starts[p]
-        xs, xe = q_goff[pair_q[p]], q_goff[pair_q[p] + 1]
-        ys, ye = i_goff[pair_i[p]], i_goff[pair_i[p] + 1]
-        ov = pair_ov[p]
-        m = mode[p]
-        if m == 3:
-            for a in range(xs, xe):
-                for b in range(a + 1, xe):
-                    query[out] = q_members[a]  # members ascending: the lower index is the query
-                    doc[out] = q_members[b]
-                    overlap[out] = ov
-                    out += 1
-            continue
-        for a in range(xs, xe):
-            ma = q_members[a]
-            for b in range(ys, ye):
-                mb = i_members[b]
-                if m == 0 or (m == 2 and ma < mb):
-                    query[out] = ma
-                    doc[out] = mb
-                else:
-                    query[out] = mb
-                    doc[out] = ma
-                overlap[out] = ov
-                out += 1
-    return query, doc, overlap
-
-
-@njit(cache=True, parallel=True)
-def order_by_query(n_queries, query, doc, overlap, query_len, doc_len, score, scale, cosine_keys, n_docs):
-    """Pairs grouped by query (CSR), each query's best first: score descending, then doc ascending.
-
-    Parameters
-    ----------
-    n_queries : int
-    query, doc : int64 (n_pairs,)
-        Query row and doc position (positions ascend with doc ids).
-    overlap : int32 (n_pairs,)
-    query_len, doc_len : int32 (n_queries,), (n_docs,)
-        Lengths by query row and doc position.
-    score, scale, cosine_keys
-        The score's code, key scale and cosine key table (:func:`settopk.kernels.numba_heaps.score_key`:
-        the exact integer key, below ``2**32``).
-    n_docs : int
-        Bound on the positions; ``2**32 * n_docs`` must fit in int64 (checked by the caller).
-
-    Returns
-    -------
-    offsets : int64 (n_queries + 1,)
-    doc_out : int64 (n_pairs,)
-    overlap_out : int32 (n_pairs,)
-    """
-    n = len(query)
-    offsets = np.zeros(n_queries + 1, np.int64)
-    for p in range(n):
-        offsets[query[p] + 1] += 1
-    for q in range(n_queries):
-        offsets[q + 1] += offsets[q]
-    fill = offsets[:-1].copy()
-    src = np.empty(n, np.int64)
-    for p in range(n):
-        q = query[p]
-        src[fill[q]] = p
-        fill[q] += 1
-    doc_out = np.empty(n, np.int64)
-    overlap_out = np.empty(n, np.int32)
-    top = np.int64(1) << 32
-    for q in prange(n_queries):
-        s, e = offsets[q], offsets[q + 1]
-        if e - s == 1:
-            doc_out[s] = doc[src[s]]
-            overlap_out[s] = overlap[src[s]]
-        elif e > s:
-            rank_key = np.empty(e - s, np.int64)
-            ql = query_len[q]
-            for r in range(e - s):
-                p = src[s + r]
-                key = score_key(score, scale, cosine_keys, np.int64(overlap[p]), np.int64(ql), np.int64(doc_len[doc[p]]))
-                rank_key[r] = (top - key) * n_docs + doc[p]
-            order = np.argsort(rank_key)
-            for r in range(e - s):
-                p = src[s + order[r]]
-                doc_out[s + r] = doc[p]
-                overlap_out[s + r] = overlap[p]
-    return offsets, doc_out, overlap_out
-
-
-@njit(cache=True, parallel=True)
 def sort_rows(offsets, values):
     """Each CSR row of ``values`` sorted ascending, in place (rows are short: insertion sort, else ``np.sort``)."""
     for r in prange(len(offsets) - 1):
@@ -342,3 +226,147 @@ def sort_rows(offsets, values):
                 values[j + 1] = values[j]
                 j -= 1
             values[j + 1] = v
+
+
+@njit(cache=True)
+def _by_query_group(n_groups, dq):
+    """Directed group pairs bucketed by query group: (starts int64 (n_groups + 1,), order int64)."""
+    starts = np.zeros(n_groups + 1, np.int64)
+    for p in range(len(dq)):
+        starts[dq[p] + 1] += 1
+    for g in range(n_groups):
+        starts[g + 1] += starts[g]
+    fill = starts[:-1].copy()
+    order = np.empty(len(dq), np.int64)
+    for p in range(len(dq)):
+        order[fill[dq[p]]] = p
+        fill[dq[p]] += 1
+    return starts, order
+
+
+@njit(cache=True)
+def _kept(filt, a, b, t_len, floor_a):
+    """Whether target member ``b`` is a pair of query member ``a``: the self-join's member rule
+    (``filt`` 1: ``b > a``; 2: ``b >= a``) and the query's least doc length."""
+    if t_len < floor_a:
+        return False
+    if filt == 1:
+        return b > a
+    if filt == 2:
+        return b >= a
+    return True
+
+
+@njit(cache=True, parallel=True)
+def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_goff, t_members, t_glen, floor, k,
+                  score, scale, cosine_keys):
+    """Directed group pairs written as set pairs, grouped by query row, each query's best first.
+
+    Every member of a query group holds the same set, so its pairs are the same list (the
+    self-join's member rule aside): the group's pairs are ordered once (key descending; the
+    members of targets of one key merged by position), then written out for each member.
+
+    Parameters
+    ----------
+    n_queries : int
+        Query rows.
+    dq, dt : int32 (n_directed,)
+        Query group and target group of each directed group pair.
+    dov : int32 (n_directed,)
+        Their overlap.
+    dfilt : int8 (n_directed,)
+        0: every target member; 1: target members above the query member (a self-join between
+        sets of one length, or inside a group); 2: at or above (``include_self`` inside a group).
+    q_goff, q_members, q_glen : int64, int64, int32
+        Query groups: members (query rows, ascending) and length.
+    t_goff, t_members, t_glen : int64, int64, int32
+        Target groups: members (doc positions, ascending) and length.
+    floor : int64 (n_queries,)
+        Per query row, the least doc length (0: all).
+    k : int
+        Pairs kept per query, best first (0: all).
+    score, scale, cosine_keys
+        :func:`settopk.kernels.numba_heaps.score_key`'s arguments.
+
+    Returns
+    -------
+    offsets : int64 (n_queries + 1,)
+    doc_pos : int64 (n_pairs,)
+    overlap, doc_len : int32 (n_pairs,)
+    """
+    n_groups = len(q_glen)
+    starts, order = _by_query_group(n_groups, dq)
+    counts = np.zeros(n_queries, np.int64)
+    for g in prange(n_groups):
+        for m in range(q_goff[g], q_goff[g + 1]):
+            a = q_members[m]
+            c = 0
+            for r in range(starts[g], starts[g + 1]):
+                p = order[r]
+                t = dt[p]
+                if t_glen[t] < floor[a]:
+                    continue
+                if dfilt[p] == 0:
+                    c += t_goff[t + 1] - t_goff[t]
+                else:
+                    for b in range(t_goff[t], t_goff[t + 1]):
+                        if _kept(dfilt[p], a, t_members[b], t_glen[t], floor[a]):
+                            c += 1
+            counts[a] = c if k <= 0 or c < k else k
+    offsets = np.zeros(n_queries + 1, np.int64)
+    for q in range(n_queries):
+        offsets[q + 1] = offsets[q] + counts[q]
+    n = offsets[-1]
+    doc_pos = np.empty(n, np.int64)
+    overlap = np.empty(n, np.int32)
+    doc_len = np.empty(n, np.int32)
+    top = np.int64(1) << 32
+    for g in prange(n_groups):
+        s, e = starts[g], starts[g + 1]
+        if s == e:
+            continue
+        lq = np.int64(q_glen[g])
+        keys = np.empty(e - s, np.int64)
+        size = 0
+        for r in range(s, e):
+            p = order[r]
+            keys[r - s] = top - score_key(score, scale, cosine_keys, np.int64(dov[p]), lq, np.int64(t_glen[dt[p]]))
+            size += t_goff[dt[p] + 1] - t_goff[dt[p]]
+        by_key = np.argsort(keys, kind="mergesort")
+        # Each run of one key: its targets' members in position order, with their pair.
+        run_pos = np.empty(size, np.int64)
+        run_pair = np.empty(size, np.int64)
+        filled = 0
+        i = 0
+        while i < e - s:
+            j = i
+            lo = filled
+            while j < e - s and keys[by_key[j]] == keys[by_key[i]]:
+                p = order[s + by_key[j]]
+                t = dt[p]
+                for b in range(t_goff[t], t_goff[t + 1]):
+                    run_pos[filled] = t_members[b]
+                    run_pair[filled] = p
+                    filled += 1
+                j += 1
+            if j - i > 1:
+                o = np.argsort(run_pos[lo:filled])
+                run_pos[lo:filled] = run_pos[lo:filled][o]
+                run_pair[lo:filled] = run_pair[lo:filled][o]
+            i = j
+        for m in range(q_goff[g], q_goff[g + 1]):
+            a = q_members[m]
+            out = offsets[a]
+            end = offsets[a + 1]
+            for x in range(filled):
+                if out == end:
+                    break
+                p = run_pair[x]
+                b = run_pos[x]
+                t = dt[p]
+                if _kept(dfilt[p], a, b, t_glen[t], floor[a]):
+                    doc_pos[out] = b
+                    overlap[out] = dov[p]
+                    doc_len[out] = t_glen[t]
+                    out += 1
+    return offsets, doc_pos, overlap, doc_len

@@ -143,27 +143,24 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray, *, sort_rows=None) -> JoinSet
     # A set's hash: the sum of one random 64-bit word per id (order-free, wraps mod 2**64).
     words = np.random.default_rng(_HASH_SEED).integers(0, 2**63, len(rank), dtype=np.int64).view(np.uint64)
     sums = _segment_sums(np.zeros(n, np.uint64), words[tokens], offsets, lengths)
-    by = np.lexsort((np.arange(n), sums, lengths))
+    # Sets by (length, hash), stable (index order within a tie): 24 bits of length, 39 of hash.
+    by = np.argsort((lengths.astype(np.int64) << 39) | (sums >> np.uint64(25)).astype(np.int64), kind="stable")
     same = np.zeros(n, bool)  # same[i]: set by[i] equals set by[i - 1]
     if n > 1:
         maybe = np.flatnonzero((lengths[by[1:]] == lengths[by[:-1]]) & (sums[by[1:]] == sums[by[:-1]])) + 1
         same[maybe[_equal_sets(tokens, offsets, by[maybe - 1], by[maybe])]] = True
-    starts = np.flatnonzero(~same)
-    members = by  # groups are runs of equal sets in `by`, already ascending by set index within a run
-    group_of_sorted = np.cumsum(~same) - 1
+    starts = np.flatnonzero(~same)  # runs of equal sets in `by`, each ascending by set index
+    sizes = np.diff(np.append(starts, n))
     group_rep = by[starts]
-    group_len = lengths[group_rep]
-    group_order = np.lexsort((group_rep, group_len))  # groups by (length, first member)
+    group_order = np.argsort(lengths[group_rep].astype(np.int64) * max(n, 1) + group_rep, kind="stable")
     new_id = np.empty(len(starts), np.int64)
     new_id[group_order] = np.arange(len(starts))
     group_of = np.empty(n, np.int64)
-    group_of[by] = new_id[group_of_sorted]
-    sizes = np.diff(np.append(starts, n))
+    group_of[by] = new_id[np.cumsum(~same) - 1]
     group_offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(sizes[group_order], out=group_offsets[1:])
-    # Members grouped in the new group order, each group's members ascending.
-    member_order = np.lexsort((members, group_of[members]))
-    group_members = members[member_order]
+    step = np.arange(n, dtype=np.int64) - np.repeat(group_offsets[:-1], sizes[group_order])
+    group_members = by[np.repeat(starts[group_order], sizes[group_order]) + step]
     return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep[group_order])
 
 

@@ -1,0 +1,146 @@
+"""The real-data threshold join (settopk.kernels.join, issue 46): the frequency order and the groups
+of identical sets, and the cpu backend's self-join and R-S join against the brute-force oracle on
+skewed corpora full of repeated sets, every score, thresholds that land on ties, k caps and the
+self-join rule; RETAIL's exact pair counts (slow)."""
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from settopk.kernels import SCORES, SetBatch, brute_force_threshold, parse_threshold, self_join_keep
+from settopk.kernels.join import join_applies, prepare_docs, self_join
+from settopk.kernels.join.prepare import frequency_order, prepare_sets
+
+pytest.importorskip("numba")
+
+RETAIL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "retail.dat"
+
+# Thresholds that land exactly on achievable scores (ties pass), and an overlap count per score.
+_THRESHOLDS = {score: ["0.5", "2/3", "0.8", "1", "0.3", "1/7"] for score in SCORES}
+_THRESHOLDS["overlap"] = ["1", "2", "3"]
+
+
+@st.composite
+def _corpora(draw):
+    """Sets over a Zipf-skewed vocabulary, many of them copies of earlier ones, empty ones too."""
+    n_ids = draw(st.integers(2, 25))
+    weights = 1.0 / np.arange(1, n_ids + 1)
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    sets = []
+    for _ in range(draw(st.integers(1, 45))):
+        if sets and rng.random() < 0.45:
+            sets.append(list(sets[rng.integers(len(sets))]))
+        else:
+            size = int(rng.integers(0, min(n_ids, 10) + 1))
+            sets.append(sorted(set(rng.choice(n_ids, size=size, p=weights / weights.sum()).tolist())))
+    return sets
+
+
+def _ids(n):
+    return np.arange(n, dtype=np.int64) * 3 + 7  # strictly increasing, not positions
+
+
+def test_frequency_order_ranks_rarest_first_ties_by_id():
+    rank = frequency_order(np.array([5, 1, 5, 2, 5, 1], np.uint16), 7)
+    # counts: 0,2,1,0,0,3,0 -> ids 0,3,4,6 (0 each), 2 (1), 1 (2), 5 (3)
+    assert rank.tolist() == [0, 5, 4, 1, 2, 6, 3]
+    with pytest.raises(ValueError, match="below n_ids"):
+        frequency_order(np.array([9], np.uint16), 5)
+
+
+def test_prepare_groups_identical_sets_exactly():
+    sets = [[1, 2], [3], [2, 1], [], [1, 2], [3], [], [1, 4]]
+    batch = SetBatch.from_lists(sets)
+    js = prepare_sets(batch, frequency_order(batch.tokens, batch.id_bound))
+    groups = [js.group_members[a:b].tolist() for a, b in zip(js.group_offsets[:-1], js.group_offsets[1:])]
+    # by (length, first member): [] x2, [3] x2, then the pairs by first member
+    assert groups == [[3, 6], [1, 5], [0, 2, 4], [7]]
+    assert js.group_rep.tolist() == [3, 1, 0, 7]
+    for g, members in enumerate(groups):
+        assert all(js.group_of[m] == g for m in members)
+    for i in range(len(sets)):  # each set keeps its tokens, in rank order
+        row = js.tokens[js.offsets[i]:js.offsets[i + 1]]
+        assert np.all(np.diff(row) > 0)
+
+
+@given(docs=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
+       include_self=st.booleans())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_self_join_equals_the_oracle(docs, score, pick, k, include_self):
+    text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
+    t = parse_threshold(text, score)
+    ids = _ids(len(docs))
+    got = self_join(SetBatch.from_lists(docs), ids, text, score, 16, include_self=include_self, k=k)
+    every = brute_force_threshold(docs, docs, Fraction(t), doc_ids=ids.tolist(), score=score)
+    lens = [len(set(d)) for d in docs]
+    assert got.n_queries == len(docs)
+    for q in range(len(docs)):
+        want = [p for p in every[q] if self_join_keep(ids[q], lens[q], p[0], p[2], score, include_self)]
+        assert got.row(q) == want[:k], (q, docs[q])
+
+
+@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+       k=st.sampled_from([None, 2]), floor=st.booleans())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_probe_equals_the_oracle(docs, queries, score, pick, k, floor):
+    text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
+    t = parse_threshold(text, score)
+    ids = _ids(len(docs))
+    queries = [q + [30 + i] if i % 3 == 0 else q for i, q in enumerate(queries)]  # ids no doc holds count in |q|
+    batch = SetBatch.from_lists(queries)
+    min_len = batch.lengths if floor else None
+    got = prepare_docs(SetBatch.from_lists(docs), ids, text, score, 40).probe(batch, k=k, min_doc_len=min_len)
+    want = brute_force_threshold(docs, queries, Fraction(t), doc_ids=ids.tolist(), score=score)
+    for q in range(len(queries)):
+        expected = [p for p in want[q] if not floor or p[2] >= len(set(queries[q]))]
+        assert got.row(q) == expected[:k], (q, queries[q])
+
+
+def test_a_prepared_side_serves_batch_after_batch():
+    rng = np.random.default_rng(3)
+    docs = [sorted(set(rng.integers(0, 30, rng.integers(1, 9)).tolist())) for _ in range(200)]
+    docs += docs[:80]
+    side = prepare_docs(SetBatch.from_lists(docs), _ids(len(docs)), "0.6", "jaccard", 16)
+    for lo in (0, 100, 200):
+        batch = docs[lo:lo + 100]
+        got = side.probe(SetBatch.from_lists(batch))
+        want = brute_force_threshold(docs, batch, Fraction(3, 5), doc_ids=_ids(len(docs)).tolist(), score="jaccard")
+        assert [got.row(i) for i in range(len(batch))] == want
+
+
+def test_zero_threshold_is_refused_not_filtered():
+    assert not join_applies(Fraction(0)) and join_applies(Fraction(1, 10**9))
+    with pytest.raises(ValueError, match="T == 0"):
+        self_join(SetBatch.from_lists([[1], [1]]), _ids(2), "0", "jaccard", 16)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        self_join(SetBatch.from_lists([[1], [1]]), _ids(2), "0.5", "jaccard", 16, k=0)
+
+
+def test_long_sets_up_to_4096_ids():
+    rng = np.random.default_rng(0)
+    base = sorted(rng.choice(6000, 4096, replace=False).tolist())
+    docs = [base, base[:3500] + base[3700:], base[::2], sorted(set(base[:4000]) | {6001}), base]
+    ids = _ids(len(docs))
+    got = self_join(SetBatch.from_lists(docs), ids, "0.8", "braun_blanquet", 4096)
+    every = brute_force_threshold(docs, docs, Fraction(4, 5), doc_ids=ids.tolist(), score="braun_blanquet")
+    lens = [len(d) for d in docs]
+    for q in range(len(docs)):
+        assert got.row(q) == [p for p in every[q] if self_join_keep(ids[q], lens[q], p[0], p[2], "braun_blanquet")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not RETAIL.is_file(), reason="../shared/data/retail.dat is not beside the project")
+def test_retail_pair_counts():
+    rows = [np.unique(np.array(line.split(), dtype=np.int64)) for line in RETAIL.read_text().splitlines()]
+    values = np.concatenate(rows)
+    batch = SetBatch(np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64),
+                     np.searchsorted(np.unique(values), values).astype(np.uint16))
+    ids = np.arange(len(rows), dtype=np.int64)
+    # Exact counts of the unordered pairs, identical sets included (shared/README.md).
+    for text, pairs in (("0.5", 5_081_632), ("0.7", 609_104), ("0.8", 568_171), ("0.9", 563_005)):
+        assert len(self_join(batch, ids, text, "jaccard", 128).doc_ids) == pairs
