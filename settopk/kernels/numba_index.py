@@ -471,7 +471,7 @@ def warm_up(max_len: int, routing: str = "scan") -> None:
     """Load the compiled kernels a build and a search with ``max_len`` and ``routing`` use.
 
     Numba loads each compiled function from its disk cache (or compiles it) on its first call,
-    about half a second in all; a shard actor calls this in a thread while its docs arrive, so
+    about half a second in all (the threshold join's kernels too); a shard actor calls this in a thread while its docs arrive, so
     that the first search of the job does not pay it. Tiny indexes are built and searched on
     one thread and on two (where a lone scan group goes in rounds), with and without floors, on
     each path ``routing`` can take (the counters' width, and so the functions' types, depend on
@@ -491,6 +491,11 @@ def warm_up(max_len: int, routing: str = "scan") -> None:
                 index = NumbaShardIndex(docs, np.arange(3), max_len, score, routing=path, threads=threads)
                 index.search(queries, 2)
                 index.search(queries, 2, floor_key=floor)
+    # The threshold join's kernels (settopk.kernels.join): one self-join and one probe.
+    from .join import prepare_docs, self_join
+
+    self_join(docs, np.arange(3), "0.5", DEFAULT_SCORE, max_len, threads=2)
+    prepare_docs(docs, np.arange(3), "0.5", DEFAULT_SCORE, max_len, threads=1).probe(queries)
 
 
 def _no_routing() -> dict:
