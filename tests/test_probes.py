@@ -1,0 +1,57 @@
+"""The probes of issue 47 (items 2-8): each error names its cause, and the library takes what users hold."""
+
+from __future__ import annotations
+
+import datetime
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from job_helpers import job_config, result_rows, write_sets
+from settopk.jobs import score
+from settopk.jobs.validate import UsageError, locate_args, settle
+from settopk.kernels import brute_force_topk
+from settopk.kernels.sets import SetBatch
+from settopk.shards.inputs.vocabulary import (
+    VocabCounter, VocabularyError, WideSets, build_token_map, check_types, token_type, vocab_of,
+)
+
+
+def _settle(tmp_path, *argv):
+    """The settled job of these arguments, its output lock released (only its config is read)."""
+    args = locate_args(score.build_parser().parse_args(["--out", str(tmp_path / "out"), *argv]))
+    job = settle(args, datetime.datetime.now(datetime.timezone.utc))
+    job.target.release()
+    return job
+
+
+# Item 2: a bad --threshold is blamed on --threshold, not on the config file.
+
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf", "0.8abc", "", "-1/3", "1/0"])
+def test_a_malformed_threshold_exits_2_naming_the_flag(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        score.main([f"--threshold={value}", "--dry-run"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "argument --threshold" in err and repr(value) in err and "2/3" in err and "local.yaml" not in err
+
+
+@pytest.mark.parametrize("value", ["1.5", "1e400", "4/3"])
+def test_a_threshold_above_the_scores_range_names_the_flag_and_overlap_takes_it(tmp_path, value):
+    docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3]])
+    with pytest.raises(UsageError, match=r"^argument --threshold: threshold must be <= 1 for score 'braun_blanquet'") as info:
+        _settle(tmp_path, "--docs", docs, "--queries", docs, "--threshold", value)
+    assert "local.yaml" not in str(info.value)
+    job = _settle(tmp_path, "--docs", docs, "--queries", docs, "--threshold", value, "--score", "overlap")
+    assert job.cfg.threshold == str(__import__("fractions").Fraction(value))
+
+
+def test_the_fraction_form_is_documented_and_taken(tmp_path):
+    docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3]])
+    assert _settle(tmp_path, "--docs", docs, "--queries", docs, "--threshold", "2/3").cfg.threshold == "2/3"
+    threshold = next(a for a in score.build_parser()._actions if "--threshold" in a.option_strings)
+    assert "2/3" in threshold.help
+    readme = (__import__("pathlib").Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Threshold search and dedup"):readme.index("## Configs")]
+    assert "2/3" in section
