@@ -55,3 +55,30 @@ def test_the_fraction_form_is_documented_and_taken(tmp_path):
     readme = (__import__("pathlib").Path(__file__).parent.parent / "README.md").read_text()
     section = readme[readme.index("## Threshold search and dedup"):readme.index("## Configs")]
     assert "2/3" in section
+
+
+# Item 3: the synthetic corpus's vocabulary is checked only where the run uses it.
+
+def test_a_small_vocab_size_runs_on_given_inputs_and_is_refused_on_the_synthetic_corpus(tmp_path):
+    only = tmp_path / "only.yaml"
+    only.write_text("vocab_size: 1000\n")
+    docs = write_sets(tmp_path / "docs.txt", [[1, 2, 3], [2, 999]])
+    assert _settle(tmp_path, "--docs", docs, "--queries", docs, "--config", str(only)).cfg.vocab_size == 1000
+    from settopk.configs import ConfigError
+
+    with pytest.raises(ConfigError, match=r"synthetic.vocab_size must not exceed vocab_size.*synthetic corpus \(no --docs"):
+        _settle(tmp_path, "--config", str(only))
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_small_vocab_size_job_gives_the_oracle_rows(tmp_path):
+    docs = [[1, 2, 3], [2, 999], [5], [3, 4, 5, 6]]
+    queries = [[2, 3], [999, 5, 7], [6]]
+    cfg = job_config(tmp_path, vocab_size=1000)
+    out = tmp_path / "out"
+    argv = ["--docs", write_sets(tmp_path / "docs.txt", docs), "--queries", write_sets(tmp_path / "q.txt", queries),
+            "--config", cfg, "--out", str(out), "--k", "3", "--quiet"]
+    assert score.main(argv) == 0
+    want = brute_force_topk(docs, queries, 3)
+    got = [(int(q), r, d, ov) for q, r, d, _, ov, _, _ in result_rows(out)]
+    assert got == [(q, r + 1, d, ov) for q, hits in enumerate(want) for r, (d, ov, _) in enumerate(hits)]

@@ -209,12 +209,17 @@ def gpu_routing_problems(routing: str, max_len: int, why: str = "backend 'cupy'"
             f"overlaps in bytes), found {max_len}; use routing 'auto' (which scans such shards) or 'scan'"]
 
 
-def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:
-    """What is wrong with a ``synthetic`` section, given the run's ``vocab_size`` (empty if nothing)."""
+def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int | None) -> list[str]:
+    """What is wrong with a ``synthetic`` section (empty if nothing).
+
+    ``vocab_size``: the run's, which the synthetic ids must fit, where the run uses the synthetic
+    corpus; None where that is not known yet (a job config: only a run without ``--docs`` and
+    ``--queries`` uses it, and :func:`settopk.jobs.validate.settle` checks it there).
+    """
     problems = []
     if synthetic.id_dist not in ("zipf", "uniform"):
         problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {synthetic.id_dist!r}")
-    if synthetic.vocab_size > vocab_size:
+    if vocab_size is not None and synthetic.vocab_size > vocab_size:
         problems.append(f"synthetic.vocab_size must not exceed vocab_size, found {synthetic.vocab_size} > {vocab_size}")
     if synthetic.vocab_size > NARROW_VOCAB and synthetic.token_type == "uint16":
         problems.append(f"synthetic.token_type 'uint16' holds ids below {NARROW_VOCAB}, found synthetic.vocab_size "
@@ -357,7 +362,7 @@ class JobConfig(SearchConfig):
         batch = self.query_batch_size
         if batch != "auto" and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
             problems.append(f"query_batch_size must be an integer >= 1 or 'auto', found {batch!r}")
-        problems += synthetic_problems(self.synthetic, self.vocab_size)
+        problems += synthetic_problems(self.synthetic, None)  # its fit to vocab_size: where it is used
         if self.output.partition not in PARTITIONS:
             problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")
         if self.output.row_group_rows < 1:

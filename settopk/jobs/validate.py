@@ -75,6 +75,11 @@ def _resolve_inputs(args, cfg: settopk.configs.JobConfig) -> Inputs:
     from .synthetic import SyntheticSpec, ensure_synthetic
 
     s = cfg.synthetic
+    problems = settopk.configs.synthetic_problems(s, cfg.vocab_size)
+    if problems:
+        raise settopk.configs.ConfigError(
+            f"{args.config}: {'; '.join(problems)}; this run uses the config's synthetic corpus (no --docs/--queries): "
+            "lower synthetic.vocab_size or raise vocab_size, or give --docs and --queries")
     shared = {f.name for f in dataclasses.fields(SyntheticSpec)} - {"max_len"}  # cache_dir is the config's only extra
     spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
     log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
