@@ -82,3 +82,47 @@ def test_a_small_vocab_size_job_gives_the_oracle_rows(tmp_path):
     want = brute_force_topk(docs, queries, 3)
     got = [(int(q), r, d, ov) for q, r, d, _, ov, _, _ in result_rows(out)]
     assert got == [(q, r + 1, d, ov) for q, hits in enumerate(want) for r, (d, ov, _) in enumerate(hits)]
+
+
+# Item 4: the vocabulary limit is never negative and names what to raise vocab_size to.
+
+def _token_map(docs, queries, vocab_size, as_value):
+    def wide(sets):
+        lengths = [len(set(s)) for s in sets]
+        values = [as_value(t) for s in sets for t in dict.fromkeys(s)]
+        return WideSets(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                        pa.array(values, pa.large_binary() if isinstance(values[0], bytes) else pa.int64()))
+
+    d, q = wide(docs), wide(queries)
+    counter = VocabCounter(vocab_size)
+    counter.add(q.tokens, "q")
+    small = as_value is int and all(0 <= t < vocab_size for s in docs for t in s)
+    doc_tokens = SetBatch.from_lists(docs).tokens if small else d.tokens
+    token_map = build_token_map(vocab_of(doc_tokens, vocab_size), counter.result(), vocab_size,
+                                check_types({**counter.types, token_type(d.tokens): "d"}))
+    token_map.check_room(max(map(len, docs)), max(map(len, queries)))
+    return token_map, (SetBatch.from_lists(docs) if small else token_map.docs(d)), token_map.queries(q)
+
+
+def test_side_only_room_above_vocab_size_says_what_to_raise_it_to():
+    docs = [list(range(60)), [0, 1]]  # longest doc 60, longest query 55: 115 ids kept, vocab_size 100
+    queries = [list(range(1000, 1055)), [0, 1, 2]]
+    with pytest.raises(VocabularyError) as info:
+        _token_map(docs, queries, 100, lambda t: str(t).encode())
+    message = str(info.value)
+    assert "-15" not in message and "expected at most -" not in message and info.value.limit == 0
+    assert "vocab_size 100 is smaller than the 115 dense ids kept" in message and "at least 118" in message  # 3 shared
+    token_map, dense_docs, dense_queries = _token_map(docs, queries, 118, lambda t: str(t).encode())
+    assert brute_force_topk(dense_docs.to_lists(), dense_queries.to_lists(), 2) == brute_force_topk(docs, queries, 2)
+
+
+def test_docs_keeping_their_ids_name_the_doc_ids_and_the_fix():
+    docs = [list(range(90))]  # ids kept (all below vocab_size): 10 left free, the longest query may need 16
+    queries = [list(range(100, 115)) + [3]]
+    with pytest.raises(VocabularyError) as info:
+        _token_map(docs, queries, 100, int)
+    message = str(info.value)
+    assert message.startswith("the docs hold 90 distinct ids of [0, 100), expected at most 84") and "at least 106" in message
+    token_map, dense_docs, dense_queries = _token_map(docs, queries, 106, int)
+    assert token_map.identity
+    assert brute_force_topk(dense_docs.to_lists(), dense_queries.to_lists(), 1) == brute_force_topk(docs, queries, 1)
