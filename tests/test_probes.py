@@ -126,3 +126,55 @@ def test_docs_keeping_their_ids_name_the_doc_ids_and_the_fix():
     token_map, dense_docs, dense_queries = _token_map(docs, queries, 106, int)
     assert token_map.identity
     assert brute_force_topk(dense_docs.to_lists(), dense_queries.to_lists(), 1) == brute_force_topk(docs, queries, 1)
+
+
+# Item 5: a pandas (or Polars) DataFrame is a table, never a list of its column names.
+
+def _frames():
+    import pandas as pd
+
+    docs = pd.DataFrame({"doc_id": [30, 10, 20, 40], "tokens": [[1, 2, 3], [2, 3], {3, 4, 5}, [9]]}, index=[7, 8, 9, 5])
+    queries = pd.DataFrame({"query_id": ["a", "b", "c"], "tokens": [[2, 3], [5, 4, 1], [7]]})
+    return docs, queries
+
+
+def test_a_pandas_dataframe_builds_and_searches_as_its_arrow_table():
+    import settopk
+
+    docs, queries = _frames()
+    index = settopk.Index.build(docs, backend="numpy")
+    assert index.doc_ids.tolist() == [10, 20, 30, 40]  # the frame's index (5, 7, 8, 9) is not read
+    top = index.search(queries, k=4)
+    assert top.query_ids == ("a", "b", "c")
+    doc_sets, query_sets = [list(t) for t in docs["tokens"]], [list(t) for t in queries["tokens"]]
+    plain = settopk.Index.build(doc_sets, backend="numpy", doc_ids=docs["doc_id"].to_numpy()).search(query_sets, k=4)
+    assert top.to_arrow().equals(plain.to_arrow(query_ids=["a", "b", "c"]))
+    want = brute_force_topk(doc_sets, query_sets, 4, doc_ids=docs["doc_id"].tolist())  # docs sharing an id
+    assert [row[:len(hits)] for row, hits in zip(top.doc_ids.tolist(), want)] == [[d for d, _, _ in h] for h in want]
+    table = pa.Table.from_pandas(docs, preserve_index=False)
+    assert settopk.Index.build(table, backend="numpy").search(queries, k=4).to_arrow().equals(top.to_arrow())
+
+
+def test_a_polars_dataframe_and_value_tokens_are_read_as_tables():
+    import polars as pl
+
+    import settopk
+
+    docs = pl.DataFrame({"doc_id": [2, 1], "tokens": [["red", "fox"], ["fox"]]})
+    top = settopk.Index.build(docs, backend="numpy").search(pl.DataFrame({"query_id": ["q"], "tokens": [["fox", "dog"]]}), k=2)
+    want = brute_force_topk([["fox"], ["red", "fox"]], [["fox", "dog"]], 2, doc_ids=[1, 2])
+    assert top.query_ids == ("q",) and top.doc_ids.tolist() == [[d for d, _, _ in want[0]]]
+
+
+def test_a_dataframe_that_does_not_convert_is_a_type_error_and_pandas_is_not_imported():
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    import settopk
+
+    with pytest.raises(TypeError, match=r"pandas DataFrame is read as pyarrow.Table.from_pandas\(df, preserve_index=False\)"):
+        settopk.Index.build(pd.DataFrame({"doc_id": [1], "tokens": [[1, "a"]]}), backend="numpy")
+    code = "import sys, settopk, settopk.index; assert 'pandas' not in sys.modules and 'polars' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

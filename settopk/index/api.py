@@ -29,6 +29,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pyarrow as pa
 
 from settopk.kernels import DEFAULT_SCORE, SetBatch, build_index, check_score, score_definition, score_value
 from settopk.kernels import TopK as _KernelTopK
@@ -38,7 +39,7 @@ from settopk.shards.inputs import InputError, SetLimits
 from settopk.shards.inputs.vocabulary import WideSets
 from settopk.shards.results import RESULT_SCHEMA, results_table
 
-from .inputs import SETS, TABLE, read_doc_sets, read_query_sets
+from .inputs import SETS, TABLE, frame_table, read_doc_sets, read_query_sets
 from .tokens import TokenDictionary
 
 __all__ = ["BACKENDS", "Index", "InputError", "MAX_K", "TopK"]  # InputError: what build and search raise for bad input
@@ -227,6 +228,7 @@ class Index:
                                     or not 1 <= max_len <= limit):
             raise ValueError(f"max_len must be an integer in [1, {limit}] for backend {self.backend!r} and score "
                              f"{score!r}, found {max_len!r}")
+        docs = frame_table(docs)  # a data frame is read, and named in errors, as its Arrow table
         # Without max_len, docs may be as long as the backend and score allow; the longest sets it.
         ids, sets = read_doc_sets(docs, SetLimits(vocab_size=int(vocab_size), max_len=int(max_len or limit)), doc_ids)
         longest = int(sets.lengths.max()) if sets.n_sets else 0
@@ -253,7 +255,7 @@ class Index:
 
         Parameters
         ----------
-        docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, settopk.kernels.SetBatch or sequence of sets
+        docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame, settopk.kernels.SetBatch or sequence of sets
             The corpus, in any of these forms:
 
             - a path or URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``) in any
@@ -263,6 +265,9 @@ class Index:
             - an Arrow table or record batch with ``tokens`` (a list of any integer type,
               ``string``, ``large_string``, ``binary`` or ``large_binary``) and ``doc_id``
               (integers in ``[0, 2**63)``, unique, any order; without it, rows are numbered from 0);
+            - a pandas DataFrame with those columns, read as
+              ``pyarrow.Table.from_pandas(df, preserve_index=False)`` (its index is not read), or
+              another data frame exporting an Arrow stream (Polars), read as ``pyarrow.table(df)``;
             - a sequence of sets, each an iterable of ``int`` (within 64 bits, all signed or all
               unsigned), or of ``str`` and ``bytes`` (a ``set``, list or NumPy array), or a
               SetBatch (``uint16`` or ``uint32`` ids); the doc ids are their positions unless
@@ -357,7 +362,7 @@ class Index:
 
         Parameters
         ----------
-        queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, settopk.kernels.SetBatch or sequence of sets
+        queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame, settopk.kernels.SetBatch or sequence of sets
             The queries, in any form :meth:`build` takes docs, or a path or URI in any query
             format the job reads (a directory of one-query files, text, Parquet with
             ``query_id`` and ``tokens``). Each set: at most ``max_len`` distinct tokens; over
@@ -398,6 +403,7 @@ class Index:
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1 or None, found {batch_size!r}")
         k = int(k)
+        queries = frame_table(queries)
         if self._dictionary is None:
             query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
         else:  # any integer is a token value here: small ones come as ids, the others as values
