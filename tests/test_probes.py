@@ -178,3 +178,26 @@ def test_a_dataframe_that_does_not_convert_is_a_type_error_and_pandas_is_not_imp
         settopk.Index.build(pd.DataFrame({"doc_id": [1], "tokens": [[1, "a"]]}), backend="numpy")
     code = "import sys, settopk, settopk.index; assert 'pandas' not in sys.modules and 'polars' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# Item 6: to_arrow takes Arrow arrays of strings, and refuses None naming its position.
+
+def test_to_arrow_takes_arrow_string_arrays_and_refuses_none_by_position(tmp_path):
+    import pyarrow.parquet as pq
+
+    import settopk
+
+    top = settopk.Index.build([[1, 2], [2], [3]], backend="numpy").search([[1], [2], [3]], k=2)
+    names = ["x", "y", "z"]
+    want = top.to_arrow(query_ids=names)
+    for ids in (pa.array(names), pa.array(names, pa.large_string()), pa.chunked_array([["x"], ["y", "z"]]),
+                want["query_id"].unique(), top.to_arrow(query_ids=names)["query_id"].unique()):
+        got = top.to_arrow(query_ids=ids)
+        assert got.equals(want)
+    pq.write_table(got, tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").column("query_id").to_pylist() == want.column("query_id").to_pylist()
+    for ids, at in (([None, "y", "z"], 0), (["x", None, "z"], 1), (pa.array(["x", "y", None]), 2)):
+        with pytest.raises(ValueError, match=rf"found NoneType None at position {at} \(0-based\)"):
+            top.to_arrow(query_ids=ids)
+    with pytest.raises(ValueError, match="found an Arrow array of type int64"):
+        top.to_arrow(query_ids=pa.array([1, 2, 3]))

@@ -143,7 +143,7 @@ class TopK:
 
         Parameters
         ----------
-        query_ids : sequence of str, length n_queries, optional
+        query_ids : sequence of str, or pyarrow.Array or ChunkedArray of strings, length n_queries, optional
             Ids to name the queries by. Default: :attr:`query_ids` where the input named its
             queries, else ``"0"``, ``"1"``, ... (as the job names the lines of a text file).
 
@@ -159,7 +159,8 @@ class TopK:
         Raises
         ------
         ValueError
-            If ``query_ids`` does not hold one unique string per query.
+            If ``query_ids`` does not hold one unique string per query (a None or null names its
+            position).
         """
         if query_ids is not None:
             ids = _checked_query_ids(query_ids, self.n_queries)
@@ -503,12 +504,20 @@ def _pad(found: _KernelTopK, scores: np.ndarray, k: int) -> tuple[_KernelTopK, n
 
 
 def _checked_query_ids(query_ids, n_queries: int) -> tuple[str, ...]:
-    ids = tuple(query_ids)
+    """``query_ids`` (a sequence of str, or an Arrow Array or ChunkedArray of strings) as a tuple of
+    ``n_queries`` unique str; anything else raises ValueError naming the position at fault."""
+    if isinstance(query_ids, (pa.Array, pa.ChunkedArray)):
+        kind = query_ids.type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+            raise ValueError(f"query_ids must be strings (the result's query_id column), found an Arrow array of type {kind}")
+    ids = tuple(query_ids.to_pylist() if isinstance(query_ids, (pa.Array, pa.ChunkedArray)) else query_ids)
     if len(ids) != n_queries:
         raise ValueError(f"query_ids must name each of the {n_queries} queries, found {len(ids)} ids")
-    wrong = next((q for q in ids if not isinstance(q, str)), None)
+    wrong = next((i for i, q in enumerate(ids) if not isinstance(q, str)), None)
     if wrong is not None:
-        raise ValueError(f"query_ids must be strings (the result's query_id column), found {type(wrong).__name__} {wrong!r}")
+        q = ids[wrong]
+        raise ValueError(f"query_ids must be strings (the result's query_id column), found {type(q).__name__} {q!r} "
+                         f"at position {wrong} (0-based)")
     if len(set(ids)) != len(ids):
         seen: dict[str, int] = {}
         for i, q in enumerate(ids):
