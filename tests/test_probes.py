@@ -201,3 +201,67 @@ def test_to_arrow_takes_arrow_string_arrays_and_refuses_none_by_position(tmp_pat
             top.to_arrow(query_ids=ids)
     with pytest.raises(ValueError, match="found an Arrow array of type int64"):
         top.to_arrow(query_ids=pa.array([1, 2, 3]))
+
+
+# Item 7: settopk.ray takes its corpus as a pyarrow.Table or a ray.data.Dataset too.
+
+_RAY_POOL = {"backend": "numpy", "num_cpus": 0.5, "batch_size": 7, "k": 5}
+
+
+def _ray_corpus():
+    rng = np.random.default_rng(47)
+    docs = [rng.choice(24, size=int(rng.integers(0, 9)), replace=False).tolist() for _ in range(150)]
+    doc_ids = rng.permutation(10_000)[: len(docs)].tolist()
+    queries = [rng.choice(24, size=int(rng.integers(1, 7)), replace=False).tolist() for _ in range(12)]
+    table = pa.table({"doc_id": pa.array(doc_ids, pa.int64()), "tokens": pa.array(docs, pa.list_(pa.int32()))})
+    return docs, doc_ids, queries, table
+
+
+def _search_lists(ray, docs_arg, queries):
+    import settopk.ray
+
+    dataset = ray.data.from_items([{"query_id": f"q{i}", "tokens": q} for i, q in enumerate(queries)])
+    rows = settopk.ray.search(dataset, docs_arg, rows="per_query", **_RAY_POOL).take_all()
+    return {r["query_id"]: (list(r["doc_id"]), list(r["overlap"])) for r in rows}
+
+
+def _want_lists(docs, doc_ids, queries, k):
+    want = brute_force_topk(docs, queries, len(docs), doc_ids=doc_ids)  # every doc sharing a token, ranked
+    return {f"q{i}": [(d, ov) for d, ov, _ in hits] for i, hits in enumerate(want)}
+
+
+def _agrees(got, want, k):
+    """Each query's k rows: the oracle's ranked docs first (those sharing a token), then score-0 docs."""
+    return all(list(zip(*got[q]))[: min(k, len(hits))] == hits[:k] and len(got[q][0]) == k for q, hits in want.items())
+
+
+def test_ray_search_takes_a_pyarrow_table_corpus(ray_cluster):
+    docs, doc_ids, queries, table = _ray_corpus()
+    got = _search_lists(ray_cluster, table, queries)
+    assert _agrees(got, _want_lists(docs, doc_ids, queries, 5), 5)
+
+
+def test_ray_search_takes_a_dataset_corpus_of_several_blocks(ray_cluster):
+    docs, doc_ids, queries, table = _ray_corpus()
+    dataset = ray_cluster.data.from_arrow([table.slice(0, 60), table.slice(60)])
+    got = _search_lists(ray_cluster, dataset, queries)
+    assert _agrees(got, _want_lists(docs, doc_ids, queries, 5), 5)
+
+
+def test_a_bad_row_of_a_table_or_dataset_corpus_is_named_by_its_row(ray_cluster):
+    import settopk.ray
+    from settopk.shards.inputs import InputError
+
+    docs, doc_ids, _, table = _ray_corpus()
+    nulls = table.set_column(1, "tokens", pa.array(docs[:100] + [[1, None]] + docs[101:], pa.list_(pa.int32())))
+    repeats = table.set_column(0, "doc_id", pa.array(doc_ids[:120] + [doc_ids[7]] + doc_ids[121:], pa.int64()))
+    data = ray_cluster.data
+    for corpus, where in ((nulls, "<arrow table> row 100"), (data.from_arrow([nulls.slice(0, 60), nulls.slice(60)]), "<dataset> row 100"),
+                          (repeats, "<arrow table> row 120"), (data.from_arrow([repeats.slice(0, 60), repeats.slice(60)]), "<dataset> row 120")):
+        with pytest.raises(InputError, match=rf"^{where} \(0-based row\): expected"):
+            settopk.ray.load_corpus(corpus, backend="numpy")
+    for corpus, name in ((table.drop_columns(["doc_id"]), "<arrow table>"), (data.from_arrow(table.drop_columns(["doc_id"])), "<dataset>")):
+        with pytest.raises(InputError, match=rf"^{name}: expected a column 'doc_id' of type integer"):
+            settopk.ray.load_corpus(corpus, backend="numpy")
+    with pytest.raises(TypeError, match="a pyarrow.Table or a ray.data.Dataset"):
+        settopk.ray.load_corpus({"doc_id": [1]}, backend="numpy")

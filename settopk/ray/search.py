@@ -56,9 +56,11 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     queries : ray.data.Dataset
         One row per query: ``id_column`` (string or integer, written as strings; not checked for
         uniqueness) and ``tokens_column`` (list of integer token ids; order and repeats do not matter).
-    docs : str, os.PathLike or CorpusHandle
+    docs : str, os.PathLike, pyarrow.Table, ray.data.Dataset or CorpusHandle
         The corpus in one of the job's formats (``docs.txt``, or Parquet with ``doc_id`` and ``tokens``),
-        a local path or a URI; or a :class:`settopk.ray.CorpusHandle` already loaded (its settings
+        a local path or a URI; a table or a dataset with ``doc_id`` and ``tokens``, put into the
+        object store once and checked row by row as a Parquet file (:func:`settopk.ray.load_corpus`);
+        or a :class:`settopk.ray.CorpusHandle` already loaded (its settings
         then apply, and ``k``, ``score``, ``n_shards``, ``backend``, ``routing``, ``max_len``,
         ``vocab_size`` and ``on_invalid`` may not be passed).
     k : int
@@ -108,8 +110,8 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
         A setting out of its range, or more CPUs or GPUs asked for than the cluster has (the
         message says which and what to lower).
     TypeError
-        ``queries`` not a Dataset, ``docs`` neither a path nor a CorpusHandle, or ``searcher_cls``
-        not a ShardSearch.
+        ``queries`` not a Dataset, ``docs`` neither a path, a table, a dataset nor a CorpusHandle,
+        or ``searcher_cls`` not a ShardSearch.
     settopk.shards.inputs.InputError
         A bad doc (the file and row or line named), a missing corpus or an empty one. A bad
         query raises when the dataset runs, naming the column.
