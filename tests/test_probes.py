@@ -265,3 +265,21 @@ def test_a_bad_row_of_a_table_or_dataset_corpus_is_named_by_its_row(ray_cluster)
             settopk.ray.load_corpus(corpus, backend="numpy")
     with pytest.raises(TypeError, match="a pyarrow.Table or a ray.data.Dataset"):
         settopk.ray.load_corpus({"doc_id": [1]}, backend="numpy")
+
+
+# Item 8: a query column of the wrong type raises when search is called, as a typed error.
+
+def test_ray_search_checks_the_query_schema_when_called(ray_cluster, tmp_path):
+    import pyarrow.parquet as pq
+
+    import settopk.ray
+    from settopk.errors import SettopkError
+
+    _, _, _, table = _ray_corpus()
+    pq.write_table(table, tmp_path / "docs.parquet")  # integer docs
+    data = ray_cluster.data
+    for queries, message in ((data.from_items([{"query_id": "a", "tokens": ["x", "y"]}]), r"^queries column 'tokens': expected a list of integer token ids"),
+                             (data.from_items([{"query_id": 1.5, "tokens": [1]}]), r"^queries column 'query_id': expected string or integer ids")):
+        with pytest.raises(SettopkError, match=message) as info:
+            settopk.ray.search(queries, str(tmp_path / "docs.parquet"), **_RAY_POOL)
+        assert isinstance(info.value, ValueError)
