@@ -74,9 +74,9 @@ class SyntheticConfig:
         Zipf exponent.
     near_duplicate_fraction : float
         Share of queries made by perturbing a random doc; the rest are random sets.
-    token_type, token_offset, length_law
-        How tokens are stored and the law of set lengths
-        (:class:`settopk.jobs.synthetic.SyntheticSpec`).
+    token_type, token_offset, length_law, duplicate_fraction, duplicate_zipf_s
+        How tokens are stored, the law of set lengths, and the share of docs that are exact
+        copies of earlier ones and their skew (:class:`settopk.jobs.synthetic.SyntheticSpec`).
     cache_dir : str
         Where generated corpora are kept (``~`` expanded); reused when present.
     """
@@ -91,6 +91,8 @@ class SyntheticConfig:
     token_type: str = "uint16"
     token_offset: int = 0
     length_law: str = "sti2"
+    duplicate_fraction: float = 0.0
+    duplicate_zipf_s: float = 1.0
     cache_dir: str = "~/.cache/settopk"
 
 
@@ -230,8 +232,12 @@ def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int | None) -> li
         problems.append("synthetic.token_offset needs synthetic.token_type 'int64' or 'string'")
     if not 0 <= synthetic.token_offset < 2**62:
         problems.append(f"synthetic.token_offset must be in [0, 2**62), found {synthetic.token_offset}")
-    if synthetic.length_law not in ("sti2", "uniform", "lognormal"):
-        problems.append(f"synthetic.length_law must be 'sti2', 'uniform' or 'lognormal', found {synthetic.length_law!r}")
+    if synthetic.length_law not in ("sti2", "uniform", "lognormal", "retail"):
+        problems.append(f"synthetic.length_law must be 'sti2', 'uniform', 'lognormal' or 'retail', found {synthetic.length_law!r}")
+    if not 0.0 <= synthetic.duplicate_fraction < 1.0:
+        problems.append(f"synthetic.duplicate_fraction must be in [0, 1), found {synthetic.duplicate_fraction}")
+    if not 0.0 <= synthetic.duplicate_zipf_s <= 10.0:
+        problems.append(f"synthetic.duplicate_zipf_s must be in [0, 10], found {synthetic.duplicate_zipf_s}")
     return problems
 
 
