@@ -37,6 +37,14 @@ def test_a_malformed_threshold_exits_2_naming_the_flag(value, capsys):
     assert "argument --threshold" in err and repr(value) in err and "2/3" in err and "local.yaml" not in err
 
 
+@pytest.mark.parametrize("value", ["-1/3", "nan", 1.5])
+def test_settopk_score_refuses_a_bad_threshold_naming_it(value):
+    import settopk
+
+    with pytest.raises(UsageError, match=r"argument (--)?threshold: (expected a finite number|threshold must be <= 1)"):
+        settopk.score(docs="x", queries="y", threshold=value, quiet=True)
+
+
 @pytest.mark.parametrize("value", ["1.5", "1e400", "4/3"])
 def test_a_threshold_above_the_scores_range_names_the_flag_and_overlap_takes_it(tmp_path, value):
     docs = write_sets(tmp_path / "docs.txt", [[1, 2], [2, 3]])
