@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from job_helpers import job_config, result_rows, write_sets
+from tests.job_helpers import job_config, result_rows, write_sets
 from settopk.jobs import score
 from settopk.jobs.validate import UsageError, locate_args, settle
 from settopk.kernels import brute_force_topk
