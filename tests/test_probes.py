@@ -78,6 +78,7 @@ def test_a_small_vocab_size_runs_on_given_inputs_and_is_refused_on_the_synthetic
         _settle(tmp_path, "--config", str(only))
 
 
+@pytest.mark.slow  # a whole job run on Ray: 3 s or more on 2 shared cores
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_small_vocab_size_job_gives_the_oracle_rows(tmp_path):
     docs = [[1, 2, 3], [2, 999], [5], [3, 4, 5, 6]]
@@ -243,12 +244,14 @@ def _agrees(got, want, k):
     return all(list(zip(*got[q]))[: min(k, len(hits))] == hits[:k] and len(got[q][0]) == k for q, hits in want.items())
 
 
+@pytest.mark.slow  # a whole search: a pool actor's start, 3-6 s on 2 shared cores
 def test_ray_search_takes_a_pyarrow_table_corpus(ray_cluster):
     docs, doc_ids, queries, table = _ray_corpus()
     got = _search_lists(ray_cluster, table, queries)
     assert _agrees(got, _want_lists(docs, doc_ids, queries, 5), 5)
 
 
+@pytest.mark.slow  # a whole search: a pool actor's start, 3-6 s on 2 shared cores
 def test_ray_search_takes_a_dataset_corpus_of_several_blocks(ray_cluster):
     docs, doc_ids, queries, table = _ray_corpus()
     dataset = ray_cluster.data.from_arrow([table.slice(0, 60), table.slice(60)])
