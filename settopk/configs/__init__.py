@@ -74,9 +74,9 @@ class SyntheticConfig:
         Zipf exponent.
     near_duplicate_fraction : float
         Share of queries made by perturbing a random doc; the rest are random sets.
-    token_type, token_offset, length_law
-        How tokens are stored and the law of set lengths
-        (:class:`settopk.jobs.synthetic.SyntheticSpec`).
+    token_type, token_offset, length_law, duplicate_fraction, duplicate_zipf_s
+        How tokens are stored, the law of set lengths, and the share of docs that are exact
+        copies of earlier ones and their skew (:class:`settopk.jobs.synthetic.SyntheticSpec`).
     cache_dir : str
         Where generated corpora are kept (``~`` expanded); reused when present.
     """
@@ -91,6 +91,8 @@ class SyntheticConfig:
     token_type: str = "uint16"
     token_offset: int = 0
     length_law: str = "sti2"
+    duplicate_fraction: float = 0.0
+    duplicate_zipf_s: float = 1.0
     cache_dir: str = "~/.cache/settopk"
 
 
@@ -209,12 +211,17 @@ def gpu_routing_problems(routing: str, max_len: int, why: str = "backend 'cupy'"
             f"overlaps in bytes), found {max_len}; use routing 'auto' (which scans such shards) or 'scan'"]
 
 
-def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]:
-    """What is wrong with a ``synthetic`` section, given the run's ``vocab_size`` (empty if nothing)."""
+def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int | None) -> list[str]:
+    """What is wrong with a ``synthetic`` section (empty if nothing).
+
+    ``vocab_size``: the run's, which the synthetic ids must fit, where the run uses the synthetic
+    corpus; None where that is not known yet (a job config: only a run without ``--docs`` and
+    ``--queries`` uses it, and :func:`settopk.jobs.validate.settle` checks it there).
+    """
     problems = []
     if synthetic.id_dist not in ("zipf", "uniform"):
         problems.append(f"synthetic.id_dist must be 'zipf' or 'uniform', found {synthetic.id_dist!r}")
-    if synthetic.vocab_size > vocab_size:
+    if vocab_size is not None and synthetic.vocab_size > vocab_size:
         problems.append(f"synthetic.vocab_size must not exceed vocab_size, found {synthetic.vocab_size} > {vocab_size}")
     if synthetic.vocab_size > NARROW_VOCAB and synthetic.token_type == "uint16":
         problems.append(f"synthetic.token_type 'uint16' holds ids below {NARROW_VOCAB}, found synthetic.vocab_size "
@@ -225,8 +232,12 @@ def synthetic_problems(synthetic: SyntheticConfig, vocab_size: int) -> list[str]
         problems.append("synthetic.token_offset needs synthetic.token_type 'int64' or 'string'")
     if not 0 <= synthetic.token_offset < 2**62:
         problems.append(f"synthetic.token_offset must be in [0, 2**62), found {synthetic.token_offset}")
-    if synthetic.length_law not in ("sti2", "uniform", "lognormal"):
-        problems.append(f"synthetic.length_law must be 'sti2', 'uniform' or 'lognormal', found {synthetic.length_law!r}")
+    if synthetic.length_law not in ("sti2", "uniform", "lognormal", "retail"):
+        problems.append(f"synthetic.length_law must be 'sti2', 'uniform', 'lognormal' or 'retail', found {synthetic.length_law!r}")
+    if not 0.0 <= synthetic.duplicate_fraction < 1.0:
+        problems.append(f"synthetic.duplicate_fraction must be in [0, 1), found {synthetic.duplicate_fraction}")
+    if not 0.0 <= synthetic.duplicate_zipf_s <= 10.0:
+        problems.append(f"synthetic.duplicate_zipf_s must be in [0, 10], found {synthetic.duplicate_zipf_s}")
     return problems
 
 
@@ -357,7 +368,7 @@ class JobConfig(SearchConfig):
         batch = self.query_batch_size
         if batch != "auto" and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
             problems.append(f"query_batch_size must be an integer >= 1 or 'auto', found {batch!r}")
-        problems += synthetic_problems(self.synthetic, self.vocab_size)
+        problems += synthetic_problems(self.synthetic, None)  # its fit to vocab_size: where it is used
         if self.output.partition not in PARTITIONS:
             problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")
         if self.output.row_group_rows < 1:

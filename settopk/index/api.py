@@ -29,6 +29,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pyarrow as pa
 
 from settopk.kernels import DEFAULT_SCORE, SetBatch, build_index, check_score, score_definition, score_value
 from settopk.kernels import TopK as _KernelTopK
@@ -38,7 +39,7 @@ from settopk.shards.inputs import InputError, SetLimits
 from settopk.shards.inputs.vocabulary import WideSets
 from settopk.shards.results import RESULT_SCHEMA, results_table
 
-from .inputs import SETS, TABLE, read_doc_sets, read_query_sets
+from .inputs import SETS, TABLE, frame_table, read_doc_sets, read_query_sets
 from .tokens import TokenDictionary
 
 __all__ = ["BACKENDS", "Index", "InputError", "MAX_K", "TopK"]  # InputError: what build and search raise for bad input
@@ -142,7 +143,7 @@ class TopK:
 
         Parameters
         ----------
-        query_ids : sequence of str, length n_queries, optional
+        query_ids : sequence of str, or pyarrow.Array or ChunkedArray of strings, length n_queries, optional
             Ids to name the queries by. Default: :attr:`query_ids` where the input named its
             queries, else ``"0"``, ``"1"``, ... (as the job names the lines of a text file).
 
@@ -158,7 +159,8 @@ class TopK:
         Raises
         ------
         ValueError
-            If ``query_ids`` does not hold one unique string per query.
+            If ``query_ids`` does not hold one unique string per query (a None or null names its
+            position).
         """
         if query_ids is not None:
             ids = _checked_query_ids(query_ids, self.n_queries)
@@ -227,6 +229,7 @@ class Index:
                                     or not 1 <= max_len <= limit):
             raise ValueError(f"max_len must be an integer in [1, {limit}] for backend {self.backend!r} and score "
                              f"{score!r}, found {max_len!r}")
+        docs = frame_table(docs)  # a data frame is read, and named in errors, as its Arrow table
         # Without max_len, docs may be as long as the backend and score allow; the longest sets it.
         ids, sets = read_doc_sets(docs, SetLimits(vocab_size=int(vocab_size), max_len=int(max_len or limit)), doc_ids)
         longest = int(sets.lengths.max()) if sets.n_sets else 0
@@ -253,7 +256,7 @@ class Index:
 
         Parameters
         ----------
-        docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, settopk.kernels.SetBatch or sequence of sets
+        docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame, settopk.kernels.SetBatch or sequence of sets
             The corpus, in any of these forms:
 
             - a path or URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``) in any
@@ -263,6 +266,9 @@ class Index:
             - an Arrow table or record batch with ``tokens`` (a list of any integer type,
               ``string``, ``large_string``, ``binary`` or ``large_binary``) and ``doc_id``
               (integers in ``[0, 2**63)``, unique, any order; without it, rows are numbered from 0);
+            - a pandas DataFrame with those columns, read as
+              ``pyarrow.Table.from_pandas(df, preserve_index=False)`` (its index is not read), or
+              another data frame exporting an Arrow stream (Polars), read as ``pyarrow.table(df)``;
             - a sequence of sets, each an iterable of ``int`` (within 64 bits, all signed or all
               unsigned), or of ``str`` and ``bytes`` (a ``set``, list or NumPy array), or a
               SetBatch (``uint16`` or ``uint32`` ids); the doc ids are their positions unless
@@ -357,7 +363,7 @@ class Index:
 
         Parameters
         ----------
-        queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, settopk.kernels.SetBatch or sequence of sets
+        queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame, settopk.kernels.SetBatch or sequence of sets
             The queries, in any form :meth:`build` takes docs, or a path or URI in any query
             format the job reads (a directory of one-query files, text, Parquet with
             ``query_id`` and ``tokens``). Each set: at most ``max_len`` distinct tokens; over
@@ -398,6 +404,7 @@ class Index:
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1 or None, found {batch_size!r}")
         k = int(k)
+        queries = frame_table(queries)
         if self._dictionary is None:
             query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
         else:  # any integer is a token value here: small ones come as ids, the others as values
@@ -497,12 +504,20 @@ def _pad(found: _KernelTopK, scores: np.ndarray, k: int) -> tuple[_KernelTopK, n
 
 
 def _checked_query_ids(query_ids, n_queries: int) -> tuple[str, ...]:
-    ids = tuple(query_ids)
+    """``query_ids`` (a sequence of str, or an Arrow Array or ChunkedArray of strings) as a tuple of
+    ``n_queries`` unique str; anything else raises ValueError naming the position at fault."""
+    if isinstance(query_ids, (pa.Array, pa.ChunkedArray)):
+        kind = query_ids.type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+            raise ValueError(f"query_ids must be strings (the result's query_id column), found an Arrow array of type {kind}")
+    ids = tuple(query_ids.to_pylist() if isinstance(query_ids, (pa.Array, pa.ChunkedArray)) else query_ids)
     if len(ids) != n_queries:
         raise ValueError(f"query_ids must name each of the {n_queries} queries, found {len(ids)} ids")
-    wrong = next((q for q in ids if not isinstance(q, str)), None)
+    wrong = next((i for i, q in enumerate(ids) if not isinstance(q, str)), None)
     if wrong is not None:
-        raise ValueError(f"query_ids must be strings (the result's query_id column), found {type(wrong).__name__} {wrong!r}")
+        q = ids[wrong]
+        raise ValueError(f"query_ids must be strings (the result's query_id column), found {type(q).__name__} {q!r} "
+                         f"at position {wrong} (0-based)")
     if len(set(ids)) != len(ids):
         seen: dict[str, int] = {}
         for i, q in enumerate(ids):

@@ -13,7 +13,9 @@ queries of an index built over values), else they are refused:
   directory; local or any store PyArrow opens);
 * a :class:`pyarrow.Table` or :class:`pyarrow.RecordBatch` with ``tokens`` (a list of integers,
   strings or binary) and optionally ``doc_id`` / ``query_id``, checked record batch by record batch by the Parquet
-  reader's own check, as if it were one Parquet file;
+  reader's own check, as if it were one Parquet file; a pandas DataFrame, or any other data frame
+  that exports an Arrow stream (Polars, ...), is read as the Arrow table it converts to
+  (:func:`frame_table`);
 * a :class:`settopk.kernels.SetBatch`, checked for ascending, distinct ids;
 * a sequence (or any iterable) of sets, each an iterable of ints, or of ``str`` / ``bytes`` (a
   Python ``set``, a list, a NumPy array), sorted and de-duplicated.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +41,7 @@ from settopk.shards.inputs.vocabulary import WideSets, dedup_values, kind_of_typ
 # rules (and gets exactly the messages) of a Parquet file holding it.
 from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error, mixed_types_error
 
-__all__ = ["TABLE", "SETS", "read_doc_sets", "read_query_sets"]
+__all__ = ["TABLE", "SETS", "frame_table", "read_doc_sets", "read_query_sets"]
 
 TABLE = "<arrow table>"
 """How errors name an Arrow table input (in place of a file path)."""
@@ -50,12 +53,63 @@ _BATCH_ROWS = 1 << 17  # rows of an Arrow table checked at a time (bounds the te
 _IDS_FIX = REMAP_FIX + " (this index was built over token ids, its docs' all in [0, vocab_size): a query takes ids in that range)"
 
 
+def frame_table(value):
+    """A data frame as the :class:`pyarrow.Table` it converts to; anything else as it is.
+
+    A pandas DataFrame goes through ``pyarrow.Table.from_pandas(df, preserve_index=False)`` (its
+    index is not a column); another object that exports an Arrow C stream of a table
+    (``__arrow_c_stream__``: a Polars DataFrame) through :func:`pyarrow.table`, its string views
+    read as strings; a stream of anything else (a Series of lists) is left to be read as a
+    sequence of sets. Neither module is imported here: a pandas frame is recognised only where the
+    caller has imported pandas.
+
+    Raises
+    ------
+    TypeError
+        If the frame cannot be converted (e.g. a pandas ``tokens`` column of ints and strings).
+    """
+    if isinstance(value, (pa.Table, pa.RecordBatch, str, os.PathLike, SetBatch)):
+        return value
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, pandas.DataFrame):
+        try:
+            return pa.Table.from_pandas(value, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise TypeError(f"a pandas DataFrame is read as pyarrow.Table.from_pandas(df, preserve_index=False), which "
+                            f"failed: {e}; give 'tokens' as lists (or sets) of ints, or of str or bytes, and 'doc_id' / "
+                            "'query_id' as ints (or strings for query_id)") from None
+    if hasattr(type(value), "__arrow_c_stream__") and not isinstance(value, (pa.Array, pa.ChunkedArray)):
+        try:
+            table = pa.table(value)
+        except (pa.ArrowException, TypeError, ValueError):
+            return value  # a stream of another type than a table (a Series of lists): a sequence of sets
+        try:
+            return table.cast(pa.schema([f.with_type(_without_views(f.type)) for f in table.schema]))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise TypeError(f"{type(value).__module__}.{type(value).__name__} converts to an Arrow table whose "
+                            f"string views cannot be read as strings ({e}); give 'tokens' as a list column") from None
+    return value
+
+
+def _without_views(arrow_type: pa.DataType) -> pa.DataType:
+    """``arrow_type`` with string and binary views (Polars exports them) as the plain types the
+    Parquet reader's checks take, inside lists too."""
+    if arrow_type == pa.string_view():
+        return pa.string()
+    if arrow_type == pa.binary_view():
+        return pa.binary()
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        make = pa.list_ if pa.types.is_list(arrow_type) else pa.large_list
+        return make(arrow_type.value_field.with_type(_without_views(arrow_type.value_type)))
+    return arrow_type
+
+
 def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, SetBatch | WideSets]:
     """The docs of ``docs``, validated, as ``(doc_ids, sets)`` sorted by doc id.
 
     Parameters
     ----------
-    docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, SetBatch or iterable of sets
+    docs : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, data frame, SetBatch or iterable of sets
         See :meth:`settopk.Index.build`.
     limits : SetLimits
         Bounds on ids and set sizes.
@@ -77,6 +131,7 @@ def read_doc_sets(docs, limits: SetLimits, doc_ids=None) -> tuple[np.ndarray, Se
     TypeError
         If ``docs`` is none of the kinds above, or ``doc_ids`` is given with a path or a table.
     """
+    docs = frame_table(docs)
     if _is_path(docs) or isinstance(docs, (pa.Table, pa.RecordBatch)):
         if doc_ids is not None:
             raise TypeError("doc_ids= is for a SetBatch or a sequence of sets; a path or an Arrow table brings its "
@@ -98,7 +153,7 @@ def read_query_sets(queries, limits: SetLimits, take_values: bool = False) -> tu
 
     Parameters
     ----------
-    queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, SetBatch or iterable of sets
+    queries : str, os.PathLike, pyarrow.Table, pyarrow.RecordBatch, data frame, SetBatch or iterable of sets
         See :meth:`settopk.Index.search`.
     limits : SetLimits
         The index's bounds: ids below its ``vocab_size``, at most its ``max_len`` ids.
@@ -121,6 +176,7 @@ def read_query_sets(queries, limits: SetLimits, take_values: bool = False) -> tu
     TypeError
         If ``queries`` is none of the kinds above.
     """
+    queries = frame_table(queries)
     if _is_path(queries):
         read = read_queries(queries, limits)
         if not take_values:

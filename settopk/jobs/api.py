@@ -84,7 +84,8 @@ def score(docs=None, queries=None, out=None, **settings) -> dict:
         if value is None or value is False:
             continue
         option = _OPTION.get(name, options[name].option_strings[-1])
-        argv += [option] if value is True and options[name].nargs == 0 else [option, str(value)]
+        # "--threshold=-1/3": a value that starts with "-" is the option's, not another option.
+        argv += [option] if value is True and options[name].nargs == 0 else [f"{option}={value}"]
     args = parser.parse_args(argv)
     # Paths and URIs go in as they are (never through str(), which hides a URI's credentials).
     for name, value in places.items():

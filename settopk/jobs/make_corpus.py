@@ -3,7 +3,8 @@
     python -m settopk make-corpus --out-dir DIR --n-docs N --n-queries N --seed S \\
         [--id-dist zipf|uniform] [--zipf-s 1.0] [--vocab-size 50001] \\
         [--near-duplicate-fraction 0.5] [--max-len 128] [--token-type uint16|int64|string]
-        [--token-offset N] [--length-law sti2|uniform] [--workers W]
+        [--token-offset N] [--length-law sti2|uniform|lognormal|retail] [--duplicate-fraction F]
+        [--duplicate-zipf-s S] [--workers W]
 
 Generation is local (no Ray): vectorised NumPy in a few threads. The files are the
 same for the same arguments (``--workers`` aside, which changes only the speed).
@@ -46,8 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how tokens are stored: the ids (uint16), id + offset as int64, or its decimal text (string) (default uint16)")
     p.add_argument("--token-offset", type=int, default=0, help="added to every id for int64 and string tokens, e.g. 1000000000000 (default 0)")
     p.add_argument("--length-law", choices=LENGTH_LAWS, default="sti2",
-                   help="set lengths: the STI2 histogram (sti2), uniform in [0, max_len], or NETFLIX-like lognormal "
-                        "(mean 200, cut at max_len) (default sti2)")
+                   help="set lengths: the STI2 histogram (sti2), uniform in [0, max_len], NETFLIX-like lognormal "
+                        "(mean 200, cut at max_len), or RETAIL's short baskets (retail: mean 10.3, 1 to 76) (default sti2)")
+    p.add_argument("--duplicate-fraction", type=float, default=0.0,
+                   help="share of docs that are exact copies of an earlier doc, in [0, 1) (default 0)")
+    p.add_argument("--duplicate-zipf-s", type=float, default=1.0,
+                   help="skew of the docs copied: the r-th original with p ~ 1 / r**s, so the first repeat most (default 1.0)")
     p.add_argument("--workers", type=int, default=None, help="threads (default: usable CPUs, at most 16); output does not depend on it")
     return p
 
@@ -69,6 +74,8 @@ def main(argv=None) -> int:
             token_type=args.token_type,
             token_offset=args.token_offset,
             length_law=args.length_law,
+            duplicate_fraction=args.duplicate_fraction,
+            duplicate_zipf_s=args.duplicate_zipf_s,
         )
     except ValueError as exc:
         parser.print_usage(sys.stderr)

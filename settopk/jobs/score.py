@@ -23,6 +23,7 @@ import sys
 import settopk.configs
 from settopk.errors import SettopkError
 from settopk.kernels import SCORES
+from settopk.kernels.threshold import parse_threshold
 from settopk.kernels.postings import ROUTINGS
 from settopk.shards.searcher import ShardSearcher
 
@@ -75,9 +76,9 @@ def build_parser(parser_class: type = argparse.ArgumentParser) -> argparse.Argum
         help="with --self-join: keep each doc in its own results (config key include_self)",
     )
     p.add_argument(
-        "--threshold", metavar="T",
-        help="every pair with score >= T (exact, ties pass; 0.8 means 4/5) instead of the top-k; --k caps it "
-        "(config key threshold; CPU backends only)",
+        "--threshold", type=_threshold_value, metavar="T",
+        help="every pair with score >= T instead of the top-k: a decimal (0.8, read exactly as 4/5) or a fraction "
+        "(2/3), in [0, 1] (overlap: any T >= 0); exact, ties pass; --k caps it (config key threshold)",
     )
     p.add_argument(
         "--dedup", action="store_true",
@@ -144,6 +145,17 @@ def _k_value(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected an integer in [1, {settopk.configs.MAX_K}] (the result's rank column is int16), found {text!r}")
     return value
+
+
+def _threshold_value(text: str) -> str:
+    # The score's own upper bound (1, or none for overlap) is checked once the score is settled
+    # (settopk.jobs.validate.settle); here only what no score takes.
+    try:
+        parse_threshold(text, "overlap")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number >= 0, a decimal (0.8) or a fraction (2/3), found {text!r}") from None
+    return text
 
 
 def _auto_or_positive_int(text: str) -> int | str:

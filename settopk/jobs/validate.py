@@ -23,6 +23,7 @@ import pyarrow
 
 import settopk.configs
 from settopk.errors import SettopkError
+from settopk.kernels.threshold import parse_threshold
 from settopk.shards.location import Location
 from settopk.shards.inputs import DocQueryStream, InputError, QueryStream, SetLimits, fingerprint, plan_pieces, query_files
 
@@ -74,6 +75,11 @@ def _resolve_inputs(args, cfg: settopk.configs.JobConfig) -> Inputs:
     from .synthetic import SyntheticSpec, ensure_synthetic
 
     s = cfg.synthetic
+    problems = settopk.configs.synthetic_problems(s, cfg.vocab_size)
+    if problems:
+        raise settopk.configs.ConfigError(
+            f"{args.config}: {'; '.join(problems)}; this run uses the config's synthetic corpus (no --docs/--queries): "
+            "lower synthetic.vocab_size or raise vocab_size, or give --docs and --queries")
     shared = {f.name for f in dataclasses.fields(SyntheticSpec)} - {"max_len"}  # cache_dir is the config's only extra
     spec = SyntheticSpec(max_len=cfg.max_len, **{name: getattr(s, name) for name in shared})
     log.info("no --docs/--queries: using the synthetic corpus %s (generated once into %s)", spec, s.cache_dir)
@@ -88,6 +94,14 @@ def _check_self_join_args(args) -> None:
             f"--queries {args.queries} was given with a self-join (--self-join, or self_join: true in the config): "
             "a self-join takes its queries from the corpus (--docs); drop --queries, or drop the self-join to search those queries"
         )
+
+
+def _check_threshold_arg(value, score: str) -> None:
+    """Refuse a ``--threshold`` outside ``score``'s range naming the option, not the config file."""
+    try:
+        parse_threshold(value, score)
+    except ValueError as e:
+        raise UsageError(f"argument --threshold: {e}") from None
 
 
 def _check_dedup_args(args, cfg: settopk.configs.JobConfig, target) -> None:
@@ -186,6 +200,9 @@ def settle(args, started: datetime.datetime) -> Job | NoOp:
     flags = ("k", "score", "backend", "routing", "n_shards", "replicas", "query_batch_size", "threshold")  # dest = key
     overrides = {name: getattr(args, name, None) for name in flags if getattr(args, name, None) is not None}
     overrides.update({name: True for name in ("self_join", "include_self") if getattr(args, name, False)})
+    if "threshold" in overrides:
+        _check_threshold_arg(overrides["threshold"], settopk.configs.load_config(args.config, {
+            name: value for name, value in overrides.items() if name != "threshold"}).score)
     cfg = settopk.configs.load_config(args.config, overrides)
     if getattr(args, "gpus", None) is not None:
         cfg = settopk.configs.load_config(args.config, {**overrides, **gpu_layout(args, cfg)})

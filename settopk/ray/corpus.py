@@ -17,7 +17,9 @@ import dataclasses
 import logging
 import os
 
+import pyarrow as pa
 import ray
+import ray.data
 
 from settopk.configs import MAX_K, gpu_routing_problems, max_len_problems, vocab_size_problems
 from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
@@ -25,6 +27,8 @@ from settopk.kernels import SCORES, registered_backends, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
 from settopk.shards import ShardSpec, plan_shards_from_counts
 from settopk.shards.inputs import ON_INVALID, InputError, SetLimits
+
+from .tables import read_arrow_corpus
 
 __all__ = ["CorpusHandle", "CorpusHolder", "check_search_settings", "load_corpus", "resolve_backend", "shard_of"]
 
@@ -152,10 +156,14 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
 
     Parameters
     ----------
-    docs : str or os.PathLike
+    docs : str, os.PathLike, pyarrow.Table or ray.data.Dataset
         The corpus in one of the job's formats: STI2 ``docs.txt`` (doc id = 0-based line), or a
         Parquet file or directory with columns ``doc_id`` (integer, unique) and ``tokens``
-        (list of integer); a local path or a URI (``s3://``, ``gs://``, ...).
+        (list of integer); a local path or a URI (``s3://``, ``gs://``, ...). Or a table or a
+        dataset with those columns, put into the object store once (a table cut into about one
+        piece per CPU, a dataset as its Arrow blocks, ``Dataset.to_arrow_refs``) and checked by
+        reader tasks as a Parquet file is, a bad row named by its 0-based row in the table or
+        dataset (:mod:`settopk.ray.tables`).
     k : int
         Results per query, in ``[1, 32767]``.
     score : str
@@ -183,7 +191,9 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
     Raises
     ------
     ValueError
-        A setting out of its range (the message names it), or ``docs`` not a path.
+        A setting out of its range (the message names it).
+    TypeError
+        ``docs`` neither a path, a table nor a dataset.
     settopk.shards.inputs.InputError
         A bad doc, a missing file, or an empty corpus (the message names the file and row or line).
     """
@@ -192,16 +202,20 @@ def load_corpus(docs, *, k: int = 100, score: str = "braun_blanquet", n_shards: 
         raise ValueError(f"n_shards must be an integer >= 1, found {n_shards!r}")
     if on_invalid not in ON_INVALID:
         raise ValueError(f"on_invalid must be one of {', '.join(ON_INVALID)}, found {on_invalid!r}")
-    if not isinstance(docs, (str, os.PathLike)):
-        raise TypeError(f"docs must be a path or URI of a corpus (docs.txt, or Parquet with doc_id and tokens), "
-                        f"found {type(docs).__name__}; write the docs as Parquet first (Dataset.write_parquet)")
-    docs = os.fspath(docs)
+    in_memory = isinstance(docs, pa.Table) or isinstance(docs, ray.data.Dataset)
+    if not (in_memory or isinstance(docs, (str, os.PathLike))):
+        raise TypeError(f"docs must be a path or URI of a corpus (docs.txt, or Parquet with doc_id and tokens), a "
+                        f"pyarrow.Table or a ray.data.Dataset with doc_id and tokens, found {type(docs).__name__}")
     if not ray.is_initialized():
         ray.init()
     backend = resolve_backend(backend, routing, max_len)
     limits = SetLimits(vocab_size=vocab_size, max_len=max_len)
-    pieces, _, _ = pieces_for_cluster(docs, float(ray.cluster_resources().get("CPU", 1)))
-    corpus = read_corpus_pieces(pieces, limits, on_invalid)
+    if in_memory:
+        corpus, docs = read_arrow_corpus(docs, limits, on_invalid, float(ray.cluster_resources().get("CPU", 1)))
+    else:
+        docs = os.fspath(docs)
+        pieces, _, _ = pieces_for_cluster(docs, float(ray.cluster_resources().get("CPU", 1)))
+        corpus = read_corpus_pieces(pieces, limits, on_invalid)
     if corpus.n_docs == 0:
         raise InputError(f"{docs}: the corpus has no docs; expected at least one")
     if corpus.rejected:

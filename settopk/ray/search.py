@@ -6,9 +6,11 @@ import functools
 import inspect
 import logging
 
+import pyarrow as pa
 import ray
 
 from settopk.configs import AUTO_QUERY_BATCH_SIZE
+from settopk.shards.inputs import InputError
 
 from .corpus import CorpusHandle, check_search_settings, load_corpus, resolve_backend
 from .stage import ROWS, ShardSearch, result_rows
@@ -56,9 +58,11 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
     queries : ray.data.Dataset
         One row per query: ``id_column`` (string or integer, written as strings; not checked for
         uniqueness) and ``tokens_column`` (list of integer token ids; order and repeats do not matter).
-    docs : str, os.PathLike or CorpusHandle
+    docs : str, os.PathLike, pyarrow.Table, ray.data.Dataset or CorpusHandle
         The corpus in one of the job's formats (``docs.txt``, or Parquet with ``doc_id`` and ``tokens``),
-        a local path or a URI; or a :class:`settopk.ray.CorpusHandle` already loaded (its settings
+        a local path or a URI; a table or a dataset with ``doc_id`` and ``tokens``, put into the
+        object store once and checked row by row as a Parquet file (:func:`settopk.ray.load_corpus`);
+        or a :class:`settopk.ray.CorpusHandle` already loaded (its settings
         then apply, and ``k``, ``score``, ``n_shards``, ``backend``, ``routing``, ``max_len``,
         ``vocab_size`` and ``on_invalid`` may not be passed).
     k : int
@@ -108,11 +112,12 @@ def search(queries, docs, *, k: int | None = None, score: str | None = None, rep
         A setting out of its range, or more CPUs or GPUs asked for than the cluster has (the
         message says which and what to lower).
     TypeError
-        ``queries`` not a Dataset, ``docs`` neither a path nor a CorpusHandle, or ``searcher_cls``
-        not a ShardSearch.
+        ``queries`` not a Dataset, ``docs`` neither a path, a table, a dataset nor a CorpusHandle,
+        or ``searcher_cls`` not a ShardSearch.
     settopk.shards.inputs.InputError
-        A bad doc (the file and row or line named), a missing corpus or an empty one. A bad
-        query raises when the dataset runs, naming the column.
+        A query column missing or of a wrong type (from ``queries.schema()``, before anything
+        runs). A bad doc (the file and row or line named), a missing corpus or an empty one. A bad
+        query value (an id out of range, a set too long) raises when the dataset runs, naming the column.
 
     Notes
     -----
@@ -227,9 +232,19 @@ def _pool(size: int, calls_at_once: int, options: dict):
 
 
 def _check_columns(queries, id_column: str, tokens_column: str) -> None:
-    """Check the query columns where the dataset's schema is known without running it."""
+    """Check the query columns and their types from the dataset's schema, now rather than when it runs.
+
+    ``Dataset.schema()`` reads it from metadata where Ray Data knows it (a Parquet read, items,
+    Arrow), else runs the dataset's first block. A schema Ray Data cannot tell, or one without
+    Arrow types (pandas blocks), is left to the actors, which check every batch.
+
+    Raises
+    ------
+    settopk.shards.inputs.InputError
+        A missing column, ids neither strings nor integers, or tokens not a list of integers.
+    """
     try:
-        schema = queries.schema(fetch_if_missing=False)
+        schema = queries.schema()
     except Exception:  # a schema Ray Data cannot tell without running the dataset: the actors check each batch
         return
     names = list(getattr(schema, "names", None) or [])
@@ -237,8 +252,20 @@ def _check_columns(queries, id_column: str, tokens_column: str) -> None:
         return
     missing = [c for c in (id_column, tokens_column) if c not in names]
     if missing:
-        raise ValueError(f"queries: expected columns '{id_column}' (ids) and '{tokens_column}' (token ids), "
+        raise InputError(f"queries: expected columns '{id_column}' (ids) and '{tokens_column}' (token ids), "
                          f"missing {missing}, found columns {names}; rename them or pass id_column=/tokens_column=")
+    arrow = getattr(schema, "base_schema", None)
+    if not isinstance(arrow, pa.Schema):
+        return
+    ids, tokens = arrow.field(id_column).type, arrow.field(tokens_column).type
+    if not (pa.types.is_integer(ids) or pa.types.is_string(ids) or pa.types.is_large_string(ids)):
+        raise InputError(f"queries column '{id_column}'", "string or integer ids", f"type {ids}",
+                         "cast the column (e.g. Dataset.map_batches with pyarrow.compute.cast)")
+    if not ((pa.types.is_list(tokens) or pa.types.is_large_list(tokens)) and pa.types.is_integer(tokens.value_type)):
+        raise InputError(f"queries column '{tokens_column}'", "a list of integer token ids, as the corpus's ids "
+                         "(settopk.ray searches token ids in [0, vocab_size))", f"type {tokens}",
+                         "map the tokens to the corpus's integer ids first, or search token values in-process "
+                         "with settopk.Index, which maps them through a dictionary of the docs' tokens")
 
 
 def _check_resources(n_actors: int, num_cpus: float, num_gpus: float) -> None:

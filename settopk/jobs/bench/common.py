@@ -97,7 +97,8 @@ def synthetic_spec(cfg: BenchConfig, n_docs: int | None = None) -> SyntheticSpec
     return SyntheticSpec(n_docs=s.n_docs if n_docs is None else n_docs, n_queries=s.n_queries, seed=s.seed,
                          vocab_size=s.vocab_size, id_dist=s.id_dist, zipf_s=s.zipf_s,
                          near_duplicate_fraction=s.near_duplicate_fraction, max_len=cfg.max_len,
-                         token_type=s.token_type, token_offset=s.token_offset, length_law=s.length_law)
+                         token_type=s.token_type, token_offset=s.token_offset, length_law=s.length_law,
+                         duplicate_fraction=s.duplicate_fraction, duplicate_zipf_s=s.duplicate_zipf_s)
 
 
 def verify_sample(cfg: BenchConfig, n_queries: int) -> np.ndarray:

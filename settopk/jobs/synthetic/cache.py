@@ -116,7 +116,8 @@ def write_parquet(docs: SetBatch, queries: SetBatch, out_dir, spec: SyntheticSpe
     return docs_path, queries_path
 
 
-_KEYLESS_DEFAULTS = {"token_type": "uint16", "token_offset": 0, "length_law": "sti2"}
+_KEYLESS_DEFAULTS = {"token_type": "uint16", "token_offset": 0, "length_law": "sti2", "duplicate_fraction": 0.0,
+                     "duplicate_zipf_s": 1.0}
 
 
 def cache_name(spec: SyntheticSpec) -> str:

@@ -18,6 +18,7 @@ from .laws import (
     fill_lengths,
     stream_rng,
 )
+from .copies import copy_plan, gather_rows
 from .spec import SyntheticSpec, draw_lengths
 
 __all__ = ["generate_docs", "generate_queries"]
@@ -39,9 +40,11 @@ def generate_docs(spec: SyntheticSpec, *, workers: int | None = None) -> SetBatc
     Returns
     -------
     SetBatch
-        ``n_docs`` sets; set ``i`` is doc ``i``. Lengths follow the STI2 histogram
-        (exactly when ``n_docs == STI2_N_DOCS`` and ``max_len >= 128``, else drawn
-        from it); ids are distinct, ascending, in ``[0, vocab_size)``.
+        ``n_docs`` sets; set ``i`` is doc ``i``. Lengths follow ``spec.length_law`` (the STI2
+        histogram by default: exactly when ``n_docs == STI2_N_DOCS`` and ``max_len >= 128``,
+        else drawn from it); ids are distinct, ascending, in ``[0, vocab_size)``. With
+        ``spec.duplicate_fraction``, that share of the docs (about) are copies of earlier ones
+        (:mod:`settopk.jobs.synthetic.copies`), the others drawn as above.
 
     Raises
     ------
@@ -51,8 +54,13 @@ def generate_docs(spec: SyntheticSpec, *, workers: int | None = None) -> SetBatc
     """
     law = IdLaw(spec)
     law.check()
-    lengths = draw_lengths(stream_rng(spec.seed, STREAM_DOC_LENGTHS), spec.n_docs, spec.max_len, spec.length_law)
-    return fill_lengths(lengths, law, spec.seed, STREAM_DOC_IDS, workers)
+    if not spec.duplicate_fraction:
+        lengths = draw_lengths(stream_rng(spec.seed, STREAM_DOC_LENGTHS), spec.n_docs, spec.max_len, spec.length_law)
+        return fill_lengths(lengths, law, spec.seed, STREAM_DOC_IDS, workers)
+    source = copy_plan(spec.n_docs, spec.duplicate_fraction, spec.duplicate_zipf_s, spec.seed)
+    n_originals = int(source.max()) + 1
+    lengths = draw_lengths(stream_rng(spec.seed, STREAM_DOC_LENGTHS), n_originals, spec.max_len, spec.length_law)
+    return gather_rows(fill_lengths(lengths, law, spec.seed, STREAM_DOC_IDS, workers), source)
 
 
 def generate_queries(spec: SyntheticSpec, docs: SetBatch, *, workers: int | None = None) -> SetBatch:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["GENERATOR_VERSION", "LENGTH_LAWS", "STI2_N_DOCS", "SyntheticSpec", "TOKEN_TYPES", "draw_lengths", "length_histogram"]
+__all__ = ["GENERATOR_VERSION", "LENGTH_LAWS", "STI2_N_DOCS", "SyntheticSpec", "TOKEN_TYPES", "draw_lengths", "length_histogram",
+           "retail_histogram"]
 
 #: Bump whenever a change alters the output for an unchanged spec: it is part of the
 #: cache key, so stale cached corpora are never reused.
@@ -21,11 +22,15 @@ GENERATOR_VERSION = 1
 STI2_N_DOCS = 7_853_052
 
 HISTOGRAM_RESOURCE = "sti2_doc_length_histogram.csv"
+#: Set lengths of RETAIL (Brijs et al., "Using association rules for product assortment decisions",
+#: KDD 1999; the FIMI repository's retail.dat: 88,162 baskets of a Belgian store, mean 10.3 distinct
+#: items, median 8, longest 76), the ``"retail"`` law.
+RETAIL_HISTOGRAM_RESOURCE = "retail_set_length_histogram.csv"
 
 #: How the Parquet files store tokens (:attr:`SyntheticSpec.token_type`).
 TOKEN_TYPES = ("uint16", "int64", "string")
 #: Laws of set lengths (:attr:`SyntheticSpec.length_law`).
-LENGTH_LAWS = ("sti2", "uniform", "lognormal")
+LENGTH_LAWS = ("sti2", "uniform", "lognormal", "retail")
 
 # The "lognormal" law, shaped like NETFLIX (users' sets of rated movies, Mann, Augsten and Bouros,
 # PVLDB 2016: mean about 200 ids, median about 100, a long tail): exp(N(mu, sigma**2)) has mean
@@ -71,9 +76,21 @@ class SyntheticSpec:
         (``10**12`` makes ids no kernel takes as they are).
     length_law : str
         Set lengths: ``"sti2"`` (the STI2 histogram, see ``max_len``), ``"uniform"``
-        (every length in ``[0, max_len]`` equally likely) or ``"lognormal"`` (NETFLIX-like:
+        (every length in ``[0, max_len]`` equally likely), ``"lognormal"`` (NETFLIX-like:
         log-normal with mean 200 and sigma 1.25, rounded, at least 1, lengths above
-        ``max_len`` cut to ``max_len``; with ``max_len`` 4096 about 0.1% of sets are cut).
+        ``max_len`` cut to ``max_len``; with ``max_len`` 4096 about 0.1% of sets are cut) or
+        ``"retail"`` (short market baskets: drawn from RETAIL's length histogram, mean 10.3,
+        median 8, 1 to 76, cut at ``max_len`` and renormalised).
+    duplicate_fraction : float
+        Share of docs, in ``[0, 1)``, that are exact copies of an earlier doc (RETAIL: 5.3 % of
+        its baskets repeat an earlier one). Each doc after the first is a copy with this
+        probability; a copy repeats the ``r``-th original doc (in doc order, among those before
+        it and the first :data:`settopk.jobs.synthetic.copies.TEMPLATE_RANKS`) with ``p(r) ∝ 1 /
+        r**duplicate_zipf_s``, so the first docs repeat very many times, as RETAIL's most
+        frequent baskets do. Short sets of frequent ids also repeat by chance, on top of these.
+        0 (default): no copies, and the corpus is exactly what it was before the field existed.
+    duplicate_zipf_s : float
+        The copies' skew, in ``[0, 10]`` (0: every earlier original equally likely).
 
     Raises
     ------
@@ -92,6 +109,8 @@ class SyntheticSpec:
     token_type: str = "uint16"
     token_offset: int = 0
     length_law: str = "sti2"
+    duplicate_fraction: float = 0.0
+    duplicate_zipf_s: float = 1.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -120,6 +139,10 @@ class SyntheticSpec:
             problems.append(f"token_offset must be in [0, 2**63 - vocab_size), found {self.token_offset}")
         if self.token_type == "uint16" and self.token_offset:
             problems.append("token_offset needs token_type 'int64' or 'string'")
+        if not 0.0 <= self.duplicate_fraction < 1.0:
+            problems.append(f"duplicate_fraction must be in [0, 1), found {self.duplicate_fraction}")
+        if not 0.0 <= self.duplicate_zipf_s <= 10.0:
+            problems.append(f"duplicate_zipf_s must be in [0, 10], found {self.duplicate_zipf_s}")
         if self.length_law not in LENGTH_LAWS:
             problems.append(f"length_law must be one of {LENGTH_LAWS}, found {self.length_law!r}")
         if problems:
@@ -131,15 +154,15 @@ class SyntheticSpec:
         return int(round(self.n_queries * self.near_duplicate_fraction))
 
 
-@functools.lru_cache(maxsize=1)
-def _histogram_cached() -> np.ndarray:
+@functools.lru_cache(maxsize=2)
+def _histogram_cached(resource: str = HISTOGRAM_RESOURCE) -> np.ndarray:
     # `configs` and `jobs` are sibling packages (in a checkout and when installed);
     # reading the file directly avoids importing `configs` (and its YAML deps).
-    sibling = Path(__file__).resolve().parents[2] / "configs" / HISTOGRAM_RESOURCE
+    sibling = Path(__file__).resolve().parents[2] / "configs" / resource
     if sibling.is_file():
         text = sibling.read_text()
     else:
-        text = resources.files("configs").joinpath(HISTOGRAM_RESOURCE).read_text()
+        text = resources.files("configs").joinpath(resource).read_text()
     lengths, counts = [], []
     for row in csv.reader(io.StringIO(text)):
         if not row or not row[0].strip():
@@ -151,7 +174,7 @@ def _histogram_cached() -> np.ndarray:
         lengths.append(length)
         counts.append(count)
     if not lengths or min(lengths) < 0 or min(counts) < 0 or len(set(lengths)) != len(lengths):
-        raise ValueError(f"settopk/configs/{HISTOGRAM_RESOURCE}: expected distinct 'length,count' rows of non-negative ints")
+        raise ValueError(f"settopk/configs/{resource}: expected distinct 'length,count' rows of non-negative ints")
     hist = np.zeros(max(lengths) + 1, dtype=np.int64)
     hist[lengths] = counts
     hist.setflags(write=False)
@@ -175,8 +198,20 @@ def length_histogram() -> np.ndarray:
     return _histogram_cached().copy()
 
 
-def _length_probabilities(max_len: int) -> np.ndarray:
-    hist = _histogram_cached()[: max_len + 1].astype(np.float64)
+def retail_histogram() -> np.ndarray:
+    """RETAIL's set length histogram (the ``"retail"`` law).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (77,)
+        ``hist[l]`` is the number of RETAIL baskets with ``l`` distinct items; it sums to 88,162.
+        A fresh, writable copy.
+    """
+    return _histogram_cached(RETAIL_HISTOGRAM_RESOURCE).copy()
+
+
+def _length_probabilities(max_len: int, resource: str = HISTOGRAM_RESOURCE) -> np.ndarray:
+    hist = _histogram_cached(resource)[: max_len + 1].astype(np.float64)
     return hist / hist.sum()
 
 
@@ -192,8 +227,8 @@ def draw_lengths(rng: np.random.Generator, n: int, max_len: int, law: str = "sti
     max_len : int
         Longest length; the histogram is cut there and renormalised.
     law : str
-        ``"sti2"``, ``"uniform"`` (i.i.d. uniform in ``[0, max_len]``) or ``"lognormal"``
-        (i.i.d. NETFLIX-like, :class:`SyntheticSpec`).
+        ``"sti2"``, ``"uniform"`` (i.i.d. uniform in ``[0, max_len]``), ``"lognormal"``
+        (i.i.d. NETFLIX-like) or ``"retail"`` (i.i.d. from RETAIL's histogram) (:class:`SyntheticSpec`).
 
     Returns
     -------
@@ -206,6 +241,9 @@ def draw_lengths(rng: np.random.Generator, n: int, max_len: int, law: str = "sti
     if law == "lognormal":
         mu = np.log(LOGNORMAL_MEAN) - LOGNORMAL_SIGMA**2 / 2
         return np.clip(np.rint(rng.lognormal(mu, LOGNORMAL_SIGMA, size=n)), 1, max_len).astype(np.int64)
+    if law == "retail":
+        p = _length_probabilities(max_len, RETAIL_HISTOGRAM_RESOURCE)
+        return rng.choice(len(p), size=n, p=p).astype(np.int64)
     hist = _histogram_cached()
     if n == hist.sum() and len(hist) - 1 <= max_len:
         # The exact STI2 multiset of lengths, in a seeded order.

@@ -49,24 +49,40 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 
 class VocabularyError(InputError):
-    """The shared tokens (with the longest sets' side-only tokens) do not fit the kernels' dense ids.
+    """The tokens do not fit the kernels' dense ids ``[0, vocab_size)``.
+
+    Two ways: the shared tokens with the room kept for side-only tokens (as many as the longest
+    doc and the longest query hold) exceed ``vocab_size``; or, where the docs keep their own ids
+    (:attr:`TokenMap.identity`), too few ids are left free of the docs for the longest query's
+    query-only tokens (``doc_ids`` given).
 
     Attributes
     ----------
     n_shared : int
         Distinct tokens found in both the docs and the queries.
     limit : int
-        The most shared tokens this run can map (``vocab_size`` less the room side-only tokens need).
+        The most shared tokens this run can map (``vocab_size`` less the room side-only tokens
+        need, never below 0); with ``doc_ids``, the most distinct ids the docs may hold.
     """
 
-    def __init__(self, n_shared: int, limit: int, vocab_size: int, room: int):
-        self.n_shared, self.limit = n_shared, limit
-        super().__init__(
-            f"the docs and queries share {n_shared} distinct tokens, expected at most {limit} "
-            f"(vocab_size {vocab_size} dense ids, less {room} kept for tokens found on one side only, "
-            "as many as the longest doc and the longest query hold); fix: raise vocab_size (up to 16777216), "
-            "split the queries, or merge rare tokens before the run"
-        )
+    def __init__(self, n_shared: int, limit: int, vocab_size: int, room: int, *, doc_ids: int | None = None):
+        self.n_shared, self.limit = n_shared, max(limit, 0)
+        fix = "raise vocab_size (up to 16777216), split the queries, or merge rare tokens before the run"
+        if doc_ids is not None:
+            message = (f"the docs hold {doc_ids} distinct ids of [0, {vocab_size}), expected at most {self.limit}: "
+                       f"the ids no doc holds ({vocab_size - doc_ids}) take the queries' tokens found in no doc, and the "
+                       f"longest query needs {room}; fix: raise vocab_size to at least {doc_ids + room} (up to 16777216), "
+                       "or split the queries")
+        elif limit < 0:
+            message = (f"vocab_size {vocab_size} is smaller than the {room} dense ids kept for tokens found on one side "
+                       "only (as many as the longest doc and the longest query hold), before any of the "
+                       f"{n_shared} tokens the docs and queries share; fix: raise vocab_size to at least "
+                       f"{n_shared + room} (up to 16777216)")
+        else:
+            message = (f"the docs and queries share {n_shared} distinct tokens, expected at most {limit} "
+                       f"(vocab_size {vocab_size} dense ids, less {room} kept for tokens found on one side only, "
+                       f"as many as the longest doc and the longest query hold); fix: {fix}")
+        super().__init__(message)
 
     def __reduce__(self):
         return (_vocabulary_error, (self.n_shared, self.limit, self.args[0]))
@@ -314,7 +330,8 @@ class TokenMap:
         """
         if self.identity:
             if self.n_query_tokens > self.n_shared and len(self.free_ids) < longest_query:
-                raise VocabularyError(self.n_shared, self.vocab_size - longest_query, self.vocab_size, longest_query)
+                raise VocabularyError(self.n_shared, self.vocab_size - longest_query, self.vocab_size, longest_query,
+                                      doc_ids=self.n_doc_tokens)
             return
         room = longest_doc + longest_query
         if self.n_shared + room > self.vocab_size:
@@ -363,7 +380,8 @@ class TokenMap:
         if self.identity:
             free = self.free_ids
             if side.any() and rank[side].max() >= len(free):
-                raise VocabularyError(self.n_shared, self.vocab_size - int(rank[side].max()) - 1, self.vocab_size, int(rank[side].max()) + 1)
+                need = int(rank[side].max()) + 1
+                raise VocabularyError(self.n_shared, self.vocab_size - need, self.vocab_size, need, doc_ids=self.n_doc_tokens)
             dense = np.where(side, free[np.minimum(rank, max(len(free) - 1, 0))] if len(free) else 0, dense)
         else:
             dense = np.where(side, self.vocab_size - 1 - rank, dense)
