@@ -213,12 +213,12 @@ def _emit(n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
     dq, dt, dov, dfilt = directed
     cosine_keys = cosine_key_table(max_len) if score == "cosine" else np.zeros(1, np.int32)
-    offsets, pos, overlap, doc_len = emit_by_query(
+    offsets, ids, overlap, doc_len = emit_by_query(
         n_queries, dq.astype(np.int32), dt.astype(np.int32), dov.astype(np.int32), dfilt, q_sets.group_offsets,
         q_sets.group_members, np.ascontiguousarray(q_sets.group_len, np.int32), t_sets.group_offsets,
-        t_sets.group_members, np.ascontiguousarray(t_sets.group_len, np.int32), floor, 0 if k is None else k,
+        t_sets.group_members, np.ascontiguousarray(t_sets.group_len, np.int32), doc_ids, floor, 0 if k is None else k,
         SCORES.index(score), key_scale(max_len, score), cosine_keys)
-    return ThresholdPairs(offsets, doc_ids[pos], overlap, doc_len)
+    return ThresholdPairs(offsets, ids, overlap, doc_len)
 
 
 def _drop_own(pairs: ThresholdPairs, doc_ids, include_self: bool, k) -> ThresholdPairs:

@@ -258,13 +258,14 @@ def _kept(filt, a, b, t_len, floor_a):
 
 
 @njit(cache=True, parallel=True)
-def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_goff, t_members, t_glen, floor, k,
-                  score, scale, cosine_keys):
+def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_goff, t_members, t_glen, doc_ids,
+                  floor, k, score, scale, cosine_keys):
     """Directed group pairs written as set pairs, grouped by query row, each query's best first.
 
-    Every member of a query group holds the same set, so its pairs are the same list (the
-    self-join's member rule aside): the group's pairs are ordered once (key descending; the
-    members of targets of one key merged by position), then written out for each member.
+    Every member of a query group holds the same set, so its pairs are one list (the self-join's
+    member rule aside): each group's list is ordered once (key descending, the members of the
+    targets of one key by position), then every query row copies its group's list, rows in
+    parallel (a group of many identical sets is spread over the threads).
 
     Parameters
     ----------
@@ -281,6 +282,8 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
         Query groups: members (query rows, ascending) and length.
     t_goff, t_members, t_glen : int64, int64, int32
         Target groups: members (doc positions, ascending) and length.
+    doc_ids : int64 (n_docs,)
+        Doc id by position (ascending).
     floor : int64 (n_queries,)
         Per query row, the least doc length (0: all).
     k : int
@@ -291,35 +294,22 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
     Returns
     -------
     offsets : int64 (n_queries + 1,)
-    doc_pos : int64 (n_pairs,)
+    doc_id : int64 (n_pairs,)
     overlap, doc_len : int32 (n_pairs,)
     """
     n_groups = len(q_glen)
     starts, order = _by_query_group(n_groups, dq)
-    counts = np.zeros(n_queries, np.int64)
+    list_len = np.zeros(n_groups + 1, np.int64)
     for g in prange(n_groups):
-        for m in range(q_goff[g], q_goff[g + 1]):
-            a = q_members[m]
-            c = 0
-            for r in range(starts[g], starts[g + 1]):
-                p = order[r]
-                t = dt[p]
-                if t_glen[t] < floor[a]:
-                    continue
-                if dfilt[p] == 0:
-                    c += t_goff[t + 1] - t_goff[t]
-                else:
-                    for b in range(t_goff[t], t_goff[t + 1]):
-                        if _kept(dfilt[p], a, t_members[b], t_glen[t], floor[a]):
-                            c += 1
-            counts[a] = c if k <= 0 or c < k else k
-    offsets = np.zeros(n_queries + 1, np.int64)
-    for q in range(n_queries):
-        offsets[q + 1] = offsets[q] + counts[q]
-    n = offsets[-1]
-    doc_pos = np.empty(n, np.int64)
-    overlap = np.empty(n, np.int32)
-    doc_len = np.empty(n, np.int32)
+        size = 0
+        for r in range(starts[g], starts[g + 1]):
+            t = dt[order[r]]
+            size += t_goff[t + 1] - t_goff[t]
+        list_len[g + 1] = size
+    for g in range(n_groups):
+        list_len[g + 1] += list_len[g]
+    list_pos = np.empty(list_len[-1], np.int64)
+    list_pair = np.empty(list_len[-1], np.int64)
     top = np.int64(1) << 32
     for g in prange(n_groups):
         s, e = starts[g], starts[g + 1]
@@ -327,46 +317,61 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
             continue
         lq = np.int64(q_glen[g])
         keys = np.empty(e - s, np.int64)
-        size = 0
         for r in range(s, e):
             p = order[r]
             keys[r - s] = top - score_key(score, scale, cosine_keys, np.int64(dov[p]), lq, np.int64(t_glen[dt[p]]))
-            size += t_goff[dt[p] + 1] - t_goff[dt[p]]
         by_key = np.argsort(keys, kind="mergesort")
-        # Each run of one key: its targets' members in position order, with their pair.
-        run_pos = np.empty(size, np.int64)
-        run_pair = np.empty(size, np.int64)
-        filled = 0
+        filled = list_len[g]
         i = 0
         while i < e - s:
-            j = i
             lo = filled
+            j = i
             while j < e - s and keys[by_key[j]] == keys[by_key[i]]:
                 p = order[s + by_key[j]]
                 t = dt[p]
                 for b in range(t_goff[t], t_goff[t + 1]):
-                    run_pos[filled] = t_members[b]
-                    run_pair[filled] = p
+                    list_pos[filled] = t_members[b]
+                    list_pair[filled] = p
                     filled += 1
                 j += 1
-            if j - i > 1:
-                o = np.argsort(run_pos[lo:filled])
-                run_pos[lo:filled] = run_pos[lo:filled][o]
-                run_pair[lo:filled] = run_pair[lo:filled][o]
+            if j - i > 1:  # targets of one key: their members merged by position
+                o = np.argsort(list_pos[lo:filled])
+                list_pos[lo:filled] = list_pos[lo:filled][o]
+                list_pair[lo:filled] = list_pair[lo:filled][o]
             i = j
+    group_of = np.empty(n_queries, np.int64)
+    for g in prange(n_groups):
         for m in range(q_goff[g], q_goff[g + 1]):
-            a = q_members[m]
-            out = offsets[a]
-            end = offsets[a + 1]
-            for x in range(filled):
-                if out == end:
+            group_of[q_members[m]] = g
+    counts = np.zeros(n_queries + 1, np.int64)
+    for a in prange(n_queries):
+        g = group_of[a]
+        c = 0
+        for x in range(list_len[g], list_len[g + 1]):
+            p = list_pair[x]
+            if _kept(dfilt[p], a, list_pos[x], t_glen[dt[p]], floor[a]):
+                c += 1
+                if c == k:
                     break
-                p = run_pair[x]
-                b = run_pos[x]
-                t = dt[p]
-                if _kept(dfilt[p], a, b, t_glen[t], floor[a]):
-                    doc_pos[out] = b
-                    overlap[out] = dov[p]
-                    doc_len[out] = t_glen[t]
-                    out += 1
-    return offsets, doc_pos, overlap, doc_len
+        counts[a + 1] = c
+    for a in range(n_queries):
+        counts[a + 1] += counts[a]
+    n = counts[-1]
+    doc_id = np.empty(n, np.int64)
+    overlap = np.empty(n, np.int32)
+    doc_len = np.empty(n, np.int32)
+    for a in prange(n_queries):
+        g = group_of[a]
+        out = counts[a]
+        end = counts[a + 1]
+        for x in range(list_len[g], list_len[g + 1]):
+            if out == end:
+                break
+            p = list_pair[x]
+            t = dt[p]
+            if _kept(dfilt[p], a, list_pos[x], t_glen[t], floor[a]):
+                doc_id[out] = doc_ids[list_pos[x]]
+                overlap[out] = dov[p]
+                doc_len[out] = t_glen[t]
+                out += 1
+    return counts, doc_id, overlap, doc_len
