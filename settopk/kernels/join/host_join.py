@@ -19,7 +19,7 @@ import numpy as np
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .numba_join import build_postings, emit_by_query, probe_groups, sort_rows
+from .numba_join import build_postings, emit_by_query, probe_groups, rank_rows
 from .prefixes import join_applies, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 
@@ -64,7 +64,7 @@ class DocSide:
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.n_ids = docs.id_bound
         self.rank = frequency_order(docs.tokens, self.n_ids)
-        self.sets = prepare_sets(docs, self.rank, sort_rows=sort_rows)
+        self.sets = prepare_sets(docs, self.rank, rank_rows=rank_rows)
         self._groups = _group_sets(self.sets)
         plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
         self.index_prefix = plan.index_prefix
@@ -95,7 +95,7 @@ class DocSide:
         """
         n_q = queries.n_sets
         rank = _extended_rank(self.rank, queries.id_bound)
-        q_sets = prepare_sets(queries, rank, sort_rows=sort_rows)
+        q_sets = prepare_sets(queries, rank, rank_rows=rank_rows)
         q_tokens, q_offsets, q_len = _group_sets(q_sets)
         floor = None
         if min_doc_len is not None:
@@ -132,7 +132,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     if not join_applies(t):
         raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
     threads = threads or len(os.sched_getaffinity(0))
-    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound), sort_rows=sort_rows)
+    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound), rank_rows=rank_rows)
     groups = _group_sets(js)
     g_tokens, g_offsets, g_len = groups
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
@@ -159,13 +159,8 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The groups' sets (their first members'), CSR in group order: tokens int32, offsets int64, lengths int32."""
-    g_len = js.lengths[js.group_rep]
-    g_offsets = np.zeros(js.n_groups + 1, np.int64)
-    np.cumsum(g_len, out=g_offsets[1:])
-    step = np.arange(int(g_offsets[-1]), dtype=np.int64) - np.repeat(g_offsets[:-1], g_len)
-    g_tokens = js.tokens[np.repeat(js.offsets[js.group_rep], g_len) + step]
-    return np.ascontiguousarray(g_tokens, np.int32), g_offsets, np.ascontiguousarray(g_len, np.int32)
+    """The groups' sets, their first members' in place: tokens int32, each group's start int64, lengths int32."""
+    return js.tokens, js.offsets[js.group_rep], np.ascontiguousarray(js.lengths[js.group_rep], np.int32)
 
 
 def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from numba import njit, prange
 
 from ..numba_heaps import score_key
 
-__all__ = ["build_postings", "emit_by_query", "probe_groups", "sort_rows"]
+__all__ = ["build_postings", "emit_by_query", "probe_groups", "rank_rows"]
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -36,8 +36,8 @@ def build_postings(tokens, offsets, prefix, n_ranks):
 
     Parameters
     ----------
-    tokens, offsets : int32 (n_tokens,), int64 (n_groups + 1,)
-        The index groups' sets (ranks, ascending), CSR.
+    tokens, offsets : int32 (n_tokens,), int64 (n_groups,)
+        The index groups' sets (ranks, ascending): group ``g``'s starts at ``tokens[offsets[g]]``.
     prefix : int32 (n_groups,)
         Tokens of each group indexed (its first ``prefix[g]``).
     n_ranks : int
@@ -98,14 +98,14 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
     lo, hi : int
         The probe groups of this call.
     q_tokens, q_offsets, q_len : int32, int64, int32
-        Probe groups' sets (ranks, ascending) and lengths.
+        Probe groups' sets (ranks, ascending): each one's start in ``q_tokens`` and its length.
     q_prefix : int32 (n_probe,)
         Tokens of each probe group probed (0: none).
     q_first, q_end : int32 (n_probe,)
         The index groups each probe group may pair with: ``q_first[x] <= y < q_end[x]`` (its
         reachable lengths; in a self-join, ``q_end[x] <= x``).
     i_tokens, i_offsets, i_len : int32, int64, int32
-        Index groups' sets and lengths (groups ascending by length).
+        Index groups' sets, starts and lengths (groups ascending by length).
     need : int32 (max probe length + 1, max index length + 1)
         Least overlap per (probe length, index length); above ``min`` of the two: unreachable.
     p_off, p_group, p_pos
@@ -212,20 +212,38 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
 
 
 @njit(cache=True, parallel=True)
-def sort_rows(offsets, values):
-    """Each CSR row of ``values`` sorted ascending, in place (rows are short: insertion sort, else ``np.sort``)."""
-    for r in prange(len(offsets) - 1):
+def rank_rows(offsets, tokens, rank, words):
+    """Each CSR row's tokens as ranks, ascending, and the row's hash (the wrapping sum of ``words``).
+
+    Parameters
+    ----------
+    offsets : int64 (n_sets + 1,)
+    tokens : uint16 or uint32 (n_tokens,)
+    rank : int32 (n_ids,)
+    words : uint64 (n_ranks,)
+        One random word per rank.
+
+    Returns
+    -------
+    ranked : int32 (n_tokens,)
+    sums : uint64 (n_sets,)
+    """
+    n = len(offsets) - 1
+    ranked = np.empty(len(tokens), np.int32)
+    sums = np.zeros(n, np.uint64)
+    for r in prange(n):
         s, e = offsets[r], offsets[r + 1]
-        if e - s > 32:
-            values[s:e] = np.sort(values[s:e])
-            continue
-        for i in range(s + 1, e):
-            v = values[i]
+        h = np.uint64(0)
+        for i in range(s, e):
+            v = rank[tokens[i]]
+            h += words[v]
             j = i - 1
-            while j >= s and values[j] > v:
-                values[j + 1] = values[j]
+            while j >= s and ranked[j] > v:  # rows are short: insertion sort
+                ranked[j + 1] = ranked[j]
                 j -= 1
-            values[j + 1] = v
+            ranked[j + 1] = v
+        sums[r] = h
+    return ranked, sums
 
 
 @njit(cache=True)

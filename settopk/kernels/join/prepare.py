@@ -112,7 +112,7 @@ def frequency_order(tokens: np.ndarray, n_ids: int) -> np.ndarray:
     return rank
 
 
-def prepare_sets(sets: SetBatch, rank: np.ndarray, *, sort_rows=None) -> JoinSets:
+def prepare_sets(sets: SetBatch, rank: np.ndarray, *, rank_rows=None) -> JoinSets:
     """``sets`` renumbered by ``rank``, sorted within each set, and grouped when identical.
 
     Parameters
@@ -121,9 +121,10 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray, *, sort_rows=None) -> JoinSet
         ``n_sets`` sets of distinct ids, each id below ``len(rank)``.
     rank : numpy.ndarray of int32, shape (n_ids,)
         A frequency order (:func:`frequency_order`).
-    sort_rows : callable, optional
-        ``sort_rows(offsets, values)`` sorting each CSR row of an int32 array in place (a compiled
-        one: :func:`settopk.kernels.join.numba_join.sort_rows`); None: one NumPy sort of all tokens.
+    rank_rows : callable, optional
+        ``rank_rows(offsets, tokens, rank, words) -> (ranked, sums)``: each row's ranks sorted and
+        its hash, compiled (:func:`settopk.kernels.join.numba_join.rank_rows`); None: NumPy sorts
+        and sums, the same arrays.
 
     Returns
     -------
@@ -133,16 +134,14 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray, *, sort_rows=None) -> JoinSet
     n = sets.n_sets
     offsets = sets.offsets
     lengths = np.diff(offsets).astype(np.int32)
-    if sort_rows is not None:
-        tokens = rank[sets.tokens]
-        sort_rows(offsets, tokens)
+    # A set's hash: the sum of one random 64-bit word per token (order-free, wraps mod 2**64).
+    words = np.random.default_rng(_HASH_SEED).integers(0, 2**63, len(rank), dtype=np.int64).view(np.uint64)
+    if rank_rows is not None:
+        tokens, sums = rank_rows(offsets, sets.tokens, rank, words)
     else:
         row = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        tokens = np.sort(row * len(rank) + rank[sets.tokens]) - row * len(rank) if len(row) else np.zeros(0, np.int64)
-        tokens = tokens.astype(np.int32)
-    # A set's hash: the sum of one random 64-bit word per id (order-free, wraps mod 2**64).
-    words = np.random.default_rng(_HASH_SEED).integers(0, 2**63, len(rank), dtype=np.int64).view(np.uint64)
-    sums = _segment_sums(np.zeros(n, np.uint64), words[tokens], offsets, lengths)
+        tokens = (np.sort(row * len(rank) + rank[sets.tokens]) - row * len(rank)).astype(np.int32)
+        sums = _segment_sums(np.zeros(n, np.uint64), words[tokens], offsets, lengths)
     # Sets by (length, hash), stable (index order within a tie): 24 bits of length, 39 of hash.
     by = np.argsort((lengths.astype(np.int64) << 39) | (sums >> np.uint64(25)).astype(np.int64), kind="stable")
     same = np.zeros(n, bool)  # same[i]: set by[i] equals set by[i - 1]
