@@ -170,6 +170,11 @@ def _cuts(xp, ends, boundary, total: int, cap: int) -> tuple[list[int], bool]:
     return cuts, inside
 
 
+def _find(xp, ends, v: int) -> int:
+    """The first index of the ascending ``ends`` whose value exceeds ``v`` (a host int)."""
+    return int(xp.searchsorted(ends, xp.asarray(np.array([v], np.int64)), side="right")[0])
+
+
 def _firsts(xp, key):
     """Where each run of equal values of the non-empty ``key`` starts (int64 indices)."""
     return xp.flatnonzero(xp.concatenate([xp.ones(1, bool), key[1:] != key[:-1]]))
@@ -222,8 +227,8 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     n_col = need.shape[1]
     found = []
     for s, e in zip(cuts[:-1], cuts[1:]):
-        a = int(xp.searchsorted(ends, s, side="right"))
-        b = int(xp.searchsorted(ends, e - 1, side="right")) + 1
+        a = _find(xp, ends, s)
+        b = _find(xp, ends, e - 1) + 1
         starts = ends[a:b] - cnt[a:b]
         begin = xp.maximum(starts, s)
         seg, within = _segment_ids(xp, xp.minimum(ends[a:b], e) - begin)
@@ -267,8 +272,8 @@ def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
     total = int(ends[-1]) if len(work) else 0
     cuts, _ = _cuts(xp, ends, xp.arange(len(work)), total, cap)
     for s, e in zip(cuts[:-1], cuts[1:]):
-        a = int(xp.searchsorted(ends, s, side="right"))
-        b = int(xp.searchsorted(ends, e - 1, side="right")) + 1
+        a = _find(xp, ends, s)
+        b = _find(xp, ends, e - 1) + 1
         rows = xp.arange(a, b)
         for side in (True, False):
             r = rows[from_probe[a:b] == side]
