@@ -309,7 +309,7 @@ def _this_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig, de
 def validate(job: Job, start_ns: int | None = None) -> Validated:
     """Validate the queries in one pass (for a self-join: the corpus's docs) and fingerprint the inputs.
 
-    The corpus's rows are checked by the reader tasks (:mod:`settopk.jobs.reading`), while this runs
+    The corpus's rows are checked by the reader tasks (:mod:`settopk.shards.reading`), while this runs
     (:class:`ValidationThread`).
 
     Parameters

@@ -289,7 +289,7 @@ def _or_none(x: float):
 def _environment(threads: int) -> dict:
     import numba
 
-    from .common import cpu_model
+    from .machine import cpu_model
 
     versions = {}
     for name in _PEERS:
