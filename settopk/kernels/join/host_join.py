@@ -174,7 +174,7 @@ def _probe_all(threads: int, probe, index, need, postings):
     """:func:`probe_groups` over every probe group, in ranges taken by ``threads`` threads."""
     q_tokens, q_offsets, q_len, prefix, first, end = probe
     i_tokens, i_offsets, i_len = index
-    n_probe, n_index = len(q_len), len(i_len)
+    n_index = len(i_len)
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
     work = np.flatnonzero(prefix > 0)
     if not len(work):
