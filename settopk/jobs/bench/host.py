@@ -49,7 +49,8 @@ __all__ = ["HostPathConfig", "IncompleteOutputError", "check_complete", "format_
 log = logging.getLogger("settopk.bench")
 
 
-#: One H200's kernel rate at k = 100 as ``job-1m`` measured it (docs/benchmarks.md): the default pace.
+#: The stand-ins' default pace: one H200's kernel rate at k = 100, so that the host path carries what
+#: it carries with GPUs (docs/benchmarks.md, "Host path with stand-in shards", gives the rate).
 H200_QUERIES_PER_S = 107_641.0
 
 
