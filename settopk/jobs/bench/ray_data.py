@@ -356,8 +356,8 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
         "actor_starts": len(ready),
         # The kernel's high-water mark of this process, as the job's manifest reports it. Not
         # getrusage's ru_maxrss: a process started by subprocess (vfork, then exec) begins with its
-        # parent's peak there, and the bench's parent had held gigabytes of results (13 GB read as
-        # the pipeline's peak with 2 actors when the driver itself never passed 0.27 GB).
+        # parent's peak there, and the bench's parent has held gigabytes of results (docs/benchmarks.md,
+        # "The library and Ray Data against the kernel and the job", shows the peak it misread).
         "driver_max_rss_bytes": max_rss_bytes(),
         "driver_memory_peaks": memory.stop(),
         "process_s": time.perf_counter() - start,
