@@ -1,4 +1,4 @@
-"""What the corpus-piece tests share (settopk.shards.inputs.pieces, and settopk.jobs.reading through Ray): small
+"""What the corpus-piece tests share (settopk.shards.inputs.pieces, and settopk.shards.reading through Ray): small
 Parquet corpora in several row groups, and the check that pieces give what one read gives.
 
 ``ordered_dir`` and ``repeated_across_pieces`` are fixtures: a test module imports them by name."""

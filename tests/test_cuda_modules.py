@@ -32,7 +32,7 @@ def test_every_source_includes_the_shared_header_and_none_repeats_its_code():
 def test_a_source_is_compiled_once_per_device_from_many_threads():
     import cupy
 
-    from settopk.kernels.cuda.index import _kernels
+    from settopk.kernels.cuda.loading import bitslice_kernels as _kernels
 
     device = cupy.cuda.Device().id
     results, errors = [], []

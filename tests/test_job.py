@@ -538,7 +538,7 @@ def test_threshold_exchange_off_gives_the_same_table_on_parquet_pieces_out_of_id
     """Docs in descending doc id order over 3 files of small row groups, read as 6 pieces whose id
     ranges overlap; 3 shards. Two rounds with floors and one round without give the same table, the
     oracle's rows."""
-    from settopk.jobs import reading
+    from settopk.shards import reading
 
     rng = np.random.default_rng(21)
     docs = _random_sets(rng, 597, 14, 9) + [[], list(range(128)), [3, 1, 3]]  # lengths 0..9 and 128

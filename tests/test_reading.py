@@ -1,4 +1,4 @@
-"""The corpus read by Ray reader tasks (settopk.jobs.reading) gives exactly what one pass of ``read_corpus``
+"""The corpus read by Ray reader tasks (settopk.shards.reading) gives exactly what one pass of ``read_corpus``
 gives: the same docs, the same first error, the same rows set aside."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from settopk.jobs import reading
-from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
+from settopk.shards import reading
+from settopk.shards.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.shards.inputs import InputError, assemble_shard, plan_pieces, read_corpus
 from tests.piece_helpers import LIMITS, MAX_LEN, ordered_dir, repeated_across_pieces  # noqa: F401 (fixtures)
 from tests.piece_helpers import assert_same_docs as _assert_same_docs

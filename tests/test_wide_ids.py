@@ -135,7 +135,7 @@ def test_fold_query_ids_keeps_sets_sorted_and_lengths():
 
 def test_cupy_index_refuses_uint32_tokens_under_a_narrow_vocab_size():
     pytest.importorskip("cupy")
-    from settopk.kernels.cuda.index import _check_set_batch
+    from settopk.kernels.cuda.loading import check_set_batch as _check_set_batch
 
     with pytest.raises(ValueError, match="uint32 token ids .* vocab_size=65536: set vocab_size above every id"):
         _check_set_batch(SetBatch.from_lists([[70000]]), "docs", 8, 65536)

@@ -31,11 +31,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .output import DATASETS, SUCCESS
+
 __all__ = ["GROUPS_SCHEMA", "DUPLICATES_SCHEMA", "DATASETS", "MAX_EDGES", "components", "dedup_tables", "group_tables",
            "stage_dedup"]
-
-DATASETS = ("pairs", "groups", "duplicates")
-"""The datasets under ``--out DIR`` of a ``--dedup`` run, each with its own ``_SUCCESS``."""
 
 MAX_EDGES = 2**31 - 1
 """Most pairs one call takes: ``connected_components`` indexes the CSR with int32."""
@@ -162,7 +161,6 @@ def stage_dedup(work, part_names: list[str], out) -> tuple[object, dict]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .output import SUCCESS
 
     start = time.perf_counter()
     left, right = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]

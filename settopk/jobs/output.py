@@ -47,7 +47,6 @@ from settopk.errors import SettopkError
 from settopk.shards.location import Location
 
 # The parts' names are part of this module's surface: every caller finds the result's pieces here.
-from .dedup import DATASETS
 from .parts import RESULT_SCHEMA, ROW_GROUP_ROWS, PartWriter, part_name, read_part_doc_ids, results_table, write_part, write_tsv
 
 __all__ = [
@@ -94,8 +93,8 @@ def __getattr__(name: str):
     """``DT_PARTITIONING``: the Hive partitioning of a nightly dataset root, with ``dt`` pinned to
     ``date32`` (pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date).
 
-    Made on first use: ``pyarrow.dataset`` imports pandas where it is installed (0.55 s of a
-    process's start here), and the Ray workers that import this module to write parts never need it.
+    Made on first use: ``pyarrow.dataset`` imports pandas where it is installed (a large part of a
+    process's start), and the Ray workers that import this module to write parts never need it.
     """
     if name == "DT_PARTITIONING":
         return _dt_partitioning()
@@ -121,6 +120,9 @@ PARTITION_NAME = re.compile(r"dt=\d{4}-\d{2}-\d{2}")
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 # A writer killed mid-write leaves its temporary file (settopk.jobs.parts, Location.write_bytes) among the parts.
 _TEMP_NAME = re.compile(r"\.(?:tmp-[0-9a-f]{32}\.parquet|[^/]+\.tmp-[0-9a-f]{32})")
+
+DATASETS = ("pairs", "groups", "duplicates")
+"""The datasets under ``--out DIR`` of a ``--dedup`` run (:mod:`settopk.jobs.dedup`), each with its own ``_SUCCESS``."""
 
 DEFAULT_OUT = "out/settopk-results"
 """Where the result goes when no output is given (relative to the working directory)."""

@@ -28,7 +28,7 @@ ROW_GROUP_ROWS = 131_072
 
 _PART_TEMPLATE = "part-{i}.parquet"
 
-# Dictionaries only where they pay (measured on 10 M rows of k = 100): doc ids are nearly all
+# Dictionaries only where they pay: doc ids are nearly all
 # distinct within a row group, and query_id, rank and query_len come in runs (each query's k rows),
 # which zstd packs smaller and faster without one; score, overlap and doc_len keep theirs.
 _DICTIONARY_COLUMNS = ["score", "overlap", "doc_len"]

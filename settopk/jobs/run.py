@@ -7,7 +7,7 @@
   that runs while the cluster works (connect, read, load). The driver waits for it before
   anything is written: bad queries stop the actors and write nothing.
 - connect (:mod:`settopk.jobs.cluster`): the Ray cluster, and the backend and shard count that fit it.
-- read (:mod:`settopk.jobs.reading`): the shard actors' placement group is reserved first
+- read (:mod:`settopk.shards.reading`): the shard actors' placement group is reserved first
   (:mod:`settopk.jobs.shard_pool`; its CPUs run reader tasks too), then reader tasks validate and
   decode the corpus's pieces into the object store. For a corpus of 16 MiB and more the
   shard actors start before the read and load their kernels while it runs (bad input stops
@@ -59,7 +59,7 @@ from .dispatch import gather
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
 from .output import DEFAULT_OUT, REJECTED_SCHEMA, part_name, read_part_doc_ids, write_tsv
 from .progress import PhaseClock, max_rss_bytes, progress_bar
-from .reading import pieces_for_cluster, read_corpus_pieces
+from settopk.shards.reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
 from .target import Decision
@@ -127,7 +127,7 @@ def _read(job: Job, cluster: Cluster, start_ns: int, listed: str, pool: ShardPoo
     For a corpus of at least :data:`_OVERLAP_FROM_BYTES`, the shard actors start before the
     read, so that they start and load their kernels while it runs. ``listed`` is the corpus's
     fingerprint from the run's start (:func:`_docs_fingerprint`). Returns the
-    :class:`settopk.jobs.reading.CorpusRead` and the :class:`_CorpusFacts`.
+    :class:`settopk.shards.reading.CorpusRead` and the :class:`_CorpusFacts`.
     """
     cfg, docs_path = job.cfg, job.inputs.docs_path
     pieces, doc_fmt, doc_files = pieces_for_cluster(docs_path, cluster.n_cpus)

@@ -5,7 +5,7 @@ reserved together or not at all, and a restarted actor comes back in its own bun
 job reserves the group before it reads the corpus, so a cluster that cannot hold the shards
 fails before anything is read. The actors ask for none of their bundles' CPUs themselves
 (the bundles hold them for the actors): the reader tasks run in them during the read
-(:func:`settopk.jobs.reading.read_corpus_pieces`), also when the actors have started already. An
+(:func:`settopk.shards.reading.read_corpus_pieces`), also when the actors have started already. An
 actor starts (:func:`start_shards`), loads its kernels and waits; once the corpus is read and
 planned, :func:`supply_shards` tells it its shard and it loads the shard's docs. The actors
 are :class:`settopk.shards.ShardSearcher` (or a subclass) wrapped by :func:`settopk.shards.actor.actor_class`.
@@ -134,7 +134,7 @@ def supply_shards(pool: "ShardPool", plan, corpus, replicas: int) -> None:
     pool : ShardPool
         With ``actors`` and ``inputs`` from :func:`start_shards`.
     plan : list of ShardSpec
-    corpus : settopk.jobs.reading.CorpusRead
+    corpus : settopk.shards.reading.CorpusRead
         The pieces' docs in the object store.
     replicas : int
     """

@@ -309,7 +309,7 @@ def _this_run(target: Target, inputs: Inputs, cfg: settopk.configs.JobConfig, de
 def validate(job: Job, start_ns: int | None = None) -> Validated:
     """Validate the queries in one pass (for a self-join: the corpus's docs) and fingerprint the inputs.
 
-    The corpus's rows are checked by the reader tasks (:mod:`settopk.jobs.reading`), while this runs
+    The corpus's rows are checked by the reader tasks (:mod:`settopk.shards.reading`), while this runs
     (:class:`ValidationThread`).
 
     Parameters
@@ -377,7 +377,7 @@ class ValidationThread:
             self._error = exc
         finally:
             self.seconds = time.perf_counter() - t
-            # Arrow's allocator keeps what the pass's decoding freed (about 0.2 GB): give it back
+            # Arrow's allocator keeps what the pass's decoding freed (a whole pass's batches): give it back
             # to the system before the search phase reads the queries again.
             pyarrow.default_memory_pool().release_unused()
 

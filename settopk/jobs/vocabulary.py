@@ -65,7 +65,7 @@ def settle_tokens(queries, corpus, limits: SetLimits, longest_doc: int, cpus: fl
     ----------
     queries : settopk.shards.inputs.QueryStream
         Validated; its ``token_map`` is set here.
-    corpus : settopk.jobs.reading.CorpusRead
+    corpus : settopk.shards.reading.CorpusRead
         As the readers left it; where ``corpus.wide``, its ``corpus_refs`` are replaced by the
         mapped pieces.
     limits : SetLimits

@@ -182,7 +182,7 @@ def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) ->
     """:func:`need_table` for distinct ``query_lens``, in Python integers."""
     a, b = t.numerator, t.denominator
     # int64 where no product can overflow (every term is at most (a + 2 b) * 2 max_len): the table
-    # has (max_len + 1)**2 entries at 4096 ids, 60x faster than Python ints. Else (a decimal
+    # has (max_len + 1)**2 entries at 4096 ids, each a Python int otherwise. Else (a decimal
     # of many digits, or cosine's squares) object arrays of Python ints, exact whatever the digits.
     dtype = np.int64 if score != "cosine" and (a + 2 * b) * 2 * (max_len + 1) < 2**62 else object
     q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1).astype(dtype)

@@ -1,7 +1,7 @@
 """The corpus side of a Ray Data search: read once into the object store, planned into shards, held.
 
 :func:`load_corpus` reads the corpus as the job does (reader tasks, one per piece,
-:func:`settopk.jobs.reading.read_corpus_pieces`), plans the length-bucket shards from the readers'
+:func:`settopk.shards.reading.read_corpus_pieces`), plans the length-bucket shards from the readers'
 length histograms (:func:`settopk.shards.plan_shards_from_counts`) and hands the pieces' object
 references to a holder actor (:class:`CorpusHolder`). What it returns, a
 :class:`CorpusHandle`, is small and picklable: it travels in ``fn_constructor_kwargs`` to the pool
@@ -22,7 +22,7 @@ import ray
 import ray.data
 
 from settopk.configs import MAX_K, gpu_routing_problems, max_len_problems, vocab_size_problems
-from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
+from settopk.shards.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.kernels import SCORES, registered_backends, search_cost_per_doc
 from settopk.kernels.postings import ROUTINGS
 from settopk.shards import ShardSpec, plan_shards_from_counts

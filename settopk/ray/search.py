@@ -24,9 +24,9 @@ _GPU_CALLS_AT_ONCE = 2  # as settopk.jobs.shard_pool's GPU actors
 _RUN_AHEAD_BLOCKS = 32  # least blocks the repartition task may yield ahead of the executor (Ray's default: 2)
 _MISSING = object()
 # Queries per block on a GPU pool: each block pays Ray Data's per-block steps (a task, its result
-# put and taken by the row-building task) on top of the index's per-batch steps. On 2 x H200
-# (job-1m's 1 M queries, 2026-11-27) blocks of 16,384 gave 89,550 q/s on one actor against
-# 87,158 with the job's 4096, and 159,874 against 143,840 on two (docs/benchmarks.md).
+# put and taken by the row-building task) on top of the index's per-batch steps, so a block holds
+# four of the job's batches to keep those steps small beside the search (the measurements:
+# docs/benchmarks.md, "The library and Ray Data against the kernel and the job").
 _GPU_BLOCK_QUERIES = 16_384
 # Queries per block of result rows (the job's chunk of a GPU batch): a searched block larger than
 # this is cut before its rows are built and written, so a block's rows are written by several
@@ -218,11 +218,9 @@ def _pool(size: int, calls_at_once: int, options: dict):
     Two calls at once on a GPU, as the job's GPU actors take: one's Arrow work (parsing the
     queries, building the output) runs while the other's kernels do. Ray 2.60 names this
     ``max_concurrent_calls_per_actor``; before, it was the actor's ``max_concurrency`` (added to ``options``).
-    Ray 2.60 still runs the function itself one call at a time; its defaults stay. Tried on
-    2 x H200 (job-1m's 1 M queries in blocks of 16,384): the function two at a time
-    (``enable_true_multi_threading``) together with no blocks queued on an actor beyond those it
-    runs was slower, the calls spanning 10.52 s against 10.35 s on one actor, the actors busy
-    0.76 to 0.95 of the time.
+    Ray 2.60 still runs the function itself one call at a time; its defaults stay: the function two
+    at a time (``enable_true_multi_threading``) with no blocks queued beyond those an actor runs was
+    slower (docs/benchmarks.md, "The library and Ray Data against the kernel and the job").
     """
     if calls_at_once > 1:
         if "max_concurrent_calls_per_actor" in inspect.signature(ray.data.ActorPoolStrategy).parameters:

@@ -44,7 +44,7 @@ class _Piece:
 @dataclass
 class TableRead:
     """The corpus as the readers left it (the fields :func:`settopk.ray.load_corpus` uses of
-    :class:`settopk.jobs.reading.CorpusRead`)."""
+    :class:`settopk.shards.reading.CorpusRead`)."""
 
     corpus_refs: list
     drops: dict

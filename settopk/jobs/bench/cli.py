@@ -32,14 +32,10 @@ from settopk.shards.inputs import InputError
 
 from .common import ExactnessError, synthetic_spec
 from .config import bench_config_names, load_bench_config
-from .host import IncompleteOutputError, format_host_table, run_host
-from .library import format_library_table, run_library
-from .peers import MissingPeerError, format_peers_table, run_peers
+from .host import IncompleteOutputError
+from .modes import MODES
+from .peers import MissingPeerError
 from .phases import format_phases_table, run_phases
-from .ray_data import format_ray_data_table, run_ray_data
-from .scale import format_scaling_table, run_scaling
-from .self_join import format_self_join_table, run_self_join
-from .throughput import format_throughput_table, run_throughput
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_MISMATCH", "EXIT_OK", "build_parser", "main", "run"]
 
@@ -83,43 +79,23 @@ def run(args: argparse.Namespace) -> dict:
     name = Path(args.config).stem
     out_path = Path(args.out) if args.out else Path("out") / "bench" / f"{name}.json"
     data_dir = os.path.expanduser(args.data_dir or cfg.synthetic.cache_dir)
-    if cfg.scaling is not None:
-        result = run_scaling(cfg, name, data_dir)
-        table = format_scaling_table(result)
-    elif cfg.peers is not None:  # its corpus is made in the process: no cache
-        try:
-            result = run_peers(cfg, name)
-        except ExactnessError as exc:
-            write_json(out_path, exc.result)
-            raise
-        table = format_peers_table(result)
-    else:
-        t = time.perf_counter()
-        docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
-        log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
-        if cfg.library is not None:
-            result = run_library(cfg, name, docs_path, queries_path)
-            table = format_library_table(result)
-        elif cfg.self_join is not None:
-            result = run_self_join(cfg, name, docs_path, queries_path)
-            table = format_self_join_table(result)
-        elif cfg.host is not None:
-            result = run_host(cfg, name, docs_path, queries_path)
-            table = format_host_table(result)
-        elif cfg.ray_data is not None:
-            result = run_ray_data(cfg, name, docs_path, queries_path)
-            table = format_ray_data_table(result)
-        elif cfg.throughput is not None:
-            result = run_throughput(cfg, name, docs_path, queries_path)
-            table = format_throughput_table(result)
+    mode = next((m for m in MODES if getattr(cfg, m.key) is not None), None)
+    run_mode, format_table = (mode.run, mode.table) if mode is not None else (run_phases, format_phases_table)
+    try:
+        if mode is not None and mode.corpus == "data_dir":
+            result = run_mode(cfg, name, data_dir)
+        elif mode is not None and mode.corpus == "none":  # its corpus is made in the process: no cache
+            result = run_mode(cfg, name)
         else:
-            try:
-                result = run_phases(cfg, name, docs_path, queries_path)
-            except ExactnessError as exc:
-                if exc.result is not None:
-                    write_json(out_path, exc.result)
-                raise
-            table = format_phases_table(result)
+            t = time.perf_counter()
+            docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
+            log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
+            result = run_mode(cfg, name, docs_path, queries_path)
+    except ExactnessError as exc:  # a run that got as far as a result writes it, with its mismatches
+        if exc.result is not None:
+            write_json(out_path, exc.result)
+        raise
+    table = format_table(result)
     write_json(out_path, result)
     print(table)
     print(f"written: {out_path}")

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import logging
-import platform
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from settopk.jobs.reading import pieces_for_cluster, read_corpus_pieces
+from settopk.shards.reading import pieces_for_cluster, read_corpus_pieces
 from settopk.jobs.cluster import shard_doc_cost
 from settopk.jobs.synthetic import SyntheticSpec
 from settopk.kernels import SetBatch, TopK, score_key
 from settopk.shards import ShardSpec, merge_topk, plan_shards_from_counts
 from settopk.shards.inputs import SetLimits
 
-from .config import BenchConfig
+from .machine import cpu_model
+
+if TYPE_CHECKING:  # annotations only: the config imports every mode, and modes import this module
+    from .config import BenchConfig
 
 __all__ = [
     "ExactnessError",
@@ -65,18 +67,6 @@ class ExactnessError(RuntimeError):
         else:
             message = f"{len(mismatches)} result(s) differ; first: {first}"
         super().__init__(message)
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux ``/proc/cpuinfo``), or the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def timing_stats(runs: list[float]) -> dict:

@@ -5,7 +5,7 @@ Run by ``python -m settopk bench --config sti2-zipf`` (or any config without a
 (:mod:`settopk.jobs.bench.shard`); each phase runs ``warmup`` times untimed, then
 ``repetitions`` times timed:
 
-* ``read``: reader tasks decode the corpus pieces (``settopk.jobs.reading``), then every
+* ``read``: reader tasks decode the corpus pieces (``settopk.shards.reading``), then every
   actor takes its length range from the object store (``settopk.shards.searcher.load_shard``);
 * ``build``: each actor builds its index from the docs in host memory (for the
   cupy backend: host memory to the GPU layout, GPU work included);

@@ -22,7 +22,7 @@ from settopk.shards.inputs import SetLimits
 from settopk.shards.searcher import load_shard
 
 from .baselines import BASELINES
-from .common import cpu_model
+from .machine import cpu_model
 
 __all__ = ["BenchShard", "BenchShardActor"]
 

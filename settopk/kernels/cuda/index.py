@@ -31,32 +31,13 @@ from ..sets import MAX_VOCAB, NARROW_VOCAB, SetBatch
 from ..topk import TopK, empty_topk
 from .floors import threshold_table_type
 from .levels import CHUNK_SLOTS, DEFAULT_SHARED_LIMIT, SORT_MAX, LevelSearch
-from .modules import load_kernels
+from .loading import bitslice_kernels, check_set_batch, upload_sets
 from .postings import GpuPostings
 from .threshold import ThresholdSearch
 from .wide import WideLayout, WidePostings, split_by_distinct
 
 __all__ = ["CupyShardIndex", "warm_up"]
 
-_SOURCE = "bitslice_topk.cu"
-# (queries per block, any score, counter planes): Braun-Blanquet has a kernel of its own on 8 planes
-# (see count_emit's kAnyScore); 13 planes (max_len above 255) take the score at run time.
-_COUNT_KERNELS = {
-    (32, False, 8): "settopk::count_emit<32, unsigned int, false, 8>",
-    (16, False, 8): "settopk::count_emit<16, unsigned short, false, 8>",
-    (32, True, 8): "settopk::count_emit<32, unsigned int, true, 8>",
-    (16, True, 8): "settopk::count_emit<16, unsigned short, true, 8>",
-    (32, True, 13): "settopk::count_emit<32, unsigned int, true, 13>",
-    (16, True, 13): "settopk::count_emit<16, unsigned short, true, 13>",
-}
-_SELECT_KERNELS = {8: "settopk::select_topk<8>", 13: "settopk::select_topk<13>"}
-# The layout's build by id type: uint16 ids, or a wide shard's (uint32, below 2**24).
-_BUILD_KERNELS = {np.dtype(np.uint16): "settopk::build_layout<unsigned short>",
-                  np.dtype(np.uint32): "settopk::build_layout<unsigned int>"}
-# A wide shard's postings build, by the dtype of its cursors into the postings (wide.WidePostings).
-_LAYOUT_POSTINGS_KERNELS = {np.dtype(np.uint32): "settopk::layout_postings<unsigned int>",
-                            np.dtype(np.uint64): "settopk::layout_postings<unsigned long long>"}
-_OTHER_KERNELS = ("settopk::remap_layout", "settopk::decode_topk")
 _MAX_LEN_LIMIT = 4096  # 13 counter planes count to 8191; the job's configs allow at most 4096
 _SPREAD_MAX_LEN = 255  # kSpreadMaxLen: positions of a doc build_layout spreads over banks at once
 _POSTINGS_MAX_LEN = 255  # the GPU postings count overlaps in bytes
@@ -93,73 +74,11 @@ def warm_up(routing: str = "scan") -> None:
     import cupy
 
     check_routing(routing)
-    _kernels(cupy.cuda.Device().id)
+    bitslice_kernels(cupy.cuda.Device().id)
     docs = SetBatch(np.array([0, 3, 5, 5], dtype=np.int64), np.array([1, 2, 3, 2, 7], dtype=np.uint16))
     queries = SetBatch(np.array([0, 2], dtype=np.int64), np.array([2, 3], dtype=np.uint16))
     for path in ("scan",) if routing == "scan" else ("scan", "postings"):
         CupyShardIndex(docs, np.arange(3), max_len=8, routing=path).search(queries, 2)
-
-
-def _kernels(device_id: int) -> dict:
-    """The compiled kernels for ``device_id`` by short name: ``build_layout_uint16`` (and
-    ``_uint32``) by id type; ``count32_8``/``count16_8`` for Braun-Blanquet and
-    ``count32_any_8``, ``count16_any_8``, ``count32_any_13``, ``count16_any_13`` for any score;
-    ``select_topk_8``/``_13`` by counter planes; ``remap_layout``, ``decode_topk``; ``layout_postings``, a
-    dict of the build's kernels by cursor dtype (uint32, uint64)."""
-    names = (list(_COUNT_KERNELS.values()) + list(_SELECT_KERNELS.values()) + list(_BUILD_KERNELS.values())
-             + list(_LAYOUT_POSTINGS_KERNELS.values()) + list(_OTHER_KERNELS))
-    module = load_kernels(_SOURCE, names, device_id)
-    out = {name.split("::")[-1]: module[name] for name in _OTHER_KERNELS}
-    out["layout_postings"] = {dtype: module[name] for dtype, name in _LAYOUT_POSTINGS_KERNELS.items()}
-    out.update({f"build_layout_{dtype.name}": module[name] for dtype, name in _BUILD_KERNELS.items()})
-    out.update({f"select_topk_{planes}": module[name] for planes, name in _SELECT_KERNELS.items()})
-    for (queries, any_score, planes), name in _COUNT_KERNELS.items():
-        out[f"count{queries}" + ("_any" if any_score else "") + f"_{planes}"] = module[name]
-    return out
-
-
-def _upload(pieces: list, dtype):
-    """Device CSR arrays ``(offsets int64, tokens of dtype)`` of the concatenation of host SetBatches.
-
-    Each piece's ids go straight into their place in one device array (uint16 pieces of a uint32
-    array widened on the GPU); the offsets are shifted on the host (8 bytes per doc)."""
-    import cupy
-
-    n_tokens = sum(len(p.tokens) for p in pieces)
-    tokens = cupy.empty(n_tokens, dtype=dtype)
-    host_offsets = [np.zeros(1, dtype=np.int64)]
-    position = 0
-    for piece in pieces:
-        if len(piece.tokens):
-            if piece.tokens.dtype == dtype:
-                tokens[position : position + len(piece.tokens)].set(piece.tokens)
-            else:
-                tokens[position : position + len(piece.tokens)] = cupy.asarray(piece.tokens)
-        host_offsets.append(piece.offsets[1:] + position)
-        position += len(piece.tokens)
-    return cupy.asarray(np.concatenate(host_offsets)), tokens
-
-
-def _check_set_batch(batch, what: str, max_len: int, vocab_size: int) -> None:
-    """Raise ValueError unless ``batch`` is a host SetBatch with C-contiguous arrays and sets of <= max_len ids,
-    of uint16 ids, or uint32 ids where ``vocab_size`` exceeds 65536.
-
-    Id ranges are checked on the GPU after the upload (a host pass over the
-    ids would cost more than the whole build).
-    """
-    if not isinstance(batch, SetBatch):
-        raise ValueError(f"{what} must be a settopk.kernels.SetBatch, found {type(batch).__name__}")
-    token_dtype = np.uint32 if batch.tokens.dtype == np.uint32 and vocab_size > NARROW_VOCAB else np.uint16
-    if batch.tokens.dtype == np.uint32 and token_dtype == np.uint16:
-        raise ValueError(f"{what} has uint32 token ids (up to {batch.id_bound - 1}) but vocab_size={vocab_size}: "
-                         f"set vocab_size above every id (up to {MAX_VOCAB})")
-    for name, array, dtype in (("offsets", batch.offsets, np.int64), ("tokens", batch.tokens, token_dtype)):
-        if not isinstance(array, np.ndarray):
-            raise ValueError(f"{what}.{name} must be a host numpy array, found {type(array).__name__}")
-        if array.dtype != dtype or array.ndim != 1:
-            raise ValueError(f"{what}.{name} must be 1-D {np.dtype(dtype)}, found {array.dtype} {array.shape}")
-        if not array.flags.c_contiguous:
-            raise ValueError(f"{what}.{name} must be C-contiguous")
 
 
 class CupyShardIndex(LevelSearch, ThresholdSearch):
@@ -310,7 +229,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
             raise ValueError(f"sample_ratio must be >= 2, found {sample_ratio}")
         pieces = [docs] if isinstance(docs, SetBatch) else list(docs)
         for piece in pieces:
-            _check_set_batch(piece, "docs", max_len, vocab_size)
+            check_set_batch(piece, "docs", max_len, vocab_size)
         n_sets = sum(piece.n_sets for piece in pieces)
         doc_ids = np.asarray(doc_ids)
         if doc_ids.dtype.kind not in "iu":
@@ -355,7 +274,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         device = cupy.cuda.Device()
         self._device_id = device.id
         self._n_sm = int(device.attributes["MultiProcessorCount"])
-        self._kernels = _kernels(self._device_id)
+        self._kernels = bitslice_kernels(self._device_id)
         # Dynamic shared memory a count kernel may take: the device's opt-in limit less its static arrays.
         static = max(int(kernel.shared_size_bytes) for name, kernel in self._kernels.items() if name.startswith("count"))
         optin = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SHARED_LIMIT))
@@ -383,7 +302,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
 
         n = self.n_docs
         wide = self.vocab_size > NARROW_VOCAB
-        offsets, tokens = _upload(pieces, np.uint32 if wide else np.uint16)
+        offsets, tokens = upload_sets(pieces, np.uint32 if wide else np.uint16)
         lengths = offsets[1:] - offsets[:-1]
         stats = cupy.asarray(np.array([0, 0, -1], dtype=np.int64))  # min length, max length, max id: one transfer
         if n:
@@ -635,7 +554,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
 
     def _check_queries(self, queries: SetBatch) -> None:
         """Raise ValueError unless ``queries`` is a host SetBatch of sets of at most ``max_len`` ids below ``vocab_size``."""
-        _check_set_batch(queries, "queries", self.max_len, self.vocab_size)
+        check_set_batch(queries, "queries", self.max_len, self.vocab_size)
         lengths = queries.lengths
         if len(lengths) and (lengths.min() < 0 or lengths.max() > self.max_len):
             raise ValueError(f"a set of queries has {lengths.max()} ids, more than max_len={self.max_len}")

@@ -58,11 +58,11 @@ from ..sets import SetBatch
 from ..topk import TopK
 from .floors import floor_tables
 from .postings import TILE_DOCS
+from .reemit import SORT_MAX, Reemission, pow2_at_least
 
 __all__ = ["CHUNK_SLOTS", "DEFAULT_SHARED_LIMIT", "SORT_MAX", "LevelSearch"]
 
 CHUNK_SLOTS = 32  # kChunkSlots in bitslice_topk.cu
-SORT_MAX = 16384  # largest per-query sort in shared memory (128 KiB of uint64)
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory usable without opt-in
 _LAST_POSITION = 2**31 - 1  # tie position that admits every doc of key T (positions are int32)
 _COUNT_THREADS = 1024  # __launch_bounds__ of count_emit
@@ -94,11 +94,7 @@ def _blocks_for(n_items: int) -> int:
     return max(1, min(-(-n_items // _THREADS), 65535 * 32))
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(1, (max(n, 1) - 1).bit_length())
-
-
-class LevelSearch:
+class LevelSearch(Reemission):
     """The batch search of :class:`settopk.kernels.cuda.CupyShardIndex`, its base class: the sampling levels,
     their selections, the postings path and the re-scan of overflowed queries.
 
@@ -125,7 +121,7 @@ class LevelSearch:
     def _capacity(self, k: int) -> int:
         if self.capacity is not None:
             return self.capacity
-        return min(SORT_MAX, _pow2_at_least(max(4096, 8 * k)))
+        return min(SORT_MAX, pow2_at_least(max(4096, 8 * k)))
 
     def _levels(self, k: int, capacity: int) -> list[tuple[int, int]]:
         """Sampling levels ``(stride, n_sample)``, coarsest first; the last is ``(1, n_docs)``.
@@ -245,7 +241,7 @@ class LevelSearch:
         routed = self._route(qoff, qtok, qlen) if routed is None else routed[order]
         post_arrays = self._postings_arrays(query_arrays, tokens) if routed.any() else query_arrays
         batch = _Batch(query_arrays, post_arrays, bound_key, count, cand_base, cand_cap, cand, top, k,
-                       _pow2_at_least(capacity), [])
+                       pow2_at_least(capacity), [])
         post_rows = None
         marks: list = []
         if not routed.all():
@@ -538,98 +534,3 @@ class LevelSearch:
             ),
             shared_mem=shared,
         )
-
-    def _rescan(self, overflowed, counts, query_arrays, bound_key, k, top, emit=None):
-        """Scan the whole shard again for the overflowed queries with exact-size buffers, then select.
-
-        The thresholds are those of the last level, so the kernel emits the
-        same docs again (:meth:`_reemit`). ``emit(members, count, cand_base, cand_cap, cand)``
-        (members: host int64 query indices) replaces the scan for queries whose last level
-        ran through the postings.
-        """
-        import cupy
-
-        qlen, tie_pos, thr_ge, thr_gt = query_arrays[2], query_arrays[5], query_arrays[3], query_arrays[4]
-        if emit is None:
-            emit = self._scan_emitter(query_arrays)
-        for members, bases, sizes, cand, count, cand_base, cand_cap in self._reemit(overflowed, counts, emit):
-            small = members[sizes <= SORT_MAX]
-            if len(small):
-                sort_size = _pow2_at_least(int(sizes[sizes <= SORT_MAX].max()))
-                self._select(cand, cand_base, cand_cap, count, cupy.asarray(small.astype(np.int32)), len(small), k,
-                             sort_size, top, update=False, bound_key=bound_key, tie_pos=tie_pos, qlen=qlen,
-                             thr_ge=thr_ge, thr_gt=thr_gt)
-            for q, base, size in zip(members.tolist(), bases.tolist(), sizes.tolist()):
-                if size <= SORT_MAX:
-                    continue
-                best = cupy.sort(cand[base : base + size])[::-1][:k]  # too long for the shared-memory sort
-                top[q] = 0
-                top[q, : len(best)] = best
-
-    def _scan_emitter(self, query_arrays):
-        """``emit(members, count, cand_base, cand_cap, cand)`` of :meth:`_reemit` through the count
-        kernel over the whole shard (members: host int query indices, sorted order)."""
-
-        def emit(members, count, cand_base, cand_cap, cand):
-            group_query, n_groups = self._groups_of(members)
-            self._count_emit(group_query, n_groups, query_arrays, 1, self.n_docs, count, cand_base, cand_cap, cand)
-
-        return emit
-
-    def _reemit(self, overflowed, counts, emit):
-        """Emit the candidates of the ``overflowed`` queries again, into buffers of their exact size.
-
-        The bounds and tables are unchanged, so the kernel emits the same docs again: exactly
-        ``counts[q]`` of them, which is checked. Queries go in batches whose buffers fit
-        ``redo_bytes`` (a query larger than that alone).
-
-        Yields
-        ------
-        (members, bases, sizes, cand, count, cand_base, cand_cap)
-            Host int64 query indices, each one's first slot and candidate count (host int64), the
-            device uint64 buffer (query ``members[i]``'s candidates at ``cand[bases[i]:bases[i] +
-            sizes[i]]``, unordered), the device int32 counters, and the device slot bases (int64)
-            and capacities (int32) per query of the batch as the kernels take them, per batch.
-
-        Raises
-        ------
-        RuntimeError
-            If a query emits a different number of candidates than its first scan counted.
-        """
-        import cupy
-
-        n_q = len(counts)
-        budget = max(1, self.redo_bytes // 8)
-        batch: list[int] = []
-        used = 0
-        batches = []
-        for q in overflowed.tolist():
-            if batch and used + counts[q] > budget:
-                batches.append(batch)
-                batch, used = [], 0
-            batch.append(q)
-            used += int(counts[q])
-        batches.append(batch)
-        for batch in batches:
-            members = np.asarray(batch, dtype=np.int64)
-            sizes = counts[members].astype(np.int64)
-            bases = np.cumsum(sizes) - sizes
-            cand = cupy.empty(max(1, int(sizes.sum())), dtype=np.uint64)
-            count = cupy.zeros(n_q, dtype=np.int32)
-            cand_base = cupy.asarray(_scatter(n_q, members, bases, np.int64))
-            cand_cap = cupy.asarray(_scatter(n_q, members, sizes, np.int32))
-            emit(members, count, cand_base, cand_cap, cand)
-            again = count.get()[members]
-            if not np.array_equal(again, sizes):
-                raise RuntimeError(
-                    f"re-scan emitted {again.tolist()} candidates where the first scan counted {sizes.tolist()}; "
-                    "the GPU results are not reproducible (a kernel bug or a hardware fault)"
-                )
-            yield members, bases, sizes, cand, count, cand_base, cand_cap
-
-
-def _scatter(n: int, rows: np.ndarray, values: np.ndarray, dtype) -> np.ndarray:
-    """Host array of ``n`` zeros of ``dtype`` with ``values`` at ``rows``."""
-    out = np.zeros(n, dtype=dtype)
-    out[rows] = values
-    return out

@@ -28,7 +28,7 @@ kernel alone, once over the shard, with ``F`` fixed at the threshold:
   which only the scan sees.
 * Each query's candidates go to a buffer of ``capacity`` slots; the kernel counts every emission,
   so a query that found more is emitted again into a buffer of its exact size
-  (:meth:`settopk.kernels.cuda.levels.LevelSearch._reemit`, batches bounded by ``redo_bytes``). No
+  (:meth:`settopk.kernels.cuda.reemit.Reemission._reemit`, batches bounded by ``redo_bytes``). No
   pair is ever dropped: output is unbounded, GPU memory is bounded by those two settings.
 
 The candidates are decoded on the GPU (position, key, doc length, overlap) and ordered best first on
