@@ -299,9 +299,21 @@ class NumpyShardIndex:
         (:func:`settopk.kernels.threshold.need_table`) and the rest counted by the lane-packed scan.
         Sets ``last_skipped`` (queries no doc length can pass) and ``last_routing``.
         """
-        from .threshold import numpy_threshold_search
+        from .threshold import numpy_threshold_search, parse_threshold
 
-        return numpy_threshold_search(self, table_queries(queries, self._local, self._n_ids), threshold, k, min_doc_len)
+        tables = table_queries(queries, self._local, self._n_ids)
+        t = parse_threshold(threshold, self.score)
+        if self.n_docs and t > 0:
+            side = self._join_side
+            if side is None or side.threshold != t:  # built at the first search of a threshold, then kept
+                from .join.arrays import prepare_docs
+
+                side = self._join_side = prepare_docs(self._join_docs, self.doc_ids, t, self.score, self.max_len,
+                                                      backend="numpy")
+            self.last_skipped = 0
+            self.last_routing = {**_no_routing(), "postings": queries.n_sets, "prefix": queries.n_sets}
+            return side.probe(tables, k, min_doc_len)
+        return numpy_threshold_search(self, tables, t, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -363,17 +363,16 @@ def self_join_pairs(pairs: ThresholdPairs, query_ids, query_len, score: str) -> 
 
 def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = None,
                            min_doc_len=None) -> ThresholdPairs:
-    """:meth:`settopk.kernels.NumpyShardIndex.threshold_search` (see there)."""
+    """The scan of :meth:`settopk.kernels.NumpyShardIndex.threshold_search` (its path at ``T == 0``;
+    exact at any ``T``): every reachable query counted against every doc by the lane-packed scan."""
     t = parse_threshold(threshold, index.score)
     n_q, n = queries.n_sets, index.n_docs
-    if n and t > 0:
-        return _joined(index, queries, t, k, min_doc_len)
     qlen = queries.lengths
     need = query_need(t, qlen, index.max_len, index.score, min_doc_len)
     present = np.bincount(index.doc_len.astype(np.int64), minlength=index.max_len + 1) > 0
     reach = reachable_lengths(need, qlen) & present[None, :]
     found = []  # (q_row, position, overlap) per piece
-    scanned = np.flatnonzero(reach.any(axis=1)) if n else np.zeros(0, np.int64)  # T == 0 here: every pair counts
+    scanned = np.flatnonzero(reach.any(axis=1)) if n else np.zeros(0, np.int64)
     index.last_skipped = n_q - len(scanned)
     doc_len = index.doc_len.astype(np.int64)
     for lo in range(0, len(scanned), _QUERY_CHUNK):
@@ -388,17 +387,3 @@ def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
     else:
         q_row = pos = ov = np.zeros(0, np.int64)
     return order_pairs(n_q, q_row, pos, ov, doc_len[pos], qlen, index.doc_ids, index.max_len, index.score, k)
-
-
-def _joined(index, queries: SetBatch, t: Fraction, k, min_doc_len) -> ThresholdPairs:
-    """``T > 0``: the array join (:mod:`settopk.kernels.join.arrays`, NumPy), the docs prepared at
-    the first search of a threshold and kept on the index (a job or a self-join keeps one)."""
-    side = getattr(index, "_join_side", None)
-    if side is None or side.threshold != t:
-        from .join.arrays import prepare_docs
-
-        side = index._join_side = prepare_docs(index._join_docs, index.doc_ids, t, index.score, index.max_len,
-                                               backend="numpy")
-    index.last_skipped = 0
-    index.last_routing = {"scan": 0, "postings": queries.n_sets, "scancount": 0, "prefix": queries.n_sets}
-    return side.probe(queries, k, min_doc_len)
