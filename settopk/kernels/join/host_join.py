@@ -64,7 +64,7 @@ class DocSide:
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.n_ids = docs.id_bound
         self.rank = frequency_order(docs.tokens, self.n_ids)
-        self.sets = prepare_sets(docs, self.rank, rank_rows=rank_rows)
+        self.sets = prepare_sets(docs, self.rank)
         self._groups = _group_sets(self.sets)
         plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
         self.index_prefix = plan.index_prefix
@@ -95,7 +95,7 @@ class DocSide:
         """
         n_q = queries.n_sets
         rank = _extended_rank(self.rank, queries.id_bound)
-        q_sets = prepare_sets(queries, rank, rank_rows=rank_rows)
+        q_sets = prepare_sets(queries, rank)
         q_tokens, q_offsets, q_len = _group_sets(q_sets)
         floor = None
         if min_doc_len is not None:
@@ -132,7 +132,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     if not join_applies(t):
         raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
     threads = threads or len(os.sched_getaffinity(0))
-    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound), rank_rows=rank_rows)
+    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     groups = _group_sets(js)
     g_tokens, g_offsets, g_len = groups
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
