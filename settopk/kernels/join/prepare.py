@@ -152,28 +152,34 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray) -> JoinSets:
     starts = np.concatenate([[0], cuts]).astype(np.int64) if n else np.zeros(0, np.int64)
     ends = np.append(cuts, n).astype(np.int64)
     words = np.random.default_rng(_HASH_SEED).integers(0, 2**63, max(len(rank), 1), dtype=np.int64).view(np.uint64)
+    # Every token in order of its set's length (one gather): each length's sets are one matrix.
+    size_by = lengths[by_len].astype(np.int64)
+    flat_start = np.zeros(n + 1, np.int64)
+    np.cumsum(size_by, out=flat_start[1:])
+    flat = np.repeat(offsets[by_len] - flat_start[:-1], size_by) + np.arange(len(ranked), dtype=np.int64)
+    gathered = ranked[flat]
     by = np.empty(n, np.int64)  # sets by (length, hash, index): identical sets adjacent
     same = np.zeros(n, bool)  # same[i]: set by[i] equals set by[i - 1]
     rare = []
     for a, b in zip(starts.tolist(), ends.tolist()):
         rows = by_len[a:b]
-        size = int(lengths[rows[0]])
+        size = int(size_by[a])
         if size == 0:
             by[a:b] = rows
             same[a + 1:b] = True
         elif b - a < _BUCKET_ROWS and size > 1:
             rare.append((a, b))
         else:
-            pos = offsets[rows][:, None] + np.arange(size)
-            m = np.sort(ranked[pos], axis=1)
-            tokens[pos] = m
-            o = np.argsort(m[:, 0] if size == 1 else words[m].sum(axis=1), kind="stable")
+            m = gathered[flat_start[a]:flat_start[b]].reshape(b - a, size)
+            m.sort(axis=1)
+            o = _hash_order(m[:, 0].astype(np.uint64) << np.uint64(32) if size == 1 else words[m].sum(axis=1))
             m = m[o]
             by[a:b] = rows[o]
             same[a + 1:b] = (m[1:] == m[:-1]).all(axis=1)
+    tokens[flat] = gathered
     if rare:
         _prepare_rare(rare, by_len, offsets, lengths, ranked, words, tokens, by, same)
-    return _groups(tokens, offsets, lengths, by, same)
+    return _groups(tokens, offsets, lengths, by, same, by_len)
 
 
 def _prepare_rare(rare, by_len, offsets, lengths, ranked, words, tokens, by, same) -> None:
@@ -191,16 +197,24 @@ def _prepare_rare(rare, by_len, offsets, lengths, ranked, words, tokens, by, sam
     first = 0
     for a, b in rare:
         part = rows[first:first + b - a]
-        o = np.argsort(sums[first:first + b - a], kind="stable")
+        o = _hash_order(sums[first:first + b - a])
         by[a:b] = part[o]
         if b - a > 1:
             same[a + 1:b] = _equal_sets(tokens, offsets, by[a:b - 1], by[a + 1:b])
         first += b - a
 
 
-def _groups(tokens, offsets, lengths, by, same) -> JoinSets:
+def _hash_order(keys: np.ndarray) -> np.ndarray:
+    """The order of ``keys`` (uint64, shape (n,)) by their high bits, ties by position: one
+    unstable sort of (high bits, position) words, which are distinct. int64 (n,)."""
+    bits = max(int(len(keys) - 1).bit_length(), 1)
+    low = np.uint64((1 << bits) - 1)
+    return (np.sort((keys & ~low) | np.arange(len(keys), dtype=np.uint64)) & low).astype(np.int64)
+
+
+def _groups(tokens, offsets, lengths, by, same, by_len) -> JoinSets:
     """The groups of identical sets from ``by`` (sets by length, identical ones adjacent, each run
-    ascending by index) and ``same``."""
+    ascending by index), ``same`` and ``by_len`` (sets by length, then index)."""
     n = len(by)
     run_start = np.flatnonzero(~same)
     run_size = np.diff(np.append(run_start, n))
@@ -208,8 +222,6 @@ def _groups(tokens, offsets, lengths, by, same) -> JoinSets:
     # Groups by (length, first member): the reps in order of (length, index), a stable radix sort.
     is_rep = np.zeros(n, bool)
     is_rep[reps] = True
-    top = int(lengths.max()) if n else 0
-    by_len = np.argsort(lengths.astype(np.uint16) if top < 65536 else lengths, kind="stable")
     group_rep = by_len[is_rep[by_len]]
     group_at = np.empty(n, np.int64)
     group_at[group_rep] = np.arange(len(group_rep))
