@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settopk.kernels import SCORES, SetBatch, brute_force_threshold, parse_threshold, self_join_keep
-from settopk.kernels.join import join_applies, prepare_docs, self_join
+from settopk.kernels.join import join_applies, prepare_docs, self_join, threshold_join
 from settopk.kernels.join.prepare import frequency_order, prepare_sets
 
 pytest.importorskip("numba")
@@ -144,3 +144,22 @@ def test_retail_pair_counts():
     # Exact counts of the unordered pairs, identical sets included (shared/README.md).
     for text, pairs in (("0.5", 5_081_632), ("0.7", 609_104), ("0.8", 568_171), ("0.9", 563_005)):
         assert len(self_join(batch, ids, text, "jaccard", 128).doc_ids) == pairs
+
+
+@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+       k=st.sampled_from([None, 1]))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_threshold_join_equals_the_oracle(docs, queries, score, pick, k):
+    text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
+    ids = _ids(len(docs))
+    queries = queries + queries[:5]  # identical queries, probed once
+    got = threshold_join(SetBatch.from_lists(docs), ids, SetBatch.from_lists(queries), text, score, max_len=16, k=k)
+    want = brute_force_threshold(docs, queries, Fraction(parse_threshold(text, score)), doc_ids=ids.tolist(), score=score)
+    assert got.n_queries == len(queries)
+    assert [got.row(q) for q in range(len(queries))] == [w[:k] for w in want]
+
+
+def test_unknown_backend_is_refused():
+    batch = SetBatch.from_lists([[1, 2]])
+    with pytest.raises(ValueError, match="backend must be one of"):
+        threshold_join(batch, _ids(1), batch, "0.5", "jaccard", max_len=16, backend="gpu")

@@ -183,7 +183,9 @@ def _probe_all(threads: int, probe, index, need, postings):
     cuts = np.unique(np.linspace(work[0], work[-1] + 1, threads * _RANGES_PER_THREAD + 1).astype(np.int64))
     scratch = queue.SimpleQueue()
     for _ in range(threads):
-        scratch.put(tuple(np.zeros(n_index, np.int32) for _ in range(4)))
+        n_ranks = len(postings[0]) - 1
+        scratch.put((np.zeros(n_index, np.int64), np.zeros(n_index, np.int32), np.full(n_ranks, -1, np.int64),
+                     np.zeros(n_ranks, np.int32)))
 
     def run(lo_hi):
         buffers = scratch.get()

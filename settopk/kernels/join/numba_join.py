@@ -90,13 +90,13 @@ def _grow(a, n):
 
 @njit(**_JIT)
 def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
-                 i_tokens, i_offsets, i_len, need, p_off, p_group, p_pos, count, last_i, last_j, touched):
+                 i_tokens, i_offsets, i_len, need, p_off, p_group, p_pos, state, touched, start, used):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
     ----------
     lo, hi : int
-        The probe groups of this call.
+        The probe groups of this call (ascending by length, as the index groups).
     q_tokens, q_offsets, q_len : int32, int64, int32
         Probe groups' sets (ranks, ascending): each one's start in ``q_tokens`` and its length.
     q_prefix : int32 (n_probe,)
@@ -110,9 +110,16 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
         Least overlap per (probe length, index length); above ``min`` of the two: unreachable.
     p_off, p_group, p_pos
         :func:`build_postings` of the index groups.
-    count, last_i, last_j : int32 (n_index,)
-        Scratch, zero on entry and on return.
+    state : int64 (n_index,)
+        Scratch, zero on entry and on return: per candidate, ``count << 32 | i << 16 | j`` (its
+        prefix matches and the positions of the last one; one word, one cache miss), -1 once pruned.
     touched : int32 (n_index,)
+        Scratch.
+    start : int64 (n_ranks,)
+        Scratch, -1 on entry and on return: per token, where its list's reachable part begins
+        (length filtering: the probes come by length, so the start only moves on; AllPairs drops
+        the entries too short for every later probe the same way).
+    used : int32 (n_ranks,)
         Scratch.
 
     Returns
@@ -127,6 +134,8 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
     out_i = np.empty(cap, np.int32)
     out_ov = np.empty(cap, np.int32)
     n_out = 0
+    n_used = 0
+    n_ranks = len(p_off) - 1
     for x in range(lo, hi):
         px = q_prefix[x]
         if px <= 0:
@@ -137,51 +146,57 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
         g_hi = q_end[x]
         if g_lo >= g_hi:
             continue
+        need_x = need[lx]
         n_touched = 0
-        n_ranks = len(p_off) - 1
         for i in range(px):
             t = q_tokens[xs + i]
             if t >= n_ranks:  # an id no index set holds (ranked after theirs)
                 continue
-            a = _first_at_least(p_group, p_off[t], p_off[t + 1], g_lo)
             end = p_off[t + 1]
+            a = start[t]
+            if a < 0:
+                a = _first_at_least(p_group, p_off[t], end, g_lo)
+                used[n_used] = t
+                n_used += 1
+            elif a > p_off[t] and p_group[a - 1] >= g_lo:  # a probe of a lower floor (R-S with min_doc_len)
+                a = _first_at_least(p_group, p_off[t], a, g_lo)
+            else:
+                while a < end and p_group[a] < g_lo:
+                    a += 1
+            start[t] = a
             while a < end:
                 y = p_group[a]
                 if y >= g_hi:
                     break
                 j = p_pos[a]
                 a += 1
-                c = count[y]
-                if c < 0:
+                st = state[y]
+                if st < 0:
                     continue
+                c = st >> 32
                 ly = i_len[y]
-                alpha = need[lx, ly]
+                alpha = need_x[ly]
                 rest = lx - i - 1
                 if ly - j - 1 < rest:
                     rest = ly - j - 1
-                if c + 1 + rest < alpha or alpha > ly or alpha > lx:
-                    if c == 0:
-                        touched[n_touched] = y
-                        n_touched += 1
-                    count[y] = -1
-                    continue
-                if c == 0:
+                if st == 0:
                     touched[n_touched] = y
                     n_touched += 1
-                count[y] = c + 1
-                last_i[y] = i
-                last_j[y] = j
+                if c + 1 + rest < alpha or alpha > ly or alpha > lx:
+                    state[y] = -1
+                    continue
+                state[y] = ((c + 1) << 32) | (np.int64(i) << 16) | j
         for k in range(n_touched):
             y = touched[k]
-            c = count[y]
-            count[y] = 0
-            if c <= 0:
+            st = state[y]
+            state[y] = 0
+            if st <= 0:
                 continue
+            ov = st >> 32
             ly = i_len[y]
-            alpha = need[lx, ly]
-            ov = c
-            a = last_i[y] + 1
-            b = last_j[y] + 1
+            alpha = need_x[ly]
+            a = ((st >> 16) & 0xFFFF) + 1
+            b = (st & 0xFFFF) + 1
             ys = i_offsets[y]
             while a < lx and b < ly:
                 rest = lx - a
@@ -208,6 +223,8 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
                 out_i[n_out] = y
                 out_ov[n_out] = ov
                 n_out += 1
+    for u in range(n_used):
+        start[used[u]] = -1
     return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
 
 
