@@ -28,6 +28,7 @@ from ..numba_heaps import score_key
 __all__ = ["build_postings", "emit_by_query", "probe_groups", "rank_rows"]
 
 _JIT = {"cache": True, "nogil": True}
+_SMALL = 24  # lists this short are ordered by insertion sort
 
 
 @njit(**_JIT)
@@ -264,6 +265,35 @@ def rank_rows(offsets, tokens, rank, words):
 
 
 @njit(cache=True)
+def _order_small(keys):
+    """A stable argsort of a short int64 array (insertion sort: no merge buffers)."""
+    n = len(keys)
+    o = np.empty(n, np.int64)
+    for i in range(n):
+        v = keys[i]
+        j = i - 1
+        while j >= 0 and keys[o[j]] > v:
+            o[j + 1] = o[j]
+            j -= 1
+        o[j + 1] = i
+    return o
+
+
+@njit(cache=True)
+def _sort_small_pairs(pos, pair, lo, hi):
+    """Sort ``pos[lo:hi]`` ascending in place, ``pair[lo:hi]`` along (insertion sort; the positions are distinct)."""
+    for i in range(lo + 1, hi):
+        p, q = pos[i], pair[i]
+        j = i - 1
+        while j >= lo and pos[j] > p:
+            pos[j + 1] = pos[j]
+            pair[j + 1] = pair[j]
+            j -= 1
+        pos[j + 1] = p
+        pair[j + 1] = q
+
+
+@njit(cache=True)
 def _by_query_group(n_groups, dq):
     """Directed group pairs bucketed by query group: (starts int64 (n_groups + 1,), order int64)."""
     starts = np.zeros(n_groups + 1, np.int64)
@@ -343,19 +373,24 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
         list_len[g + 1] = size
     for g in range(n_groups):
         list_len[g + 1] += list_len[g]
-    list_pos = np.empty(list_len[-1], np.int64)
+    list_pos = np.empty(list_len[-1], np.int32)  # doc positions: a shard holds fewer than 2**31 docs
     list_pair = np.empty(list_len[-1], np.int64)
     top = np.int64(1) << 32
+    plain = np.ones(n_groups, np.bool_)  # no pair of the group's list needs the member rule
     for g in prange(n_groups):
         s, e = starts[g], starts[g + 1]
         if s == e:
             continue
+        for r in range(s, e):
+            if dfilt[order[r]] != 0:
+                plain[g] = False
+                break
         lq = np.int64(q_glen[g])
         keys = np.empty(e - s, np.int64)
         for r in range(s, e):
             p = order[r]
             keys[r - s] = top - score_key(score, scale, cosine_keys, np.int64(dov[p]), lq, np.int64(t_glen[dt[p]]))
-        by_key = np.argsort(keys, kind="mergesort")
+        by_key = _order_small(keys) if e - s <= _SMALL else np.argsort(keys, kind="mergesort")
         filled = list_len[g]
         i = 0
         while i < e - s:
@@ -370,9 +405,12 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
                     filled += 1
                 j += 1
             if j - i > 1:  # targets of one key: their members merged by position
-                o = np.argsort(list_pos[lo:filled])
-                list_pos[lo:filled] = list_pos[lo:filled][o]
-                list_pair[lo:filled] = list_pair[lo:filled][o]
+                if filled - lo <= _SMALL:
+                    _sort_small_pairs(list_pos, list_pair, lo, filled)
+                else:
+                    o = np.argsort(list_pos[lo:filled])
+                    list_pos[lo:filled] = list_pos[lo:filled][o]
+                    list_pair[lo:filled] = list_pair[lo:filled][o]
             i = j
     group_of = np.empty(n_queries, np.int64)
     for g in prange(n_groups):
@@ -381,6 +419,10 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
     counts = np.zeros(n_queries + 1, np.int64)
     for a in prange(n_queries):
         g = group_of[a]
+        if plain[g] and floor[a] <= 0:  # every pair of the list is the row's
+            c = list_len[g + 1] - list_len[g]
+            counts[a + 1] = c if k == 0 or c < k else k
+            continue
         c = 0
         for x in range(list_len[g], list_len[g + 1]):
             p = list_pair[x]
@@ -399,6 +441,16 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
         g = group_of[a]
         out = counts[a]
         end = counts[a + 1]
+        if plain[g] and floor[a] <= 0:
+            x = list_len[g]
+            while out < end:
+                p = list_pair[x]
+                doc_id[out] = doc_ids[list_pos[x]]
+                overlap[out] = dov[p]
+                doc_len[out] = t_glen[dt[p]]
+                out += 1
+                x += 1
+            continue
         for x in range(list_len[g], list_len[g + 1]):
             if out == end:
                 break
