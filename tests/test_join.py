@@ -163,3 +163,29 @@ def test_unknown_backend_is_refused():
     batch = SetBatch.from_lists([[1, 2]])
     with pytest.raises(ValueError, match="backend must be one of"):
         threshold_join(batch, _ids(1), batch, "0.5", "jaccard", max_len=16, backend="gpu")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_prepare_groups_match_a_plain_grouping(seed):
+    """Lengths held by many sets (sorted as one matrix each) and by few (one key sort), against dicts."""
+    rng = np.random.default_rng(seed)
+    sets = []
+    for _ in range(400):
+        if sets and rng.random() < 0.4:
+            sets.append(sets[rng.integers(len(sets))])
+        else:
+            size = int(rng.integers(0, 5)) if rng.random() < 0.9 else int(rng.integers(5, 60))
+            sets.append(sorted(rng.choice(300, size, replace=False).tolist()))
+    batch = SetBatch.from_lists(sets)
+    rank = frequency_order(batch.tokens, batch.id_bound)
+    js = prepare_sets(batch, rank)
+    want = {}
+    for i, s in enumerate(sets):
+        want.setdefault(tuple(sorted(s)), []).append(i)
+    order = sorted(want.values(), key=lambda m: (len(sets[m[0]]), m[0]))
+    groups = [js.group_members[a:b].tolist() for a, b in zip(js.group_offsets[:-1], js.group_offsets[1:])]
+    assert groups == order
+    assert js.group_rep.tolist() == [m[0] for m in order]
+    assert np.array_equal(js.group_of[js.group_members], np.repeat(np.arange(len(order)), [len(m) for m in order]))
+    for i, s in enumerate(sets):
+        assert js.tokens[js.offsets[i]:js.offsets[i + 1]].tolist() == sorted(rank[s].tolist())
