@@ -19,7 +19,7 @@ import numpy as np
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .numba_join import build_postings, emit_by_query, probe_groups, rank_rows
+from .numba_join import build_postings, emit_by_query, probe_groups
 from .prefixes import join_applies, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 

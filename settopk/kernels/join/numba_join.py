@@ -25,7 +25,7 @@ from numba import njit, prange
 
 from ..numba_heaps import score_key
 
-__all__ = ["build_postings", "emit_by_query", "probe_groups", "rank_rows"]
+__all__ = ["build_postings", "emit_by_query", "probe_groups"]
 
 _JIT = {"cache": True, "nogil": True}
 _SMALL = 24  # lists this short are ordered by insertion sort
@@ -227,41 +227,6 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
     for u in range(n_used):
         start[used[u]] = -1
     return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
-
-
-@njit(cache=True, parallel=True)
-def rank_rows(offsets, tokens, rank, words):
-    """Each CSR row's tokens as ranks, ascending, and the row's hash (the wrapping sum of ``words``).
-
-    Parameters
-    ----------
-    offsets : int64 (n_sets + 1,)
-    tokens : uint16 or uint32 (n_tokens,)
-    rank : int32 (n_ids,)
-    words : uint64 (n_ranks,)
-        One random word per rank.
-
-    Returns
-    -------
-    ranked : int32 (n_tokens,)
-    sums : uint64 (n_sets,)
-    """
-    n = len(offsets) - 1
-    ranked = np.empty(len(tokens), np.int32)
-    sums = np.zeros(n, np.uint64)
-    for r in prange(n):
-        s, e = offsets[r], offsets[r + 1]
-        h = np.uint64(0)
-        for i in range(s, e):
-            v = rank[tokens[i]]
-            h += words[v]
-            j = i - 1
-            while j >= s and ranked[j] > v:  # rows are short: insertion sort
-                ranked[j + 1] = ranked[j]
-                j -= 1
-            ranked[j + 1] = v
-        sums[r] = h
-    return ranked, sums
 
 
 @njit(cache=True)
