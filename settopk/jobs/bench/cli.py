@@ -1,4 +1,4 @@
-"""The command line of the benchmark: ``python -m settopk bench --config NAME|FILE [--out FILE.json] [--data-dir DIR] [--quiet]``.
+"""The command line of the benchmark: ``python -m settopk bench --config NAME|FILE [--out FILE.json] [--data-dir DIR] [--quiet] [--peer-binary PATH]``.
 
 The config picks the run: a ``scaling`` section the scaling run (:mod:`settopk.jobs.bench.scale`),
 a ``throughput`` section the whole-job run (:mod:`settopk.jobs.bench.throughput`), a ``host`` section
@@ -7,7 +7,8 @@ the host-path run with stand-in shards (:mod:`settopk.jobs.bench.host`), a ``lib
 ``ray_data`` section the Ray Data pipeline against the job (:mod:`settopk.jobs.bench.ray_data`), a
 ``self_join`` section the threshold self-join against the top-k one (:mod:`settopk.jobs.bench.self_join`), a
 ``peers`` section the exact threshold self-join against SetSimilaritySearch and datasketch
-(:mod:`settopk.jobs.bench.peers`), none the phase run (:mod:`settopk.jobs.bench.phases`). The result
+(:mod:`settopk.jobs.bench.peers`), a ``real`` section the exact threshold self-join on a FIMI dataset against
+the C++ joins of ``--peer-binary`` and SetSimilaritySearch (:mod:`settopk.jobs.bench.real`), none the phase run (:mod:`settopk.jobs.bench.phases`). The result
 is written as JSON and summed up in a printed table.
 
 Exit codes: 0 done; 1 results differ from the reference (or a host-path part is not
@@ -37,6 +38,7 @@ from .library import format_library_table, run_library
 from .peers import MissingPeerError, format_peers_table, run_peers
 from .phases import format_phases_table, run_phases
 from .ray_data import format_ray_data_table, run_ray_data
+from .real import format_real_table, run_real
 from .scale import format_scaling_table, run_scaling
 from .self_join import format_self_join_table, run_self_join
 from .throughput import format_throughput_table, run_throughput
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="result JSON file (default: out/bench/<config name>.json)")
     p.add_argument("--data-dir", help="where the corpus is generated and cached (default: the config's synthetic.cache_dir)")
     p.add_argument("--quiet", action="store_true", help="warnings and errors only (the table is still printed)")
+    p.add_argument("--peer-binary", help="a real-data run's C++ peers: SSJOINLib's set_sim_join binary (default: none)")
     return p
 
 
@@ -86,6 +89,13 @@ def run(args: argparse.Namespace) -> dict:
     if cfg.scaling is not None:
         result = run_scaling(cfg, name, data_dir)
         table = format_scaling_table(result)
+    elif cfg.real is not None:  # a dataset file, no synthetic corpus
+        try:
+            result = run_real(cfg, name, args.peer_binary)
+        except ExactnessError as exc:
+            write_json(out_path, exc.result)
+            raise
+        table = format_real_table(result)
     elif cfg.peers is not None:  # its corpus is made in the process: no cache
         try:
             result = run_peers(cfg, name)

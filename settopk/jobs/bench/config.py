@@ -23,6 +23,7 @@ from .baselines import BASELINES
 from .library import LibraryConfig, section_fields as library_fields
 from .self_join import SelfJoinConfig, section_fields as self_join_fields
 from .peers import PeersConfig, section_fields as peers_fields
+from .real import RealConfig, section_fields as real_fields
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "PeersConfig", "RayDataConfig",
            "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
@@ -240,14 +241,16 @@ class BenchConfig(SearchConfig):
     ray_data: Optional[RayDataConfig] = None
     self_join: Optional[SelfJoinConfig] = None
     peers: Optional[PeersConfig] = None
+    real: Optional[RealConfig] = None  # a real-data run (settopk.jobs.bench.real): the other sections' settings unused
 
     def __post_init__(self) -> None:
         problems = []
-        sections = (self.scaling, self.throughput, self.host, self.library, self.ray_data, self.self_join, self.peers)
+        sections = (self.scaling, self.throughput, self.host, self.library, self.ray_data, self.self_join, self.peers,
+                    self.real)
         if sum(x is not None for x in sections) > 1:
             problems.append("a config has one of the scaling, throughput, host, library, ray_data, self_join and "
                             "peers sections, not several")
-        for section in (self.library, self.self_join):
+        for section in (self.library, self.self_join, self.real):
             if section is not None:
                 problems += section.problems()
         if self.peers is not None:
@@ -375,7 +378,7 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
         ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
             f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
             f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)] + library_fields() + [
-            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)] + self_join_fields() + peers_fields()
+            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)] + self_join_fields() + peers_fields() + real_fields()
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None
