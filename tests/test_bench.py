@@ -292,3 +292,17 @@ def test_a_tiny_cpu_zipf_run_times_scores_routings_and_baselines(ray_cluster, tm
     printed = capsys.readouterr().out
     assert "ratio_to_overlap" in printed and "ratio_to_scan" in printed and "x the estimate 1.00e+11 checks/s" in printed
     assert "equal scores: sparse_dot_topn: the multiset of scores of every sampled query identical" in printed
+
+
+def test_every_mode_is_a_field_of_the_config():
+    # Registering a mode is a line in MODES and a field of BenchConfig: the two must agree.
+    import dataclasses
+
+    from settopk.jobs.bench.config import BenchConfig
+    from settopk.jobs.bench.modes import MODES
+
+    fields = {f.name: f for f in dataclasses.fields(BenchConfig)}
+    for mode in MODES:
+        assert mode.key in fields and fields[mode.key].default is None, mode.key
+        assert fields[mode.key].type == f"Optional[{mode.section.__name__}]", (mode.key, fields[mode.key].type)
+        assert mode.corpus in ("cached", "data_dir", "none")

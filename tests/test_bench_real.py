@@ -76,3 +76,7 @@ def test_a_missing_dataset_and_a_missing_peer_binary_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="set_sim_join"):
         cli.run(cli.build_parser().parse_args(args))
     assert cli.main(args) == cli.EXIT_BAD_INPUT
+
+
+def test_peer_binary_without_a_real_section_is_a_config_error():
+    assert cli.main(["--config", "threshold-peers", "--peer-binary", "/bin/true", "--quiet"]) == cli.EXIT_BAD_INPUT

@@ -10,6 +10,7 @@ inside a function, except those under ``if TYPE_CHECKING:`` (annotations only).
 """
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def _targets(name: str, is_package: bool, node, modules) -> list[str]:
     return subs + ([prefix] if len(subs) < len(node.names) else [])
 
 
+@functools.lru_cache(maxsize=None)  # parsed once for every test here: the parse is most of their time
 def _graph():
     modules = _modules()
     edges = defaultdict(set)

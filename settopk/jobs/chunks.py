@@ -56,9 +56,9 @@ TAIL_MIN_QUERIES = 10_000
 def plan_chunks(n_queries: int, chunk_size: int) -> list[Chunk]:
     """Cut ``n_queries`` queries into consecutive chunks of at most ``chunk_size``, smaller near the end.
 
-    A chunk's part is written by one merge task, at about 90,000 queries/s of one core
-    (k = 100, measured in the host-path benchmark), while the GPUs' results arrive several
-    times as fast: 430,000 queries/s on four H200s. For the search's end not to wait for the
+    A chunk's part is written by one merge task on one core, while the GPUs' results arrive
+    several times as fast (docs/benchmarks.md, "Host path with stand-in shards", has the rates
+    of both). For the search's end not to wait for the
     writes, each part must be written while the queries after it are searched, so near the
     end a chunk holds no more than a quarter (1 / :data:`TAIL_SHARE`) of the queries after it,
     and at least :data:`TAIL_MIN_QUERIES`: the chunks shrink toward the end, and the last ones

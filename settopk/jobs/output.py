@@ -93,8 +93,8 @@ def __getattr__(name: str):
     """``DT_PARTITIONING``: the Hive partitioning of a nightly dataset root, with ``dt`` pinned to
     ``date32`` (pyarrow would otherwise infer ``string``, while DuckDB and Polars infer a date).
 
-    Made on first use: ``pyarrow.dataset`` imports pandas where it is installed (0.55 s of a
-    process's start here), and the Ray workers that import this module to write parts never need it.
+    Made on first use: ``pyarrow.dataset`` imports pandas where it is installed (a large part of a
+    process's start), and the Ray workers that import this module to write parts never need it.
     """
     if name == "DT_PARTITIONING":
         return _dt_partitioning()

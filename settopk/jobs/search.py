@@ -79,13 +79,14 @@ def prestart_merge_workers(n_actors: int, n_chunks: int, until: list = ()) -> li
     """Have Ray start the worker processes of the first merge tasks now, while the shards load.
 
     Ray starts a worker process for each task that finds no idle one, and the process imports
-    this package before the task runs: about 0.7 s on a 16-core node (measured in the host-path
-    benchmark, where the first wave of merge tasks waited that long behind a fast search). Each
-    of the ``min(window, n_chunks)`` tasks started here holds its worker for at least half a
-    second, so that they take distinct workers, and until the refs ``until`` (the shards'
-    load) are ready: Ray stops the workers that idle for a second beyond its soft limit (about
-    a worker per CPU), and a load of several seconds lost them (a quick start with
-    ``routing: auto``: search phase 0.87 s where it took 0.27 s with the workers kept).
+    this package before the task runs, which takes longer than a fast search's first chunk: the
+    first wave of merge tasks waited behind it (docs/benchmarks.md, "Host path with stand-in
+    shards"). Each of the ``min(window, n_chunks)`` tasks started here holds its worker for at
+    least half a second, so that they take distinct workers, and until the refs ``until`` (the
+    shards' load) are ready: Ray stops the workers that idle for a second beyond its soft limit
+    (about a worker per CPU), and a load of several seconds lost them, the search then waiting
+    on new workers (docs/benchmarks.md, "CPU backend on 2 cores": the quick start with
+    ``routing: auto``).
 
     Parameters
     ----------

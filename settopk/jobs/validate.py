@@ -377,7 +377,7 @@ class ValidationThread:
             self._error = exc
         finally:
             self.seconds = time.perf_counter() - t
-            # Arrow's allocator keeps what the pass's decoding freed (about 0.2 GB): give it back
+            # Arrow's allocator keeps what the pass's decoding freed (a whole pass's batches): give it back
             # to the system before the search phase reads the queries again.
             pyarrow.default_memory_pool().release_unused()
 

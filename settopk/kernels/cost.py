@@ -81,14 +81,15 @@ def numpy_search_cost_per_doc(max_len: int) -> np.ndarray:
 # Seconds per query, fitted on one GPU of the bench's STI2 configs: the scan, its share of the last level's
 # count kernel per id slot of the layout; the postings, per postings entry and per tile (clearing 64 KiB of
 # counters, reading the segment bounds). A routed batch runs levels of its own and waits once for the
-# bounds, so routing pays only where the modelled saving of the batch exceeds ROUTING_BATCH_S.
+# bounds, so routing pays only where the modelled saving of the batch exceeds ROUTING_BATCH_S
+# (docs/benchmarks.md, "Kernel with postings routing", has the runs).
 SCAN_S_PER_SLOT = 1.1e-14
 POSTINGS_S_PER_ENTRY = 4.0e-12
 POSTINGS_S_PER_TILE = 1.0e-8
 ROUTING_BATCH_S = 1.0e-3
 # A wide shard builds the postings of the routed queries' ids for each chunk of queries in one or two passes
-# over its layout: seconds per id slot and pass (fitted on one H200 to the sti2-uniform-vocab shapes' builds;
-# docs/benchmarks.md).
+# over its layout: seconds per id slot and pass, fitted to the sti2-uniform-vocab shapes' builds
+# (docs/benchmarks.md, "Wide vocabularies on the GPU").
 WIDE_PASS_S_PER_SLOT = 0.75e-11
 
 

@@ -97,6 +97,8 @@ class NumpyShardIndex:
         self.routing = routing
         self.last_routing = _no_routing()
         self._docs = docs if routing != "scan" else None
+        self._join_docs = docs  # the threshold join's input (settopk.kernels.join.arrays), prepared per threshold
+        self._join_side = None
         # Ids at or above n_ids are held by no doc: queries' ids are folded below n_ids + max_len.
         self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self.postings = build_postings(docs, self._n_ids + max_len + 1) if routing != "scan" else None
@@ -290,14 +292,28 @@ class NumpyShardIndex:
 
         Notes
         -----
-        Doc lengths no overlap can make pass are skipped (:func:`settopk.kernels.threshold.need_table`);
-        with postings (``routing`` other than ``"scan"``) every query with ``T > 0`` is prefix
-        filtered (:mod:`settopk.kernels.threshold`), the others are counted by the lane-packed
-        scan. Sets ``last_skipped`` (queries no doc length can pass) and ``last_routing``.
+        Where ``T > 0`` (any ``routing``): the threshold join of :mod:`settopk.kernels.join.arrays`
+        in NumPy (frequency order, identical docs grouped, prefix, length and positional filters),
+        its doc side prepared at the first search of a threshold and kept (about 30 bytes per doc
+        token). At ``T == 0`` (every pair passes) doc lengths no overlap can make pass are skipped
+        (:func:`settopk.kernels.threshold.need_table`) and the rest counted by the lane-packed scan.
+        Sets ``last_skipped`` (queries no doc length can pass) and ``last_routing``.
         """
-        from .threshold import numpy_threshold_search
+        from .threshold import numpy_threshold_search, parse_threshold
 
-        return numpy_threshold_search(self, table_queries(queries, self._local, self._n_ids), threshold, k, min_doc_len)
+        tables = table_queries(queries, self._local, self._n_ids)
+        t = parse_threshold(threshold, self.score)
+        if self.n_docs and t > 0:
+            side = self._join_side
+            if side is None or side.threshold != t:  # built at the first search of a threshold, then kept
+                from .join.arrays import prepare_docs
+
+                side = self._join_side = prepare_docs(self._join_docs, self.doc_ids, t, self.score, self.max_len,
+                                                      backend="numpy")
+            self.last_skipped = 0
+            self.last_routing = {**_no_routing(), "postings": queries.n_sets, "prefix": queries.n_sets}
+            return side.probe(tables, k, min_doc_len)
+        return numpy_threshold_search(self, tables, t, k, min_doc_len)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -45,7 +45,6 @@ from typing import NamedTuple
 import numpy as np
 
 from .keys import check_score, key_scale, score_key
-from .postings import _overlaps_of
 from .sets import SetBatch
 
 __all__ = [
@@ -364,7 +363,8 @@ def self_join_pairs(pairs: ThresholdPairs, query_ids, query_len, score: str) -> 
 
 def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = None,
                            min_doc_len=None) -> ThresholdPairs:
-    """:meth:`settopk.kernels.NumpyShardIndex.threshold_search` (see there)."""
+    """The scan of :meth:`settopk.kernels.NumpyShardIndex.threshold_search` (its path at ``T == 0``;
+    exact at any ``T``): every reachable query counted against every doc by the lane-packed scan."""
     t = parse_threshold(threshold, index.score)
     n_q, n = queries.n_sets, index.n_docs
     qlen = queries.lengths
@@ -372,36 +372,18 @@ def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
     present = np.bincount(index.doc_len.astype(np.int64), minlength=index.max_len + 1) > 0
     reach = reachable_lengths(need, qlen) & present[None, :]
     found = []  # (q_row, position, overlap) per piece
-    active = np.flatnonzero(reach.any(axis=1)) if n else np.zeros(0, np.int64)
-    index.last_skipped = n_q - len(active)
+    scanned = np.flatnonzero(reach.any(axis=1)) if n else np.zeros(0, np.int64)
+    index.last_skipped = n_q - len(scanned)
     doc_len = index.doc_len.astype(np.int64)
-    routed = active if index.postings is not None and index.routing != "scan" and t > 0 else active[:0]
-    for qi in routed.tolist():
-        found.append(_prefix_filter(index, queries[qi], qi, need[qi], reach[qi], doc_len))
-    scanned = np.setdiff1d(active, routed)
     for lo in range(0, len(scanned), _QUERY_CHUNK):
         rows = scanned[lo : lo + _QUERY_CHUNK]
         overlap = index._overlaps(queries.take(rows)).astype(np.int32)  # queries already in the tables' ids
         # need[row, |d|] per pair: unreachable lengths hold need > min(|q|, |d|) >= overlap.
         hit_row, hit_pos = np.nonzero(overlap >= np.take(need[rows], doc_len, axis=1))
         found.append((rows[hit_row], hit_pos, overlap[hit_row, hit_pos]))
-    index.last_routing = {"scan": len(scanned), "postings": len(routed), "scancount": 0, "prefix": len(routed)}
+    index.last_routing = {"scan": len(scanned), "postings": 0, "scancount": 0, "prefix": 0}
     if found:
         q_row, pos, ov = (np.concatenate([f[i] for f in found]) for i in range(3))
     else:
         q_row = pos = ov = np.zeros(0, np.int64)
     return order_pairs(n_q, q_row, pos, ov, doc_len[pos], qlen, index.doc_ids, index.max_len, index.score, k)
-
-
-def _prefix_filter(index, query: np.ndarray, qi: int, need_row: np.ndarray, reach_row: np.ndarray,
-                   doc_len: np.ndarray):
-    """One query's passing pairs through the postings: probe its ``|q| - m + 1`` rarest ids, verify exactly."""
-    ql = len(query)
-    m = int(need_row[reach_row].min())  # >= 1: need is 0 only where T == 0, which is scanned
-    freq = index.postings.freq_of(query)
-    probe = query[np.lexsort((query, freq))[: ql - m + 1]]  # pigeonhole: a passing doc holds one of these
-    candidates = np.unique(index.postings.lists(probe)).astype(np.int64)
-    candidates = candidates[reach_row[doc_len[candidates]]]  # length filtering before the exact count
-    overlap = _overlaps_of(index._docs, candidates, query)
-    keep = overlap >= need_row[doc_len[candidates]]
-    return np.full(int(keep.sum()), qi, np.int64), candidates[keep], overlap[keep]

@@ -27,8 +27,15 @@ Every other run but the peers run (its pairs are checked against SetSimilaritySe
 generates the config's synthetic corpus once (into ``--data-dir`` or ``synthetic.cache_dir``) and checks its results against the NumPy reference on a
 seeded sample of queries before it reports a number. Modules: :mod:`.cli` (the
 command line), :mod:`.config` (the config, sharing :class:`settopk.configs.SearchConfig`
-with the job's), :mod:`.common` (timing, the exactness check, corpus and actors),
-:mod:`.shard` (the bench actor).
+with the job's), :mod:`.modes` (the runs a config picks), :mod:`.common` (timing, the
+exactness check, corpus and actors), :mod:`.shard` (the bench actor).
+
+Each mode owns its config: its module defines its section's frozen dataclass (keys, defaults and
+``problems(cfg)``, the section's checks given the whole config), its ``run_*`` and its
+``format_*_table``, and imports the config for annotations only. Registering a mode is one line
+in :data:`.modes.MODES` (``Mode("key", Section, run, format_table)``) and the section's
+``Optional`` field ``key`` in :class:`.config.BenchConfig`; the config's checks, its list of
+valid keys and the command line's dispatch all read :data:`.modes.MODES`.
 """
 
 from .cli import build_parser, main, run

@@ -1,4 +1,4 @@
-"""The command line of the benchmark: ``python -m settopk bench --config NAME|FILE [--out FILE.json] [--data-dir DIR] [--quiet] [--peer-binary PATH]``.
+"""The command line of the benchmark: ``python -m settopk bench --config NAME|FILE [--out FILE.json] [--data-dir DIR] [--quiet]``.
 
 The config picks the run: a ``scaling`` section the scaling run (:mod:`settopk.jobs.bench.scale`),
 a ``throughput`` section the whole-job run (:mod:`settopk.jobs.bench.throughput`), a ``host`` section
@@ -19,6 +19,7 @@ complete, or a peer the peers run times is not installed), or another failure;
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -33,15 +34,10 @@ from settopk.shards.inputs import InputError
 
 from .common import ExactnessError, synthetic_spec
 from .config import bench_config_names, load_bench_config
-from .host import IncompleteOutputError, format_host_table, run_host
-from .library import format_library_table, run_library
-from .peers import MissingPeerError, format_peers_table, run_peers
+from .host import IncompleteOutputError
+from .modes import MODES
+from .peers import MissingPeerError
 from .phases import format_phases_table, run_phases
-from .ray_data import format_ray_data_table, run_ray_data
-from .real import format_real_table, run_real
-from .scale import format_scaling_table, run_scaling
-from .self_join import format_self_join_table, run_self_join
-from .throughput import format_throughput_table, run_throughput
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_MISMATCH", "EXIT_OK", "build_parser", "main", "run"]
 
@@ -62,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="result JSON file (default: out/bench/<config name>.json)")
     p.add_argument("--data-dir", help="where the corpus is generated and cached (default: the config's synthetic.cache_dir)")
     p.add_argument("--quiet", action="store_true", help="warnings and errors only (the table is still printed)")
-    p.add_argument("--peer-binary", help="a real-data run's C++ peers: SSJOINLib's set_sim_join binary (default: none)")
+    p.add_argument("--peer-binary", help="a real-data run's C++ peers: SSJOINLib's set_sim_join (sets real.peer_binary)")
     return p
 
 
@@ -82,58 +78,41 @@ def run(args: argparse.Namespace) -> dict:
     RuntimeError
         A whole-job run failed.
     """
-    cfg = load_bench_config(args.config)
+    cfg = _with_peer_binary(load_bench_config(args.config), args.peer_binary)
     name = Path(args.config).stem
     out_path = Path(args.out) if args.out else Path("out") / "bench" / f"{name}.json"
     data_dir = os.path.expanduser(args.data_dir or cfg.synthetic.cache_dir)
-    if cfg.scaling is not None:
-        result = run_scaling(cfg, name, data_dir)
-        table = format_scaling_table(result)
-    elif cfg.real is not None:  # a dataset file, no synthetic corpus
-        try:
-            result = run_real(cfg, name, args.peer_binary)
-        except ExactnessError as exc:
-            write_json(out_path, exc.result)
-            raise
-        table = format_real_table(result)
-    elif cfg.peers is not None:  # its corpus is made in the process: no cache
-        try:
-            result = run_peers(cfg, name)
-        except ExactnessError as exc:
-            write_json(out_path, exc.result)
-            raise
-        table = format_peers_table(result)
-    else:
-        t = time.perf_counter()
-        docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
-        log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
-        if cfg.library is not None:
-            result = run_library(cfg, name, docs_path, queries_path)
-            table = format_library_table(result)
-        elif cfg.self_join is not None:
-            result = run_self_join(cfg, name, docs_path, queries_path)
-            table = format_self_join_table(result)
-        elif cfg.host is not None:
-            result = run_host(cfg, name, docs_path, queries_path)
-            table = format_host_table(result)
-        elif cfg.ray_data is not None:
-            result = run_ray_data(cfg, name, docs_path, queries_path)
-            table = format_ray_data_table(result)
-        elif cfg.throughput is not None:
-            result = run_throughput(cfg, name, docs_path, queries_path)
-            table = format_throughput_table(result)
+    mode = next((m for m in MODES if getattr(cfg, m.key) is not None), None)
+    run_mode, format_table = (mode.run, mode.table) if mode is not None else (run_phases, format_phases_table)
+    try:
+        if mode is not None and mode.corpus == "data_dir":
+            result = run_mode(cfg, name, data_dir)
+        elif mode is not None and mode.corpus == "none":  # its corpus is made in the process: no cache
+            result = run_mode(cfg, name)
         else:
-            try:
-                result = run_phases(cfg, name, docs_path, queries_path)
-            except ExactnessError as exc:
-                if exc.result is not None:
-                    write_json(out_path, exc.result)
-                raise
-            table = format_phases_table(result)
+            t = time.perf_counter()
+            docs_path, queries_path = ensure_synthetic(synthetic_spec(cfg), data_dir)
+            log.info("corpus ready in %.1f s: %s", time.perf_counter() - t, docs_path.parent)
+            result = run_mode(cfg, name, docs_path, queries_path)
+    except ExactnessError as exc:  # a run that got as far as a result writes it, with its mismatches
+        if exc.result is not None:
+            write_json(out_path, exc.result)
+        raise
+    table = format_table(result)
     write_json(out_path, result)
     print(table)
     print(f"written: {out_path}")
     return result
+
+
+def _with_peer_binary(cfg, peer_binary: str | None):
+    """``cfg`` with ``real.peer_binary`` set from ``--peer-binary`` (a ConfigError without a ``real`` section)."""
+    if peer_binary is None:
+        return cfg
+    if cfg.real is None:
+        raise settopk.configs.ConfigError(f"--peer-binary {peer_binary} applies to a real-data run (a config with a "
+                                          "'real' section, e.g. real-retail); leave it out for this config")
+    return dataclasses.replace(cfg, real=dataclasses.replace(cfg.real, peer_binary=peer_binary))
 
 
 def write_json(path: Path, result: dict) -> None:

@@ -4,7 +4,9 @@
 other argument is a path to a YAML file. Unknown keys, wrong types and values
 out of range are rejected with the file named (:class:`settopk.configs.ConfigError`).
 The search settings (backend, settopk.shards, k, score, routing, limits, synthetic corpus)
-are the job's own (:class:`settopk.configs.SearchConfig`), with the same keys and checks.
+are the job's own (:class:`settopk.configs.SearchConfig`), with the same keys and checks. Each
+run's section (``scaling``, ``library``, ...) is its mode's own dataclass, checked by its own
+``problems(cfg)`` (:data:`settopk.jobs.bench.modes.MODES`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from settopk.kernels import SCORES
 from settopk.kernels.postings import ROUTINGS
 
 from .baselines import BASELINES
-from .library import LibraryConfig, section_fields as library_fields
-from .self_join import SelfJoinConfig, section_fields as self_join_fields
-from .peers import PeersConfig, section_fields as peers_fields
-from .real import RealConfig, section_fields as real_fields
+from .modes import MODES
+# The sections' types, for the fields of BenchConfig (dacite reads them from this module's names).
+from .host import HostPathConfig
+from .library import LibraryConfig
+from .peers import PeersConfig
+from .ray_data import RayDataConfig
+from .real import RealConfig
+from .scale import ScalingConfig
+from .self_join import SelfJoinConfig
+from .throughput import ThroughputConfig
 
 __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "LibraryConfig", "PeersConfig", "RayDataConfig",
            "ScalingConfig", "ThroughputConfig", "bench_config_names", "load_bench_config"]
@@ -31,118 +39,6 @@ __all__ = ["BENCH_DIR", "BASELINE_NAMES", "BenchConfig", "HostPathConfig", "Libr
 BENCH_DIR = CONFIG_DIR / "bench"
 #: Baselines the benchmark knows; ``auto`` means the ones for the backend's device.
 BASELINE_NAMES = ("auto", *BASELINES)
-
-
-@dataclass(frozen=True)
-class ScalingConfig:
-    """A scaling run: the same search on several shard counts, one shard per GPU (or CPU slot).
-
-    Attributes
-    ----------
-    mode : str
-        ``"strong"``: the same corpus on every shard count; ``"weak"``: a corpus of
-        ``synthetic.n_docs`` times the shard count (same length histogram and id law).
-    shards : list of int
-        Shard counts to run, in order; the first is the baseline of the ratios.
-    replicas : list of int, optional
-        Replicas of every shard in each run (``settopk.configs.JobConfig.replicas``), one entry per
-        ``shards`` entry; a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
-        Default: 1 for every run.
-    """
-
-    mode: str = "strong"
-    shards: List[int] = field(default_factory=lambda: [1, 4])
-    replicas: Optional[List[int]] = None
-
-    @property
-    def layouts(self) -> list[tuple[int, int]]:
-        """``(n_shards, replicas)`` of each run, in order."""
-        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
-
-
-@dataclass(frozen=True)
-class ThroughputConfig:
-    """A whole-job throughput run (:mod:`settopk.jobs.bench.throughput`): ``settopk.jobs.score`` end to end on each layout.
-
-    Attributes
-    ----------
-    shards : list of int
-        Length-bucket shards of each run, in order; the first run is the baseline of the
-        speed-ups and the reference the others' results must equal.
-    replicas : list of int, optional
-        Replicas of every shard in each run, one entry per ``shards`` entry (default 1);
-        a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
-    query_chunk_size : int
-        Queries per chunk, one committed part file each (``settopk.configs.JobConfig.query_chunk_size``).
-    """
-
-    shards: List[int] = field(default_factory=lambda: [1])
-    replicas: Optional[List[int]] = None
-    query_chunk_size: int = 100_000
-
-    @property
-    def layouts(self) -> list[tuple[int, int]]:
-        """``(n_shards, replicas)`` of each run, in order."""
-        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
-
-
-@dataclass(frozen=True)
-class RayDataConfig:
-    """A Ray Data run (:mod:`settopk.jobs.bench.ray_data`): ``settopk.ray.search`` Parquet to Parquet against the job.
-
-    Attributes
-    ----------
-    replicas : list of int
-        Search actors (one shard, that many replicas) of each run, in order; each runs the job and
-        the pipeline on ``replicas`` GPUs (or CPU slots).
-    query_chunk_size : int
-        The job's queries per chunk (one part file each). The pipeline writes the job's rows
-        (``rows="per_rank"``), compared row for row.
-    batch_size : int, optional
-        The pipeline's queries per block (``settopk.ray.search``'s ``batch_size``); None: its
-        default for the backend. The job's batch is ``query_batch_size``.
-    """
-
-    replicas: List[int] = field(default_factory=lambda: [1])
-    query_chunk_size: int = 100_000
-    batch_size: Optional[int] = None
-
-
-#: One H200's kernel rate at k = 100 as ``job-1m`` measured it (docs/benchmarks.md): the default pace.
-H200_QUERIES_PER_S = 107_641.0
-
-
-@dataclass(frozen=True)
-class HostPathConfig:
-    """A host-path run (:mod:`settopk.jobs.bench.host`): ``settopk.jobs.score`` end to end with stand-in shards
-    (:mod:`settopk.jobs.bench.standin`) that answer at a GPU's pace, so that only the host path is measured.
-
-    Attributes
-    ----------
-    shards : list of int
-        Length-bucket shards of each run, in order; the first run is the baseline of the scaling.
-    replicas : list of int, optional
-        Replicas of every shard in each run, one entry per ``shards`` entry (default 1).
-    query_chunk_size : int
-        Queries per chunk, one committed part file each.
-    queries_per_s_per_actor : float
-        The pace of a stand-in holding the whole corpus (queries per second); a stand-in of one
-        of ``n`` shards answers ``n`` times as fast (the kernel's time is its docs'). Default:
-        one H200's kernel rate at k = 100.
-    ceiling : bool
-        Also run the layout with the most stand-ins without pacing: the host path's ceiling.
-    """
-
-    shards: List[int] = field(default_factory=lambda: [1])
-    replicas: Optional[List[int]] = None
-    query_chunk_size: int = 100_000
-    queries_per_s_per_actor: float = H200_QUERIES_PER_S
-    ceiling: bool = True
-
-    @property
-    def layouts(self) -> list[tuple[int, int]]:
-        """``(n_shards, replicas)`` of each run, in order."""
-        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
 
 
 @dataclass(frozen=True)
@@ -241,54 +137,16 @@ class BenchConfig(SearchConfig):
     ray_data: Optional[RayDataConfig] = None
     self_join: Optional[SelfJoinConfig] = None
     peers: Optional[PeersConfig] = None
-    real: Optional[RealConfig] = None  # a real-data run (settopk.jobs.bench.real): the other sections' settings unused
+    real: Optional[RealConfig] = None  # a real-data run (settopk.jobs.bench.real)
 
     def __post_init__(self) -> None:
         problems = []
-        sections = (self.scaling, self.throughput, self.host, self.library, self.ray_data, self.self_join, self.peers,
-                    self.real)
-        if sum(x is not None for x in sections) > 1:
-            problems.append("a config has one of the scaling, throughput, host, library, ray_data, self_join and "
-                            "peers sections, not several")
-        for section in (self.library, self.self_join, self.real):
-            if section is not None:
-                problems += section.problems()
-        if self.peers is not None:
-            problems += self.peers.problems(self)
-        if self.ray_data is not None:
-            r = self.ray_data
-            if not r.replicas or any(n < 1 for n in r.replicas):
-                problems.append(f"ray_data.replicas must list replica counts >= 1, found {r.replicas}")
-            if r.query_chunk_size < 1:
-                problems.append(f"ray_data.query_chunk_size must be >= 1, found {r.query_chunk_size}")
-            if r.batch_size is not None and r.batch_size < 1:
-                problems.append(f"ray_data.batch_size must be >= 1 (or left out for the default), found {r.batch_size}")
-            if self.query_batch_size < 1:
-                problems.append(f"query_batch_size must be >= 1 in a ray_data run, found {self.query_batch_size}")
-        if self.host is not None:
-            h = self.host
-            if self.scaling is not None or self.throughput is not None:
-                problems.append("a config has one of the scaling, throughput and host sections, not several")
-            problems += _layout_problems("host", h.shards, h.replicas)
-            if h.query_chunk_size < 1:
-                problems.append(f"host.query_chunk_size must be >= 1, found {h.query_chunk_size}")
-            if h.queries_per_s_per_actor <= 0:
-                problems.append(f"host.queries_per_s_per_actor must be > 0, found {h.queries_per_s_per_actor}")
-            if self.query_batch_size < 1:
-                problems.append(f"query_batch_size must be >= 1 in a host run, found {self.query_batch_size}")
-        if self.throughput is not None:
-            t = self.throughput
-            if self.scaling is not None:
-                problems.append("a config has a scaling or a throughput section, not both")
-            problems += _layout_problems("throughput", t.shards, t.replicas)
-            if t.query_chunk_size < 1:
-                problems.append(f"throughput.query_chunk_size must be >= 1, found {t.query_chunk_size}")
-            if self.query_batch_size < 1:
-                problems.append(f"query_batch_size must be >= 1 in a throughput run, found {self.query_batch_size}")
-        if self.scaling is not None:
-            if self.scaling.mode not in ("strong", "weak"):
-                problems.append(f"scaling.mode must be 'strong' or 'weak', found {self.scaling.mode!r}")
-            problems += _layout_problems("scaling", self.scaling.shards, self.scaling.replicas)
+        picked = [mode.key for mode in MODES if getattr(self, mode.key) is not None]
+        if len(picked) > 1:
+            problems.append(f"a config has one of the {', '.join(mode.key for mode in MODES[:-1])} and "
+                            f"{MODES[-1].key} sections, not several")
+        for key in picked:
+            problems += getattr(self, key).problems(self)
         problems += search_problems(self)
         if self.cpus_per_shard == "auto":
             problems.append("cpus_per_shard must be a number in a benchmark (the CPUs its numbers were measured on), found 'auto'")
@@ -321,16 +179,6 @@ class BenchConfig(SearchConfig):
     def to_dict(self) -> dict:
         """Plain-data copy, for the result JSON."""
         return dataclasses.asdict(self)
-
-
-def _layout_problems(section: str, shards: list[int], replicas: list[int] | None) -> list[str]:
-    """Problems of a section's ``shards`` and ``replicas`` lists (``section``: its name, for the messages)."""
-    problems = []
-    if not shards or any(n < 1 for n in shards):
-        problems.append(f"{section}.shards must list shard counts >= 1, found {shards}")
-    if replicas is not None and (len(replicas) != len(shards) or any(r < 1 for r in replicas)):
-        problems.append(f"{section}.replicas must list one count >= 1 per {section}.shards entry, found {replicas}")
-    return problems
 
 
 def _baseline_problems_for(name: str, score: str) -> list[str]:
@@ -375,10 +223,7 @@ def load_bench_config(name_or_path: str) -> BenchConfig:
     except dacite.UnexpectedDataError as exc:
         valid = sorted(f.name for f in dataclasses.fields(BenchConfig)) + [
             f"synthetic.{f.name}" for f in dataclasses.fields(SyntheticConfig)
-        ] + [f"scaling.{f.name}" for f in dataclasses.fields(ScalingConfig)] + [
-            f"throughput.{f.name}" for f in dataclasses.fields(ThroughputConfig)] + [
-            f"host.{f.name}" for f in dataclasses.fields(HostPathConfig)] + library_fields() + [
-            f"ray_data.{f.name}" for f in dataclasses.fields(RayDataConfig)] + self_join_fields() + peers_fields() + real_fields()
+        ] + [f"{mode.key}.{f.name}" for mode in MODES for f in dataclasses.fields(mode.section)]
         raise ConfigError(f"{path}: unknown key(s) {sorted(exc.keys)}; valid keys: {valid}") from None
     except dacite.DaciteError as exc:
         raise ConfigError(f"{path}: {exc}") from None

@@ -25,7 +25,9 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -35,13 +37,65 @@ from settopk.jobs.chunks import chunk_stream, plan_chunks
 from settopk.jobs.output import part_name
 from settopk.shards.inputs import QueryStream, SetLimits
 
-from .config import BenchConfig
+from .layouts import layout_problems
 from .standin import PACE_ENV
 from .throughput import job_config, run_job
 
-__all__ = ["IncompleteOutputError", "check_complete", "format_host_table", "run_host"]
+if TYPE_CHECKING:  # annotations only: the config imports every mode
+    from .config import BenchConfig
+
+__all__ = ["HostPathConfig", "IncompleteOutputError", "check_complete", "format_host_table", "run_host"]
 
 log = logging.getLogger("settopk.bench")
+
+
+#: The stand-ins' default pace: one H200's kernel rate at k = 100, so that the host path carries what
+#: it carries with GPUs (docs/benchmarks.md, "Host path with stand-in shards", gives the rate).
+H200_QUERIES_PER_S = 107_641.0
+
+
+@dataclass(frozen=True)
+class HostPathConfig:
+    """A host-path run (:mod:`settopk.jobs.bench.host`): ``settopk.jobs.score`` end to end with stand-in shards
+    (:mod:`settopk.jobs.bench.standin`) that answer at a GPU's pace, so that only the host path is measured.
+
+    Attributes
+    ----------
+    shards : list of int
+        Length-bucket shards of each run, in order; the first run is the baseline of the scaling.
+    replicas : list of int, optional
+        Replicas of every shard in each run, one entry per ``shards`` entry (default 1).
+    query_chunk_size : int
+        Queries per chunk, one committed part file each.
+    queries_per_s_per_actor : float
+        The pace of a stand-in holding the whole corpus (queries per second); a stand-in of one
+        of ``n`` shards answers ``n`` times as fast (the kernel's time is its docs'). Default:
+        one H200's kernel rate at k = 100.
+    ceiling : bool
+        Also run the layout with the most stand-ins without pacing: the host path's ceiling.
+    """
+
+    shards: List[int] = field(default_factory=lambda: [1])
+    replicas: Optional[List[int]] = None
+    query_chunk_size: int = 100_000
+    queries_per_s_per_actor: float = H200_QUERIES_PER_S
+    ceiling: bool = True
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """``(n_shards, replicas)`` of each run, in order."""
+        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
+
+    def problems(self, cfg: BenchConfig) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
+        problems = layout_problems("host", self.shards, self.replicas)
+        if self.query_chunk_size < 1:
+            problems.append(f"host.query_chunk_size must be >= 1, found {self.query_chunk_size}")
+        if self.queries_per_s_per_actor <= 0:
+            problems.append(f"host.queries_per_s_per_actor must be > 0, found {self.queries_per_s_per_actor}")
+        if cfg.query_batch_size < 1:
+            problems.append(f"query_batch_size must be >= 1 in a host run, found {cfg.query_batch_size}")
+        return problems
 
 
 class IncompleteOutputError(RuntimeError):

@@ -25,7 +25,6 @@ Any difference stops the run before a number is printed.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -56,8 +55,8 @@ class LibraryConfig:
     batch_size: Optional[int] = None
     threads: Optional[int] = None
 
-    def problems(self) -> list[str]:
-        """What is wrong with the section (empty if nothing)."""
+    def problems(self, cfg) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
         problems = []
         if self.batch_size is not None and self.batch_size < 1:
             problems.append(f"library.batch_size must be >= 1 (or left out: the Index's own), found {self.batch_size}")
@@ -219,8 +218,3 @@ def format_library_table(result: dict) -> str:
         f"exact: the Index's ids, overlaps and lengths identical to the kernel's for every query, its scores to score_value; "
         f"{len(result['exactness']['sample'])} sampled queries identical to the NumPy reference",
     ])
-
-
-def section_fields() -> list[str]:
-    """The section's keys, for the config loader's list of valid keys."""
-    return [f"library.{f.name}" for f in dataclasses.fields(LibraryConfig)]

@@ -39,7 +39,6 @@ missing the run stops with :class:`MissingPeerError` before it starts.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import platform
@@ -52,7 +51,7 @@ import numpy as np
 
 from .peers_corpus import planted_corpus
 
-__all__ = ["MissingPeerError", "PeersConfig", "format_peers_table", "run_peers", "section_fields"]
+__all__ = ["MissingPeerError", "PeersConfig", "format_peers_table", "run_peers"]
 
 log = logging.getLogger("settopk.bench")
 
@@ -116,11 +115,6 @@ class PeersConfig:
             problems.append(f"a peers run times backend 'cpu' with score 'jaccard' (the peers' score), found "
                             f"{cfg.backend!r} and {cfg.score!r}")
         return problems
-
-
-def section_fields() -> list[str]:
-    """The section's keys, for the config loader's list of valid keys."""
-    return [f"peers.{f.name}" for f in dataclasses.fields(PeersConfig)]
 
 
 def _import_peers():

@@ -34,17 +34,56 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
 
 from settopk.jobs.progress import max_rss_bytes
 
 from .common import ExactnessError
-from .config import BenchConfig
 from .throughput import job_config, run_job
 
-__all__ = ["format_ray_data_table", "main", "run_pipeline", "run_ray_data"]
+if TYPE_CHECKING:  # annotations only: the config imports every mode
+    from .config import BenchConfig
+
+__all__ = ["RayDataConfig", "format_ray_data_table", "main", "run_pipeline", "run_ray_data"]
 
 log = logging.getLogger("settopk.bench")
+
+
+@dataclass(frozen=True)
+class RayDataConfig:
+    """A Ray Data run (:mod:`settopk.jobs.bench.ray_data`): ``settopk.ray.search`` Parquet to Parquet against the job.
+
+    Attributes
+    ----------
+    replicas : list of int
+        Search actors (one shard, that many replicas) of each run, in order; each runs the job and
+        the pipeline on ``replicas`` GPUs (or CPU slots).
+    query_chunk_size : int
+        The job's queries per chunk (one part file each). The pipeline writes the job's rows
+        (``rows="per_rank"``), compared row for row.
+    batch_size : int, optional
+        The pipeline's queries per block (``settopk.ray.search``'s ``batch_size``); None: its
+        default for the backend. The job's batch is ``query_batch_size``.
+    """
+
+    replicas: List[int] = field(default_factory=lambda: [1])
+    query_chunk_size: int = 100_000
+    batch_size: Optional[int] = None
+
+    def problems(self, cfg: BenchConfig) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
+        problems = []
+        if not self.replicas or any(n < 1 for n in self.replicas):
+            problems.append(f"ray_data.replicas must list replica counts >= 1, found {self.replicas}")
+        if self.query_chunk_size < 1:
+            problems.append(f"ray_data.query_chunk_size must be >= 1, found {self.query_chunk_size}")
+        if self.batch_size is not None and self.batch_size < 1:
+            problems.append(f"ray_data.batch_size must be >= 1 (or left out for the default), found {self.batch_size}")
+        if cfg.query_batch_size < 1:
+            problems.append(f"query_batch_size must be >= 1 in a ray_data run, found {cfg.query_batch_size}")
+        return problems
 
 
 def _pipeline_settings(cfg: BenchConfig, replicas: int) -> dict:
@@ -260,9 +299,9 @@ class _MemorySampler:
                 values = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split(":")[0] in _MEMORY_FIELDS}
         except OSError:
             return
-        for field, value in values.items():
-            if value > self.peaks.get(field, {}).get("bytes", -1):
-                self.peaks[field] = {"bytes": value, "phase": self.phase}
+        for key, value in values.items():
+            if value > self.peaks.get(key, {}).get("bytes", -1):
+                self.peaks[key] = {"bytes": value, "phase": self.phase}
 
     def _run(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
@@ -317,8 +356,8 @@ def _pipeline(docs: str, queries: str, out: str, settings: dict) -> dict:
         "actor_starts": len(ready),
         # The kernel's high-water mark of this process, as the job's manifest reports it. Not
         # getrusage's ru_maxrss: a process started by subprocess (vfork, then exec) begins with its
-        # parent's peak there, and the bench's parent had held gigabytes of results (13 GB read as
-        # the pipeline's peak with 2 actors when the driver itself never passed 0.27 GB).
+        # parent's peak there, and the bench's parent has held gigabytes of results (docs/benchmarks.md,
+        # "The library and Ray Data against the kernel and the job", shows the peak it misread).
         "driver_max_rss_bytes": max_rss_bytes(),
         "driver_memory_peaks": memory.stop(),
         "process_s": time.perf_counter() - start,

@@ -75,6 +75,8 @@ class RealConfig:
         ``k`` of the top-k self-join; 0 skips it.
     topk_score : str
         Its score: ``cosine`` or ``overlap`` (those sparse_dot_topn ranks by).
+    peer_binary : str, optional
+        SSJOINLib's ``set_sim_join`` (``--peer-binary`` sets it); None runs no C++ peer.
     """
 
     dataset: str = "../shared/data/retail.dat"
@@ -84,9 +86,10 @@ class RealConfig:
     sss_budget_s: float = 60.0
     topk_k: int = 10
     topk_score: str = "cosine"
+    peer_binary: Optional[str] = None
 
-    def problems(self) -> list[str]:
-        """What is wrong with the section (empty if nothing)."""
+    def problems(self, cfg) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
         problems = []
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             problems.append(f"real.thresholds must list Jaccard thresholds in (0, 1], found {self.thresholds}")
@@ -202,7 +205,7 @@ def _topk(cfg, corpus, max_len: int) -> dict:
             "n_mismatches": len(mismatches), "queries_with_other_tied_ids": ids_differ}
 
 
-def run_real(cfg, name: str, peer_binary: str | None = None) -> dict:
+def run_real(cfg, name: str) -> dict:
     """Read the dataset, time settopk and the peers at each threshold, check every pair set; returns the result.
 
     Parameters
@@ -211,13 +214,11 @@ def run_real(cfg, name: str, peer_binary: str | None = None) -> dict:
         With a ``real`` section; uses ``warmup``, ``repetitions``, ``baseline_repetitions``.
     name : str
         The config's name, for the result.
-    peer_binary : str, optional
-        SSJOINLib's ``set_sim_join``; None runs no C++ peer.
 
     Raises
     ------
     settopk.shards.inputs.InputError
-        If the dataset is missing or malformed, or ``peer_binary`` is not an executable file.
+        If the dataset is missing or malformed, or ``real.peer_binary`` is not an executable file.
     MissingPeerError
         If SetSimilaritySearch (or sparse_dot_topn, for the top-k run) is not installed.
     ExactnessError
@@ -229,7 +230,7 @@ def run_real(cfg, name: str, peer_binary: str | None = None) -> dict:
 
     real = cfg.real
     path = dataset_path(real)
-    binary = check_peer_binary(peer_binary) if peer_binary else None
+    binary = check_peer_binary(real.peer_binary) if real.peer_binary else None
     start = time.perf_counter()
     corpus = read_corpus(str(path), SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len))
     read_s = time.perf_counter() - start

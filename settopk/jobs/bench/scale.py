@@ -23,6 +23,8 @@ import dataclasses
 import logging
 import statistics
 import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional
 
 import numpy as np
 
@@ -41,11 +43,48 @@ from .common import (
     timing_stats,
     verify_sample,
 )
-from .config import BenchConfig
+from .layouts import layout_problems
 
-__all__ = ["run_scaling", "format_scaling_table"]
+if TYPE_CHECKING:  # annotations only: the config imports every mode
+    from .config import BenchConfig
+
+__all__ = ["ScalingConfig", "run_scaling", "format_scaling_table"]
 
 log = logging.getLogger("settopk.bench")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """A scaling run: the same search on several shard counts, one shard per GPU (or CPU slot).
+
+    Attributes
+    ----------
+    mode : str
+        ``"strong"``: the same corpus on every shard count; ``"weak"``: a corpus of
+        ``synthetic.n_docs`` times the shard count (same length histogram and id law).
+    shards : list of int
+        Shard counts to run, in order; the first is the baseline of the ratios.
+    replicas : list of int, optional
+        Replicas of every shard in each run (``settopk.configs.JobConfig.replicas``), one entry per
+        ``shards`` entry; a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
+        Default: 1 for every run.
+    """
+
+    mode: str = "strong"
+    shards: List[int] = field(default_factory=lambda: [1, 4])
+    replicas: Optional[List[int]] = None
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """``(n_shards, replicas)`` of each run, in order."""
+        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
+
+    def problems(self, cfg: BenchConfig) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
+        problems = []
+        if self.mode not in ("strong", "weak"):
+            problems.append(f"scaling.mode must be 'strong' or 'weak', found {self.mode!r}")
+        return problems + layout_problems("scaling", self.shards, self.replicas)
 
 
 def _stage(cfg: BenchConfig, n_shards: int, replicas: int, data_dir: str, backend: str, limits: SetLimits) -> dict:

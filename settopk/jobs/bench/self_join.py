@@ -27,7 +27,6 @@ groups equal a union-find over the pairs. Any difference stops the run before a 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -65,8 +64,8 @@ class SelfJoinConfig:
     lsh_bands: int = 20
     lsh_rows: int = 13
 
-    def problems(self) -> list[str]:
-        """What is wrong with the section (empty if nothing)."""
+    def problems(self, cfg) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
         from settopk.kernels import parse_threshold
 
         problems = []
@@ -260,8 +259,3 @@ def format_self_join_table(result: dict) -> str:
         "reference; the groups identical to a union-find",
     ]
     return "\n".join(lines)
-
-
-def section_fields() -> list[str]:
-    """The section's keys, for the config loader's list of valid keys."""
-    return [f"self_join.{f.name}" for f in dataclasses.fields(SelfJoinConfig)]

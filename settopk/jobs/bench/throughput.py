@@ -34,7 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -48,11 +50,49 @@ from settopk.kernels import SetBatch, TopK
 from settopk.shards.inputs import QueryStream, SetLimits
 
 from .common import ExactnessError, load_shards, verify_sample
-from .config import BenchConfig
+from .layouts import layout_problems
 
-__all__ = ["format_throughput_table", "job_config", "run_job", "run_throughput"]
+if TYPE_CHECKING:  # annotations only: the config imports every mode
+    from .config import BenchConfig
+
+__all__ = ["ThroughputConfig", "format_throughput_table", "job_config", "run_job", "run_throughput"]
 
 log = logging.getLogger("settopk.bench")
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """A whole-job throughput run (:mod:`settopk.jobs.bench.throughput`): ``settopk.jobs.score`` end to end on each layout.
+
+    Attributes
+    ----------
+    shards : list of int
+        Length-bucket shards of each run, in order; the first run is the baseline of the
+        speed-ups and the reference the others' results must equal.
+    replicas : list of int, optional
+        Replicas of every shard in each run, one entry per ``shards`` entry (default 1);
+        a run uses ``shards[i] * replicas[i]`` GPUs (or CPU slots).
+    query_chunk_size : int
+        Queries per chunk, one committed part file each (``settopk.configs.JobConfig.query_chunk_size``).
+    """
+
+    shards: List[int] = field(default_factory=lambda: [1])
+    replicas: Optional[List[int]] = None
+    query_chunk_size: int = 100_000
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """``(n_shards, replicas)`` of each run, in order."""
+        return list(zip(self.shards, self.replicas or [1] * len(self.shards)))
+
+    def problems(self, cfg: BenchConfig) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
+        problems = layout_problems("throughput", self.shards, self.replicas)
+        if self.query_chunk_size < 1:
+            problems.append(f"throughput.query_chunk_size must be >= 1, found {self.query_chunk_size}")
+        if cfg.query_batch_size < 1:
+            problems.append(f"query_batch_size must be >= 1 in a throughput run, found {cfg.query_batch_size}")
+        return problems
 
 
 def job_config(cfg: BenchConfig, n_shards: int, replicas: int, query_chunk_size: int) -> dict:

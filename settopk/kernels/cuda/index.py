@@ -258,6 +258,7 @@ class CupyShardIndex(LevelSearch, ThresholdSearch):
         self.postings_bytes = 0
         self._postings = None
         self._wide = None  # a WideLayout where vocab_size > 65536
+        self._join_pieces, self._join_side = pieces, None  # the threshold join's host docs, its side per threshold
         # A wide shard's remapped layout and table size are the index's own, set for one batch at a
         # time; a GPU actor runs two searches at once, so its batches take turns (_batch_turn).
         self._wide_turn = threading.Lock()

@@ -3,6 +3,11 @@ query reaches ``T``, exactly, on the GPU. CuPy is imported inside the methods.
 
 Method
 ------
+Where ``T > 0`` the search is the threshold join of :mod:`settopk.kernels.join.arrays` run in CuPy
+(frequency order, identical docs grouped, prefix, length and positional filters, sort-join and
+``searchsorted`` verification on the device), its doc side prepared at the first search of a
+threshold and kept on the index. At ``T == 0`` (every pair passes, none is prefix filtered):
+
 The count kernel of the top-k search (``count_emit`` in ``bitslice_topk.cu``) already emits exactly
 the docs with ``key >= F`` for a bound ``(F, 2**31 - 1)`` that never moves. A threshold search is that
 kernel alone, once over the shard, with ``F`` fixed at the threshold:
@@ -144,6 +149,8 @@ class ThresholdSearch:
         self.last_routing = self._fresh_routing()
         n_q = queries.n_sets
         lengths = queries.lengths
+        if self.n_docs and t > 0:
+            return self._joined(queries, t, k, min_doc_len)
         if self.n_docs and n_q:
             floor = threshold_floors(t, lengths, self._lengths_present(), self.max_len, self.score, min_doc_len)
         else:
@@ -164,6 +171,23 @@ class ThresholdSearch:
         else:
             q_row = position = overlap = doc_len = np.zeros(0, np.int64)
         return order_pairs(n_q, q_row, position, overlap, doc_len, lengths, self.doc_ids, self.max_len, self.score, k)
+
+    def _joined(self, queries: SetBatch, t, k, min_doc_len) -> ThresholdPairs:
+        """``T > 0``: the array join in CuPy (:mod:`settopk.kernels.join.arrays`), the docs prepared
+        on this device at the first search of a threshold and kept (a job or a self-join keeps one)."""
+        import cupy
+
+        from ..join.arrays import prepare_docs
+
+        with cupy.cuda.Device(self._device_id):
+            side = self._join_side
+            if side is None or side.threshold != t:
+                self._join_side = None  # the old side's device arrays go before the new ones come
+                side = self._join_side = prepare_docs(_concatenated(self._join_pieces), self.doc_ids, t, self.score,
+                                                      self.max_len, backend="cupy")
+            self.last_skipped = 0
+            self.last_routing["postings"] = queries.n_sets
+            return side.probe(queries, k, min_doc_len)
 
     def _lengths_present(self) -> np.ndarray:
         """Host bool of shape (max_len + 1,): the doc lengths the shard holds (computed once)."""
@@ -245,3 +269,14 @@ class ThresholdSearch:
             keep = (doc_len >= cupy.asarray(min_doc_len[order])[q_dev]).get()
             return q_row[keep], position[keep].get(), overlap[keep].get().astype(np.int64), doc_len[keep].get()
         return q_row, position.get(), overlap.get().astype(np.int64), doc_len.get()
+
+
+def _concatenated(pieces: list) -> SetBatch:
+    """One host SetBatch of the pieces, in order (the pieces themselves where there is one)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    tokens = np.concatenate([p.tokens for p in pieces])
+    lengths = np.concatenate([p.lengths for p in pieces])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return SetBatch(offsets, tokens)

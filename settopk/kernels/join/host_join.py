@@ -70,6 +70,10 @@ class DocSide:
         self.index_prefix = plan.index_prefix
         g_tokens, g_offsets, g_len = self._groups
         self.postings = build_postings(g_tokens, g_offsets, plan.index_prefix[g_len], self.n_ids)
+        self._workers = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_workers": None}  # threads do not pickle; made again at the next probe
 
     @property
     def n_docs(self) -> int:
@@ -112,7 +116,9 @@ class DocSide:
         first = np.searchsorted(d_len, lo, side="left").astype(np.int32)
         end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int32)
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
-        pair_q, pair_i, pair_ov = _probe_all(self.threads, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
+        if self._workers is None:
+            self._workers = _Workers(self.threads, len(d_len))
+        pair_q, pair_i, pair_ov = _probe_all(self._workers, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
                                              plan.need, self.postings)
         filt = np.zeros(len(pair_q), np.int8)
         floor_rows = floor if floor is not None else np.zeros(n_q, np.int64)
@@ -142,8 +148,12 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     # Groups before x only (a group's own identical sets are paired below, not probed).
     end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), own).astype(np.int32)
     prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
-    pair_q, pair_i, pair_ov = _probe_all(threads, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
-                                         postings)
+    workers = _Workers(threads, js.n_groups)
+    try:
+        pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
+                                             postings)
+    finally:
+        workers.close()
     # Directed by the self-join rule: the shorter group's members are the queries; between groups of
     # one length, both ways, each member keeping the higher positions; inside a group likewise.
     shorter = g_len[pair_i] < g_len[pair_q]
@@ -170,35 +180,48 @@ def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
     return np.concatenate([rank, np.arange(len(rank), id_bound, dtype=np.int32)])
 
 
-def _probe_all(threads: int, probe, index, need, postings):
-    """:func:`probe_groups` over every probe group, in ranges taken by ``threads`` threads."""
+class _Workers:
+    """Threads and their scratch (count and last positions per index group), kept between probes:
+    a job probes the same docs batch after batch, and starting threads or zeroing scratch per batch
+    would cost more than a small batch's probe."""
+
+    def __init__(self, threads: int, n_index: int):
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") if threads > 1 else None
+        self.scratch = queue.SimpleQueue()
+        for _ in range(threads):
+            self.scratch.put(tuple(np.zeros(n_index, np.int32) for _ in range(4)))
+
+    def map(self, fn, items):
+        if self.pool is None:
+            return [fn(item) for item in items]
+        return list(self.pool.map(fn, items))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
+
+
+def _probe_all(workers: _Workers, probe, index, need, postings):
+    """:func:`probe_groups` over every probe group, in ranges taken by the workers' threads."""
     q_tokens, q_offsets, q_len, prefix, first, end = probe
     i_tokens, i_offsets, i_len = index
-    n_index = len(i_len)
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
     work = np.flatnonzero(prefix > 0)
     if not len(work):
         return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)
-    threads = max(1, min(threads, len(work)))
-    cuts = np.unique(np.linspace(work[0], work[-1] + 1, threads * _RANGES_PER_THREAD + 1).astype(np.int64))
-    scratch = queue.SimpleQueue()
-    for _ in range(threads):
-        scratch.put(tuple(np.zeros(n_index, np.int32) for _ in range(4)))
+    n_ranges = 1 if len(work) < 64 else workers.threads * _RANGES_PER_THREAD
+    cuts = np.unique(np.linspace(work[0], work[-1] + 1, n_ranges + 1).astype(np.int64))
 
     def run(lo_hi):
-        buffers = scratch.get()
+        buffers = workers.scratch.get()  # zero again on return (probe_groups resets what it touched)
         try:
             return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, prefix, first, end, i_tokens, i_offsets,
                                 i_len, need, *postings, *buffers)
         finally:
-            scratch.put(buffers)
+            workers.scratch.put(buffers)
 
-    ranges = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
-    if threads == 1:
-        found = [run(r) for r in ranges]
-    else:
-        with ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") as pool:
-            found = list(pool.map(run, ranges))
+    found = workers.map(run, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 
 

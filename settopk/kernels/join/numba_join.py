@@ -21,7 +21,7 @@ own scratch arrays (count and last positions per index group) from a pool of one
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..numba_heaps import score_key
 
@@ -211,7 +211,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
     return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
 
 
-@njit(cache=True, parallel=True)
+@njit(**_JIT)
 def rank_rows(offsets, tokens, rank, words):
     """Each CSR row's tokens as ranks, ascending, and the row's hash (the wrapping sum of ``words``).
 
@@ -231,7 +231,7 @@ def rank_rows(offsets, tokens, rank, words):
     n = len(offsets) - 1
     ranked = np.empty(len(tokens), np.int32)
     sums = np.zeros(n, np.uint64)
-    for r in prange(n):
+    for r in range(n):
         s, e = offsets[r], offsets[r + 1]
         h = np.uint64(0)
         for i in range(s, e):
@@ -246,7 +246,7 @@ def rank_rows(offsets, tokens, rank, words):
     return ranked, sums
 
 
-@njit(cache=True)
+@njit(**_JIT)
 def _by_query_group(n_groups, dq):
     """Directed group pairs bucketed by query group: (starts int64 (n_groups + 1,), order int64)."""
     starts = np.zeros(n_groups + 1, np.int64)
@@ -262,7 +262,7 @@ def _by_query_group(n_groups, dq):
     return starts, order
 
 
-@njit(cache=True)
+@njit(**_JIT)
 def _kept(filt, a, b, t_len, floor_a):
     """Whether target member ``b`` is a pair of query member ``a``: the self-join's member rule
     (``filt`` 1: ``b > a``; 2: ``b >= a``) and the query's least doc length."""
@@ -275,15 +275,16 @@ def _kept(filt, a, b, t_len, floor_a):
     return True
 
 
-@njit(cache=True, parallel=True)
+@njit(**_JIT)
 def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_goff, t_members, t_glen, doc_ids,
                   floor, k, score, scale, cosine_keys):
     """Directed group pairs written as set pairs, grouped by query row, each query's best first.
 
     Every member of a query group holds the same set, so its pairs are one list (the self-join's
     member rule aside): each group's list is ordered once (key descending, the members of the
-    targets of one key by position), then every query row copies its group's list, rows in
-    parallel (a group of many identical sets is spread over the threads).
+    targets of one key by position), then every query row copies its group's list. One thread
+    (``nogil``): a job calls it once per batch of queries, where a parallel region's start costs
+    more than it saves.
 
     Parameters
     ----------
@@ -318,7 +319,7 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
     n_groups = len(q_glen)
     starts, order = _by_query_group(n_groups, dq)
     list_len = np.zeros(n_groups + 1, np.int64)
-    for g in prange(n_groups):
+    for g in range(n_groups):
         size = 0
         for r in range(starts[g], starts[g + 1]):
             t = dt[order[r]]
@@ -329,7 +330,7 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
     list_pos = np.empty(list_len[-1], np.int64)
     list_pair = np.empty(list_len[-1], np.int64)
     top = np.int64(1) << 32
-    for g in prange(n_groups):
+    for g in range(n_groups):
         s, e = starts[g], starts[g + 1]
         if s == e:
             continue
@@ -358,11 +359,11 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
                 list_pair[lo:filled] = list_pair[lo:filled][o]
             i = j
     group_of = np.empty(n_queries, np.int64)
-    for g in prange(n_groups):
+    for g in range(n_groups):
         for m in range(q_goff[g], q_goff[g + 1]):
             group_of[q_members[m]] = g
     counts = np.zeros(n_queries + 1, np.int64)
-    for a in prange(n_queries):
+    for a in range(n_queries):
         g = group_of[a]
         c = 0
         for x in range(list_len[g], list_len[g + 1]):
@@ -378,7 +379,7 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
     doc_id = np.empty(n, np.int64)
     overlap = np.empty(n, np.int32)
     doc_len = np.empty(n, np.int32)
-    for a in prange(n_queries):
+    for a in range(n_queries):
         g = group_of[a]
         out = counts[a]
         end = counts[a + 1]

@@ -34,8 +34,8 @@ from .vocabulary import VocabCounter, WideSets
 __all__ = ["DocQueryStream", "QueryStream"]
 
 _QUERY_THREADS = 2  # row groups decoded at once on the driver: each holds a few hundred thousand queries
-# Rows per record batch on the driver: Arrow's decoding memory grows with it (about 200 MB at
-# 131,072 queries of ~65 ids, 85 MB at 32,768) while the time hardly changes.
+# Rows per record batch on the driver: Arrow's decoding memory grows with it while the time does not
+# (docs/benchmarks.md, "Settings chosen from these measurements", has the runs).
 _QUERY_BATCH_ROWS = 1 << 15
 
 

@@ -1,0 +1,564 @@
+"""The threshold join written once over an array module ``xp``: NumPy (backend ``numpy``) or CuPy
+(backend ``cupy``), with the same results as the ``cpu`` backend's compiled join.
+
+Sets are prepared on the host (:mod:`settopk.kernels.join.prepare`: tokens renumbered by a global
+frequency order, rarest first; identical sets grouped, each group standing for its members through
+its first one, GroupJoin: Bouros, Ge, Mamoulis, "Spatio-textual similarity joins", PVLDB 2012), then
+the join runs as a handful of whole-array steps in ``xp``, with no Python loop over sets or tokens:
+
+1. **Index entries.** The first ``index_prefix[|y|]`` tokens ``t`` of each index group ``y``
+   (:func:`settopk.kernels.join.prefixes.length_plan`), sorted by the key ``t * n_index + y``:
+   a posting list per token, ordered by group, hence by length.
+2. **Sort-join.** Each probe group ``x`` probes the first ``probe_prefix[|x|]`` tokens of its set
+   (prefix filter: Chaudhuri, Ganti, Kaushik, ICDE 2006; Bayardo, Ma, Srikant, "Scaling up all pairs
+   similarity search", WWW 2007). For its token ``t`` two ``searchsorted`` calls find the entries of
+   token ``t`` whose group lies in ``[first[x], end[x])``: the groups of the lengths ``x`` can reach
+   (length filter), and in a self-join only groups before ``x`` (each unordered pair met once).
+3. **Positional filter.** A candidate entry ``(x, i, y, j)`` (the token at position ``i`` of ``x`` and
+   ``j`` of ``y``, 0-based) is kept only if ``min(|x| - i, |y| - j) >= need(|x|, |y|)``. The overlap
+   counted before the first common token is 0, so the first common token of a passing pair always
+   passes this bound, and it lies in both prefixes (PPJoin: Xiao, Wang, Lin, Yu, "Efficient
+   similarity joins for near duplicate detection", WWW 2008, with the count before it set to 0,
+   which a join without per-pair state can use).
+4. **Unique pairs.** A stable sort by ``(x, y)`` keeps each pair's first entry, the smallest ``i``:
+   for a passing pair that is its first common token ``(i0, j0)``.
+5. **Verification.** No token before ``(i0, j0)`` is shared, so ``|x ∩ y| = |x[i0:] ∩ y[j0:]|``: the
+   shorter of the two remainders is looked up token by token in the other side's set (a binary
+   search confined to that set, all lookups at once); a pair passes iff the count reaches the need.
+6. **Expansion and order.** Group pairs become member pairs (the self-join rule of
+   :func:`settopk.kernels.self_join_keep`), ordered per query best first by the exact score (a float64
+   quotient of two integers below ``2**31``: distinct fractions give distinct doubles, equal ones equal
+   doubles, so ties stay ties), then doc id.
+
+**Memory.** Steps 2-5 run in slices of at most ``slice_entries`` candidate entries (and slices of
+verification of at most ``slice_entries`` looked-up tokens), so a token held by many prefixes costs
+time, not memory: a slice holds about 10 arrays of ``slice_entries`` 8-byte values. Held across
+slices are the probe entries (one per prefix token) and the passing group pairs; step 6 holds the
+passing member pairs (the output), twice for pairs inside a group of identical sets.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from ..keys import check_score, key_scale
+from ..sets import SetBatch
+from ..threshold import ThresholdPairs, parse_threshold
+from .prefixes import join_applies, length_plan
+from .prepare import JoinSets, frequency_order, prepare_sets
+
+__all__ = ["SLICE_ENTRIES", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
+
+#: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
+SLICE_ENTRIES = 1 << 21
+
+
+def array_module(backend: str):
+    """The array module of ``backend``: :mod:`numpy` for ``"numpy"``, :mod:`cupy` for ``"cupy"``.
+
+    Raises
+    ------
+    ValueError
+        If ``backend`` is neither.
+    """
+    if backend == "numpy":
+        return np
+    if backend == "cupy":
+        import cupy
+
+        return cupy
+    raise ValueError(f"backend must be 'numpy' or 'cupy' for the array join, found {backend!r}")
+
+
+class _Groups:
+    """One side's groups of identical sets in ``xp`` memory: each group's set (its first member's),
+    compacted in group order, and its members.
+
+    Attributes: ``tokens`` int32 (n_group_tokens,), ``offsets`` int64 (n_groups + 1,), ``lengths``
+    int32 (n_groups,), ``steps``: binary search steps that cover any set; ``member_offsets`` int64 (n_groups + 1,), ``members`` int64
+    (n_sets,); ``host_len`` and ``host_tokens``, ``host_offsets``: the same on the host.
+    """
+
+    def __init__(self, xp, js: JoinSets):
+        glen = js.lengths[js.group_rep].astype(np.int64)
+        offsets = np.zeros(len(glen) + 1, np.int64)
+        np.cumsum(glen, out=offsets[1:])
+        row, within = _host_segments(glen)
+        tokens = js.tokens[js.offsets[js.group_rep][row] + within]
+        self.host_len, self.host_tokens, self.host_offsets = glen.astype(np.int32), tokens, offsets
+        self.tokens = xp.asarray(tokens.astype(np.int32))
+        self.offsets = xp.asarray(offsets)
+        self.lengths = xp.asarray(self.host_len)
+        self.steps = int(glen.max()).bit_length() if len(glen) else 0  # binary search steps over a set
+        self.member_offsets = xp.asarray(js.group_offsets)
+        self.members = xp.asarray(js.group_members)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.host_len)
+
+
+def _host_segments(counts: np.ndarray):
+    """For segments of ``counts`` (int64, host): each element's segment and its place in it."""
+    counts = np.asarray(counts, dtype=np.int64)
+    seg = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    return seg, np.arange(len(seg), dtype=np.int64) - starts[seg]
+
+
+def _segment_ids(xp, counts):
+    """For segments of ``counts`` (int64, in ``xp``): each element's segment and its place in it,
+    both int64 of shape (counts.sum(),). NumPy repeats; CuPy marks the starts of the non-empty
+    segments and takes a running sum (``cupy.repeat`` takes no device array of repeats)."""
+    if xp is np:
+        return _host_segments(counts)
+    return _marked_segments(xp, counts)
+
+
+def _marked_segments(xp, counts):
+    """:func:`_segment_ids` by marking segment starts (any ``xp``; the path CuPy takes)."""
+    counts = counts.astype(xp.int64)
+    ends = xp.cumsum(counts)
+    total = int(ends[-1]) if len(counts) else 0
+    if total == 0:
+        return xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
+    nonempty = xp.flatnonzero(counts > 0)
+    starts = (ends - counts)[nonempty]
+    mark = xp.zeros(total, xp.int64)
+    mark[starts[1:]] = 1
+    seg = nonempty[xp.cumsum(mark)]
+    return seg, xp.arange(total, dtype=xp.int64) - (ends - counts)[seg]
+
+
+def _stable_argsort(xp, a):
+    """Indices sorting ``a`` stably (CuPy's sort is always stable and takes no ``kind``)."""
+    return np.argsort(a, kind="stable") if xp is np else xp.argsort(a)
+
+
+def _index_entries(xp, groups: _Groups, prefix: np.ndarray):
+    """Step 1: the index groups' prefix entries sorted by ``token * n_groups + group``.
+
+    Returns ``(key int64, group int32, position int32)``, each of shape (n_entries,), in ``xp``."""
+    pre = np.minimum(np.asarray(prefix, dtype=np.int64), groups.host_len)
+    gid, pos = _host_segments(pre)
+    token = groups.host_tokens[groups.host_offsets[gid] + pos].astype(np.int64)
+    key = token * groups.n_groups + gid
+    order = np.argsort(key, kind="stable")
+    return xp.asarray(key[order]), xp.asarray(gid[order].astype(np.int32)), xp.asarray(pos[order].astype(np.int32))
+
+
+def _cuts(xp, ends, boundary, total: int, cap: int) -> tuple[list[int], bool]:
+    """Slice bounds over ``[0, total)`` of at most ``cap`` each, at ``boundary`` ends where they fall
+    well (``ends[boundary]``: where a probe group's entries end), and whether one cut lies elsewhere."""
+    snapped = np.zeros(0, np.int64)
+    if total > cap:
+        at = ends[boundary]
+        targets = xp.arange(1, -(-total // cap), dtype=xp.int64) * cap
+        pick = xp.searchsorted(at, targets, side="right") - 1
+        snapped = _host(xp, xp.where(pick >= 0, at[xp.maximum(pick, 0)], 0))
+    bounds = np.unique(np.concatenate([[0, total], snapped]))
+    cuts, inside = [0], False
+    for hi in bounds[1:].tolist():
+        while hi - cuts[-1] > cap:
+            cuts.append(cuts[-1] + cap)
+            inside = True
+        cuts.append(hi)
+    return cuts, inside
+
+
+def _find(xp, ends, v: int) -> int:
+    """The first index of the ascending ``ends`` whose value exceeds ``v`` (a host int)."""
+    return int(xp.searchsorted(ends, xp.asarray(np.array([v], np.int64)), side="right")[0])
+
+
+def _firsts(xp, key):
+    """Where each run of equal values of the non-empty ``key`` starts (int64 indices)."""
+    return xp.flatnonzero(xp.concatenate([xp.ones(1, bool), key[1:] != key[:-1]]))
+
+
+def _host(xp, a) -> np.ndarray:
+    return a if xp is np else xp.asnumpy(a)
+
+
+def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.ndarray, index: _Groups, entries,
+          need: np.ndarray, cap: int):
+    """Steps 2-5: every (probe group, index group) pair whose overlap reaches the need.
+
+    Parameters
+    ----------
+    probe, index : _Groups
+    prefix : int32 (n_probe,), host
+        Tokens each probe group probes (0: none).
+    first, end : int64 (n_probe,), host
+        Index groups each probe group may pair with: ``first[x] <= y < end[x]``.
+    entries
+        :func:`_index_entries` of ``index``.
+    need : int32 (max probe length + 1, max index length + 1), host
+        Least overlap per pair of lengths (above their minimum where unreachable).
+    cap : int
+        ``slice_entries``.
+
+    Returns
+    -------
+    x, y, overlap : int64 arrays of shape (n_found,) in ``xp``
+    """
+    e_key, e_group, e_pos = entries
+    n_index = index.n_groups
+    pre = np.where(first < end, np.minimum(prefix, probe.host_len), 0).astype(np.int64)
+    px, pi = _host_segments(pre)
+    pt = probe.host_tokens[probe.host_offsets[px] + pi].astype(np.int64)
+    px, pi, pt = xp.asarray(px), xp.asarray(pi), xp.asarray(pt)
+    lo = xp.searchsorted(e_key, pt * n_index + xp.asarray(first)[px], side="left")
+    cnt = xp.searchsorted(e_key, pt * n_index + xp.asarray(end)[px], side="left") - lo
+    live = xp.flatnonzero(cnt > 0)
+    px, pi, lo, cnt = px[live], pi[live], lo[live], cnt[live]
+    empty = xp.zeros(0, xp.int64)
+    if len(cnt) == 0:
+        return empty, empty, empty
+    ends = xp.cumsum(cnt)
+    total = int(ends[-1])
+    boundary = xp.flatnonzero(xp.concatenate([px[1:] != px[:-1], xp.ones(1, bool)]))
+    cuts, inside = _cuts(xp, ends, boundary, total, cap)
+    need_flat = xp.asarray(need.reshape(-1).astype(np.int32))
+    n_col = need.shape[1]
+    found = []
+    for s, e in zip(cuts[:-1], cuts[1:]):
+        a = _find(xp, ends, s)
+        b = _find(xp, ends, e - 1) + 1
+        starts = ends[a:b] - cnt[a:b]
+        begin = xp.maximum(starts, s)
+        seg, within = _segment_ids(xp, xp.minimum(ends[a:b], e) - begin)
+        ent = a + seg
+        idx = lo[ent] + (begin - starts)[seg] + within
+        x, i = px[ent], pi[ent]
+        y, j = e_group[idx].astype(xp.int64), e_pos[idx].astype(xp.int64)
+        lx, ly = probe.lengths[x].astype(xp.int64), index.lengths[y].astype(xp.int64)
+        nd = need_flat[lx * n_col + ly]
+        keep = xp.flatnonzero(xp.minimum(lx - i, ly - j) >= nd)  # step 3
+        if len(keep) == 0:
+            continue
+        x, y, i, j, lx, ly, nd = (v[keep] for v in (x, y, i, j, lx, ly, nd))
+        pair = (x - x[0]) * n_index + y  # x ascends along the slice
+        order = _stable_argsort(xp, pair)  # step 4: for each pair, its smallest i first
+        sel = order[_firsts(xp, pair[order])]
+        x, y, i, j, lx, ly, nd = (v[sel] for v in (x, y, i, j, lx, ly, nd))
+        ov = _verify(xp, probe, index, (x, y, i, j, lx, ly), cap)  # step 5
+        ok = xp.flatnonzero(ov >= nd)
+        found.append((x[ok], y[ok], ov[ok]))
+    if not found:
+        return empty, empty, empty
+    x, y, ov = (xp.concatenate([f[c] for f in found]) for c in range(3))
+    if inside and len(x):  # a probe group cut between slices: keep each pair once, with its largest (exact) count
+        order = _stable_argsort(xp, -ov)
+        order = order[_stable_argsort(xp, (x * n_index + y)[order])]
+        order = order[_firsts(xp, (x * n_index + y)[order])]
+        x, y, ov = x[order], y[order], ov[order]
+    return x, y, ov
+
+
+def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
+    """Step 5: ``|x[i:] ∩ y[j:]|`` per candidate, int64 (n_cand,), the shorter remainder looked up
+    in the other side's keys; in pieces of at most ``cap`` looked-up tokens."""
+    x, y, i, j, lx, ly = cand
+    rx, ry = lx - i, ly - j
+    from_probe = rx <= ry
+    work = xp.minimum(rx, ry)
+    out = xp.zeros(len(x), xp.int64)
+    ends = xp.cumsum(work)
+    total = int(ends[-1]) if len(work) else 0
+    cuts, _ = _cuts(xp, ends, xp.arange(len(work)), total, cap)
+    for s, e in zip(cuts[:-1], cuts[1:]):
+        a = _find(xp, ends, s)
+        b = _find(xp, ends, e - 1) + 1
+        rows = xp.arange(a, b)
+        for side in (True, False):
+            r = rows[from_probe[a:b] == side]
+            if len(r) == 0:
+                continue
+            if side:
+                src, start, dst, dst_row = probe, probe.offsets[x[r]] + i[r], index, y[r]
+            else:
+                src, start, dst, dst_row = index, index.offsets[y[r]] + j[r], probe, x[r]
+            seg, within = _segment_ids(xp, work[r])
+            hit = _member(xp, dst, dst_row[seg], src.tokens[start[seg] + within])
+            sums = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(hit.astype(xp.int64))])
+            stop = xp.cumsum(work[r])
+            out[r] = sums[stop] - sums[stop - work[r]]
+    return out
+
+
+def _member(xp, groups: _Groups, row, token):
+    """Whether ``token`` (int32, ``xp``) is in group ``row``'s set, bool of token's shape: a binary
+    search inside each row at once, ``bit_length(longest set)`` vectorised steps (a search confined
+    to the row touches a few cache lines, where one over every token of the side would not)."""
+    last = len(groups.tokens) - 1
+    if last < 0:
+        return xp.zeros(len(token), bool)
+    lo = groups.offsets[row]
+    stop = hi = groups.offsets[row + 1]
+    for _ in range(groups.steps):
+        mid = (lo + hi) >> 1
+        less = groups.tokens[xp.minimum(mid, last)] < token
+        active = lo < hi
+        lo = xp.where(active & less, mid + 1, lo)
+        hi = xp.where(active & ~less, mid, hi)
+    return (lo < stop) & (groups.tokens[xp.minimum(lo, last)] == token)
+
+
+def _expand(xp, directed, q_groups: _Groups, t_groups: _Groups, include_self: bool):
+    """Step 6a: directed group pairs ``(q group, t group, overlap, mode)`` as member pairs
+    ``(query set, doc set, overlap, doc length)``, int64 arrays in ``xp``. Mode 0: every member pair;
+    1: groups of one length, each unordered member pair once, under the lower set index; 2: inside a
+    group, the pairs ``a < b`` (and ``a == b`` with ``include_self``)."""
+    dq, dt, dov, mode = directed
+    sq = (q_groups.member_offsets[dq + 1] - q_groups.member_offsets[dq])
+    st = (t_groups.member_offsets[dt + 1] - t_groups.member_offsets[dt])
+    seg, w = _segment_ids(xp, sq * st)
+    wide = st[seg]
+    a = q_groups.members[q_groups.member_offsets[dq][seg] + w // wide]
+    b = t_groups.members[t_groups.member_offsets[dt][seg] + w % wide]
+    m = mode[seg]
+    keep = (m != 2) | (a < b) | ((a == b) if include_self else False)
+    q = xp.where(m == 1, xp.minimum(a, b), a)
+    d = xp.where(m == 1, xp.maximum(a, b), b)
+    return q[keep], d[keep], dov[seg][keep], t_groups.lengths[dt][seg][keep].astype(xp.int64)
+
+
+def _score_value(xp, ov, ql, dl, score: str):
+    """The score as float64 (cosine: its square), an exact order key (step 6)."""
+    o = ov.astype(xp.float64)
+    q, d = ql.astype(xp.float64), dl.astype(xp.float64)
+    if score == "overlap":
+        return o
+    num, den = {"braun_blanquet": (o, xp.maximum(q, d)), "containment": (o, q), "dice": (o, q + d),
+                "jaccard": (o, q + d - o), "cosine": (o * o, q * d)}[score]
+    return num / xp.maximum(den, 1.0)  # den == 0 only where o == 0: the 0 of 0/0
+
+
+def _order(xp, n_queries: int, pairs, query_len, doc_ids: np.ndarray, score: str, k):
+    """Step 6b: member pairs as :class:`ThresholdPairs` (host), each query's best first, ties by doc id."""
+    q, pos, ov, dl = pairs
+    value = _score_value(xp, ov, xp.asarray(np.asarray(query_len, dtype=np.int64))[q], dl, score)
+    order = _stable_argsort(xp, pos)
+    order = order[_stable_argsort(xp, -value[order])]
+    order = order[_stable_argsort(xp, q[order])]
+    q, pos, ov, dl = q[order], pos[order], ov[order], dl[order]
+    if k is not None:
+        keep = xp.flatnonzero(xp.arange(len(q)) - xp.searchsorted(q, q, side="left") < k)
+        q, pos, ov, dl = q[keep], pos[keep], ov[keep], dl[keep]
+    offsets = np.zeros(n_queries + 1, np.int64)
+    if len(q):
+        np.cumsum(_host(xp, xp.bincount(q, minlength=n_queries)), out=offsets[1:])
+    return ThresholdPairs(offsets, np.asarray(doc_ids, dtype=np.int64)[_host(xp, pos)],
+                          _host(xp, ov).astype(np.int32), _host(xp, dl).astype(np.int32))
+
+
+def _check_k(k):
+    if k is not None and k < 1:
+        raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
+
+
+def _positive(threshold, score: str) -> Fraction:
+    t = parse_threshold(threshold, score)
+    if not join_applies(t):
+        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+    return t
+
+
+class ArrayDocSide:
+    """A corpus prepared for threshold joins at one threshold and score, in ``xp`` memory.
+
+    Parameters
+    ----------
+    docs : SetBatch
+        ``n_docs`` sets (host memory).
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing ids (position order is id order).
+    threshold : value taken by :func:`settopk.kernels.parse_threshold`
+        ``T > 0``.
+    score : str
+        One of :data:`settopk.kernels.SCORES`.
+    max_len : int
+        Bound on set sizes: the index prefixes serve queries of any length up to it.
+    backend : {"numpy", "cupy"}
+        Where the prepared arrays live (host, or the current CUDA device) and the join runs.
+    slice_entries : int, optional
+        Candidate entries per slice (:data:`SLICE_ENTRIES`): bounds the join's working memory.
+
+    Attributes
+    ----------
+    threshold : fractions.Fraction
+        ``T``.
+
+    Raises
+    ------
+    ValueError
+        If ``T == 0`` (every pair passes: no prefix filter applies; use a scan), the threshold,
+        score or backend is invalid, or ``slice_entries < 1``.
+
+    Notes
+    -----
+    Device memory (``cupy``): the docs' group sets (12 bytes per token of a distinct set) and the
+    index entries (16 bytes per prefix token), besides the host copy of the prepared sets.
+    """
+
+    def __init__(self, docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
+                 slice_entries: int | None = None):
+        self.score = check_score(score)
+        key_scale(max_len, score)
+        self.threshold = _positive(threshold, score)
+        self.xp = array_module(backend)
+        self.cap = int(slice_entries or SLICE_ENTRIES)
+        if self.cap < 1:
+            raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
+        self.max_len = max_len
+        self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        self.rank = frequency_order(docs.tokens, docs.id_bound)
+        self.sets = prepare_sets(docs, self.rank)
+        self.groups = _Groups(self.xp, self.sets)
+        plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
+        self.entries = _index_entries(self.xp, self.groups, plan.index_prefix[self.groups.host_len])
+
+    @property
+    def n_docs(self) -> int:
+        """Docs of the corpus."""
+        return self.sets.n_sets
+
+    def probe(self, queries: SetBatch, k: int | None = None, min_doc_len=None) -> ThresholdPairs:
+        """Every (query, doc) pair whose score reaches the threshold, exactly, best first.
+
+        Parameters
+        ----------
+        queries : SetBatch
+            ``n_queries`` sets (host memory) in the docs' id space (an id no doc holds matches nothing).
+        k : int, optional
+            Keep each query's ``k`` best pairs; None keeps all.
+        min_doc_len : array_like of int, shape (n_queries,), optional
+            Per query, only docs at least this long.
+
+        Returns
+        -------
+        ThresholdPairs
+            Host arrays, as :meth:`settopk.kernels.NumpyShardIndex.threshold_search`.
+
+        Raises
+        ------
+        ValueError
+            If ``k < 1`` or ``min_doc_len`` does not have one entry per query.
+        """
+        _check_k(k)
+        xp, n_q = self.xp, queries.n_sets
+        floor = None
+        if min_doc_len is not None:
+            floor = np.asarray(min_doc_len, dtype=np.int64)
+            if floor.shape != (n_q,):
+                raise ValueError(f"min_doc_len must have shape ({n_q},) (one per query), found {floor.shape}")
+        if n_q == 0 or self.n_docs == 0:
+            return ThresholdPairs(np.zeros(n_q + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32),
+                                  np.zeros(0, np.int32))
+        rank = self.rank
+        if queries.id_bound > len(rank):  # ids no doc holds rank after every doc id
+            rank = np.concatenate([rank, np.arange(len(rank), queries.id_bound, dtype=np.int32)])
+        q_sets = prepare_sets(queries, rank)
+        probe = _Groups(xp, q_sets)
+        plan = length_plan(self.threshold, self.score, self.max_len, q_sets.lengths, self.sets.lengths, ordered=False)
+        q_len = probe.host_len
+        lo = plan.lo[q_len]
+        if floor is not None:  # the group's least floor here, each member's at the end
+            group_floor = np.full(q_sets.n_groups, np.iinfo(np.int64).max)
+            np.minimum.at(group_floor, q_sets.group_of, floor)
+            lo = np.maximum(lo, group_floor)
+        d_len = self.groups.host_len
+        first = np.searchsorted(d_len, lo, side="left").astype(np.int64)
+        end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int64)
+        x, y, ov = _join(xp, probe, plan.probe_prefix[q_len], first, end, self.groups, self.entries, plan.need,
+                         self.cap)
+        q, d, ov, dl = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
+        if floor is not None:
+            keep = xp.flatnonzero(dl >= xp.asarray(floor)[q])
+            q, d, ov, dl = q[keep], d[keep], ov[keep], dl[keep]
+        return _order(xp, n_q, (q, d, ov, dl), queries.lengths, self.doc_ids, self.score, k)
+
+
+def prepare_docs(docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
+                 slice_entries: int | None = None) -> ArrayDocSide:
+    """The doc side of an R-S join on the ``numpy`` or ``cupy`` backend (:class:`ArrayDocSide`;
+    :func:`settopk.kernels.join.prepare_docs` dispatches here)."""
+    return ArrayDocSide(docs, doc_ids, threshold, score, max_len, backend=backend, slice_entries=slice_entries)
+
+
+def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
+              include_self: bool = False, k: int | None = None, slice_entries: int | None = None) -> ThresholdPairs:
+    """The threshold self-join of a corpus on the ``numpy`` or ``cupy`` backend.
+
+    Parameters
+    ----------
+    sets : SetBatch
+        ``n_docs`` sets (host memory); each is also a query.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing doc ids.
+    threshold, score, max_len, backend, slice_entries
+        As :class:`ArrayDocSide`.
+    include_self : bool
+        Also each doc's pair with itself (where its own score reaches ``T``).
+    k : int, optional
+        Keep each query's ``k`` best pairs; None keeps all.
+
+    Returns
+    -------
+    ThresholdPairs
+        Host arrays, ``n_queries = n_docs``, under the self-join rule of
+        :func:`settopk.kernels.self_join_keep` (see :func:`settopk.kernels.join.self_join`).
+
+    Raises
+    ------
+    ValueError
+        As :class:`ArrayDocSide`, or ``k < 1``.
+    """
+    score = check_score(score)
+    _check_k(k)
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    if score == "containment":  # not symmetric: every ordered pair, through the R-S probe
+        pairs = ArrayDocSide(sets, doc_ids, threshold, score, max_len, backend=backend,
+                             slice_entries=slice_entries).probe(sets)
+        return _drop_own(pairs, doc_ids, include_self, k)
+    t = _positive(threshold, score)
+    xp = array_module(backend)
+    cap = int(slice_entries or SLICE_ENTRIES)
+    if cap < 1:
+        raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
+    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+    groups = _Groups(xp, js)
+    g_len = groups.host_len
+    plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
+    entries = _index_entries(xp, groups, plan.index_prefix[g_len])
+    first = np.searchsorted(g_len, plan.lo[g_len], side="left").astype(np.int64)
+    # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
+    end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), np.arange(len(g_len))).astype(np.int64)
+    x, y, ov = _join(xp, groups, plan.probe_prefix[g_len], first, end, groups, entries, plan.need, cap)
+    # y is never longer than x: y's members are the queries; at one length, the lower set index.
+    mode = (groups.lengths[y] == groups.lengths[x]).astype(xp.int64)
+    need_self = plan.need[g_len, g_len]
+    sizes = np.diff(js.group_offsets)
+    inside = np.flatnonzero((sizes > (0 if include_self else 1)) & (need_self <= g_len))
+    inside_d = xp.asarray(inside.astype(np.int64))
+    directed = (xp.concatenate([y, inside_d]), xp.concatenate([x, inside_d]),
+                xp.concatenate([ov, xp.asarray(g_len[inside].astype(np.int64))]),
+                xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
+    pairs = _expand(xp, directed, groups, groups, include_self)
+    return _order(xp, js.n_sets, pairs, js.lengths, doc_ids, score, k)
+
+
+def _drop_own(pairs: ThresholdPairs, doc_ids: np.ndarray, include_self: bool, k) -> ThresholdPairs:
+    """A containment self-join from the corpus probed with itself: every ordered pair but ``(d, d)``
+    (unless ``include_self``), each query's first ``k``."""
+    row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
+    keep = np.ones(len(row), bool) if include_self else pairs.doc_ids != doc_ids[row]
+    if k is not None:
+        rank = np.cumsum(keep) - 1 - np.repeat(np.concatenate([[0], np.cumsum(keep)])[pairs.offsets[:-1]], pairs.counts)
+        keep &= rank < k
+    offsets = np.zeros_like(pairs.offsets)
+    np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
+    return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])
