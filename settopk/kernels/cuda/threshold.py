@@ -3,10 +3,11 @@ query reaches ``T``, exactly, on the GPU. CuPy is imported inside the methods.
 
 Method
 ------
-Where ``T > 0`` the search is the threshold join of :mod:`settopk.kernels.join.arrays` run in CuPy
+Where ``T > 0`` and ``routing`` is not ``"scan"``, the search is the threshold join of :mod:`settopk.kernels.join.arrays` run in CuPy
 (frequency order, identical docs grouped, prefix, length and positional filters, sort-join and
 ``searchsorted`` verification on the device), its doc side prepared at the first search of a
-threshold and kept on the index. At ``T == 0`` (every pair passes, none is prefix filtered):
+threshold and kept on the index. With ``routing="scan"``, or at ``T == 0`` (every pair passes, none
+is prefix filtered):
 
 The count kernel of the top-k search (``count_emit`` in ``bitslice_topk.cu``) already emits exactly
 the docs with ``key >= F`` for a bound ``(F, 2**31 - 1)`` that never moves. A threshold search is that
@@ -149,7 +150,7 @@ class ThresholdSearch:
         self.last_routing = self._fresh_routing()
         n_q = queries.n_sets
         lengths = queries.lengths
-        if self.n_docs and t > 0:
+        if self.n_docs and t > 0 and self.routing != "scan":
             return self._joined(queries, t, k, min_doc_len)
         if self.n_docs and n_q:
             floor = threshold_floors(t, lengths, self._lengths_present(), self.max_len, self.score, min_doc_len)
