@@ -80,3 +80,10 @@ def test_a_missing_dataset_and_a_missing_peer_binary_are_input_errors(tmp_path):
 
 def test_peer_binary_without_a_real_section_is_a_config_error():
     assert cli.main(["--config", "threshold-peers", "--peer-binary", "/bin/true", "--quiet"]) == cli.EXIT_BAD_INPUT
+
+
+def test_setsimilaritysearch_runs_cheapest_first_on_each_side_of_the_probe():
+    from settopk.jobs.bench.real_peers import sss_plan
+
+    assert sss_plan([0.5, 0.6, 0.7, 0.8, 0.9], 0.7) == ([0.9, 0.8], [0.6, 0.5])
+    assert sss_plan([0.9, 0.5], 0.7) == ([0.9], [0.5]) and sss_plan([0.7], 0.7) == ([], [])

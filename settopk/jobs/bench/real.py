@@ -15,9 +15,9 @@ for each threshold ``T`` of ``real.thresholds``:
   their own join timer (CPU time of ``algoindex + algojoin``; frequency order and sorting done
   before, untimed), min of ``repetitions`` after ``warmup``.
 - **SetSimilaritySearch** ``all_pairs`` (exact, pure Python, one thread), ``baseline_repetitions``
-  (default 1) runs: first at ``real.sss_probe``; it runs at another threshold only while the run
-  before it, from the probe outward, stayed under ``real.sss_budget_s`` (lower thresholds take
-  longer); the cells it skips say so.
+  (default 1) runs: first at ``real.sss_probe``; then the thresholds above it, highest (cheapest)
+  first, and those below it, from the probe down, each side stopping after a run over
+  ``real.sss_budget_s`` (the probe's run gates the side below); the cells it skips say so.
 
 Every side's pair count and :func:`settopk.jobs.bench.real_peers.pair_digest` must equal settopk's,
 else :class:`settopk.jobs.bench.common.ExactnessError` (the result JSON then holds the differences).
@@ -163,8 +163,10 @@ def _sss_rows(cfg, peer_input: PeerInput, thresholds: list[float]) -> dict:
         return row
 
     out[real.sss_probe] = measure(real.sss_probe)
-    for side in sss_plan(thresholds, real.sss_probe):
-        last, last_t = out[real.sss_probe]["min_s"], real.sss_probe
+    above, below = sss_plan(thresholds, real.sss_probe)
+    # Above the probe each run is cheaper than the probe's, so those start afresh from the highest;
+    # below it each costs more than the one before, so the probe's time gates the first.
+    for side, last, last_t in ((above, 0.0, None), (below, out[real.sss_probe]["min_s"], real.sss_probe)):
         for t in side:
             if last > real.sss_budget_s:
                 out[t] = {"skipped": f"its run at {last_t} took {last:.0f} s, over the {real.sss_budget_s:.0f} s budget"}

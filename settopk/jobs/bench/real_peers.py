@@ -168,8 +168,9 @@ def run_cpp(binary: str, peer_input: PeerInput, algorithm: str, threshold: float
 
 
 def sss_plan(thresholds: list[float], probe: float) -> tuple[list[float], list[float]]:
-    """SetSimilaritySearch's order of thresholds after the probe: ``(above, below)``, each from the
-    probe outward (above: highest first, so that a stop leaves the cheapest ones run)."""
+    """SetSimilaritySearch's order of thresholds after the probe: ``(above, below)``, each cheapest
+    first (above: highest first; below: from the probe down), so that a run over the budget stops its
+    side with every cheaper threshold already run."""
     above = sorted((t for t in thresholds if t > probe), reverse=True)
     below = sorted((t for t in thresholds if t < probe), reverse=True)
     return above, below
