@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Index", "TopK", "score", "__version__"]
+__all__ = ["Index", "Pairs", "TopK", "dedup", "score", "__version__"]
 
 # Public name -> the module that defines it, imported on first access (PEP 562) so that
 # ``import settopk`` stays cheap.
 _LAZY = {
     "Index": "settopk.index",
     "TopK": "settopk.index",
+    "Pairs": "settopk.index",
+    "dedup": "settopk.index",
     "score": "settopk.jobs.api",
 }
 

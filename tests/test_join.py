@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settopk.kernels import SCORES, SetBatch, brute_force_threshold, parse_threshold, self_join_keep
-from settopk.kernels.join import join_applies, prepare_docs, self_join
+from settopk.kernels.join import join_applies, prepare_docs, self_join, threshold_join
 from settopk.kernels.join.prepare import frequency_order, prepare_sets
 
 pytest.importorskip("numba")
@@ -144,3 +144,48 @@ def test_retail_pair_counts():
     # Exact counts of the unordered pairs, identical sets included (shared/README.md).
     for text, pairs in (("0.5", 5_081_632), ("0.7", 609_104), ("0.8", 568_171), ("0.9", 563_005)):
         assert len(self_join(batch, ids, text, "jaccard", 128).doc_ids) == pairs
+
+
+@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+       k=st.sampled_from([None, 1]))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_threshold_join_equals_the_oracle(docs, queries, score, pick, k):
+    text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
+    ids = _ids(len(docs))
+    queries = queries + queries[:5]  # identical queries, probed once
+    got = threshold_join(SetBatch.from_lists(docs), ids, SetBatch.from_lists(queries), text, score, max_len=16, k=k)
+    want = brute_force_threshold(docs, queries, Fraction(parse_threshold(text, score)), doc_ids=ids.tolist(), score=score)
+    assert got.n_queries == len(queries)
+    assert [got.row(q) for q in range(len(queries))] == [w[:k] for w in want]
+
+
+def test_unknown_backend_is_refused():
+    batch = SetBatch.from_lists([[1, 2]])
+    with pytest.raises(ValueError, match="backend must be one of"):
+        threshold_join(batch, _ids(1), batch, "0.5", "jaccard", max_len=16, backend="gpu")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_prepare_groups_match_a_plain_grouping(seed):
+    """Lengths held by many sets (sorted as one matrix each) and by few (one key sort), against dicts."""
+    rng = np.random.default_rng(seed)
+    sets = []
+    for _ in range(400):
+        if sets and rng.random() < 0.4:
+            sets.append(sets[rng.integers(len(sets))])
+        else:
+            size = int(rng.integers(0, 5)) if rng.random() < 0.9 else int(rng.integers(5, 60))
+            sets.append(sorted(rng.choice(300, size, replace=False).tolist()))
+    batch = SetBatch.from_lists(sets)
+    rank = frequency_order(batch.tokens, batch.id_bound)
+    js = prepare_sets(batch, rank)
+    want = {}
+    for i, s in enumerate(sets):
+        want.setdefault(tuple(sorted(s)), []).append(i)
+    order = sorted(want.values(), key=lambda m: (len(sets[m[0]]), m[0]))
+    groups = [js.group_members[a:b].tolist() for a, b in zip(js.group_offsets[:-1], js.group_offsets[1:])]
+    assert groups == order
+    assert js.group_rep.tolist() == [m[0] for m in order]
+    assert np.array_equal(js.group_of[js.group_members], np.repeat(np.arange(len(order)), [len(m) for m in order]))
+    for i, s in enumerate(sets):
+        assert js.tokens[js.offsets[i]:js.offsets[i + 1]].tolist() == sorted(rank[s].tolist())

@@ -254,10 +254,17 @@ class OutputConfig:
     row_group_rows : int
         Target rows per Parquet row group; the writer rounds it down to whole
         queries (a multiple of the rows per query) so no query spans two groups.
+    pairs_per_piece : int
+        A threshold run's bound on the pairs one step holds (issue 46): a merge task merges and
+        writes a batch's pairs in pieces of whole queries of about this many (one query alone
+        may pass it, by at most its own pairs), the driver cuts the query batches after the
+        first so that a shard's answer to one holds about this many, and ``--dedup`` contracts
+        this many pairs at a time. Results do not depend on it.
     """
 
     partition: str = "none"
     row_group_rows: int = 131_072
+    pairs_per_piece: int = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -373,6 +380,9 @@ class JobConfig(SearchConfig):
             problems.append(f"output.partition must be one of {PARTITIONS}, found {self.output.partition!r}")
         if self.output.row_group_rows < 1:
             problems.append(f"output.row_group_rows must be >= 1, found {self.output.row_group_rows}")
+        if isinstance(self.output.pairs_per_piece, bool) or not isinstance(self.output.pairs_per_piece, int) \
+                or self.output.pairs_per_piece < 1:
+            problems.append(f"output.pairs_per_piece must be an integer >= 1, found {self.output.pairs_per_piece!r}")
         if self.on_invalid not in ("error", "quarantine"):
             problems.append(f"on_invalid must be 'error' or 'quarantine', found {self.on_invalid!r}")
         if self.threshold_exchange not in (True, False, "auto"):

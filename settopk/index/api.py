@@ -29,7 +29,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pyarrow as pa
 
 from settopk.kernels import DEFAULT_SCORE, SetBatch, build_index, check_score, score_definition, score_value
 from settopk.kernels import TopK as _KernelTopK
@@ -39,7 +38,7 @@ from settopk.shards.inputs import InputError, SetLimits
 from settopk.shards.inputs.vocabulary import WideSets
 from settopk.shards.results import RESULT_SCHEMA, results_table
 
-from .inputs import SETS, TABLE, frame_table, read_doc_sets, read_query_sets
+from .inputs import SETS, TABLE, checked_query_ids, frame_table, read_doc_sets, read_query_sets
 from .tokens import TokenDictionary
 
 __all__ = ["BACKENDS", "Index", "InputError", "MAX_K", "TopK"]  # InputError: what build and search raise for bad input
@@ -119,7 +118,7 @@ class TopK:
                 raise ValueError(f"TopK.{name} must be a {np.dtype(dtype)} array of shape {want}, found {found}")
         check_score(self.score)
         if self.query_ids is not None:
-            object.__setattr__(self, "query_ids", _checked_query_ids(self.query_ids, shape[0]))
+            object.__setattr__(self, "query_ids", checked_query_ids(self.query_ids, shape[0]))
 
     @property
     def n_queries(self) -> int:
@@ -163,7 +162,7 @@ class TopK:
             position).
         """
         if query_ids is not None:
-            ids = _checked_query_ids(query_ids, self.n_queries)
+            ids = checked_query_ids(query_ids, self.n_queries)
         else:
             ids = self.query_ids if self.query_ids is not None else [str(i) for i in range(self.n_queries)]
         table = results_table(ids, self.query_len, _KernelTopK(self.doc_ids, self.overlap, self.doc_len), self.score)
@@ -244,6 +243,7 @@ class Index:
             self.vocab_size = self._dictionary.vocab_size
         self.threads = None if threads is None else int(threads)
         self.doc_ids = ids
+        self._sets = sets  # the docs in the kernels' ids: a self-join's queries (settopk.index.join)
         # An empty corpus needs no backend index: every row of every search is padding.
         self._index = None if sets.n_sets == 0 else build_index(
             self.backend, ids, sets, max_len=self.max_len, vocab_size=self.vocab_size, score=score, routing=routing,
@@ -404,12 +404,7 @@ class Index:
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1 or None, found {batch_size!r}")
         k = int(k)
-        queries = frame_table(queries)
-        if self._dictionary is None:
-            query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
-        else:  # any integer is a token value here: small ones come as ids, the others as values
-            query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=MAX_VOCAB, max_len=self.max_len), True)
-            sets = self._dictionary.queries(sets, _source_name(queries), query_ids)
+        query_ids, sets = self._read_queries(queries)
         n = sets.n_sets
         query_len = sets.lengths.astype(np.int16)
         width = min(k, self.n_docs)  # the backend ranks every doc, so a row holds min(k, n_docs) of them
@@ -423,6 +418,40 @@ class Index:
         return TopK(found.doc_ids, scores, found.overlap.astype(np.int16, copy=False), query_len,
                     found.doc_len.astype(np.int16, copy=False), self.score,
                     None if query_ids is None else tuple(query_ids))
+
+    def threshold_search(self, queries, threshold, *, k: int | None = None):
+        """Every (query, doc) pair whose score reaches ``threshold``, exactly (ties pass), best first.
+
+        ``queries`` as :meth:`search` takes them; ``threshold`` exact (``"0.8"``, ``0.8`` and
+        ``"4/5"`` are one); ``k`` caps each query's pairs (None: all). Returns a
+        :class:`settopk.Pairs` (host arrays of shape (n_pairs,)); raises
+        :class:`settopk.index.join.JoinArgumentError` for a bad ``threshold`` or ``k``, else as
+        :meth:`search`. Parameters, returns and errors in full: :func:`settopk.index.join.threshold_search`.
+        """
+        from .join import threshold_search
+
+        query_ids, sets = self._read_queries(queries)
+        return threshold_search(self, query_ids, sets, threshold, k)
+
+    def self_join(self, threshold, *, include_self: bool = False, k: int | None = None):
+        """Every pair of docs whose score reaches ``threshold``, under the job's self-join rule: each
+        unordered pair once, under its shorter doc (the lower id at equal lengths), for every score
+        but containment (every ordered pair); a doc with itself only with ``include_self``.
+        Returns a :class:`settopk.Pairs` whose ``query_index`` is the query doc's id. Parameters,
+        returns and errors in full: :func:`settopk.index.join.self_join`.
+        """
+        from .join import self_join
+
+        return self_join(self, self._sets, threshold, include_self, k)
+
+    def _read_queries(self, queries):
+        """``(query_ids or None, SetBatch in the kernels' ids)`` of queries as :meth:`search` takes them."""
+        queries = frame_table(queries)
+        if self._dictionary is None:
+            return read_query_sets(queries, SetLimits(vocab_size=self.vocab_size, max_len=self.max_len))
+        # any integer is a token value here: small ones come as ids, the others as values
+        query_ids, sets = read_query_sets(queries, SetLimits(vocab_size=MAX_VOCAB, max_len=self.max_len), True)
+        return query_ids, self._dictionary.queries(sets, _source_name(queries), query_ids)
 
     def _search_batches(self, sets: SetBatch, query_len: np.ndarray, k: int, batch_size: int):
         """The backend's TopK of every query and its float64 scores, shape (n_queries, k).
@@ -501,30 +530,6 @@ def _pad(found: _KernelTopK, scores: np.ndarray, k: int) -> tuple[_KernelTopK, n
     wide = np.full((n, k), -np.inf)
     doc_ids[:, :width], overlap[:, :width], doc_len[:, :width], wide[:, :width] = found.doc_ids, found.overlap, found.doc_len, scores
     return _KernelTopK(doc_ids, overlap, doc_len), wide
-
-
-def _checked_query_ids(query_ids, n_queries: int) -> tuple[str, ...]:
-    """``query_ids`` (a sequence of str, or an Arrow Array or ChunkedArray of strings) as a tuple of
-    ``n_queries`` unique str; anything else raises ValueError naming the position at fault."""
-    if isinstance(query_ids, (pa.Array, pa.ChunkedArray)):
-        kind = query_ids.type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
-            raise ValueError(f"query_ids must be strings (the result's query_id column), found an Arrow array of type {kind}")
-    ids = tuple(query_ids.to_pylist() if isinstance(query_ids, (pa.Array, pa.ChunkedArray)) else query_ids)
-    if len(ids) != n_queries:
-        raise ValueError(f"query_ids must name each of the {n_queries} queries, found {len(ids)} ids")
-    wrong = next((i for i, q in enumerate(ids) if not isinstance(q, str)), None)
-    if wrong is not None:
-        q = ids[wrong]
-        raise ValueError(f"query_ids must be strings (the result's query_id column), found {type(q).__name__} {q!r} "
-                         f"at position {wrong} (0-based)")
-    if len(set(ids)) != len(ids):
-        seen: dict[str, int] = {}
-        for i, q in enumerate(ids):
-            if q in seen:
-                raise ValueError(f"query_ids must be unique, found {q!r} at rows {seen[q]} and {i} (0-based)")
-            seen[q] = i
-    return ids
 
 
 def _cuda_devices() -> int:

@@ -41,7 +41,7 @@ from settopk.shards.inputs.vocabulary import WideSets, dedup_values, kind_of_typ
 # rules (and gets exactly the messages) of a Parquet file holding it.
 from settopk.shards.inputs.parquet import check_schema, validate_batch, duplicate_error, mixed_types_error
 
-__all__ = ["TABLE", "SETS", "frame_table", "read_doc_sets", "read_query_sets"]
+__all__ = ["TABLE", "SETS", "checked_query_ids", "frame_table", "read_doc_sets", "read_query_sets"]
 
 TABLE = "<arrow table>"
 """How errors name an Arrow table input (in place of a file path)."""
@@ -457,3 +457,27 @@ def _first_non_integer(values: list) -> int:
 def _show(value, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def checked_query_ids(query_ids, n_queries: int) -> tuple[str, ...]:
+    """``query_ids`` (a sequence of str, or an Arrow Array or ChunkedArray of strings) as a tuple of
+    ``n_queries`` unique str; anything else raises ValueError naming the position at fault."""
+    if isinstance(query_ids, (pa.Array, pa.ChunkedArray)):
+        kind = query_ids.type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+            raise ValueError(f"query_ids must be strings (the result's query_id column), found an Arrow array of type {kind}")
+    ids = tuple(query_ids.to_pylist() if isinstance(query_ids, (pa.Array, pa.ChunkedArray)) else query_ids)
+    if len(ids) != n_queries:
+        raise ValueError(f"query_ids must name each of the {n_queries} queries, found {len(ids)} ids")
+    wrong = next((i for i, q in enumerate(ids) if not isinstance(q, str)), None)
+    if wrong is not None:
+        q = ids[wrong]
+        raise ValueError(f"query_ids must be strings (the result's query_id column), found {type(q).__name__} {q!r} "
+                         f"at position {wrong} (0-based)")
+    if len(set(ids)) != len(ids):
+        seen: dict[str, int] = {}
+        for i, q in enumerate(ids):
+            if q in seen:
+                raise ValueError(f"query_ids must be unique, found {q!r} at rows {seen[q]} and {i} (0-based)")
+            seen[q] = i
+    return ids

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from settopk.kernels import DEFAULT_SCORE, score_definition
+from settopk.kernels import DEFAULT_SCORE, ThresholdPairs, score_definition
 from settopk.shards import drop_own_docs, merge_topk, scatter_rounds
 
 from .output import PartWriter, results_table
@@ -159,9 +159,11 @@ def _fetched(results: list) -> list:
 
 def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarray, cap: int | None, max_len: int,
                           layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list,
-                          score: str = DEFAULT_SCORE, self_join: bool = False, include_self: bool = False) -> dict:
+                          score: str = DEFAULT_SCORE, self_join: bool = False, include_self: bool = False,
+                          piece_pairs: int | None = None) -> dict:
     """A threshold run's :func:`merge_and_write_chunk`: merge one chunk's shard pairs exactly and
-    commit them as part ``index``, batch by batch (a chunk's pairs are never all in memory).
+    commit them as part ``index``, batch by batch, each batch in pieces of whole queries of at
+    most ``piece_pairs`` pairs (a chunk's pairs are never all in memory, nor a batch's merge).
 
     Parameters
     ----------
@@ -176,11 +178,15 @@ def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarra
         A self-join's rule (:func:`settopk.jobs.threshold_job.merge_pairs_table`): no doc paired
         with itself unless ``include_self``, each unordered pair once (under the lower id's query)
         for every score but containment.
+    piece_pairs : int, optional
+        Most pairs (before the self-join rule and the cap) merged and written at once; a query
+        with more is a piece alone. None: a batch at a time.
 
     Returns
     -------
     dict
-        ``rows`` written, ``merge_s`` and ``write_s`` (seconds).
+        ``rows`` written, ``merge_s`` and ``write_s`` (seconds), ``largest_piece`` (the most pairs
+        one merge held).
 
     Raises
     ------
@@ -200,25 +206,53 @@ def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarra
     writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
     own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if self_join else None
     counts = []
+    largest = 0
     try:
         for layout in layouts:
             fetched = _fetched(results[position : position + len(layout.shard_lists)])
             position += len(layout.shard_lists)
             start = time.perf_counter()
-            lo, hi = layout.lo, layout.hi
-            table, n = merge_pairs_table(query_ids[lo:hi], query_len[lo:hi],
-                                         [(rows, pairs) for (_, rows), pairs in zip(layout.shard_lists, fetched)],
-                                         max_len, score, k=cap, own_ids=None if own_ids is None else own_ids[lo:hi],
-                                         include_self=include_self, with_counts=True)
-            counts.append(n)
-            middle = time.perf_counter()
-            writer.write(table)
-            merge_s += middle - start
-            write_s += time.perf_counter() - middle
+            lo = layout.lo
+            shard_pairs = [(np.asarray(rows, np.int64), pairs) for (_, rows), pairs in zip(layout.shard_lists, fetched)]
+            for a, b, piece in _pieces(layout.hi - lo, shard_pairs, piece_pairs):
+                largest = max(largest, sum(len(p.doc_ids) for _, p in piece))
+                table, n = merge_pairs_table(query_ids[lo + a : lo + b], query_len[lo + a : lo + b], piece, max_len,
+                                             score, k=cap, own_ids=None if own_ids is None else own_ids[lo + a : lo + b],
+                                             include_self=include_self, with_counts=True)
+                counts.append(n)
+                middle = time.perf_counter()
+                writer.write(table)
+                merge_s += middle - start
+                write_s += time.perf_counter() - middle
+                start = time.perf_counter()
         counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
         writer.add_metadata(pair_counts_metadata(counts))
         write_s += _timed(writer.close)
     except BaseException:
         writer.abort()
         raise
-    return {"rows": int(counts.sum()), "merge_s": merge_s, "write_s": write_s}
+    return {"rows": int(counts.sum()), "merge_s": merge_s, "write_s": write_s, "largest_piece": largest}
+
+
+def _pieces(n: int, shard_pairs: list, piece_pairs: int | None):
+    """A batch of ``n`` queries cut into runs of whole queries ``[a, b)`` holding at most
+    ``piece_pairs`` pairs over the shards (a query with more alone): ``(a, b, [(rows - a, pairs)])``
+    per run, each shard's pairs sliced to its queries in the run (CSR slices, no copy)."""
+    if piece_pairs is None or not shard_pairs:
+        yield 0, n, shard_pairs
+        return
+    per_query = np.zeros(n, np.int64)
+    for rows, pairs in shard_pairs:
+        np.add.at(per_query, rows, pairs.counts)
+    total = np.concatenate([[0], np.cumsum(per_query)])
+    a = 0
+    while a < n:
+        b = max(a + 1, int(np.searchsorted(total, total[a] + piece_pairs, side="right")) - 1)
+        piece = []
+        for rows, pairs in shard_pairs:
+            i, j = np.searchsorted(rows, a), np.searchsorted(rows, b)
+            lo, hi = pairs.offsets[i], pairs.offsets[j]
+            piece.append((rows[i:j] - a, ThresholdPairs(pairs.offsets[i : j + 1] - lo, pairs.doc_ids[lo:hi],
+                                                        pairs.overlap[lo:hi], pairs.doc_len[lo:hi])))
+        yield a, b, piece
+        a = b

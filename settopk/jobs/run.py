@@ -256,6 +256,9 @@ def _search(job: Job, cluster: Cluster, plan: list, stream: ReadAhead, work: _Wo
     return timings
 
 
+_HELD = ("shard_pairs_max", "merge_piece_pairs_max", "batch_size_min")
+
+
 def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _CorpusFacts, rejected, work: _Work,
             infos: list[dict], clock: PhaseClock) -> dict:
     """Check every part, write the TSV and the run record (manifest, quarantined lines), and
@@ -272,7 +275,7 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         if args.tsv:
             write_tsv(args.tsv, (read_part_pair_ids(work.path, c.index) for c in work.chunks))
         dedup_stage, dedup_section = stage_dedup(Location.real(work.path), [part_name(c.index) for c in work.chunks],
-                                                 target.out_dir)
+                                                 target.out_dir, chunk_edges=cfg.output.pairs_per_piece)
     clock.stamp_total()  # the commit itself is not counted in the manifest's total
     self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
     manifest = build_manifest(
@@ -302,6 +305,9 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
     )
     if cfg.threshold is not None:
         manifest["threshold"] = threshold_section(cfg, args, total_rows)
+        # Pair counts, not seconds: what bounded the run's memory (settopk.jobs.search.search_chunks).
+        manifest["threshold"]["held"] = {key: int(manifest["timings_s"].pop(key)) for key in _HELD
+                                         if key in manifest["timings_s"]} | {"pairs_per_piece": cfg.output.pairs_per_piece}
         manifest["counts"]["pairs"] = total_rows
     if dedup_section is not None:
         manifest["dedup"] = dedup_section

@@ -144,7 +144,7 @@ class _ChunkSearch:
     """
 
     def __init__(self, actors, plan, chunk, query_ids, chunk_sets, cfg, exchange: bool, start_merge, first_batch: int = 0,
-                 threshold: _Threshold | None = None):
+                 threshold: _Threshold | None = None, batch_size: int | None = None):
         import ray
 
         self.threshold = threshold  # a threshold run: one round, to the shards a query can reach
@@ -155,7 +155,8 @@ class _ChunkSearch:
         self.replicas = len(actors) // len(plan)
         self.first_batch = first_batch  # batches of the run before this chunk: replicas take turns across chunks
         self.layouts = []
-        size = min(cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // self.replicas))
+        size = min(batch_size or cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // self.replicas))
+        self.batch_size = size
         for lo in range(0, chunk.hi - chunk.lo, size):
             hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
@@ -169,6 +170,7 @@ class _ChunkSearch:
                 first, second = [np.arange(hi - lo, dtype=np.int64)] * len(plan), [np.zeros(0, dtype=np.int64)] * len(plan)
             self.layouts.append((lo, hi, batch, first, second))
         self.what = f"search of queries {chunk.lo}..{chunk.hi - 1}"
+        self.most_pairs, self.pairs_per_query = 0, 0.0  # a threshold run's largest shard answer, once waited for
         self.results: dict[tuple[int, int, int], object] = {}
         self.entries: list = []
         self.first_calls = self._calls(0)
@@ -215,8 +217,11 @@ class _ChunkSearch:
 
         f = self.cfg.faults
         if self.first_calls:
-            gather(self.actors, infos, self.first_calls, f"{self.what} (round 1)", f.search_timeout_s,
-                   f.search_attempts, f.retry_backoff_s, submitted=self.first_refs)
+            receipts = gather(self.actors, infos, self.first_calls, f"{self.what} (round 1)", f.search_timeout_s,
+                              f.search_attempts, f.retry_backoff_s, submitted=self.first_refs)
+            if self.threshold is not None:  # a threshold call's receipt is its pair count
+                self.most_pairs = max(receipts)
+                self.pairs_per_query = max(n / len(rows) for n, (_, _, rows, _) in zip(receipts, self.entries))
         second = self._calls(1)
         if second:
             gather(self.actors, infos, second, f"{self.what} (round 2)", f.search_timeout_s, f.search_attempts, f.retry_backoff_s)
@@ -273,7 +278,11 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         ``merge_s`` and ``write_s`` summed over the merge tasks (seconds, overlapped with the search);
         ``read_queries_s`` and ``send_s``: the driver's time waiting for the query chunks (read
         ahead in a thread, :class:`settopk.jobs.chunks.ReadAhead`), and cutting them into batches and
-        sending them (seconds).
+        sending them (seconds). A threshold run adds what bounds its memory (issue 46):
+        ``shard_pairs_max`` (the most pairs one shard call answered), ``merge_piece_pairs_max``
+        (the most one merge held) and ``batch_size_min`` (the smallest batch size used: after
+        each chunk, the batches are cut to ``output.pairs_per_piece`` over the most pairs per
+        query a shard answered so far, never growing back).
     """
     import ray
 
@@ -303,6 +312,8 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
                 raise
             totals["merge_s"] += out["merge_s"]
             totals["write_s"] += out["write_s"]
+            if "largest_piece" in out:
+                totals["merge_piece_pairs_max"] = max(totals.get("merge_piece_pairs_max", 0), out["largest_piece"])
             if bar is not None:
                 bar.update(n)
 
@@ -313,14 +324,20 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         if threshold is not None:
             return pairs_merge.remote(str(work), chunk.index, query_ids, query_len, cap, cfg.max_len, layouts, metadata,
                                       cfg.output.row_group_rows, refs, score=cfg.score, self_join=cfg.self_join,
-                                      include_self=cfg.include_self)
+                                      include_self=cfg.include_self, piece_pairs=cfg.output.pairs_per_piece)
         return merge.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
                             layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score,
                             exclude_self=cfg.self_join and not cfg.include_self)
 
+    sizing = {"batch_size": None}  # a threshold run's batches, cut to the pairs per query seen so far
+
     def wait_oldest() -> None:
         search = searching.popleft()
         in_flight.append((search.wait(infos), search.chunk.hi - search.chunk.lo))
+        if threshold is not None:
+            totals["shard_pairs_max"] = max(totals.get("shard_pairs_max", 0), search.most_pairs)
+            fit = int(cfg.output.pairs_per_piece // max(search.pairs_per_query, 1.0))
+            sizing["batch_size"] = max(1, min(cfg.query_batch_size, fit, sizing["batch_size"] or fit))
 
     def make_room() -> None:
         # A chunk's merge task starts with its search: keep the tasks alive within the window.
@@ -339,7 +356,10 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
             break
         make_room()
         start = time.perf_counter()
-        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches, threshold=threshold))
+        searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches, threshold=threshold,
+                                      batch_size=sizing["batch_size"]))
+        if threshold is not None:
+            totals["batch_size_min"] = min(totals.get("batch_size_min", cfg.query_batch_size), searching[-1].batch_size)
         batches += len(searching[-1].layouts)
         totals["send_s"] += time.perf_counter() - start
         if sum(c.chunk.hi - c.chunk.lo for c in list(searching)[1:]) >= _CHUNKS_AHEAD * cfg.query_chunk_size:

@@ -6,7 +6,8 @@ Entry points, one contract on every backend (results identical to the scan's,
 
 * :func:`self_join`: every pair of a corpus whose score reaches ``T``, under the self-join rule
   (:func:`settopk.kernels.self_join_keep`);
-* :func:`prepare_docs` then ``.probe(queries)``: an R-S join, the doc side prepared once and
+* :func:`threshold_join`: every (query, doc) pair whose score reaches ``T`` (an R-S join);
+* :func:`prepare_docs` then ``.probe(queries)``: the same, the doc side prepared once and
   probed batch after batch (what a shard index holds).
 
 Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from .prefixes import join_applies
 
-__all__ = ["join_applies", "prepare_docs", "self_join"]
+__all__ = ["join_applies", "prepare_docs", "self_join", "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")
 
@@ -107,3 +108,41 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
 
         return array_self_join(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self, k=k)
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
+
+
+def threshold_join(docs, doc_ids, queries, threshold, score: str, *, max_len: int, backend: str = "cpu", k: int | None = None,
+                   min_doc_len=None, threads: int | None = None):
+    """Every (query, doc) pair whose score reaches ``threshold``, exactly, best first (an R-S join).
+
+    The contract of :meth:`settopk.kernels.NumpyShardIndex.threshold_search`; the doc side is
+    prepared for this one call (:func:`prepare_docs` keeps it for batch after batch).
+
+    Parameters
+    ----------
+    docs : settopk.kernels.SetBatch
+        ``n_docs`` sets (host memory).
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing doc ids.
+    queries : settopk.kernels.SetBatch
+        ``n_queries`` sets in the docs' id space (an id no doc holds matches nothing but counts in
+        ``|q|``); identical queries are probed once.
+    threshold, score, max_len, backend, threads
+        As :func:`prepare_docs`.
+    k : int, optional
+        Keep each query's ``k`` best pairs; None keeps all.
+    min_doc_len : array_like of int, shape (n_queries,), optional
+        Per query, only docs at least this long.
+
+    Returns
+    -------
+    settopk.kernels.ThresholdPairs
+        CSR by query: each query's docs best first (score descending by the exact integer key,
+        then doc id ascending), with overlap and doc length.
+
+    Raises
+    ------
+    ValueError
+        As :func:`prepare_docs`, ``k < 1``, or ``min_doc_len`` not of shape (n_queries,).
+    """
+    side = prepare_docs(docs, doc_ids, threshold, score, max_len, backend=backend, threads=threads)
+    return side.probe(queries, k=k, min_doc_len=min_doc_len)

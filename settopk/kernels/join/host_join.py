@@ -19,7 +19,7 @@ import numpy as np
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .numba_join import build_postings, emit_by_query, probe_groups, rank_rows
+from .numba_join import build_postings, emit_by_query, probe_groups
 from .prefixes import join_applies, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 
@@ -64,7 +64,7 @@ class DocSide:
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.n_ids = docs.id_bound
         self.rank = frequency_order(docs.tokens, self.n_ids)
-        self.sets = prepare_sets(docs, self.rank, rank_rows=rank_rows)
+        self.sets = prepare_sets(docs, self.rank)
         self._groups = _group_sets(self.sets)
         plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
         self.index_prefix = plan.index_prefix
@@ -99,7 +99,7 @@ class DocSide:
         """
         n_q = queries.n_sets
         rank = _extended_rank(self.rank, queries.id_bound)
-        q_sets = prepare_sets(queries, rank, rank_rows=rank_rows)
+        q_sets = prepare_sets(queries, rank)
         q_tokens, q_offsets, q_len = _group_sets(q_sets)
         floor = None
         if min_doc_len is not None:
@@ -117,7 +117,7 @@ class DocSide:
         end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int32)
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
         if self._workers is None:
-            self._workers = _Workers(self.threads, len(d_len))
+            self._workers = _Workers(self.threads, len(d_len), self.n_ids)
         pair_q, pair_i, pair_ov = _probe_all(self._workers, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
                                              plan.need, self.postings)
         filt = np.zeros(len(pair_q), np.int8)
@@ -138,7 +138,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     if not join_applies(t):
         raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
     threads = threads or len(os.sched_getaffinity(0))
-    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound), rank_rows=rank_rows)
+    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     groups = _group_sets(js)
     g_tokens, g_offsets, g_len = groups
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
@@ -148,7 +148,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     # Groups before x only (a group's own identical sets are paired below, not probed).
     end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), own).astype(np.int32)
     prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
-    workers = _Workers(threads, js.n_groups)
+    workers = _Workers(threads, js.n_groups, sets.id_bound)
     try:
         pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
                                              postings)
@@ -181,16 +181,18 @@ def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
 
 
 class _Workers:
-    """Threads and their scratch (count and last positions per index group), kept between probes:
-    a job probes the same docs batch after batch, and starting threads or zeroing scratch per batch
-    would cost more than a small batch's probe."""
+    """Threads and their scratch, kept between probes: a job probes the same docs batch after batch,
+    and starting threads or allocating scratch per batch would cost more than a small batch's probe.
+    The scratch (per index group: state and touched; per token: list start and used) is left as
+    :func:`probe_groups` found it, so it serves the next probe of the same postings."""
 
-    def __init__(self, threads: int, n_index: int):
+    def __init__(self, threads: int, n_index: int, n_ranks: int):
         self.threads = threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") if threads > 1 else None
         self.scratch = queue.SimpleQueue()
         for _ in range(threads):
-            self.scratch.put(tuple(np.zeros(n_index, np.int32) for _ in range(4)))
+            self.scratch.put((np.zeros(n_index, np.int64), np.zeros(n_index, np.int32), np.full(n_ranks, -1, np.int64),
+                              np.zeros(n_ranks, np.int32)))
 
     def map(self, fn, items):
         if self.pool is None:
@@ -214,7 +216,7 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
     cuts = np.unique(np.linspace(work[0], work[-1] + 1, n_ranges + 1).astype(np.int64))
 
     def run(lo_hi):
-        buffers = workers.scratch.get()  # zero again on return (probe_groups resets what it touched)
+        buffers = workers.scratch.get()
         try:
             return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, prefix, first, end, i_tokens, i_offsets,
                                 i_len, need, *postings, *buffers)

@@ -25,9 +25,10 @@ from numba import njit
 
 from ..numba_heaps import score_key
 
-__all__ = ["build_postings", "emit_by_query", "probe_groups", "rank_rows"]
+__all__ = ["build_postings", "emit_by_query", "probe_groups"]
 
 _JIT = {"cache": True, "nogil": True}
+_SMALL = 24  # lists this short are ordered by insertion sort
 
 
 @njit(**_JIT)
@@ -90,13 +91,13 @@ def _grow(a, n):
 
 @njit(**_JIT)
 def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
-                 i_tokens, i_offsets, i_len, need, p_off, p_group, p_pos, count, last_i, last_j, touched):
+                 i_tokens, i_offsets, i_len, need, p_off, p_group, p_pos, state, touched, start, used):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
     ----------
     lo, hi : int
-        The probe groups of this call.
+        The probe groups of this call (ascending by length, as the index groups).
     q_tokens, q_offsets, q_len : int32, int64, int32
         Probe groups' sets (ranks, ascending): each one's start in ``q_tokens`` and its length.
     q_prefix : int32 (n_probe,)
@@ -110,9 +111,16 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
         Least overlap per (probe length, index length); above ``min`` of the two: unreachable.
     p_off, p_group, p_pos
         :func:`build_postings` of the index groups.
-    count, last_i, last_j : int32 (n_index,)
-        Scratch, zero on entry and on return.
+    state : int64 (n_index,)
+        Scratch, zero on entry and on return: per candidate, ``count << 32 | i << 16 | j`` (its
+        prefix matches and the positions of the last one; one word, one cache miss), -1 once pruned.
     touched : int32 (n_index,)
+        Scratch.
+    start : int64 (n_ranks,)
+        Scratch, -1 on entry and on return: per token, where its list's reachable part begins
+        (length filtering: the probes come by length, so the start only moves on; AllPairs drops
+        the entries too short for every later probe the same way).
+    used : int32 (n_ranks,)
         Scratch.
 
     Returns
@@ -127,6 +135,8 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
     out_i = np.empty(cap, np.int32)
     out_ov = np.empty(cap, np.int32)
     n_out = 0
+    n_used = 0
+    n_ranks = len(p_off) - 1
     for x in range(lo, hi):
         px = q_prefix[x]
         if px <= 0:
@@ -137,51 +147,57 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
         g_hi = q_end[x]
         if g_lo >= g_hi:
             continue
+        need_x = need[lx]
         n_touched = 0
-        n_ranks = len(p_off) - 1
         for i in range(px):
             t = q_tokens[xs + i]
             if t >= n_ranks:  # an id no index set holds (ranked after theirs)
                 continue
-            a = _first_at_least(p_group, p_off[t], p_off[t + 1], g_lo)
             end = p_off[t + 1]
+            a = start[t]
+            if a < 0:
+                a = _first_at_least(p_group, p_off[t], end, g_lo)
+                used[n_used] = t
+                n_used += 1
+            elif a > p_off[t] and p_group[a - 1] >= g_lo:  # a probe of a lower floor (R-S with min_doc_len)
+                a = _first_at_least(p_group, p_off[t], a, g_lo)
+            else:
+                while a < end and p_group[a] < g_lo:
+                    a += 1
+            start[t] = a
             while a < end:
                 y = p_group[a]
                 if y >= g_hi:
                     break
                 j = p_pos[a]
                 a += 1
-                c = count[y]
-                if c < 0:
+                st = state[y]
+                if st < 0:
                     continue
+                c = st >> 32
                 ly = i_len[y]
-                alpha = need[lx, ly]
+                alpha = need_x[ly]
                 rest = lx - i - 1
                 if ly - j - 1 < rest:
                     rest = ly - j - 1
-                if c + 1 + rest < alpha or alpha > ly or alpha > lx:
-                    if c == 0:
-                        touched[n_touched] = y
-                        n_touched += 1
-                    count[y] = -1
-                    continue
-                if c == 0:
+                if st == 0:
                     touched[n_touched] = y
                     n_touched += 1
-                count[y] = c + 1
-                last_i[y] = i
-                last_j[y] = j
+                if c + 1 + rest < alpha or alpha > ly or alpha > lx:
+                    state[y] = -1
+                    continue
+                state[y] = ((c + 1) << 32) | (np.int64(i) << 16) | j
         for k in range(n_touched):
             y = touched[k]
-            c = count[y]
-            count[y] = 0
-            if c <= 0:
+            st = state[y]
+            state[y] = 0
+            if st <= 0:
                 continue
+            ov = st >> 32
             ly = i_len[y]
-            alpha = need[lx, ly]
-            ov = c
-            a = last_i[y] + 1
-            b = last_j[y] + 1
+            alpha = need_x[ly]
+            a = ((st >> 16) & 0xFFFF) + 1
+            b = (st & 0xFFFF) + 1
             ys = i_offsets[y]
             while a < lx and b < ly:
                 rest = lx - a
@@ -208,42 +224,38 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
                 out_i[n_out] = y
                 out_ov[n_out] = ov
                 n_out += 1
+    for u in range(n_used):
+        start[used[u]] = -1
     return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
 
 
 @njit(**_JIT)
-def rank_rows(offsets, tokens, rank, words):
-    """Each CSR row's tokens as ranks, ascending, and the row's hash (the wrapping sum of ``words``).
+def _order_small(keys):
+    """A stable argsort of a short int64 array (insertion sort: no merge buffers)."""
+    n = len(keys)
+    o = np.empty(n, np.int64)
+    for i in range(n):
+        v = keys[i]
+        j = i - 1
+        while j >= 0 and keys[o[j]] > v:
+            o[j + 1] = o[j]
+            j -= 1
+        o[j + 1] = i
+    return o
 
-    Parameters
-    ----------
-    offsets : int64 (n_sets + 1,)
-    tokens : uint16 or uint32 (n_tokens,)
-    rank : int32 (n_ids,)
-    words : uint64 (n_ranks,)
-        One random word per rank.
 
-    Returns
-    -------
-    ranked : int32 (n_tokens,)
-    sums : uint64 (n_sets,)
-    """
-    n = len(offsets) - 1
-    ranked = np.empty(len(tokens), np.int32)
-    sums = np.zeros(n, np.uint64)
-    for r in range(n):
-        s, e = offsets[r], offsets[r + 1]
-        h = np.uint64(0)
-        for i in range(s, e):
-            v = rank[tokens[i]]
-            h += words[v]
-            j = i - 1
-            while j >= s and ranked[j] > v:  # rows are short: insertion sort
-                ranked[j + 1] = ranked[j]
-                j -= 1
-            ranked[j + 1] = v
-        sums[r] = h
-    return ranked, sums
+@njit(**_JIT)
+def _sort_small_pairs(pos, pair, lo, hi):
+    """Sort ``pos[lo:hi]`` ascending in place, ``pair[lo:hi]`` along (insertion sort; the positions are distinct)."""
+    for i in range(lo + 1, hi):
+        p, q = pos[i], pair[i]
+        j = i - 1
+        while j >= lo and pos[j] > p:
+            pos[j + 1] = pos[j]
+            pair[j + 1] = pair[j]
+            j -= 1
+        pos[j + 1] = p
+        pair[j + 1] = q
 
 
 @njit(**_JIT)
@@ -327,19 +339,24 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
         list_len[g + 1] = size
     for g in range(n_groups):
         list_len[g + 1] += list_len[g]
-    list_pos = np.empty(list_len[-1], np.int64)
+    list_pos = np.empty(list_len[-1], np.int32)  # doc positions: a shard holds fewer than 2**31 docs
     list_pair = np.empty(list_len[-1], np.int64)
     top = np.int64(1) << 32
+    plain = np.ones(n_groups, np.bool_)  # no pair of the group's list needs the member rule
     for g in range(n_groups):
         s, e = starts[g], starts[g + 1]
         if s == e:
             continue
+        for r in range(s, e):
+            if dfilt[order[r]] != 0:
+                plain[g] = False
+                break
         lq = np.int64(q_glen[g])
         keys = np.empty(e - s, np.int64)
         for r in range(s, e):
             p = order[r]
             keys[r - s] = top - score_key(score, scale, cosine_keys, np.int64(dov[p]), lq, np.int64(t_glen[dt[p]]))
-        by_key = np.argsort(keys, kind="mergesort")
+        by_key = _order_small(keys) if e - s <= _SMALL else np.argsort(keys, kind="mergesort")
         filled = list_len[g]
         i = 0
         while i < e - s:
@@ -354,9 +371,12 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
                     filled += 1
                 j += 1
             if j - i > 1:  # targets of one key: their members merged by position
-                o = np.argsort(list_pos[lo:filled])
-                list_pos[lo:filled] = list_pos[lo:filled][o]
-                list_pair[lo:filled] = list_pair[lo:filled][o]
+                if filled - lo <= _SMALL:
+                    _sort_small_pairs(list_pos, list_pair, lo, filled)
+                else:
+                    o = np.argsort(list_pos[lo:filled])
+                    list_pos[lo:filled] = list_pos[lo:filled][o]
+                    list_pair[lo:filled] = list_pair[lo:filled][o]
             i = j
     group_of = np.empty(n_queries, np.int64)
     for g in range(n_groups):
@@ -365,6 +385,10 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
     counts = np.zeros(n_queries + 1, np.int64)
     for a in range(n_queries):
         g = group_of[a]
+        if plain[g] and floor[a] <= 0:  # every pair of the list is the row's
+            c = list_len[g + 1] - list_len[g]
+            counts[a + 1] = c if k == 0 or c < k else k
+            continue
         c = 0
         for x in range(list_len[g], list_len[g + 1]):
             p = list_pair[x]
@@ -383,6 +407,16 @@ def emit_by_query(n_queries, dq, dt, dov, dfilt, q_goff, q_members, q_glen, t_go
         g = group_of[a]
         out = counts[a]
         end = counts[a + 1]
+        if plain[g] and floor[a] <= 0:
+            x = list_len[g]
+            while out < end:
+                p = list_pair[x]
+                doc_id[out] = doc_ids[list_pos[x]]
+                overlap[out] = dov[p]
+                doc_len[out] = t_glen[dt[p]]
+                out += 1
+                x += 1
+            continue
         for x in range(list_len[g], list_len[g + 1]):
             if out == end:
                 break

@@ -30,6 +30,7 @@ from ..sets import SetBatch
 __all__ = ["JoinSets", "frequency_order", "prepare_sets"]
 
 _HASH_SEED = 0x5E77_09C  # fixed: groups are a function of the sets alone
+_BUCKET_ROWS = 32  # a length held by fewer sets is sorted with the other rare ones (one key sort, not a matrix each)
 
 
 class JoinSets(NamedTuple):
@@ -112,8 +113,13 @@ def frequency_order(tokens: np.ndarray, n_ids: int) -> np.ndarray:
     return rank
 
 
-def prepare_sets(sets: SetBatch, rank: np.ndarray, *, rank_rows=None) -> JoinSets:
+def prepare_sets(sets: SetBatch, rank: np.ndarray) -> JoinSets:
     """``sets`` renumbered by ``rank``, sorted within each set, and grouped when identical.
+
+    Vectorised per length: the sets of one length form an (n_rows, length) matrix, sorted along
+    its rows, ordered by a 64-bit hash of each row (the wrapping sum of one random word per rank)
+    and compared row against row exactly; the few sets of lengths held by fewer than
+    ``_BUCKET_ROWS`` sets are sorted together by one key sort.
 
     Parameters
     ----------
@@ -121,54 +127,114 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray, *, rank_rows=None) -> JoinSet
         ``n_sets`` sets of distinct ids, each id below ``len(rank)``.
     rank : numpy.ndarray of int32, shape (n_ids,)
         A frequency order (:func:`frequency_order`).
-    rank_rows : callable, optional
-        ``rank_rows(offsets, tokens, rank, words) -> (ranked, sums)``: each row's ranks sorted and
-        its hash, compiled (:func:`settopk.kernels.join.numba_join.rank_rows`); None: NumPy sorts
-        and sums, the same arrays.
 
     Returns
     -------
     JoinSets
         Groups ordered by (length, first member); members ascending.
+
+    Raises
+    ------
+    ValueError
+        If a token is ``>= len(rank)``.
     """
     n = sets.n_sets
     offsets = sets.offsets
     lengths = np.diff(offsets).astype(np.int32)
-    # A set's hash: the sum of one random 64-bit word per token (order-free, wraps mod 2**64).
-    words = np.random.default_rng(_HASH_SEED).integers(0, 2**63, len(rank), dtype=np.int64).view(np.uint64)
-    if rank_rows is not None:
-        tokens, sums = rank_rows(offsets, sets.tokens, rank, words)
-    else:
-        row = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        tokens = (np.sort(row * len(rank) + rank[sets.tokens]) - row * len(rank)).astype(np.int32)
-        sums = _segment_sums(np.zeros(n, np.uint64), words[tokens], offsets, lengths)
-    # Sets by (length, hash), stable (index order within a tie): 24 bits of length, 39 of hash.
-    by = np.argsort((lengths.astype(np.int64) << 39) | (sums >> np.uint64(25)).astype(np.int64), kind="stable")
+    if len(sets.tokens) and int(sets.tokens.max()) >= len(rank):
+        raise ValueError(f"token ids must be below len(rank) = {len(rank)}, found {int(sets.tokens.max())}")
+    ranked = rank[sets.tokens].astype(np.int32, copy=False)
+    tokens = np.empty(len(ranked), np.int32)
+    top = int(lengths.max()) if n else 0
+    # Stable by length (a radix sort on 16-bit keys): each length's sets ascending by index.
+    by_len = np.argsort(lengths.astype(np.uint16) if top < 65536 else lengths, kind="stable")
+    cuts = np.flatnonzero(np.diff(lengths[by_len])) + 1
+    starts = np.concatenate([[0], cuts]).astype(np.int64) if n else np.zeros(0, np.int64)
+    ends = np.append(cuts, n).astype(np.int64)
+    words = np.random.default_rng(_HASH_SEED).integers(0, 2**63, max(len(rank), 1), dtype=np.int64).view(np.uint64)
+    # Every token in order of its set's length (one gather): each length's sets are one matrix.
+    size_by = lengths[by_len].astype(np.int64)
+    flat_start = np.zeros(n + 1, np.int64)
+    np.cumsum(size_by, out=flat_start[1:])
+    flat = np.repeat(offsets[by_len] - flat_start[:-1], size_by) + np.arange(len(ranked), dtype=np.int64)
+    gathered = ranked[flat]
+    by = np.empty(n, np.int64)  # sets by (length, hash, index): identical sets adjacent
     same = np.zeros(n, bool)  # same[i]: set by[i] equals set by[i - 1]
-    if n > 1:
-        maybe = np.flatnonzero((lengths[by[1:]] == lengths[by[:-1]]) & (sums[by[1:]] == sums[by[:-1]])) + 1
-        same[maybe[_equal_sets(tokens, offsets, by[maybe - 1], by[maybe])]] = True
-    starts = np.flatnonzero(~same)  # runs of equal sets in `by`, each ascending by set index
-    sizes = np.diff(np.append(starts, n))
-    group_rep = by[starts]
-    group_order = np.argsort(lengths[group_rep].astype(np.int64) * max(n, 1) + group_rep, kind="stable")
-    new_id = np.empty(len(starts), np.int64)
-    new_id[group_order] = np.arange(len(starts))
+    rare = []
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        rows = by_len[a:b]
+        size = int(size_by[a])
+        if size == 0:
+            by[a:b] = rows
+            same[a + 1:b] = True
+        elif b - a < _BUCKET_ROWS and size > 1:
+            rare.append((a, b))
+        else:
+            m = gathered[flat_start[a]:flat_start[b]].reshape(b - a, size)
+            m.sort(axis=1)
+            o = _hash_order(m[:, 0].astype(np.uint64) << np.uint64(32) if size == 1 else words[m].sum(axis=1))
+            m = m[o]
+            by[a:b] = rows[o]
+            same[a + 1:b] = (m[1:] == m[:-1]).all(axis=1)
+    tokens[flat] = gathered
+    if rare:
+        _prepare_rare(rare, by_len, offsets, lengths, ranked, words, tokens, by, same)
+    return _groups(tokens, offsets, lengths, by, same, by_len)
+
+
+def _prepare_rare(rare, by_len, offsets, lengths, ranked, words, tokens, by, same) -> None:
+    """The sets of the lengths held by few sets, sorted by one key sort and grouped, into ``tokens``,
+    ``by`` and ``same`` (their slices ``a:b`` of ``by``)."""
+    rows = np.concatenate([by_len[a:b] for a, b in rare])
+    size = lengths[rows].astype(np.int64)
+    pos = np.repeat(offsets[rows] - np.cumsum(size) + size, size) + np.arange(int(size.sum()))
+    local = np.repeat(np.arange(len(rows), dtype=np.int64), size)
+    n_ranks = max(int(ranked.max()) + 1, 1)
+    m = (np.sort(local * n_ranks + ranked[pos]) - local * n_ranks).astype(np.int32)
+    tokens[pos] = m
+    sums = np.zeros(len(rows), np.uint64)
+    sums[:] = np.add.reduceat(words[m], np.cumsum(size) - size)
+    first = 0
+    for a, b in rare:
+        part = rows[first:first + b - a]
+        o = _hash_order(sums[first:first + b - a])
+        by[a:b] = part[o]
+        if b - a > 1:
+            same[a + 1:b] = _equal_sets(tokens, offsets, by[a:b - 1], by[a + 1:b])
+        first += b - a
+
+
+def _hash_order(keys: np.ndarray) -> np.ndarray:
+    """The order of ``keys`` (uint64, shape (n,)) by their high bits, ties by position: one
+    unstable sort of (high bits, position) words, which are distinct. int64 (n,)."""
+    bits = max(int(len(keys) - 1).bit_length(), 1)
+    low = np.uint64((1 << bits) - 1)
+    return (np.sort((keys & ~low) | np.arange(len(keys), dtype=np.uint64)) & low).astype(np.int64)
+
+
+def _groups(tokens, offsets, lengths, by, same, by_len) -> JoinSets:
+    """The groups of identical sets from ``by`` (sets by length, identical ones adjacent, each run
+    ascending by index), ``same`` and ``by_len`` (sets by length, then index)."""
+    n = len(by)
+    run_start = np.flatnonzero(~same)
+    run_size = np.diff(np.append(run_start, n))
+    reps = by[run_start]  # each run's first member, its least index
+    # Groups by (length, first member): the reps in order of (length, index), a stable radix sort.
+    is_rep = np.zeros(n, bool)
+    is_rep[reps] = True
+    group_rep = by_len[is_rep[by_len]]
+    group_at = np.empty(n, np.int64)
+    group_at[group_rep] = np.arange(len(group_rep))
+    new_id = group_at[reps]  # run -> group
+    run_of_group = np.empty(len(reps), np.int64)
+    run_of_group[new_id] = np.arange(len(reps))
     group_of = np.empty(n, np.int64)
-    group_of[by] = new_id[np.cumsum(~same) - 1]
-    group_offsets = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(sizes[group_order], out=group_offsets[1:])
-    step = np.arange(n, dtype=np.int64) - np.repeat(group_offsets[:-1], sizes[group_order])
-    group_members = by[np.repeat(starts[group_order], sizes[group_order]) + step]
-    return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep[group_order])
-
-
-def _segment_sums(out: np.ndarray, values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Per-set wrapping sums of ``values`` (uint64), empty sets 0, into ``out``."""
-    nonempty = lengths > 0
-    if nonempty.any():
-        out[nonempty] = np.add.reduceat(values, offsets[:-1][nonempty])
-    return out
+    group_of[by] = np.repeat(new_id, run_size)
+    sizes = run_size[run_of_group]
+    group_offsets = np.zeros(len(reps) + 1, np.int64)
+    np.cumsum(sizes, out=group_offsets[1:])
+    group_members = by[np.repeat(run_start[run_of_group] - group_offsets[:-1], sizes) + np.arange(n)]
+    return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep)
 
 
 def _equal_sets(tokens: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,0 +1,100 @@
+"""``settopk.dedup``: near-duplicate groups of a corpus in this process, the job's ``--dedup`` tables.
+
+The groups come from the identical-set groups plus the verified pairs between distinct sets, through
+the streaming components of :mod:`settopk.shards.components` that the job's ``--dedup`` uses too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from settopk.kernels.threshold import need_table
+from settopk.shards.components import Components, group_tables
+
+from .api import Index
+from .join import JoinArgumentError, checked_threshold, kernel_self_join
+
+__all__ = ["dedup"]
+
+
+def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> tuple[pa.Table, pa.Table]:
+    """Near-duplicate groups of a corpus: the job's ``--dedup`` tables, computed in this process.
+
+    The groups are the connected components of the threshold self-join's pairs (transitive, each
+    labelled by its least doc id), found without listing every pair: identical sets are grouped
+    first (:func:`settopk.kernels.join.prepare.prepare_sets`), every pair inside a group passes
+    exactly when a set's score with itself does (so its members are one component, added as
+    edges to its first member), and only the distinct sets are self-joined; their verified pairs
+    join whole groups (GroupJoin: Bouros, Ge, Mamoulis, "Spatio-textual similarity joins",
+    PVLDB 2012). The components come from :class:`settopk.shards.components.Components`, which
+    the job's ``--dedup`` streams its pairs through.
+
+    Parameters
+    ----------
+    docs : settopk.Index, or anything :meth:`settopk.Index.build` takes
+        The corpus. An Index is used as it is (its score and backend; ``score`` must be its
+        score, ``backend`` is ignored); anything else is built into one with ``score`` and ``backend``.
+    threshold : str, int, float or fractions.Fraction
+        ``T``, exact (:func:`settopk.kernels.parse_threshold`).
+    score : str, default "jaccard"
+        One of :data:`settopk.kernels.SCORES`.
+    backend : str, default "auto"
+        As :meth:`settopk.Index.build`.
+
+    Returns
+    -------
+    (pyarrow.Table, pyarrow.Table)
+        ``groups`` (:data:`settopk.shards.components.GROUPS_SCHEMA`: ``doc_id``, ``group_id`` (the
+        least doc id of the group), ``group_size``; every doc with at least one pair) and
+        ``duplicates`` (:data:`settopk.shards.components.DUPLICATES_SCHEMA`: ``doc_id``,
+        ``kept_doc_id``; every grouped doc but its group's least id), both ordered by ``doc_id``:
+        equal to the job's ``DIR/groups`` and ``DIR/duplicates`` for the same docs, threshold
+        and score. Docs in no pair are in neither table.
+
+    Raises
+    ------
+    JoinArgumentError
+        (a ValueError) If ``threshold`` is not a number in the score's range, or ``score`` differs
+        from a given Index's.
+    settopk.shards.inputs.InputError, ValueError, TypeError
+        As :meth:`settopk.Index.build`, for bad docs or arguments.
+    """
+    from settopk.kernels.join.prepare import prepare_sets
+
+    if isinstance(docs, Index):
+        if score != docs.score:
+            raise JoinArgumentError(f"score must be the index's ({docs.score!r}) when docs is an Index, found {score!r}; "
+                                    "pass the index's score, or build another index")
+        index = docs
+    else:
+        index = Index.build(docs, score=score, backend=backend)
+    t = checked_threshold(threshold, index.score)
+    sets, ids = index._sets, index.doc_ids
+    found = Components()
+    if sets.n_sets:
+        js = prepare_sets(sets, np.arange(max(sets.id_bound, 1), dtype=np.int32))
+        size = np.diff(js.group_offsets)
+        group_len = js.lengths[js.group_rep].astype(np.int64)
+        # A group's sets pair with each other iff a set passes with itself: need(L, L) <= L.
+        lens = np.unique(group_len)
+        passes = need_table(t, lens, index.max_len, index.score)[np.arange(len(lens)), lens] <= lens
+        self_pass = passes[np.searchsorted(lens, group_len)]
+        joined = np.repeat(self_pass & (size > 1), size)
+        members = js.group_members[joined]
+        first = np.repeat(js.group_rep, size)[joined]
+        found.add_edges(ids[members], ids[first])
+        reps = np.sort(js.group_rep)
+        pairs = kernel_self_join(index.backend, sets.take(reps), ids[reps], t, index.score, index.max_len, False, None,
+                                 threads=index.threads, vocab_size=index.vocab_size)
+        found.add_edges(np.repeat(ids[reps], pairs.counts), pairs.doc_ids)
+        # A group whose set fails with itself (an empty set, an overlap below T) has no verified
+        # pair either (no set scores higher with another than with itself); were it otherwise, its
+        # members would join through its first member, added here so that the rule is all there is.
+        linked = np.zeros(js.n_groups, bool)
+        rep_group = js.group_of[reps]
+        linked[rep_group[pairs.counts > 0]] = True
+        linked[js.group_of[np.searchsorted(ids, pairs.doc_ids)]] = True
+        spread = np.repeat(linked & ~(self_pass & (size > 1)) & (size > 1), size)
+        found.add_edges(ids[js.group_members[spread]], ids[np.repeat(js.group_rep, size)[spread]])
+    return group_tables(*found.result())

@@ -1,0 +1,43 @@
+"""A threshold self-join whose pairs explode (issue 46 item 5): many identical sets. The job holds
+its pairs in bounded pieces (``output.pairs_per_piece``): the merge tasks merge and write pieces of
+whole queries, the driver cuts later query batches to the pairs per query seen, ``--dedup``
+contracts its pairs a chunk at a time; the rows and groups equal the in-process join's."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+import settopk
+from settopk.jobs import score as job
+from settopk.jobs.output import read_manifest
+from tests.job_helpers import job_config, write_sets
+
+COPIES = 120
+PIECE = 1000
+
+
+@pytest.mark.parametrize("backend", ["numpy"])
+def test_a_self_join_of_many_identical_sets_holds_bounded_pieces(ray_cluster, tmp_path, backend):
+    sets = [[1, 2, 3, 4], [1, 2, 3, 5], [7, 8], [9]]
+    docs = [sets[i % len(sets)] for i in range(len(sets) * COPIES)] + [[1, 2, 3, 4, 5, 6]]
+    docs_path = write_sets(tmp_path / "docs.txt", docs)
+    cfg = job_config(tmp_path, backend=backend, n_shards=2, query_batch_size=128, query_chunk_size=128,
+                     output={"pairs_per_piece": PIECE})
+    out = tmp_path / "out"
+    assert job.main(["--docs", docs_path, "--self-join", "--dedup", "--out", str(out), "--threshold", "0.6",
+                     "--score", "jaccard", "--config", cfg, "--quiet"]) == 0
+    manifest = read_manifest(out)
+    pairs = manifest["counts"]["pairs"]
+    per_query = COPIES * 2  # [1,2,3,4] ~ [1,2,3,5] at 3/5: a query's pairs span both groups
+    assert pairs > 30 * PIECE  # the run is far beyond one piece
+    held = manifest["threshold"]["held"]
+    assert held["pairs_per_piece"] == PIECE and PIECE // 2 < held["merge_piece_pairs_max"] <= PIECE + per_query
+    assert held["batch_size_min"] < 128 and held["batch_size_min"] * per_query <= 2 * PIECE
+    assert held["shard_pairs_max"] > 0
+    assert 0 < manifest["dedup"]["largest_chunk"] <= PIECE and manifest["dedup"]["edges"] == pairs
+    index = settopk.Index.build(docs_path, score="jaccard", backend=backend)
+    assert index.self_join("0.6").to_arrow().equals(pq.read_table(out / "pairs"))
+    groups, duplicates = settopk.dedup(index, "0.6", score="jaccard")
+    assert groups.equals(pq.read_table(out / "groups")) and duplicates.equals(pq.read_table(out / "duplicates"))
+    assert groups["group_id"].unique().to_pylist() == [0, 2, 3]  # [1,2,3,4], [1,2,3,5] and [1..6] joined
