@@ -7,7 +7,8 @@ the host-path run with stand-in shards (:mod:`settopk.jobs.bench.host`), a ``lib
 ``ray_data`` section the Ray Data pipeline against the job (:mod:`settopk.jobs.bench.ray_data`), a
 ``self_join`` section the threshold self-join against the top-k one (:mod:`settopk.jobs.bench.self_join`), a
 ``peers`` section the exact threshold self-join against SetSimilaritySearch and datasketch
-(:mod:`settopk.jobs.bench.peers`), none the phase run (:mod:`settopk.jobs.bench.phases`). The result
+(:mod:`settopk.jobs.bench.peers`), a ``real`` section the exact threshold self-join on a FIMI dataset against
+the C++ joins of ``--peer-binary`` and SetSimilaritySearch (:mod:`settopk.jobs.bench.real`), none the phase run (:mod:`settopk.jobs.bench.phases`). The result
 is written as JSON and summed up in a printed table.
 
 Exit codes: 0 done; 1 results differ from the reference (or a host-path part is not
@@ -18,6 +19,7 @@ complete, or a peer the peers run times is not installed), or another failure;
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="result JSON file (default: out/bench/<config name>.json)")
     p.add_argument("--data-dir", help="where the corpus is generated and cached (default: the config's synthetic.cache_dir)")
     p.add_argument("--quiet", action="store_true", help="warnings and errors only (the table is still printed)")
+    p.add_argument("--peer-binary", help="a real-data run's C++ peers: SSJOINLib's set_sim_join (sets real.peer_binary)")
     return p
 
 
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> dict:
     RuntimeError
         A whole-job run failed.
     """
-    cfg = load_bench_config(args.config)
+    cfg = _with_peer_binary(load_bench_config(args.config), args.peer_binary)
     name = Path(args.config).stem
     out_path = Path(args.out) if args.out else Path("out") / "bench" / f"{name}.json"
     data_dir = os.path.expanduser(args.data_dir or cfg.synthetic.cache_dir)
@@ -100,6 +103,16 @@ def run(args: argparse.Namespace) -> dict:
     print(table)
     print(f"written: {out_path}")
     return result
+
+
+def _with_peer_binary(cfg, peer_binary: str | None):
+    """``cfg`` with ``real.peer_binary`` set from ``--peer-binary`` (a ConfigError without a ``real`` section)."""
+    if peer_binary is None:
+        return cfg
+    if cfg.real is None:
+        raise settopk.configs.ConfigError(f"--peer-binary {peer_binary} applies to a real-data run (a config with a "
+                                          "'real' section, e.g. real-retail); leave it out for this config")
+    return dataclasses.replace(cfg, real=dataclasses.replace(cfg.real, peer_binary=peer_binary))
 
 
 def write_json(path: Path, result: dict) -> None:

@@ -28,6 +28,7 @@ from .host import HostPathConfig
 from .library import LibraryConfig
 from .peers import PeersConfig
 from .ray_data import RayDataConfig
+from .real import RealConfig
 from .scale import ScalingConfig
 from .self_join import SelfJoinConfig
 from .throughput import ThroughputConfig
@@ -136,6 +137,7 @@ class BenchConfig(SearchConfig):
     ray_data: Optional[RayDataConfig] = None
     self_join: Optional[SelfJoinConfig] = None
     peers: Optional[PeersConfig] = None
+    real: Optional[RealConfig] = None  # a real-data run (settopk.jobs.bench.real)
 
     def __post_init__(self) -> None:
         problems = []

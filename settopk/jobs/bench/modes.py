@@ -17,6 +17,7 @@ from .host import HostPathConfig, format_host_table, run_host
 from .library import LibraryConfig, format_library_table, run_library
 from .peers import PeersConfig, format_peers_table, run_peers
 from .ray_data import RayDataConfig, format_ray_data_table, run_ray_data
+from .real import RealConfig, format_real_table, run_real
 from .scale import ScalingConfig, format_scaling_table, run_scaling
 from .self_join import SelfJoinConfig, format_self_join_table, run_self_join
 from .throughput import ThroughputConfig, format_throughput_table, run_throughput
@@ -62,4 +63,5 @@ MODES = (
     Mode("ray_data", RayDataConfig, run_ray_data, format_ray_data_table),
     Mode("self_join", SelfJoinConfig, run_self_join, format_self_join_table),
     Mode("peers", PeersConfig, run_peers, format_peers_table, corpus="none"),
+    Mode("real", RealConfig, run_real, format_real_table, corpus="none"),
 )

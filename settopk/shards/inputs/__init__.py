@@ -29,6 +29,10 @@ Corpus (docs), chosen by :func:`corpus_format`:
   the 0-based line number. An empty line is an empty doc. A final newline does not start another doc
   (``"1\\n2\\n"`` has 2 docs; ``"1\\n2"`` too; ``"1\\n\\n"`` has 2, the second empty). Lines end in
   ``\\n`` or ``\\r\\n``.
+* ``text`` in the FIMI format, for a file whose name ends in ``.dat`` (``Corpus.fmt`` is still
+  ``"text"``): one doc per line, ids separated by spaces or tabs (runs of them and any at a line's
+  ends allowed), non-negative decimal integers below ``2**64``; doc id, empty lines and line
+  endings as above; a comma, a sign or any other character is an error naming the line.
 * ``parquet``: a ``*.parquet`` file, or a directory of them, with columns ``doc_id`` (any integer
   type, values in ``[0, 2**63)``, unique) and ``tokens`` (``list`` or ``large_list`` of any integer
   type, ``string``, ``large_string``, ``binary`` or ``large_binary``). Docs may come in any ``doc_id`` order; they are returned sorted by ``doc_id``.
@@ -39,7 +43,8 @@ Queries, chosen by :func:`queries_format`:
   optional); the query id is the file name; files are read in sorted name order. Names starting with
   ``.`` or ``_`` (``.DS_Store``, ``_SUCCESS``) are skipped; every other entry counts: a subdirectory,
   an unreadable file or a file with a second line is an error.
-* ``text``: one query per line, as the corpus text format; the query id is the 0-based line number.
+* ``text``: one query per line, as the corpus text format (FIMI for a ``*.dat`` file); the query id is
+  the 0-based line number.
 * ``parquet``: as the corpus, with ``query_id`` (string or integer, returned as strings, unique)
   instead of ``doc_id``; rows keep their input order.
 

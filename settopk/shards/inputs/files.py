@@ -27,7 +27,7 @@ from .errors import InputError
 
 __all__ = [
     "corpus_format", "file_stat", "fingerprint", "is_dir", "is_hidden", "list_dir", "open_stream", "parquet_files",
-    "parquet_source", "queries_format", "query_files", "require_regular", "store_error", "as_location",
+    "is_fimi_name", "parquet_source", "queries_format", "query_files", "require_regular", "store_error", "as_location",
 ]
 
 
@@ -169,6 +169,12 @@ def _require_exists(path) -> Location:
 
 def _is_parquet_name(name: str) -> bool:
     return name.lower().endswith(".parquet")
+
+
+def is_fimi_name(name: str) -> bool:
+    """Whether a text input named ``name`` is in the FIMI format (a ``*.dat`` file: whitespace-separated
+    ids, one set per line) rather than the STI2 comma-separated one."""
+    return name.lower().endswith(".dat")
 
 
 def is_hidden(name: str) -> bool:

@@ -1,4 +1,6 @@
-"""The text format: one set per line, comma-separated token ids (the STI2 ``docs.txt`` format).
+"""The text formats: one set per line, comma-separated token ids (the STI2 ``docs.txt`` format), or
+whitespace-separated non-negative ids in a ``*.dat`` file (the FIMI format of the Frequent Itemset
+Mining Implementations repository, http://fimi.uantwerpen.be/data/, as set-similarity-join papers use it).
 
 The rules a line must follow are in :mod:`settopk.shards.inputs`. Text is parsed in 32 MiB blocks of whole
 lines without a per-line Python loop: NumPy finds separators, one Arrow string array over the block
@@ -7,6 +9,8 @@ de-duplicated with one NumPy sort per block (:func:`settopk.shards.inputs.canoni
 that fails is searched for its first bad line: it is halved until small, then checked line by line
 (:func:`check_line`) to write the message. Lines are split by this module rather than by
 ``pyarrow.csv``, which also treats a bare ``\\r`` as a line break and would silently shift doc ids.
+A FIMI block goes through the same parser with its spaces and tabs read as commas, empty fields
+dropped (runs of whitespace, whitespace at a line's ends), after a check that it holds no comma or minus.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pyarrow.compute as pc
 from ..location import Location
 from .canonical import NO_SETS, canonical, concat_sets, in_length_range, select_sets
 from .errors import InputError, Rejects, SetLimits
-from .files import open_stream, store_error, as_location
+from .files import as_location, is_fimi_name, open_stream, store_error
 from .vocabulary import dedup_values
 
 __all__ = ["check_line", "first_bad_line", "parse_block", "read_text_sets", "text_sets"]
@@ -30,6 +34,9 @@ _MAX_LINE_BYTES = 256 << 20  # a valid line is a few kB: a longer one is not a t
 _SMALL_SLICE_LINES = 64  # a failing slice of a block this small is checked line by line
 _ALLOWED_TEXT = "comma-separated token ids (decimal integers, '-' allowed; spaces or tabs around an id are allowed)"
 _INTEGER_RE = re.compile(rb"-?[0-9]+")
+_ALLOWED_FIMI = "whitespace-separated non-negative token ids (decimal integers; the FIMI .dat format)"
+_FIMI_ID_RE = re.compile(rb"[0-9]+")
+_FIMI_SPLIT_RE = re.compile(rb"[ \t]+")
 _RANGE = "token ids in [-2**63, 2**64) (64-bit integers)"
 _RANGE_FIX = "hash or remap the ids into 64 bits"
 _MIXED = "token ids all in [-2**63, 2**63) or all in [0, 2**64) (negative ids and ids of 2**63 or more do not mix)"
@@ -40,7 +47,7 @@ def _show(text: bytes, limit: int = 60) -> str:
     return repr(s if len(s) <= limit else s[:limit] + "...")
 
 
-def check_line(line: bytes, limits: SetLimits):
+def check_line(line: bytes, limits: SetLimits, fimi: bool = False):
     """Why one text line is bad: the rules of the text format, checked one line at a time.
 
     The reference the vectorised :func:`parse_block` must agree with, and what writes the message
@@ -51,6 +58,8 @@ def check_line(line: bytes, limits: SetLimits):
     line : bytes
         One line without its ``\\n`` (a final ``\\r`` is allowed).
     limits : SetLimits
+    fimi : bool
+        The line is FIMI (whitespace-separated non-negative ids), not STI2 (comma-separated).
 
     Returns
     -------
@@ -63,6 +72,8 @@ def check_line(line: bytes, limits: SetLimits):
         return ("lines ending in '\\n' or '\\r\\n'", "a carriage return ('\\r') inside the line", "convert the line endings to '\\n' (for example with dos2unix) or remove the stray '\\r'")
     if not line.strip(b" \t"):
         return None
+    if fimi:
+        return _check_fimi_line(line, limits)
     ids = set()
     for position, field in enumerate(line.split(b","), start=1):
         text = field.strip(b" \t")
@@ -79,7 +90,24 @@ def check_line(line: bytes, limits: SetLimits):
     return None
 
 
-def parse_block(block, limits: SetLimits):
+def _check_fimi_line(line: bytes, limits: SetLimits):
+    """:func:`check_line` of a non-blank FIMI line (no carriage return left in it)."""
+    ids = set()
+    for position, text in enumerate(_FIMI_SPLIT_RE.split(line.strip(b" \t")), start=1):
+        if not _FIMI_ID_RE.fullmatch(text):
+            return (_ALLOWED_FIMI, f"{_show(text)} at id #{position} in {_show(line)}",
+                    "write each token id as a plain non-negative decimal integer, ids separated by spaces or tabs "
+                    "(a file of comma-separated ids must not end in .dat)")
+        value = int(text)
+        if value >= 2**64:
+            return ("token ids in [0, 2**64) (64-bit integers)", f"{value} at id #{position}", _RANGE_FIX)
+        ids.add(value)
+    if len(ids) > limits.max_len:
+        return (f"at most {limits.max_len} distinct ids per set", f"{len(ids)} distinct ids", "shorten this set, or raise max_len")
+    return None
+
+
+def parse_block(block, limits: SetLimits, fimi: bool = False):
     """Parse whole text lines vectorised.
 
     Parameters
@@ -87,6 +115,8 @@ def parse_block(block, limits: SetLimits):
     block : bytes-like
         Whole lines; the last byte is ``\\n``.
     limits : SetLimits
+    fimi : bool
+        FIMI lines (whitespace-separated non-negative ids), not STI2 (comma-separated).
 
     Returns
     -------
@@ -97,6 +127,12 @@ def parse_block(block, limits: SetLimits):
     b = np.frombuffer(block, dtype=np.uint8)
     if b.max() > ord("9"):  # letters ('0x1F' would cast as hex), '_', non-ASCII...: never valid
         return None
+    if fimi:
+        if ((b == ord(",")) | (b == ord("-"))).any():  # ids are non-negative and never comma-separated
+            return None
+        b = b.copy()  # spaces and tabs become commas: then a FIMI line parses as a comma-separated one
+        b[(b == ord(" ")) | (b == ord("\t"))] = ord(",")
+        block = b
     cr = np.flatnonzero(b == ord("\r"))
     if len(cr) and (b[cr + 1] != ord("\n")).any():  # the last byte is '\n', so cr + 1 is in range
         return None
@@ -119,7 +155,7 @@ def parse_block(block, limits: SetLimits):
     if len(empty):
         # An empty field is valid only as a whole line (an empty set).
         alone = (sep_byte[empty] == ord("\n")) & ((empty == 0) | (sep_byte[np.maximum(empty - 1, 0)] == ord("\n")))
-        if not alone.all():
+        if not fimi and not alone.all():  # FIMI: runs of whitespace, and whitespace at a line's ends
             return None
         keep = np.ones(len(sep), dtype=bool)
         keep[empty] = False
@@ -179,7 +215,7 @@ def _first_huge_line(block: bytes, first_line: int):
     return None
 
 
-def first_bad_line(block, limits: SetLimits, first_line: int):
+def first_bad_line(block, limits: SetLimits, first_line: int, fimi: bool = False):
     """The first bad line of a block that :func:`parse_block` rejected.
 
     Halves the block while it fails, so only a few small slices are checked line by line.
@@ -191,6 +227,8 @@ def first_bad_line(block, limits: SetLimits, first_line: int):
     limits : SetLimits
     first_line : int
         0-based number of the block's first line in its file.
+    fimi : bool
+        FIMI lines, as :func:`parse_block`.
 
     Returns
     -------
@@ -213,15 +251,15 @@ def first_bad_line(block, limits: SetLimits, first_line: int):
                 middle = block.index(b"\n", middle + 1)
         left, right = block[: middle + 1], block[middle + 1 :]
         left_lines = left.count(b"\n")
-        if parse_block(left, limits) is None:
+        if parse_block(left, limits, fimi) is None:
             block, lines_in = left, left_lines
         else:
             block, lines_in, first_line = right, lines_in - left_lines, first_line + left_lines
     for i, line in enumerate(block.split(b"\n")[:-1]):
-        reason = check_line(line, limits)
+        reason = check_line(line, limits, fimi)
         if reason is not None:
             return first_line + i, reason
-    mixed = _first_huge_line(whole, whole_first)  # each line valid, both halves too: ids of both signs mix
+    mixed = None if fimi else _first_huge_line(whole, whole_first)  # FIMI ids are never negative  # each line valid, both halves too: ids of both signs mix
     if mixed is not None:
         return mixed
     raise RuntimeError(f"internal error: the vectorised text parser rejected lines {first_line + 1}..{first_line + lines_in} but no line in them is bad")
@@ -268,13 +306,13 @@ def _text_blocks(path: Location):
             yield bytes(buf[:carry]) + b"\n", first_line
 
 
-def _set_aside_bad_lines(path: Location, block, limits: SetLimits, first_line: int, rejects: Rejects):
+def _set_aside_bad_lines(path: Location, block, limits: SetLimits, first_line: int, rejects: Rejects, fimi: bool):
     """Quarantine the bad lines of a block: ``(good, clean_block)``, the 0-based indices of the good
     lines within the block and a block holding only them."""
     lines = bytes(block).split(b"\n")[:-1]
     good = []
     for i, line in enumerate(lines):
-        reason = check_line(line, limits)
+        reason = check_line(line, limits, fimi)
         if reason is None:
             good.append(i)
         else:
@@ -283,7 +321,7 @@ def _set_aside_bad_lines(path: Location, block, limits: SetLimits, first_line: i
 
 
 def text_sets(path, limits: SetLimits, rejects: Rejects):
-    """Read a text file of sets block by block, in bounded memory.
+    """Read a text file of sets block by block, in bounded memory (FIMI where its name ends in ``.dat``).
 
     Parameters
     ----------
@@ -304,19 +342,20 @@ def text_sets(path, limits: SetLimits, rejects: Rejects):
         At the first bad line (unless quarantining), or for a file that cannot be read.
     """
     path = as_location(path)
+    fimi = is_fimi_name(path.name)
     for block, first_line in _text_blocks(path):
-        parsed = parse_block(block, limits)
+        parsed = parse_block(block, limits, fimi)
         line_numbers = None
         if parsed is None and not rejects.quarantine:
-            line, (expected, found, fix) = first_bad_line(block, limits, first_line)
+            line, (expected, found, fix) = first_bad_line(block, limits, first_line, fimi)
             if line == 0 and bytes(block[:4]) == b"PAR1":
                 fix = "this looks like a Parquet file: give it a .parquet suffix so it is read as Parquet"
             raise InputError(path, expected, found, fix, line=line + 1)
         if parsed is None:
-            good, clean = _set_aside_bad_lines(path, block, limits, first_line, rejects)
+            good, clean = _set_aside_bad_lines(path, block, limits, first_line, rejects, fimi)
             line_numbers = first_line + good
-            parsed = parse_block(clean, limits) if len(good) else NO_SETS
-            mixed = _first_huge_line(clean, 0) if parsed is None else None
+            parsed = parse_block(clean, limits, fimi) if len(good) else NO_SETS
+            mixed = _first_huge_line(clean, 0) if parsed is None and not fimi else None
             if mixed is not None:
                 raise InputError(path, *mixed[1], line=int(line_numbers[mixed[0]]) + 1)
             if parsed is None:

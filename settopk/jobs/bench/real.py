@@ -1,0 +1,336 @@
+"""The real-data run: settopk's exact Jaccard threshold self-join on a FIMI dataset against the C++
+set-similarity joins and SetSimilaritySearch, and its top-k self-join against sparse_dot_topn (issue 46).
+
+Run by ``python -m settopk bench --config real-retail [--peer-binary PATH]`` (any config with a
+``real`` section). One process, one dataset (``real.dataset``, FIMI: one set per line,
+whitespace-separated ids, read by :func:`settopk.shards.inputs.read_corpus`; RETAIL by default), and
+for each threshold ``T`` of ``real.thresholds``:
+
+- **settopk**: :func:`settopk.kernels.join.self_join` (backend ``cpu``, ``real.threads`` threads,
+  default every CPU of this process), every unordered pair of lines with Jaccard ``>= T``, exactly.
+  Timed: the whole call (frequency order, identical-set groups, filters, verification, the pairs
+  ordered), the input already in memory; ``warmup`` untimed runs, then the min of ``repetitions``.
+- **C++** (with ``--peer-binary``): SSJOINLib's ``set_sim_join`` AllPairs, PPJoin and GroupJoin, one
+  thread each, as subprocesses on the input prepared for them (:mod:`settopk.jobs.bench.real_peers`);
+  their own join timer (CPU time of ``algoindex + algojoin``; frequency order and sorting done
+  before, untimed), min of ``repetitions`` after ``warmup``.
+- **SetSimilaritySearch** ``all_pairs`` (exact, pure Python, one thread), ``baseline_repetitions``
+  (default 1) runs: first at ``real.sss_probe``; then the thresholds above it, highest (cheapest)
+  first, and those below it, from the probe down, each side stopping after a run over
+  ``real.sss_budget_s`` (the probe's run gates the side below); the cells it skips say so.
+
+Every side's pair count and :func:`settopk.jobs.bench.real_peers.pair_digest` must equal settopk's,
+else :class:`settopk.jobs.bench.common.ExactnessError` (the result JSON then holds the differences).
+
+The top-k self-join (``real.topk_k > 0``): ``settopk.Index.search`` of every set, ``k = topk_k``,
+score ``real.topk_score`` (cosine or overlap), against ``sparse_dot_topn`` on the same threads
+(:class:`settopk.jobs.bench.baselines.SparseDotTopnBaseline`), each built once untimed, searches
+timed (min of ``repetitions``); the sorted exact score keys of every query must agree (the library
+may keep other docs among ties at the k-th score; the queries where it did are counted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import List, Optional
+
+import numpy as np
+
+from .real_peers import CPP_ALGORITHMS, PeerInput, check_peer_binary, pair_digest, prepare_peer_input, run_cpp, run_sss, sss_plan
+
+__all__ = ["RealConfig", "format_real_table", "run_real", "section_fields"]
+
+log = logging.getLogger("settopk.bench")
+
+#: The repository root: ``real.dataset`` is relative to it.
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    """A real-data run (:mod:`settopk.jobs.bench.real`).
+
+    Attributes
+    ----------
+    dataset : str
+        A FIMI ``*.dat`` file (one set per line, whitespace-separated non-negative ids); a relative
+        path is taken from the repository root. Default: RETAIL (88,162 market baskets, FIMI repository).
+    thresholds : list of float
+        Jaccard thresholds in ``(0, 1]``, run in order (each read as its shortest decimal: 0.8 is 4/5).
+    threads : int, optional
+        settopk's threads (join and top-k) and sparse_dot_topn's; default every CPU of this process.
+    sss_probe : float
+        The threshold SetSimilaritySearch runs at first.
+    sss_budget_s : float
+        SetSimilaritySearch runs at a further threshold only while its previous run took less.
+    topk_k : int
+        ``k`` of the top-k self-join; 0 skips it.
+    topk_score : str
+        Its score: ``cosine`` or ``overlap`` (those sparse_dot_topn ranks by).
+    peer_binary : str, optional
+        SSJOINLib's ``set_sim_join`` (``--peer-binary`` sets it); None runs no C++ peer.
+    """
+
+    dataset: str = "../shared/data/retail.dat"
+    thresholds: List[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9])
+    threads: Optional[int] = None
+    sss_probe: float = 0.7
+    sss_budget_s: float = 60.0
+    topk_k: int = 10
+    topk_score: str = "cosine"
+    peer_binary: Optional[str] = None
+
+    def problems(self, cfg) -> list[str]:
+        """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
+        problems = []
+        if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
+            problems.append(f"real.thresholds must list Jaccard thresholds in (0, 1], found {self.thresholds}")
+        if not 0.0 < self.sss_probe <= 1.0 or self.sss_budget_s <= 0:
+            problems.append(f"real.sss_probe must be in (0, 1] and real.sss_budget_s > 0, found {self.sss_probe} and "
+                            f"{self.sss_budget_s}")
+        if self.threads is not None and self.threads < 1:
+            problems.append(f"real.threads must be >= 1 (or left out: every CPU), found {self.threads}")
+        if self.topk_k < 0 or self.topk_score not in ("cosine", "overlap"):
+            problems.append(f"real.topk_k must be >= 0 (0: no top-k run) and real.topk_score cosine or overlap, found "
+                            f"{self.topk_k} and {self.topk_score!r}")
+        return problems
+
+
+def section_fields() -> list[str]:
+    """The section's keys, for the config loader's list of valid keys."""
+    return [f"real.{f.name}" for f in dataclasses.fields(RealConfig)]
+
+
+def dataset_path(real: RealConfig) -> Path:
+    """``real.dataset`` as a path (a relative one from the repository root), checked to exist.
+
+    Raises
+    ------
+    settopk.shards.inputs.InputError
+        If no file is there.
+    """
+    from settopk.shards.inputs import InputError
+
+    path = Path(os.path.expanduser(real.dataset))
+    path = path if path.is_absolute() else (REPO_ROOT / path).resolve()
+    if not path.is_file():
+        raise InputError(str(path), "the dataset of real.dataset (a FIMI .dat file, one set per line)", "no file there",
+                         "download RETAIL (http://fimi.uantwerpen.be/data/retail.dat) to ../shared/data/ beside the "
+                         "repository, or set real.dataset in the config to a FIMI file")
+    return path
+
+
+def _self_join(sets, doc_ids, threshold: float, max_len: int, threads: int | None):
+    """settopk's exact Jaccard self-join of ``sets`` (the one call the run times)."""
+    from settopk.kernels.join import self_join
+
+    return self_join(sets, doc_ids, repr(threshold), "jaccard", max_len, backend="cpu", threads=threads)
+
+
+def _time_settopk(sets, lines, threshold, max_len, threads, warmup, repetitions) -> dict:
+    runs = []
+    for rep in range(warmup + repetitions):
+        start = time.perf_counter()
+        pairs = _self_join(sets, lines, threshold, max_len, threads)
+        seconds = time.perf_counter() - start
+        if rep >= warmup:
+            runs.append(seconds)
+    a = np.repeat(lines, pairs.counts)
+    return {"runs_s": [round(s, 6) for s in runs], "min_s": min(runs), "pairs": len(pairs.doc_ids),
+            "digest": pair_digest(a, pairs.doc_ids)}
+
+
+def _sss_rows(cfg, peer_input: PeerInput, thresholds: list[float]) -> dict:
+    """SetSimilaritySearch's runs by threshold: a measurement, or ``{"skipped": reason}``."""
+    from .peers import _import_peers
+
+    all_pairs, _ = _import_peers()
+    real, reps = cfg.real, cfg.baseline_repetitions or 1
+    out = {}
+
+    def measure(t):
+        runs = [run_sss(all_pairs, peer_input, t) for _ in range(reps)]
+        row = dict(runs[-1], min_s=min(r["seconds"] for r in runs), runs_s=[round(r["seconds"], 3) for r in runs])
+        log.info("real: SetSimilaritySearch at %s: %.1f s, %d pairs", t, row["min_s"], row["pairs"])
+        return row
+
+    out[real.sss_probe] = measure(real.sss_probe)
+    above, below = sss_plan(thresholds, real.sss_probe)
+    # Above the probe each run is cheaper than the probe's, so those start afresh from the highest;
+    # below it each costs more than the one before, so the probe's time gates the first.
+    for side, last, last_t in ((above, 0.0, None), (below, out[real.sss_probe]["min_s"], real.sss_probe)):
+        for t in side:
+            if last > real.sss_budget_s:
+                out[t] = {"skipped": f"its run at {last_t} took {last:.0f} s, over the {real.sss_budget_s:.0f} s budget"}
+                continue
+            out[t] = measure(t)
+            last, last_t = out[t]["min_s"], t
+    return out
+
+
+def _topk(cfg, corpus, max_len: int) -> dict:
+    """settopk's top-k self-join against sparse_dot_topn's: search times, exact score keys compared."""
+    import settopk
+
+    from .baselines import SparseDotTopnBaseline
+    from .common import compare_scores
+
+    real = cfg.real
+    docs, ids = corpus.docs, corpus.doc_ids
+    index = settopk.Index.build(docs, score=real.topk_score, backend="cpu", max_len=max_len, doc_ids=ids,
+                                threads=real.threads)
+    peer = SparseDotTopnBaseline(docs, ids, max_len, docs.id_bound, score=real.topk_score,
+                                 threads=real.threads or len(os.sched_getaffinity(0)))
+    ours, theirs = [], []
+    for rep in range(cfg.warmup + cfg.repetitions):
+        start = time.perf_counter()
+        top = index.search(docs, k=real.topk_k)
+        mid = time.perf_counter()
+        their = peer.search(docs, real.topk_k)
+        end = time.perf_counter()
+        if rep >= cfg.warmup:
+            ours.append(mid - start)
+            theirs.append(end - mid)
+    everyone = np.arange(docs.n_sets)
+    settings = SimpleNamespace(score=real.topk_score, max_len=max_len)
+    mismatches, ids_differ = compare_scores("sparse_dot_topn", their, top, everyone, docs.lengths, settings)
+    return {"k": real.topk_k, "score": real.topk_score, "settopk_min_s": min(ours), "settopk_runs_s": ours,
+            "sparse_dot_topn_min_s": min(theirs), "sparse_dot_topn_runs_s": theirs, "mismatches": mismatches[:10],
+            "n_mismatches": len(mismatches), "queries_with_other_tied_ids": ids_differ}
+
+
+def run_real(cfg, name: str) -> dict:
+    """Read the dataset, time settopk and the peers at each threshold, check every pair set; returns the result.
+
+    Parameters
+    ----------
+    cfg : settopk.jobs.bench.config.BenchConfig
+        With a ``real`` section; uses ``warmup``, ``repetitions``, ``baseline_repetitions``.
+    name : str
+        The config's name, for the result.
+
+    Raises
+    ------
+    settopk.shards.inputs.InputError
+        If the dataset is missing or malformed, or ``real.peer_binary`` is not an executable file.
+    MissingPeerError
+        If SetSimilaritySearch (or sparse_dot_topn, for the top-k run) is not installed.
+    ExactnessError
+        If a peer's pair count or digest differs from settopk's.
+    """
+    from settopk.shards.inputs import SetLimits, read_corpus
+
+    from .common import ExactnessError
+
+    real = cfg.real
+    path = dataset_path(real)
+    binary = check_peer_binary(real.peer_binary) if real.peer_binary else None
+    start = time.perf_counter()
+    corpus = read_corpus(str(path), SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len))
+    read_s = time.perf_counter() - start
+    sets, lines = corpus.docs, corpus.doc_ids
+    max_len = max(int(sets.lengths.max()) if sets.n_sets else 1, 1)
+    log.info("real: %s: %d sets, %d ids, longest %d, read in %.1f s", path, sets.n_sets, len(sets.tokens), max_len, read_s)
+    peer_input = PeerInput(sets, lines)
+    threads = real.threads or len(os.sched_getaffinity(0))
+
+    rows = {}
+    for t in real.thresholds:
+        rows[t] = {"threshold": repr(t), "settopk": _time_settopk(sets, lines, t, max_len, real.threads, cfg.warmup,
+                                                                   cfg.repetitions), "cpp": {}}
+        log.info("real: settopk at %s: %.3f s, %d pairs", t, rows[t]["settopk"]["min_s"], rows[t]["settopk"]["pairs"])
+    if binary is not None:
+        with tempfile.TemporaryDirectory(prefix="settopk-real-") as tmp:
+            prepare_peer_input(peer_input, tmp)
+            for t in real.thresholds:
+                for algo in CPP_ALGORITHMS:
+                    got = run_cpp(binary, peer_input, algo, t, cfg.warmup, cfg.repetitions)
+                    rows[t]["cpp"][algo] = dict(got, min_ms=min(got["join_ms"]))
+                    log.info("real: %s at %s: %d ms, %d pairs", algo, t, min(got["join_ms"]), got["pairs"])
+    sss = _sss_rows(cfg, peer_input, real.thresholds)
+    for t in real.thresholds:
+        rows[t]["setsimilaritysearch"] = sss[t]
+
+    mismatches = []
+    for t, row in rows.items():
+        want = (row["settopk"]["pairs"], row["settopk"]["digest"])
+        others = {f"cpp {a}": r for a, r in row["cpp"].items()}
+        if "skipped" not in row["setsimilaritysearch"]:
+            others["setsimilaritysearch"] = row["setsimilaritysearch"]
+        for who, r in others.items():
+            if (r["pairs"], r["digest"]) != want:
+                mismatches.append({"threshold": repr(t), "implementation": who, "pairs": r["pairs"], "digest": r["digest"],
+                                   "settopk_pairs": want[0], "settopk_digest": want[1]})
+        best = min((r["min_ms"] for r in row["cpp"].values()), default=None)
+        row["best_cpp_ms"] = best
+        row["settopk_over_best_cpp"] = row["settopk"]["min_s"] * 1000 / best if best else None
+    result = {
+        "benchmark": "settopk.bench.real", "config": name,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": cfg.to_dict(), "environment": _environment(threads, binary),
+        "dataset": {"path": str(path), "n_sets": sets.n_sets, "n_tokens": len(sets.tokens), "longest": max_len,
+                    "read_s": read_s},
+        "rows": list(rows.values()),
+    }
+    if mismatches:
+        raise ExactnessError(mismatches, dict(result, mismatches=mismatches))
+    if real.topk_k:
+        result["topk"] = _topk(cfg, corpus, max_len)
+        if result["topk"]["n_mismatches"]:
+            raise ExactnessError(result["topk"]["mismatches"], result)
+    return result
+
+
+def _environment(threads: int, binary: str | None) -> dict:
+    import numba
+
+    from .machine import cpu_model
+
+    return {"cpu_model": cpu_model(), "cpus_visible": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+            "threads": threads, "peer_binary": binary}
+
+
+def _cell(r: dict) -> str:
+    if "skipped" in r:
+        return "skipped"
+    return f"{r['min_s']:.1f} s"
+
+
+def format_real_table(result: dict) -> str:
+    """The printed summary of a real-data result."""
+    d, env = result["dataset"], result["environment"]
+    algos = [a for a in CPP_ALGORITHMS if any(a in r["cpp"] for r in result["rows"])]
+    lines = [f"settopk bench {result['config']}: exact Jaccard threshold self-join on {d['path']} ({d['n_sets']:,} sets, "
+             f"{d['n_tokens']:,} ids in all); settopk cpu on {env['threads']} thread(s) (whole call, wall, min), C++ and "
+             f"SetSimilaritySearch on one (C++: its own join timer, CPU ms of algoindex + algojoin on prepared input); "
+             f"{env['cpu_model']}, load average {', '.join(f'{x:.1f}' for x in env['load_average'])}",
+             f"{'T':>5} {'pairs':>10} {'settopk ms':>11} " + " ".join(f"{CPP_ALGORITHMS[a] + ' ms':>13}" for a in algos)
+             + f" {'settopk/best C++':>17} {'SetSimSearch':>13}"]
+    notes = []
+    for r in result["rows"]:
+        s = r["settopk"]
+        ratio = (f"{r['settopk_over_best_cpp']:.1f}x" if r["settopk_over_best_cpp"]
+                 else "C++ < 1 ms" if r["cpp"] else "no C++ run")
+        lines.append(f"{r['threshold']:>5} {s['pairs']:>10,} {s['min_s'] * 1000:>11.0f} "
+                     + " ".join(f"{r['cpp'][a]['min_ms']:>13}" for a in algos)
+                     + f" {ratio:>17} {_cell(r['setsimilaritysearch']):>13}")
+        if "skipped" in r["setsimilaritysearch"]:
+            notes.append(f"SetSimilaritySearch at {r['threshold']} skipped: {r['setsimilaritysearch']['skipped']}")
+    lines += notes
+    lines.append("pair counts and digests (sha1 of the sorted (min_line, max_line) pairs) equal across every side run")
+    if "topk" in result:
+        t = result["topk"]
+        lines.append(f"top-k self-join (k = {t['k']}, {t['score']}, every set a query): settopk Index.search "
+                     f"{t['settopk_min_s']:.3f} s, sparse_dot_topn {t['sparse_dot_topn_min_s']:.3f} s "
+                     f"({t['sparse_dot_topn_min_s'] / t['settopk_min_s']:.1f}x settopk); exact scores equal on every "
+                     f"query ({t['queries_with_other_tied_ids']:,} keep other docs among ties)")
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""The real-data benchmark run (settopk.jobs.bench.real) on the first 3,000 lines of RETAIL with
+SetSimilaritySearch as its one peer: pair counts and digests agree, the digest is that of the
+oracle's pairs, and a missing dataset or peer binary is a clear error."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from settopk.jobs.bench import cli
+from settopk.jobs.bench.real import REPO_ROOT
+from settopk.jobs.bench.real_peers import pair_digest
+from settopk.shards.inputs import InputError
+
+RETAIL = REPO_ROOT / ".." / "shared" / "data" / "retail.dat"
+N_LINES = 3000
+
+
+def _config(tmp_path, dataset, **real) -> str:
+    values = {"dataset": str(dataset), "thresholds": "[0.5, 0.8]", "sss_probe": 0.8, "topk_k": 0, **real}
+    path = tmp_path / "real.yaml"
+    path.write_text("backend: cpu\ncpus_per_shard: 2.0\nscore: jaccard\nwarmup: 0\nrepetitions: 1\nbaselines: []\n"
+                    "real:\n" + "".join(f"  {k}: {v}\n" for k, v in values.items()))
+    return str(path)
+
+
+def _head(tmp_path) -> Path:
+    if not RETAIL.is_file():
+        pytest.fail(f"{RETAIL} is missing: the real-data test reads the first {N_LINES} lines of RETAIL (FIMI retail.dat)")
+    with open(RETAIL) as f:
+        head = [next(f) for _ in range(N_LINES)]
+    path = tmp_path / "retail-head.dat"
+    path.write_text("".join(head))
+    return path
+
+
+def _oracle_digest(path: Path, threshold: str) -> tuple[int, str]:
+    """Every pair of lines with Jaccard >= T, from exact integer overlaps (a sparse product)."""
+    import scipy.sparse
+
+    sets = [sorted({int(t) for t in line.split()}) for line in path.read_text().splitlines()]
+    lengths = np.array([len(s) for s in sets], dtype=np.int64)
+    m = scipy.sparse.csr_matrix((np.ones(int(lengths.sum()), np.int64), np.concatenate(sets),
+                                 np.concatenate([[0], np.cumsum(lengths)])))
+    inter = scipy.sparse.triu(m @ m.T, k=1).tocoo()  # i < j, overlap > 0
+    t = Fraction(threshold)
+    union = lengths[inter.row] + lengths[inter.col] - inter.data
+    keep = inter.data * t.denominator >= t.numerator * union
+    return int(keep.sum()), pair_digest(inter.row[keep], inter.col[keep])
+
+
+def test_real_run_agrees_with_setsimilaritysearch_and_the_oracle(tmp_path):
+    path = _head(tmp_path)
+    out = tmp_path / "real.json"
+    result = cli.run(cli.build_parser().parse_args(["--config", _config(tmp_path, path), "--out", str(out), "--quiet"]))
+    rows = {r["threshold"]: r for r in result["rows"]}
+    assert sorted(rows) == ["0.5", "0.8"] and result["dataset"]["n_sets"] == N_LINES
+    for t, row in rows.items():
+        s, p = row["settopk"], row["setsimilaritysearch"]
+        assert (p["pairs"], p["digest"]) == (s["pairs"], s["digest"])
+        assert (s["pairs"], s["digest"]) == _oracle_digest(path, t) and s["pairs"] > 0
+        assert row["cpp"] == {} and row["settopk_over_best_cpp"] is None
+    assert out.is_file() and "topk" not in result
+
+
+def test_a_missing_dataset_and_a_missing_peer_binary_are_input_errors(tmp_path):
+    missing = tmp_path / "nowhere.dat"
+    with pytest.raises(InputError, match="real.dataset"):
+        cli.run(cli.build_parser().parse_args(["--config", _config(tmp_path, missing), "--quiet"]))
+    path = tmp_path / "tiny.dat"
+    path.write_text("1 2\n1 2 3\n")
+    args = ["--config", _config(tmp_path, path), "--peer-binary", str(tmp_path / "set_sim_join"), "--quiet"]
+    with pytest.raises(InputError, match="set_sim_join"):
+        cli.run(cli.build_parser().parse_args(args))
+    assert cli.main(args) == cli.EXIT_BAD_INPUT
+
+
+def test_peer_binary_without_a_real_section_is_a_config_error():
+    assert cli.main(["--config", "threshold-peers", "--peer-binary", "/bin/true", "--quiet"]) == cli.EXIT_BAD_INPUT
+
+
+def test_setsimilaritysearch_runs_cheapest_first_on_each_side_of_the_probe():
+    from settopk.jobs.bench.real_peers import sss_plan
+
+    assert sss_plan([0.5, 0.6, 0.7, 0.8, 0.9], 0.7) == ([0.9, 0.8], [0.6, 0.5])
+    assert sss_plan([0.9, 0.5], 0.7) == ([0.9], [0.5]) and sss_plan([0.7], 0.7) == ([], [])
