@@ -184,3 +184,22 @@ def test_pairs_and_dedup_equal_the_jobs_rows(ray_cluster, tmp_path, score):
     groups, duplicates = settopk.dedup(index, "0.5", score=score)
     assert groups.num_rows > 0 and groups.equals(pq.read_table(out / "groups"))
     assert duplicates.equals(pq.read_table(out / "duplicates"))
+
+
+def test_self_joins_at_several_thresholds_share_the_prepared_corpus():
+    import settopk
+    from settopk.kernels import SetBatch
+    from settopk.kernels.join import self_join as kernel_self_join
+
+    rng = np.random.default_rng(5)
+    docs = [sorted(set(rng.integers(0, 12, rng.integers(1, 6)).tolist())) for _ in range(60)]
+    docs += docs[:25]
+    index = settopk.Index.build(docs, score="jaccard", backend="cpu")
+    prepared = None
+    for t in ("0.5", "2/3", "1/3"):
+        pairs = index.self_join(t)
+        prepared = prepared or index.join_corpus  # made by the first self-join, then the same object
+        assert index.join_corpus is prepared
+        want = kernel_self_join(SetBatch.from_lists(docs), np.arange(len(docs)), t, "jaccard", index.max_len)
+        assert pairs.n_pairs == len(want.doc_ids)
+        assert pairs.doc_ids.tolist() == want.doc_ids.tolist()

@@ -244,6 +244,7 @@ class Index:
         self.threads = None if threads is None else int(threads)
         self.doc_ids = ids
         self._sets = sets  # the docs in the kernels' ids: a self-join's queries (settopk.index.join)
+        self._join_corpus = None  # the docs prepared for self-joins at any threshold (settopk.kernels.join)
         # An empty corpus needs no backend index: every row of every search is padding.
         self._index = None if sets.n_sets == 0 else build_index(
             self.backend, ids, sets, max_len=self.max_len, vocab_size=self.vocab_size, score=score, routing=routing,
@@ -443,6 +444,17 @@ class Index:
         from .join import self_join
 
         return self_join(self, self._sets, threshold, include_self, k)
+
+    @property
+    def join_corpus(self):
+        """The docs prepared for the ``cpu`` self-join (host memory): tokens in the docs' frequency
+        order, identical docs grouped (:func:`settopk.kernels.join.prepare_corpus`). Made at the first
+        use and kept: it depends on the docs alone, so self-joins at other thresholds or scores skip it."""
+        if self._join_corpus is None:
+            from settopk.kernels.join import prepare_corpus
+
+            self._join_corpus = prepare_corpus(self._sets)
+        return self._join_corpus
 
     def _read_queries(self, queries):
         """``(query_ids or None, SetBatch in the kernels' ids)`` of queries as :meth:`search` takes them."""

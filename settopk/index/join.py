@@ -251,14 +251,16 @@ def self_join(index, sets: SetBatch, threshold, include_self=False, k=None) -> P
     if not isinstance(include_self, (bool, np.bool_)):
         raise JoinArgumentError(f"include_self must be True or False, found {include_self!r}")
     found = kernel_self_join(index.backend, sets, index.doc_ids, t, index.score, index.max_len, bool(include_self), k,
-                             kernel=index.kernel, threads=index.threads, vocab_size=index.vocab_size)
+                             kernel=index.kernel, threads=index.threads, vocab_size=index.vocab_size,
+                             prepared=index.join_corpus if index.backend == "cpu" and t > 0 and sets.n_sets else None)
     row = np.repeat(np.arange(sets.n_sets, dtype=np.int64), found.counts)
     return _pairs(found, index.doc_ids[row], sets.lengths, row, sets.n_sets, index.score, t, k, None,
                   query_keys=index.doc_ids)
 
 
 def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score: str, max_len: int,
-                     include_self: bool, k, *, kernel=None, threads=None, vocab_size: int = 65536) -> ThresholdPairs:
+                     include_self: bool, k, *, kernel=None, threads=None, vocab_size: int = 65536,
+                     prepared=None) -> ThresholdPairs:
     """The self-join of ``sets`` (ids ``doc_ids``) under :func:`settopk.kernels.self_join_keep`, each
     query's best ``k`` (a :class:`settopk.kernels.ThresholdPairs` over the sets as queries): the one
     place that picks the kernel. Where the prefix-filtered join of
@@ -272,7 +274,7 @@ def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score
         from settopk.kernels.join import self_join as join_self_join
 
         return join_self_join(sets, doc_ids, t, score, max_len, backend=backend, include_self=include_self, k=k,
-                              threads=threads)
+                              threads=threads, prepared=prepared)
     if kernel is None:
         kernel = build_index(backend, doc_ids, sets, max_len=max_len, vocab_size=vocab_size, score=score, threads=threads)
     n, lengths = sets.n_sets, sets.lengths

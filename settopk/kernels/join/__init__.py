@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .prefixes import join_applies
 
-__all__ = ["join_applies", "prepare_docs", "self_join", "threshold_join"]
+__all__ = ["join_applies", "prepare_corpus", "prepare_docs", "self_join", "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")
 
@@ -69,8 +69,27 @@ def prepare_docs(docs, doc_ids, threshold, score: str, max_len: int, *, backend:
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
 
 
+def prepare_corpus(sets):
+    """A corpus prepared for any number of self-joins (whatever their threshold and score): its tokens
+    in its own frequency order, rarest first, and its identical sets grouped (host memory).
+
+    Parameters
+    ----------
+    sets : settopk.kernels.SetBatch
+        ``n_docs`` sets.
+
+    Returns
+    -------
+    settopk.kernels.join.prepare.JoinSets
+        For :func:`self_join`'s ``prepared`` on the ``cpu`` backend.
+    """
+    from .prepare import frequency_order, prepare_sets
+
+    return prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+
+
 def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", include_self: bool = False,
-              k: int | None = None, threads: int | None = None):
+              k: int | None = None, threads: int | None = None, prepared=None):
     """Every pair of a corpus whose score reaches ``threshold``, exactly, under the self-join rule.
 
     Parameters
@@ -85,6 +104,9 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
         Also each doc's pair with itself (where its own score reaches ``T``).
     k : int, optional
         Keep each query's ``k`` best pairs; None keeps all.
+    prepared : JoinSets, optional
+        ``prepare_corpus(sets)``, kept by the caller between self-joins of one corpus (``cpu``; the
+        other backends prepare their own).
 
     Returns
     -------
@@ -102,7 +124,8 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
     if backend == "cpu":
         from .host_join import self_join as host_self_join
 
-        return host_self_join(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads)
+        return host_self_join(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads,
+                              prepared=prepared)
     if backend in ("numpy", "cupy"):
         from .arrays import self_join as array_self_join
 

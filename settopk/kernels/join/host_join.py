@@ -127,7 +127,7 @@ class DocSide:
 
 
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
-              k: int | None = None, threads: int | None = None) -> ThresholdPairs:
+              k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None) -> ThresholdPairs:
     """The threshold self-join of a corpus on the ``cpu`` backend (see :func:`settopk.kernels.join.self_join`)."""
     score = check_score(score)
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
@@ -138,7 +138,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     if not join_applies(t):
         raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
     threads = threads or len(os.sched_getaffinity(0))
-    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+    js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     groups = _group_sets(js)
     g_tokens, g_offsets, g_len = groups
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
