@@ -87,3 +87,18 @@ def test_setsimilaritysearch_runs_cheapest_first_on_each_side_of_the_probe():
 
     assert sss_plan([0.5, 0.6, 0.7, 0.8, 0.9], 0.7) == ([0.9, 0.8], [0.6, 0.5])
     assert sss_plan([0.9, 0.5], 0.7) == ([0.9], [0.5]) and sss_plan([0.7], 0.7) == ([], [])
+
+
+def test_the_peer_input_is_ranked_by_frequency_and_ordered_by_length_then_lexicographically(tmp_path):
+    from settopk.kernels import SetBatch
+    from settopk.jobs.bench.real_peers import PeerInput, prepare_peer_input
+
+    # id 0 in every set, 1 and 2 in four, 3 and 4 once: rarest first, ties by id: 3, 4, 1, 2, 0
+    lists = [[0, 1, 2], [], [0, 2, 3], [0, 1], [0, 1, 2], [0, 4], [0, 1, 2]]
+    peer_input = PeerInput(SetBatch.from_lists([sorted(s) for s in lists]), np.arange(len(lists), dtype=np.int64) + 100)
+    prepare_peer_input(peer_input, str(tmp_path))
+    records = [list(map(int, line.split())) for line in Path(peer_input.raw_path).read_text().splitlines()]
+    assert records == [[1, 4], [2, 4], [0, 3, 4], [2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    assert peer_input.raw_lines.tolist() == [105, 103, 102, 100, 104, 106]  # identical records in file order
+    rank = {3: 0, 4: 1, 1: 2, 2: 3, 0: 4}
+    assert all(sorted(rank[t] for t in lists[line - 100]) == rec for rec, line in zip(records, peer_input.raw_lines))

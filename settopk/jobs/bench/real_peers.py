@@ -6,7 +6,9 @@ Set Similarity Join Techniques", PVLDB 2016 (github.com/mshcruz/SSJOINLib, folde
 GPL-3; nothing of it is in this package: the user builds it and passes its path). Its default input is
 raw numbers it does not prepare itself: one record per line, token ids renumbered by frequency
 (rarest first), each record ascending, records by length ascending. :func:`prepare_peer_input` writes
-that file (before any clock starts); ``--timings`` prints each phase's user + system CPU time
+that file (before any clock starts), records of one length in lexicographic order as the binary's own
+preparation sorts them for GroupJoin (``frequencysorting.h``: GroupJoin groups only adjacent records of
+equal prefix, so an input left in file order forms fewer groups and runs slower: docs/benchmarks.md); ``--timings`` prints each phase's user + system CPU time
 (``getrusage``, whole milliseconds), of which ``algoindex`` and ``algojoin`` are the join; the
 pairs (``--result FILE``, one `` (a, b)`` line each) name records by their 0-based line in the
 prepared file, mapped back here to the dataset's lines.
@@ -80,7 +82,9 @@ def prepare_peer_input(peer_input: PeerInput, directory: str) -> None:
 
     Ids are renumbered by how many sets hold them, rarest first, ties by id
     (:func:`settopk.kernels.join.prepare.frequency_order`, the order the paper's algorithms use); each
-    record is written ascending; records by length ascending, ties in file order.
+    record is written ascending; records by length ascending, then lexicographically by their
+    renumbered ids (identical records in file order), the order ``set_sim_join --whitespace``
+    gives GroupJoin (its groups are runs of adjacent records with one prefix).
     """
     from settopk.kernels.join.prepare import frequency_order
 
@@ -90,14 +94,19 @@ def prepare_peer_input(peer_input: PeerInput, directory: str) -> None:
     ranked = rank[sets.tokens].astype(np.int64)
     row = np.repeat(np.arange(sets.n_sets, dtype=np.int64), lengths)
     ranked = ranked[np.lexsort((ranked, row))]  # ascending within each record
-    by_length = np.argsort(lengths, kind="stable")
-    path = os.path.join(directory, "peer-input.txt")
     offsets = sets.offsets
+    by_order = []
+    for length in np.unique(lengths).tolist():  # ascending; a few dozen lengths on market-basket data
+        rows = np.flatnonzero(lengths == length)
+        matrix = ranked[offsets[rows, None] + np.arange(length)]  # (n_rows, length), one record a row
+        by_order.append(rows[np.lexsort(matrix[:, ::-1].T)])  # first column the primary key; stable
+    by_order = np.concatenate(by_order) if by_order else np.zeros(0, dtype=np.int64)
+    path = os.path.join(directory, "peer-input.txt")
     with open(path, "w") as f:
-        for i in by_length.tolist():
+        for i in by_order.tolist():
             f.write(" ".join(map(str, ranked[offsets[i]:offsets[i + 1]].tolist())) + "\n")
     peer_input.raw_path = path
-    peer_input.raw_lines = peer_input.lines[by_length]
+    peer_input.raw_lines = peer_input.lines[by_order]
 
 
 def check_peer_binary(path: str) -> str:
