@@ -262,13 +262,13 @@ def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score
     """The self-join of ``sets`` (ids ``doc_ids``) under :func:`settopk.kernels.self_join_keep`, each
     query's best ``k`` (a :class:`settopk.kernels.ThresholdPairs` over the sets as queries): the one
     place that picks the kernel. Where the prefix-filtered join of
-    :mod:`settopk.kernels.join` applies (``T > 0``) and the backend has it, that join; else the
+    :mod:`settopk.kernels.join` applies (``T > 0``), that join; else the
     kernel index's threshold search of the corpus against itself, then the self-join rule."""
     from settopk.kernels.join import join_applies
 
     if sets.n_sets == 0:
         return ThresholdPairs(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32))
-    if backend == "cpu" and join_applies(t):
+    if join_applies(t):  # every backend has it: cpu compiled, numpy and cupy as array programs
         from settopk.kernels.join import self_join as join_self_join
 
         return join_self_join(sets, doc_ids, t, score, max_len, backend=backend, include_self=include_self, k=k,
