@@ -11,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.join_helpers import corpora, doc_ids
+
 from settopk.kernels import SCORES, SetBatch, brute_force_threshold, parse_threshold, self_join_keep
 from settopk.kernels.join import join_applies, prepare_docs, self_join, threshold_join
 from settopk.kernels.join.prepare import frequency_order, prepare_sets
@@ -22,27 +24,6 @@ RETAIL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "retai
 # Thresholds that land exactly on achievable scores (ties pass), and an overlap count per score.
 _THRESHOLDS = {score: ["0.5", "2/3", "0.8", "1", "0.3", "1/7"] for score in SCORES}
 _THRESHOLDS["overlap"] = ["1", "2", "3"]
-
-
-@st.composite
-def _corpora(draw):
-    """Sets over a Zipf-skewed vocabulary, many of them copies of earlier ones, empty ones too."""
-    n_ids = draw(st.integers(2, 25))
-    weights = 1.0 / np.arange(1, n_ids + 1)
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
-    sets = []
-    for _ in range(draw(st.integers(1, 45))):
-        if sets and rng.random() < 0.45:
-            sets.append(list(sets[rng.integers(len(sets))]))
-        else:
-            size = int(rng.integers(0, min(n_ids, 10) + 1))
-            sets.append(sorted(set(rng.choice(n_ids, size=size, p=weights / weights.sum()).tolist())))
-    return sets
-
-
-def _ids(n):
-    return np.arange(n, dtype=np.int64) * 3 + 7  # strictly increasing, not positions
 
 
 def test_frequency_order_ranks_rarest_first_ties_by_id():
@@ -68,13 +49,13 @@ def test_prepare_groups_identical_sets_exactly():
         assert np.all(np.diff(row) > 0)
 
 
-@given(docs=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
+@given(docs=corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
        include_self=st.booleans())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_self_join_equals_the_oracle(docs, score, pick, k, include_self):
     text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
     t = parse_threshold(text, score)
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     got = self_join(SetBatch.from_lists(docs), ids, text, score, 16, include_self=include_self, k=k)
     every = brute_force_threshold(docs, docs, Fraction(t), doc_ids=ids.tolist(), score=score)
     lens = [len(set(d)) for d in docs]
@@ -84,13 +65,13 @@ def test_self_join_equals_the_oracle(docs, score, pick, k, include_self):
         assert got.row(q) == want[:k], (q, docs[q])
 
 
-@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+@given(docs=corpora(), queries=corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
        k=st.sampled_from([None, 2]), floor=st.booleans())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_probe_equals_the_oracle(docs, queries, score, pick, k, floor):
     text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
     t = parse_threshold(text, score)
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     queries = [q + [30 + i] if i % 3 == 0 else q for i, q in enumerate(queries)]  # ids no doc holds count in |q|
     batch = SetBatch.from_lists(queries)
     min_len = batch.lengths if floor else None
@@ -105,27 +86,27 @@ def test_a_prepared_side_serves_batch_after_batch():
     rng = np.random.default_rng(3)
     docs = [sorted(set(rng.integers(0, 30, rng.integers(1, 9)).tolist())) for _ in range(200)]
     docs += docs[:80]
-    side = prepare_docs(SetBatch.from_lists(docs), _ids(len(docs)), "0.6", "jaccard", 16)
+    side = prepare_docs(SetBatch.from_lists(docs), doc_ids(len(docs)), "0.6", "jaccard", 16)
     for lo in (0, 100, 200):
         batch = docs[lo:lo + 100]
         got = side.probe(SetBatch.from_lists(batch))
-        want = brute_force_threshold(docs, batch, Fraction(3, 5), doc_ids=_ids(len(docs)).tolist(), score="jaccard")
+        want = brute_force_threshold(docs, batch, Fraction(3, 5), doc_ids=doc_ids(len(docs)).tolist(), score="jaccard")
         assert [got.row(i) for i in range(len(batch))] == want
 
 
 def test_zero_threshold_is_refused_not_filtered():
     assert not join_applies(Fraction(0)) and join_applies(Fraction(1, 10**9))
     with pytest.raises(ValueError, match="T == 0"):
-        self_join(SetBatch.from_lists([[1], [1]]), _ids(2), "0", "jaccard", 16)
+        self_join(SetBatch.from_lists([[1], [1]]), doc_ids(2), "0", "jaccard", 16)
     with pytest.raises(ValueError, match="k must be >= 1"):
-        self_join(SetBatch.from_lists([[1], [1]]), _ids(2), "0.5", "jaccard", 16, k=0)
+        self_join(SetBatch.from_lists([[1], [1]]), doc_ids(2), "0.5", "jaccard", 16, k=0)
 
 
-def test_long_sets_up_to_4096_ids():
+def test_long_sets_up_to_4096doc_ids():
     rng = np.random.default_rng(0)
     base = sorted(rng.choice(6000, 4096, replace=False).tolist())
     docs = [base, base[:3500] + base[3700:], base[::2], sorted(set(base[:4000]) | {6001}), base]
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     got = self_join(SetBatch.from_lists(docs), ids, "0.8", "braun_blanquet", 4096)
     every = brute_force_threshold(docs, docs, Fraction(4, 5), doc_ids=ids.tolist(), score="braun_blanquet")
     lens = [len(d) for d in docs]
@@ -146,12 +127,12 @@ def test_retail_pair_counts():
         assert len(self_join(batch, ids, text, "jaccard", 128).doc_ids) == pairs
 
 
-@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+@given(docs=corpora(), queries=corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
        k=st.sampled_from([None, 1]))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_threshold_join_equals_the_oracle(docs, queries, score, pick, k):
     text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     queries = queries + queries[:5]  # identical queries, probed once
     got = threshold_join(SetBatch.from_lists(docs), ids, SetBatch.from_lists(queries), text, score, max_len=16, k=k)
     want = brute_force_threshold(docs, queries, Fraction(parse_threshold(text, score)), doc_ids=ids.tolist(), score=score)
@@ -162,7 +143,7 @@ def test_threshold_join_equals_the_oracle(docs, queries, score, pick, k):
 def test_unknown_backend_is_refused():
     batch = SetBatch.from_lists([[1, 2]])
     with pytest.raises(ValueError, match="backend must be one of"):
-        threshold_join(batch, _ids(1), batch, "0.5", "jaccard", max_len=16, backend="gpu")
+        threshold_join(batch, doc_ids(1), batch, "0.5", "jaccard", max_len=16, backend="gpu")
 
 
 @pytest.mark.parametrize("seed", [0, 1])

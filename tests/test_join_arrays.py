@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_threshold, parse_threshold, self_join_keep
 from settopk.kernels import join
+from tests.join_helpers import corpora, doc_ids
 from settopk.kernels.join.arrays import _host_segments, _marked_segments, prepare_docs, self_join
 
 RETAIL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "retail.dat"
@@ -22,33 +23,13 @@ _THRESHOLDS = {score: ["0.5", "2/3", "0.8", "1", "0.3", "1/7"] for score in SCOR
 _THRESHOLDS["overlap"] = ["1", "2", "3"]
 
 
-@st.composite
-def _corpora(draw):
-    """Sets over a Zipf-skewed vocabulary, many of them copies of earlier ones, empty ones too."""
-    n_ids = draw(st.integers(2, 25))
-    weights = 1.0 / np.arange(1, n_ids + 1) ** 1.3
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    sets = []
-    for _ in range(draw(st.integers(1, 45))):
-        if sets and rng.random() < 0.45:
-            sets.append(list(sets[rng.integers(len(sets))]))
-        else:
-            size = int(rng.integers(0, min(n_ids, 10) + 1))
-            sets.append(sorted(set(rng.choice(n_ids, size=size, p=weights / weights.sum()).tolist())))
-    return sets
-
-
-def _ids(n):
-    return np.arange(n, dtype=np.int64) * 3 + 7  # strictly increasing, not positions
-
-
 def _text(score, pick):
     return _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
 
 
 def check_self_join(backend, docs, score, text, k, include_self, slice_entries=None):
     """Fail unless the array self-join equals the oracle filtered by the self-join rule."""
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     got = self_join(SetBatch.from_lists(docs), ids, text, score, 16, backend=backend, include_self=include_self, k=k,
                     slice_entries=slice_entries)
     every = brute_force_threshold(docs, docs, Fraction(parse_threshold(text, score)), doc_ids=ids.tolist(), score=score)
@@ -62,7 +43,7 @@ def check_self_join(backend, docs, score, text, k, include_self, slice_entries=N
 
 def check_probe(backend, docs, queries, score, text, k, floor, slice_entries=None):
     """Fail unless the array R-S probe equals the oracle (queries hold ids no doc holds too)."""
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     queries = [q + [30 + i] if i % 3 == 0 else q for i, q in enumerate(queries)]
     batch = SetBatch.from_lists(queries)
     side = prepare_docs(SetBatch.from_lists(docs), ids, text, score, 40, backend=backend, slice_entries=slice_entries)
@@ -75,14 +56,14 @@ def check_probe(backend, docs, queries, score, text, k, floor, slice_entries=Non
         assert got.row(q) == expected[:k], (q, queries[q])
 
 
-@given(docs=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
+@given(docs=corpora(1.3), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
        include_self=st.booleans(), cap=st.sampled_from([None, 1, 5]))
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_self_join_equals_the_oracle(docs, score, pick, k, include_self, cap):
     check_self_join("numpy", docs, score, _text(score, pick), k, include_self, cap)
 
 
-@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+@given(docs=corpora(1.3), queries=corpora(1.3), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
        k=st.sampled_from([None, 2]), floor=st.booleans(), cap=st.sampled_from([None, 1, 7]))
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_probe_equals_the_oracle(docs, queries, score, pick, k, floor, cap):
@@ -108,7 +89,7 @@ def test_segments_marked_equal_repeated():
 
 def test_the_package_dispatches_numpy_here():
     docs = [[1, 2, 3], [1, 2, 3], [2, 3], [4]]
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     batch = SetBatch.from_lists(docs)
     want = self_join(batch, ids, "0.6", "jaccard", 8, backend="numpy")
     got = join.self_join(batch, ids, "0.6", "jaccard", 8, backend="numpy")
@@ -122,11 +103,11 @@ def test_the_package_dispatches_numpy_here():
 def test_errors_name_the_option():
     batch = SetBatch.from_lists([[1], [1, 2]])
     with pytest.raises(ValueError, match="T == 0"):
-        self_join(batch, _ids(2), "0", "jaccard", 16, backend="numpy")
+        self_join(batch, doc_ids(2), "0", "jaccard", 16, backend="numpy")
     with pytest.raises(ValueError, match="k must be >= 1"):
-        self_join(batch, _ids(2), "0.5", "jaccard", 16, backend="numpy", k=0)
+        self_join(batch, doc_ids(2), "0.5", "jaccard", 16, backend="numpy", k=0)
     with pytest.raises(ValueError, match="min_doc_len must have shape"):
-        prepare_docs(batch, _ids(2), "0.5", "jaccard", 16, backend="numpy").probe(batch, min_doc_len=[1])
+        prepare_docs(batch, doc_ids(2), "0.5", "jaccard", 16, backend="numpy").probe(batch, min_doc_len=[1])
     from settopk.kernels.join.arrays import array_module
 
     with pytest.raises(ValueError, match="backend must be"):
@@ -135,11 +116,11 @@ def test_errors_name_the_option():
 
 def test_empty_sides():
     empty = SetBatch.from_lists([])
-    got = prepare_docs(SetBatch.from_lists([[1, 2]]), _ids(1), "0.5", "dice", 8, backend="numpy").probe(empty)
+    got = prepare_docs(SetBatch.from_lists([[1, 2]]), doc_ids(1), "0.5", "dice", 8, backend="numpy").probe(empty)
     assert got.n_queries == 0 and len(got.doc_ids) == 0
-    got = prepare_docs(empty, _ids(0), "0.5", "dice", 8, backend="numpy").probe(SetBatch.from_lists([[1], []]))
+    got = prepare_docs(empty, doc_ids(0), "0.5", "dice", 8, backend="numpy").probe(SetBatch.from_lists([[1], []]))
     assert got.offsets.tolist() == [0, 0, 0]
-    assert self_join(SetBatch.from_lists([[], []]), _ids(2), "0.5", "jaccard", 8, backend="numpy").offsets.tolist() == [0, 0, 0]
+    assert self_join(SetBatch.from_lists([[], []]), doc_ids(2), "0.5", "jaccard", 8, backend="numpy").offsets.tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("score", SCORES)
@@ -148,7 +129,7 @@ def test_numpy_index_threshold_search_through_the_join(score):
     docs = [sorted(set((rng.zipf(1.4, rng.integers(1, 9)) % 40).tolist())) for _ in range(150)]
     docs += docs[:60]
     queries = docs[::4] + [[41, 42], []]
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     index = NumpyShardIndex(SetBatch.from_lists(docs), ids, 16, score=score)
     text = _text(score, 0)
     for min_len in (None, np.array([len(q) for q in queries])):
@@ -165,7 +146,7 @@ def test_numpy_index_threshold_search_through_the_join(score):
 
 
 @pytest.mark.gpu
-@given(docs=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
+@given(docs=corpora(1.3), score=st.sampled_from(SCORES), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
        include_self=st.booleans(), cap=st.sampled_from([None, 1, 5]))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_gpu_self_join_equals_the_oracle(docs, score, pick, k, include_self, cap):
@@ -173,7 +154,7 @@ def test_gpu_self_join_equals_the_oracle(docs, score, pick, k, include_self, cap
 
 
 @pytest.mark.gpu
-@given(docs=_corpora(), queries=_corpora(), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
+@given(docs=corpora(1.3), queries=corpora(1.3), score=st.sampled_from(SCORES), pick=st.integers(0, 5),
        k=st.sampled_from([None, 2]), floor=st.booleans(), cap=st.sampled_from([None, 1, 7]))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_gpu_probe_equals_the_oracle(docs, queries, score, pick, k, floor, cap):
@@ -185,7 +166,7 @@ def test_gpu_join_equals_numpy_join_on_repeated_skewed_sets():
     rng = np.random.default_rng(2)
     docs = [sorted(set((rng.zipf(1.3, rng.integers(1, 30)) % 500).tolist())) for _ in range(3000)]
     docs += [docs[i] for i in rng.integers(0, len(docs), 1500)]
-    batch, ids = SetBatch.from_lists(docs), _ids(len(docs))
+    batch, ids = SetBatch.from_lists(docs), doc_ids(len(docs))
     for score, text in (("jaccard", "0.5"), ("cosine", "0.7"), ("containment", "0.8")):
         want = self_join(batch, ids, text, score, 64, backend="numpy")
         got = self_join(batch, ids, text, score, 64, backend="cupy", slice_entries=4096)
@@ -202,7 +183,7 @@ def test_gpu_index_threshold_search_through_the_join(score):
     docs = [sorted(set((rng.zipf(1.4, rng.integers(1, 9)) % 40).tolist())) for _ in range(150)]
     docs += docs[:60]
     queries = docs[::4] + [[41, 42], []]
-    ids = _ids(len(docs))
+    ids = doc_ids(len(docs))
     index = cupy_index(SetBatch.from_lists(docs), ids, 16, score=score)
     text = _text(score, 0)
     for min_len in (None, np.array([len(q) for q in queries])):
