@@ -114,6 +114,19 @@ def golden_dir():
     return path
 
 
+@pytest.fixture(scope="session")
+def retail_dat():
+    """``../shared/data/retail.dat`` (RETAIL, FIMI). Where it is absent the tests that read it skip
+    (the README's test command runs without ../shared); under CI (``SETTOPK_CI``) they fail, since
+    CI has shared/ beside the clone."""
+    path = SHARED / "data" / "retail.dat"
+    if not path.is_file():
+        if os.environ.get("SETTOPK_CI"):
+            pytest.fail(f"{path} is missing: CI runs with shared/ beside the clone")
+        pytest.skip(f"{path} is not present (../shared beside the repository)")
+    return path
+
+
 class S3Store:
     """A running S3-protocol server (moto's standalone server on localhost) that tests make buckets on.
 

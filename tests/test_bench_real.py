@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 
 from settopk.jobs.bench import cli
-from settopk.jobs.bench.real import REPO_ROOT
 from settopk.jobs.bench.real_peers import pair_digest
 from settopk.shards.inputs import InputError
 
-RETAIL = REPO_ROOT / ".." / "shared" / "data" / "retail.dat"
 N_LINES = 3000
 
 
@@ -27,10 +25,8 @@ def _config(tmp_path, dataset, **real) -> str:
     return str(path)
 
 
-def _head(tmp_path) -> Path:
-    if not RETAIL.is_file():
-        pytest.fail(f"{RETAIL} is missing: the real-data test reads the first {N_LINES} lines of RETAIL (FIMI retail.dat)")
-    with open(RETAIL) as f:
+def _head(tmp_path, retail: Path) -> Path:
+    with open(retail) as f:
         head = [next(f) for _ in range(N_LINES)]
     path = tmp_path / "retail-head.dat"
     path.write_text("".join(head))
@@ -52,8 +48,8 @@ def _oracle_digest(path: Path, threshold: str) -> tuple[int, str]:
     return int(keep.sum()), pair_digest(inter.row[keep], inter.col[keep])
 
 
-def test_real_run_agrees_with_setsimilaritysearch_and_the_oracle(tmp_path):
-    path = _head(tmp_path)
+def test_real_run_agrees_with_setsimilaritysearch_and_the_oracle(tmp_path, retail_dat):
+    path = _head(tmp_path, retail_dat)
     out = tmp_path / "real.json"
     result = cli.run(cli.build_parser().parse_args(["--config", _config(tmp_path, path), "--out", str(out), "--quiet"]))
     rows = {r["threshold"]: r for r in result["rows"]}

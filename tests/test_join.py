@@ -4,7 +4,6 @@ skewed corpora full of repeated sets, every score, thresholds that land on ties,
 self-join rule; RETAIL's exact pair counts (slow)."""
 
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,6 @@ from settopk.kernels.join.prepare import frequency_order, prepare_sets
 
 pytest.importorskip("numba")
 
-RETAIL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "retail.dat"
 
 # Thresholds that land exactly on achievable scores (ties pass), and an overlap count per score.
 _THRESHOLDS = {score: ["0.5", "2/3", "0.8", "1", "0.3", "1/7"] for score in SCORES}
@@ -115,9 +113,8 @@ def test_long_sets_up_to_4096doc_ids():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not RETAIL.is_file(), reason="../shared/data/retail.dat is not beside the project")
-def test_retail_pair_counts():
-    rows = [np.unique(np.array(line.split(), dtype=np.int64)) for line in RETAIL.read_text().splitlines()]
+def test_retail_pair_counts(retail_dat):
+    rows = [np.unique(np.array(line.split(), dtype=np.int64)) for line in retail_dat.read_text().splitlines()]
     values = np.concatenate(rows)
     batch = SetBatch(np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64),
                      np.searchsorted(np.unique(values), values).astype(np.uint16))

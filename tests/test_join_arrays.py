@@ -5,7 +5,6 @@ include_self), empty sets, slices small enough to cut probe groups apart; the sh
 threshold_search through it; the same checks on the GPU (marker gpu); RETAIL's counts (slow)."""
 
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from settopk.kernels import join
 from tests.join_helpers import corpora, doc_ids
 from settopk.kernels.join.arrays import _host_segments, _marked_segments, prepare_docs, self_join
 
-RETAIL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "retail.dat"
 
 _THRESHOLDS = {score: ["0.5", "2/3", "0.8", "1", "0.3", "1/7"] for score in SCORES}
 _THRESHOLDS["overlap"] = ["1", "2", "3"]
@@ -194,8 +192,8 @@ def test_gpu_index_threshold_search_through_the_join(score):
             assert got.row(q) == [p for p in want[q] if min_len is None or p[2] >= min_len[q]]
 
 
-def _retail():
-    rows = [np.unique(np.array(line.split(), dtype=np.int64)) for line in RETAIL.read_text().splitlines()]
+def _retail(path):
+    rows = [np.unique(np.array(line.split(), dtype=np.int64)) for line in path.read_text().splitlines()]
     values = np.concatenate(rows)
     batch = SetBatch(np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64),
                      np.searchsorted(np.unique(values), values).astype(np.uint16))
@@ -206,16 +204,14 @@ _RETAIL_PAIRS = (("0.5", 5_081_632), ("0.7", 609_104), ("0.8", 568_171), ("0.9",
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not RETAIL.is_file(), reason="../shared/data/retail.dat is not beside the project")
-def test_retail_pair_counts():
-    batch, ids = _retail()
+def test_retail_pair_counts(retail_dat):
+    batch, ids = _retail(retail_dat)
     for text, pairs in _RETAIL_PAIRS[1:]:
         assert len(self_join(batch, ids, text, "jaccard", 128, backend="numpy").doc_ids) == pairs
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not RETAIL.is_file(), reason="../shared/data/retail.dat is not beside the project")
-def test_gpu_retail_pair_counts():
-    batch, ids = _retail()
+def test_gpu_retail_pair_counts(retail_dat):
+    batch, ids = _retail(retail_dat)
     for text, pairs in _RETAIL_PAIRS:
         assert len(self_join(batch, ids, text, "jaccard", 128, backend="cupy").doc_ids) == pairs
