@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["BRAUN_BLANQUET", "JACCARD", "COSINE", "DICE", "OVERLAP", "CONTAINMENT", "JIT", "NO_CHILD", "POS_MASK",
-           "least_overlap", "new_heaps", "offer", "score_key", "sort_heaps", "write_row"]
+           "first_at_least", "least_overlap", "new_heaps", "offer", "score_key", "sort_heaps", "write_row"]
 
 JIT = {"cache": True, "nogil": True}
 """Every compiled CPU kernel: ``nogil`` (threads run them side by side) and ``cache`` (machine
@@ -27,6 +27,19 @@ code kept on disk beside the module, or in ``NUMBA_CACHE_DIR``)."""
 BRAUN_BLANQUET, JACCARD, COSINE, DICE, OVERLAP, CONTAINMENT = 0, 1, 2, 3, 4, 5
 POS_MASK = (1 << 31) - 1  # heap values: (key << 31) | (POS_MASK - position), larger is better
 NO_CHILD = np.iinfo(np.int64).max  # fills a heap's slots past its capacity (keys stay below 2**32)
+
+
+@njit(**JIT)
+def first_at_least(values, lo, hi, value):
+    """Least index ``e`` in ``[lo, hi]`` with ``values[e] >= value`` (``hi`` if none), ``values``
+    ascending over ``lo .. hi - 1``: a binary search into a posting list."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(**JIT)

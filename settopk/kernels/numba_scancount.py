@@ -9,24 +9,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .numba_heaps import JIT, POS_MASK, least_overlap, new_heaps, offer, score_key, write_row
+from .numba_heaps import JIT, POS_MASK, first_at_least, least_overlap, new_heaps, offer, score_key, write_row
 from .numba_simd import prefetch
 
 __all__ = ["scancount_queries"]
 
 _U64_ONE = np.uint64(1)
-
-
-@njit(**JIT)
-def _first_at_least(positions, lo, hi, value):
-    """Least index ``e`` in ``[lo, hi]`` with ``positions[e] >= value`` (``hi`` if none); ascending positions."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if positions[mid] < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @njit(**JIT)
@@ -57,7 +45,7 @@ def _count_block(p_offsets, p_positions, cursor, synced, q_tokens, qs, ql, first
         e = cursor[i]
         end = p_offsets[np.int64(q_tokens[qs + i]) + 1]
         if not synced:
-            e = _first_at_least(p_positions, e, end, first)
+            e = first_at_least(p_positions, e, end, first)
         # Unsigned indices: Numba then leaves out the wraparound of negative ones (all are >= 0 here).
         ue, uend, ufirst, ublock = np.uint64(e), np.uint64(end), np.uint64(first), np.uint64(block)
         while ue < uend:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..numba_heaps import score_key
+from ..numba_heaps import first_at_least, score_key
 
 __all__ = ["build_postings", "emit_by_query", "probe_groups"]
 
@@ -68,18 +68,6 @@ def build_postings(tokens, offsets, prefix, n_ranks):
             p_pos[fill[t]] = i
             fill[t] += 1
     return p_off, p_group, p_pos
-
-
-@njit(**_JIT)
-def _first_at_least(p_group, lo, hi, g):
-    """First position in ``p_group[lo:hi]`` (ascending) holding a group ``>= g``."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if p_group[mid] < g:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @njit(**_JIT)
@@ -156,11 +144,11 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
             end = p_off[t + 1]
             a = start[t]
             if a < 0:
-                a = _first_at_least(p_group, p_off[t], end, g_lo)
+                a = first_at_least(p_group, p_off[t], end, g_lo)
                 used[n_used] = t
                 n_used += 1
             elif a > p_off[t] and p_group[a - 1] >= g_lo:  # a probe of a lower floor (R-S with min_doc_len)
-                a = _first_at_least(p_group, p_off[t], a, g_lo)
+                a = first_at_least(p_group, p_off[t], a, g_lo)
             else:
                 while a < end and p_group[a] < g_lo:
                     a += 1
