@@ -167,3 +167,29 @@ def test_prepare_groups_match_a_plain_grouping(seed):
     assert np.array_equal(js.group_of[js.group_members], np.repeat(np.arange(len(order)), [len(m) for m in order]))
     for i, s in enumerate(sets):
         assert js.tokens[js.offsets[i]:js.offsets[i + 1]].tolist() == sorted(rank[s].tolist())
+
+
+@pytest.mark.parametrize("include_self", [False, True])
+def test_a_join_of_many_pairs_on_several_threads_equals_a_dense_oracle(include_self):
+    # Big groups of identical sets: over 2**16 list entries, so the emit runs in ranges on two threads.
+    rng = np.random.default_rng(11)
+    base = [sorted(set(rng.integers(0, 40, rng.integers(1, 12)).tolist())) for _ in range(25)]
+    docs = [base[i] for i in rng.integers(0, 25, 2000)]
+    ids = doc_ids(len(docs))
+    got = self_join(SetBatch.from_lists(docs), ids, "0.6", "jaccard", 16, include_self=include_self, threads=2)
+    dense = np.zeros((len(docs), 40), np.int64)
+    for i, d in enumerate(docs):
+        dense[i, d] = 1
+    ov = dense @ dense.T
+    size = dense.sum(axis=1)
+    union = size[:, None] + size[None, :] - ov
+    passing = 5 * ov >= 3 * union  # exact: ov / union >= 3/5
+    n_pairs = 0
+    for q in range(len(docs)):
+        keep = [d for d in np.flatnonzero(passing[q])
+                if self_join_keep(ids[q], size[q], ids[d], size[d], "jaccard", include_self)]
+        want = sorted(((int(ids[d]), int(ov[q, d]), int(size[d])) for d in keep),
+                      key=lambda p: (-p[1] / (size[q] + p[2] - p[1]), p[0]))
+        assert got.row(q) == want, q
+        n_pairs += len(want)
+    assert got.offsets[-1] == n_pairs > 2**16

@@ -19,13 +19,15 @@ import numpy as np
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .numba_join import build_postings, emit_by_query, probe_groups
+from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
+from .numba_join import build_postings, probe_groups
 from .prefixes import join_applies, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "self_join"]
 
 _RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
+_PARALLEL_PAIRS = 1 << 16  # an emit of fewer list entries runs on the calling thread: a pool's hand-offs would cost more
 
 
 class DocSide:
@@ -69,7 +71,7 @@ class DocSide:
         plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
         self.index_prefix = plan.index_prefix
         g_tokens, g_offsets, g_len = self._groups
-        self.postings = build_postings(g_tokens, g_offsets, plan.index_prefix[g_len], self.n_ids)
+        self.postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], self.n_ids)
         self._workers = None
 
     def __getstate__(self) -> dict:
@@ -117,13 +119,13 @@ class DocSide:
         end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int32)
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
         if self._workers is None:
-            self._workers = _Workers(self.threads, len(d_len), self.n_ids)
+            self._workers = _Workers(self.threads, self._groups[1], self.n_ids)
         pair_q, pair_i, pair_ov = _probe_all(self._workers, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
                                              plan.need, self.postings)
         filt = np.zeros(len(pair_q), np.int8)
         floor_rows = floor if floor is not None else np.zeros(n_q, np.int64)
-        return _emit(n_q, (pair_q, pair_i, pair_ov, filt), q_sets, self.sets, floor_rows, k, self.doc_ids, self.max_len,
-                     self.score)
+        return _emit(self._workers, n_q, (pair_q, pair_i, pair_ov, filt), q_sets, self.sets, floor_rows, k, self.doc_ids,
+                     self.max_len, self.score)
 
 
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
@@ -142,30 +144,31 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     groups = _group_sets(js)
     g_tokens, g_offsets, g_len = groups
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
-    postings = build_postings(g_tokens, g_offsets, plan.index_prefix[g_len], sets.id_bound)
+    postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
     own = np.arange(js.n_groups, dtype=np.int32)
     first = np.searchsorted(g_len, plan.lo[g_len], side="left").astype(np.int32)
     # Groups before x only (a group's own identical sets are paired below, not probed).
     end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), own).astype(np.int32)
     prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
-    workers = _Workers(threads, js.n_groups, sets.id_bound)
+    workers = _Workers(threads, g_offsets, sets.id_bound)
     try:
         pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
                                              postings)
+        # Directed by the self-join rule: the shorter group's members are the queries; between groups of
+        # one length, both ways, each member keeping the higher positions; inside a group likewise.
+        shorter = g_len[pair_i] < g_len[pair_q]
+        need_self = plan.need[g_len, g_len]
+        inside = np.flatnonzero((js.group_size > (0 if include_self else 1)) & (need_self <= g_len)).astype(np.int32)
+        same = ~shorter
+        dq = np.concatenate([pair_i, pair_q[same], inside])
+        dt = np.concatenate([pair_q, pair_i[same], inside])
+        dov = np.concatenate([pair_ov, pair_ov[same], g_len[inside]])
+        dfilt = np.concatenate([np.where(shorter, 0, 1), np.ones(int(same.sum()), np.int64),
+                                np.full(len(inside), 2 if include_self else 1)]).astype(np.int8)
+        return _emit(workers, js.n_sets, (dq, dt, dov, dfilt), js, js, np.zeros(js.n_sets, np.int64), k, doc_ids, max_len,
+                     score)
     finally:
         workers.close()
-    # Directed by the self-join rule: the shorter group's members are the queries; between groups of
-    # one length, both ways, each member keeping the higher positions; inside a group likewise.
-    shorter = g_len[pair_i] < g_len[pair_q]
-    need_self = plan.need[g_len, g_len]
-    inside = np.flatnonzero((js.group_size > (0 if include_self else 1)) & (need_self <= g_len)).astype(np.int32)
-    same = ~shorter
-    dq = np.concatenate([pair_i, pair_q[same], inside])
-    dt = np.concatenate([pair_q, pair_i[same], inside])
-    dov = np.concatenate([pair_ov, pair_ov[same], g_len[inside]])
-    dfilt = np.concatenate([np.where(shorter, 0, 1), np.ones(int(same.sum()), np.int64),
-                            np.full(len(inside), 2 if include_self else 1)]).astype(np.int8)
-    return _emit(js.n_sets, (dq, dt, dov, dfilt), js, js, np.zeros(js.n_sets, np.int64), k, doc_ids, max_len, score)
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,16 +186,20 @@ def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
 class _Workers:
     """Threads and their scratch, kept between probes: a job probes the same docs batch after batch,
     and starting threads or allocating scratch per batch would cost more than a small batch's probe.
-    The scratch (per index group: state and touched; per token: list start and used) is left as
-    :func:`probe_groups` found it, so it serves the next probe of the same postings."""
+    The scratch (per index group: state beside its token offset, touched and live; per token: list
+    start, used and mark) is left as :func:`probe_groups` found it, so it serves the next probe of
+    the same postings."""
 
-    def __init__(self, threads: int, n_index: int, n_ranks: int):
+    def __init__(self, threads: int, index_offsets: np.ndarray, n_ranks: int):
+        n_index = len(index_offsets)
         self.threads = threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") if threads > 1 else None
         self.scratch = queue.SimpleQueue()
         for _ in range(threads):
-            self.scratch.put((np.zeros(n_index, np.int64), np.zeros(n_index, np.int32), np.full(n_ranks, -1, np.int64),
-                              np.zeros(n_ranks, np.int32)))
+            state = np.zeros((n_index, 2), np.int64)
+            state[:, 1] = index_offsets
+            self.scratch.put((state, np.zeros(n_index + 1, np.int32), np.zeros(n_index, np.int64), np.full(n_ranks, -1, np.int64),
+                              np.zeros(n_ranks, np.int32), np.zeros(n_ranks, np.uint8)))
 
     def map(self, fn, items):
         if self.pool is None:
@@ -207,7 +214,7 @@ class _Workers:
 def _probe_all(workers: _Workers, probe, index, need, postings):
     """:func:`probe_groups` over every probe group, in ranges taken by the workers' threads."""
     q_tokens, q_offsets, q_len, prefix, first, end = probe
-    i_tokens, i_offsets, i_len = index
+    i_tokens = index[0]
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
     work = np.flatnonzero(prefix > 0)
     if not len(work):
@@ -218,8 +225,8 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
     def run(lo_hi):
         buffers = workers.scratch.get()
         try:
-            return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, prefix, first, end, i_tokens, i_offsets,
-                                i_len, need, *postings, *buffers)
+            return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, prefix, first, end, i_tokens, need,
+                                *postings, *buffers)
         finally:
             workers.scratch.put(buffers)
 
@@ -227,18 +234,49 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 
 
-def _emit(n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc_ids, max_len: int, score: str):
-    """Directed group pairs (query group, target group, overlap, member rule) as :class:`ThresholdPairs`."""
+def _emit(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc_ids,
+          max_len: int, score: str):
+    """Directed group pairs (query group, target group, overlap, member rule) as :class:`ThresholdPairs`,
+    the lists and rows in ranges taken by the workers' threads where there are many pairs."""
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
-    dq, dt, dov, dfilt = directed
+    dq, dt, dov, dfilt = (np.ascontiguousarray(a, dtype) for a, dtype in zip(directed, (np.int32, np.int32, np.int32, np.int8)))
     cosine_keys = cosine_key_table(max_len) if score == "cosine" else np.zeros(1, np.int32)
-    offsets, ids, overlap, doc_len = emit_by_query(
-        n_queries, dq.astype(np.int32), dt.astype(np.int32), dov.astype(np.int32), dfilt, q_sets.group_offsets,
-        q_sets.group_members, np.ascontiguousarray(q_sets.group_len, np.int32), t_sets.group_offsets,
-        t_sets.group_members, np.ascontiguousarray(t_sets.group_len, np.int32), doc_ids, floor, 0 if k is None else k,
-        SCORES.index(score), key_scale(max_len, score), cosine_keys)
+    q_glen = np.ascontiguousarray(q_sets.group_len, np.int32)
+    t_glen = np.ascontiguousarray(t_sets.group_len, np.int32)
+    t_goff, t_members = t_sets.group_offsets, t_sets.group_members
+    k = 0 if k is None else k
+    starts, order, list_len, group_of = emit_plan(n_queries, dq, dt, q_sets.group_offsets, q_sets.group_members, t_goff)
+    n_groups = len(list_len) - 1
+    list_pos = np.empty(list_len[-1], np.int32)
+    list_pair = np.empty(list_len[-1], np.int64)
+    kind = np.empty(n_groups, np.int8)
+    parallel = workers if workers is not None and workers.pool is not None and list_len[-1] >= _PARALLEL_PAIRS else None
+    _over(parallel, list_len, lambda lo, hi: emit_lists(
+        lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members, t_glen, SCORES.index(score),
+        key_scale(max_len, score), cosine_keys, list_len, list_pos, list_pair, kind))
+    counts = np.zeros(n_queries + 1, np.int64)
+    row_work = np.zeros(n_queries + 1, np.int64)
+    np.cumsum(np.diff(list_len)[group_of], out=row_work[1:])
+    _over(parallel, row_work, lambda lo, hi: emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair,
+                                                        dt, dfilt, t_glen, counts))
+    offsets = np.cumsum(counts)
+    n = int(offsets[-1])
+    ids, overlap, doc_len = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32)
+    _over(parallel, offsets, lambda lo, hi: emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt,
+                                                     dov, dfilt, t_glen, doc_ids, offsets, ids, overlap, doc_len))
     return ThresholdPairs(offsets, ids, overlap, doc_len)
+
+
+def _over(workers: _Workers | None, work: np.ndarray, fn) -> None:
+    """``fn(lo, hi)`` over ``0 .. len(work) - 1`` in ranges of about equal work (``work``: its running
+    sum, shape (n + 1,)), taken by the workers' threads; one call where ``workers`` is None."""
+    n = len(work) - 1
+    if workers is None or n < 2:
+        fn(0, n)
+        return
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(work, np.linspace(0, work[-1], workers.threads * 4 + 1)), [n]]))
+    workers.map(lambda lo_hi: fn(*lo_hi), list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
 
 
 def _drop_own(pairs: ThresholdPairs, doc_ids, include_self: bool, k) -> ThresholdPairs:

@@ -73,18 +73,13 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     LengthPlan
         Indexed by length: rows ``0 .. max(probe_lengths)``, columns ``0 .. max(index_lengths)``.
     """
-    probe_lengths = np.unique(np.asarray(probe_lengths, dtype=np.int64))
-    index_lengths = np.unique(np.asarray(index_lengths, dtype=np.int64))
-    n_p = int(probe_lengths.max()) + 1 if len(probe_lengths) else 1
-    n_i = int(index_lengths.max()) + 1 if len(index_lengths) else 1
+    present_p = _present(probe_lengths)
+    present_i = _present(index_lengths)
+    n_p, n_i = len(present_p), len(present_i)
     need = need_table(threshold, np.arange(n_p), max_len, score)[:, :n_i]
     lp = np.arange(n_p).reshape(-1, 1)
     li = np.arange(n_i).reshape(1, -1)
     reach = need <= np.minimum(lp, li)
-    present_p = np.zeros(n_p, bool)
-    present_p[probe_lengths] = True
-    present_i = np.zeros(n_i, bool)
-    present_i[index_lengths] = True
     reach &= present_p[:, None] & present_i[None, :]
     if ordered:
         reach &= li <= lp
@@ -98,3 +93,9 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     lo = np.where(any_p, reach.argmax(axis=1), n_i).astype(np.int64)
     hi = np.where(any_p, n_i - 1 - reach[:, ::-1].argmax(axis=1), -1).astype(np.int64)
     return LengthPlan(need.astype(np.int32), reach, probe_prefix, index_prefix, lo, hi)
+
+
+def _present(lengths) -> np.ndarray:
+    """bool (max length + 1,) (at least (1,)): which lengths occur (a count, not a sort: no ``np.unique``)."""
+    lengths = np.asarray(lengths).reshape(-1)
+    return np.bincount(lengths, minlength=1) > 0 if len(lengths) else np.zeros(1, bool)
