@@ -193,3 +193,18 @@ def test_a_join_of_many_pairs_on_several_threads_equals_a_dense_oracle(include_s
         assert got.row(q) == want, q
         n_pairs += len(want)
     assert got.offsets[-1] == n_pairs > 2**16
+
+
+@given(lengths=st.lists(st.integers(0, 12), max_size=40), lo=st.lists(st.integers(-2, 15), min_size=1, max_size=8),
+       width=st.integers(-3, 6))
+@settings(max_examples=80, deadline=None)
+def test_length_bounds_equal_binary_searches(lengths, lo, width):
+    from settopk.kernels.join.prefixes import length_bounds
+
+    sorted_len = np.sort(np.array(lengths, np.int64))
+    lo = np.array(lo, np.int64)
+    hi = lo + width
+    first, end = length_bounds(sorted_len, lo, hi)
+    want_first = np.searchsorted(sorted_len, lo, side="left")
+    want_end = np.searchsorted(sorted_len, hi, side="right")
+    assert np.array_equal(first, want_first) and np.array_equal(end, want_end)

@@ -203,3 +203,22 @@ def test_self_joins_at_several_thresholds_share_the_prepared_corpus():
         want = kernel_self_join(SetBatch.from_lists(docs), np.arange(len(docs)), t, "jaccard", index.max_len)
         assert pairs.n_pairs == len(want.doc_ids)
         assert pairs.doc_ids.tolist() == want.doc_ids.tolist()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pair_columns_equal_score_value_bit_for_bit(threads):
+    from settopk.kernels.numba_pairs import pair_columns
+
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 17, 40_000)  # 320,000 pairs: over _PARALLEL_PAIRS, so three threads write them
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    n = int(offsets[-1])
+    row_key, row_len = rng.integers(0, 10**12, 40_000), rng.integers(0, 4097, 40_000).astype(np.int32)
+    doc_len = rng.integers(0, 4097, n).astype(np.int32)
+    rows = np.repeat(np.arange(40_000), counts)
+    overlap = np.minimum(rng.integers(0, 4097, n), np.minimum(doc_len, row_len[rows])).astype(np.int32)
+    for score in SCORES:
+        key, length, scores = pair_columns(offsets, row_key, row_len, overlap, doc_len, score, threads)
+        assert np.array_equal(key, row_key[rows]) and np.array_equal(length, row_len[rows])
+        want = score_value(overlap, row_len[rows], doc_len, score)
+        assert scores.dtype == np.float64 and np.array_equal(scores.view(np.int64), want.view(np.int64)), score

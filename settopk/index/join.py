@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 
 import numpy as np
 import pyarrow as pa
 
 from settopk.errors import SettopkError
-from settopk.kernels import SetBatch, ThresholdPairs, build_index, parse_threshold, score_definition, score_value
+from settopk.kernels import SetBatch, ThresholdPairs, build_index, parse_threshold, score_definition
 from settopk.kernels.threshold import self_join_keep
 from settopk.shards.results import RESULT_SCHEMA
 
@@ -209,8 +210,8 @@ def threshold_search(index, query_ids, sets: SetBatch, threshold, k=None) -> Pai
     else:
         found = _concat([index.kernel.threshold_search(sets.slice(lo, min(lo + _SCAN_BATCH, n)), t, k)
                          for lo in range(0, n, _SCAN_BATCH)])
-    row = np.repeat(np.arange(n, dtype=np.int64), found.counts)
-    return _pairs(found, row, sets.lengths, row, n, index.score, t, k, None if query_ids is None else tuple(query_ids))
+    return _pairs(found, np.arange(n, dtype=np.int64), sets.lengths, index.score, t, k,
+                  None if query_ids is None else tuple(query_ids), threads=index.threads)
 
 
 def self_join(index, sets: SetBatch, threshold, include_self=False, k=None) -> Pairs:
@@ -253,9 +254,8 @@ def self_join(index, sets: SetBatch, threshold, include_self=False, k=None) -> P
     found = kernel_self_join(index.backend, sets, index.doc_ids, t, index.score, index.max_len, bool(include_self), k,
                              kernel=index.kernel, threads=index.threads, vocab_size=index.vocab_size,
                              prepared=index.join_corpus if index.backend == "cpu" and t > 0 and sets.n_sets else None)
-    row = np.repeat(np.arange(sets.n_sets, dtype=np.int64), found.counts)
-    return _pairs(found, index.doc_ids[row], sets.lengths, row, sets.n_sets, index.score, t, k, None,
-                  query_keys=index.doc_ids)
+    return _pairs(found, index.doc_ids, sets.lengths, index.score, t, k, None, query_keys=index.doc_ids,
+                  threads=index.threads)
 
 
 def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score: str, max_len: int,
@@ -324,12 +324,14 @@ def _concat(pieces: list) -> ThresholdPairs:
                                                      for f in ("doc_ids", "overlap", "doc_len")))
 
 
-def _pairs(found: ThresholdPairs, query_index, lengths, row, n_queries: int, score: str, t, k, query_ids,
-           query_keys=None) -> Pairs:
-    """A :class:`Pairs` from the kernels' pairs; ``row``: each pair's query row, ``lengths`` by row."""
-    query_len = np.asarray(lengths, np.int32)[row]
+def _pairs(found: ThresholdPairs, row_index, lengths, score: str, t, k, query_ids, query_keys=None,
+           threads: int | None = None) -> Pairs:
+    """A :class:`Pairs` from the kernels' pairs; ``row_index``: each row's ``query_index``, ``lengths`` by row."""
+    from settopk.kernels.numba_pairs import pair_columns
+
     overlap = found.overlap.astype(np.int32, copy=False)
     doc_len = found.doc_len.astype(np.int32, copy=False)
-    return Pairs(np.asarray(query_index, np.int64), found.doc_ids.astype(np.int64, copy=False),
-                 np.asarray(score_value(overlap, query_len, doc_len, score), np.float64), overlap, query_len, doc_len,
-                 n_queries, score, str(t), k, query_ids, query_keys)
+    query_index, query_len, scores = pair_columns(found.offsets, row_index, lengths, overlap, doc_len, score,
+                                                  threads or len(os.sched_getaffinity(0)))
+    return Pairs(query_index, found.doc_ids.astype(np.int64, copy=False), scores, overlap, query_len, doc_len,
+                 found.n_queries, score, str(t), k, query_ids, query_keys)

@@ -46,7 +46,7 @@ import numpy as np
 from ..keys import check_score, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .prefixes import join_applies, length_plan
+from .prefixes import join_applies, length_bounds, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 
 __all__ = ["SLICE_ENTRIES", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
@@ -83,10 +83,7 @@ class _Groups:
 
     def __init__(self, xp, js: JoinSets):
         glen = js.lengths[js.group_rep].astype(np.int64)
-        offsets = np.zeros(len(glen) + 1, np.int64)
-        np.cumsum(glen, out=offsets[1:])
-        row, within = _host_segments(glen)
-        tokens = js.tokens[js.offsets[js.group_rep][row] + within]
+        tokens, offsets = js.group_tokens, js.group_token_offsets
         self.host_len, self.host_tokens, self.host_offsets = glen.astype(np.int32), tokens, offsets
         self.tokens = xp.asarray(tokens.astype(np.int32))
         self.offsets = xp.asarray(offsets)
@@ -471,8 +468,7 @@ class ArrayDocSide:
             np.minimum.at(group_floor, q_sets.group_of, floor)
             lo = np.maximum(lo, group_floor)
         d_len = self.groups.host_len
-        first = np.searchsorted(d_len, lo, side="left").astype(np.int64)
-        end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int64)
+        first, end = length_bounds(d_len, lo, plan.hi[q_len])
         x, y, ov = _join(xp, probe, plan.probe_prefix[q_len], first, end, self.groups, self.entries, plan.need,
                          self.cap)
         q, d, ov, dl = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
@@ -534,9 +530,9 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     g_len = groups.host_len
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
     entries = _index_entries(xp, groups, plan.index_prefix[g_len])
-    first = np.searchsorted(g_len, plan.lo[g_len], side="left").astype(np.int64)
+    first, end = length_bounds(g_len, plan.lo[g_len], plan.hi[g_len])
     # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
-    end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), np.arange(len(g_len))).astype(np.int64)
+    end = np.minimum(end, np.arange(len(g_len)))
     x, y, ov = _join(xp, groups, plan.probe_prefix[g_len], first, end, groups, entries, plan.need, cap)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
     mode = (groups.lengths[y] == groups.lengths[x]).astype(xp.int64)

@@ -21,13 +21,13 @@ from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups
-from .prefixes import join_applies, length_plan
+from .prefixes import join_applies, length_bounds, length_plan
 from .prepare import JoinSets, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "self_join"]
 
 _RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
-_PARALLEL_PAIRS = 1 << 16  # an emit of fewer list entries runs on the calling thread: a pool's hand-offs would cost more
+_PARALLEL_PAIRS = 1 << 16  # an emit stage of less work (list entries, pairs) runs on the calling thread: a pool's hand-offs would cost more
 
 
 class DocSide:
@@ -115,8 +115,7 @@ class DocSide:
             group_floor = np.full(q_sets.n_groups, np.iinfo(np.int64).max)
             np.minimum.at(group_floor, q_sets.group_of, floor)
             lo = np.maximum(lo, group_floor)
-        first = np.searchsorted(d_len, lo, side="left").astype(np.int32)
-        end = np.searchsorted(d_len, plan.hi[q_len], side="right").astype(np.int32)
+        first, end = (b.astype(np.int32) for b in length_bounds(d_len, lo, plan.hi[q_len]))
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
         if self._workers is None:
             self._workers = _Workers(self.threads, self._groups[1], self.n_ids)
@@ -146,9 +145,10 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
     postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
     own = np.arange(js.n_groups, dtype=np.int32)
-    first = np.searchsorted(g_len, plan.lo[g_len], side="left").astype(np.int32)
+    first, end = length_bounds(g_len, plan.lo[g_len], plan.hi[g_len])
+    first = first.astype(np.int32)
     # Groups before x only (a group's own identical sets are paired below, not probed).
-    end = np.minimum(np.searchsorted(g_len, plan.hi[g_len], side="right"), own).astype(np.int32)
+    end = np.minimum(end, own).astype(np.int32)
     prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
     workers = _Workers(threads, g_offsets, sets.id_bound)
     try:
@@ -172,8 +172,8 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The groups' sets, their first members' in place: tokens int32, each group's start int64, lengths int32."""
-    return js.tokens, js.offsets[js.group_rep], np.ascontiguousarray(js.lengths[js.group_rep], np.int32)
+    """The groups' sets in group order: tokens int32, each group's start int64, lengths int32."""
+    return js.group_tokens, js.group_token_offsets[:-1], np.ascontiguousarray(js.lengths[js.group_rep], np.int32)
 
 
 def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
@@ -251,28 +251,27 @@ def _emit(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_set
     list_pos = np.empty(list_len[-1], np.int32)
     list_pair = np.empty(list_len[-1], np.int64)
     kind = np.empty(n_groups, np.int8)
-    parallel = workers if workers is not None and workers.pool is not None and list_len[-1] >= _PARALLEL_PAIRS else None
-    _over(parallel, list_len, lambda lo, hi: emit_lists(
+    _over(workers, list_len, lambda lo, hi: emit_lists(
         lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members, t_glen, SCORES.index(score),
         key_scale(max_len, score), cosine_keys, list_len, list_pos, list_pair, kind))
     counts = np.zeros(n_queries + 1, np.int64)
     row_work = np.zeros(n_queries + 1, np.int64)
     np.cumsum(np.diff(list_len)[group_of], out=row_work[1:])
-    _over(parallel, row_work, lambda lo, hi: emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair,
+    _over(workers, row_work, lambda lo, hi: emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair,
                                                         dt, dfilt, t_glen, counts))
     offsets = np.cumsum(counts)
     n = int(offsets[-1])
     ids, overlap, doc_len = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32)
-    _over(parallel, offsets, lambda lo, hi: emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt,
+    _over(workers, offsets, lambda lo, hi: emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt,
                                                      dov, dfilt, t_glen, doc_ids, offsets, ids, overlap, doc_len))
     return ThresholdPairs(offsets, ids, overlap, doc_len)
 
 
 def _over(workers: _Workers | None, work: np.ndarray, fn) -> None:
     """``fn(lo, hi)`` over ``0 .. len(work) - 1`` in ranges of about equal work (``work``: its running
-    sum, shape (n + 1,)), taken by the workers' threads; one call where ``workers`` is None."""
+    sum, shape (n + 1,)), taken by the workers' threads; one call where there is little work."""
     n = len(work) - 1
-    if workers is None or n < 2:
+    if workers is None or workers.pool is None or n < 2 or work[-1] < _PARALLEL_PAIRS:
         fn(0, n)
         return
     cuts = np.unique(np.concatenate([[0], np.searchsorted(work, np.linspace(0, work[-1], workers.threads * 4 + 1)), [n]]))

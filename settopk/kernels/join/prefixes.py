@@ -16,7 +16,7 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["LengthPlan", "length_plan", "join_applies"]
+__all__ = ["LengthPlan", "join_applies", "length_bounds", "length_plan"]
 
 
 class LengthPlan(NamedTuple):
@@ -93,6 +93,31 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     lo = np.where(any_p, reach.argmax(axis=1), n_i).astype(np.int64)
     hi = np.where(any_p, n_i - 1 - reach[:, ::-1].argmax(axis=1), -1).astype(np.int64)
     return LengthPlan(need.astype(np.int32), reach, probe_prefix, index_prefix, lo, hi)
+
+
+def length_bounds(sorted_len, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """Where the sets of lengths ``lo[i] .. hi[i]`` lie among sets sorted by length.
+
+    Parameters
+    ----------
+    sorted_len : numpy.ndarray of int, shape (n,)
+        Set lengths, ascending.
+    lo, hi : numpy.ndarray of int, shape (m,)
+        Least and greatest length wanted (``lo > hi``: none).
+
+    Returns
+    -------
+    first, end : numpy.ndarray of int64, shape (m,)
+        ``sorted_len[first[i]:end[i]]`` are the lengths in ``[lo[i], hi[i]]`` (``first >= end``:
+        none). A count per length and a gather, not a binary search per row.
+    """
+    sorted_len = np.asarray(sorted_len).reshape(-1)
+    top = int(sorted_len[-1]) + 1 if len(sorted_len) else 0
+    below = np.zeros(top + 2, np.int64)  # below[l]: sets shorter than l, for l in 0 .. top + 1
+    np.cumsum(np.bincount(sorted_len, minlength=top + 1)[:top + 1], out=below[1:])
+    first = below[np.clip(np.asarray(lo, np.int64), 0, top + 1)]
+    end = below[np.clip(np.asarray(hi, np.int64) + 1, 0, top + 1)]
+    return first, end
 
 
 def _present(lengths) -> np.ndarray:

@@ -52,6 +52,11 @@ class JoinSets(NamedTuple):
         Set indices, ascending within each group.
     group_rep : numpy.ndarray of int64, shape (n_groups,)
         Each group's first member (its lowest set index), the set that stands for it.
+    group_tokens : numpy.ndarray of int32, shape (n_group_tokens,)
+        Each group's set (its first member's tokens), the groups one after another in group
+        order: a join reads the groups in this order, so their sets lie in it too.
+    group_token_offsets : numpy.ndarray of int64, shape (n_groups + 1,)
+        Group ``g``'s set is ``group_tokens[group_token_offsets[g]:group_token_offsets[g + 1]]``.
     """
 
     tokens: np.ndarray
@@ -61,6 +66,8 @@ class JoinSets(NamedTuple):
     group_offsets: np.ndarray
     group_members: np.ndarray
     group_rep: np.ndarray
+    group_tokens: np.ndarray
+    group_token_offsets: np.ndarray
 
     @property
     def n_sets(self) -> int:
@@ -234,7 +241,12 @@ def _groups(tokens, offsets, lengths, by, same, by_len) -> JoinSets:
     group_offsets = np.zeros(len(reps) + 1, np.int64)
     np.cumsum(sizes, out=group_offsets[1:])
     group_members = by[np.repeat(run_start[run_of_group] - group_offsets[:-1], sizes) + np.arange(n)]
-    return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep)
+    glen = lengths[group_rep].astype(np.int64)
+    group_token_offsets = np.zeros(len(group_rep) + 1, np.int64)
+    np.cumsum(glen, out=group_token_offsets[1:])
+    at = np.repeat(offsets[group_rep] - group_token_offsets[:-1], glen) + np.arange(group_token_offsets[-1])
+    return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep, tokens[at],
+                    group_token_offsets)
 
 
 def _equal_sets(tokens: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
