@@ -154,17 +154,21 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     try:
         pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
                                              postings)
-        # Directed by the self-join rule: the shorter group's members are the queries; between groups of
-        # one length, both ways, each member keeping the higher positions; inside a group likewise.
+        # Directed by the self-join rule: the shorter group's members are the queries. Between two
+        # groups of one length: from the lower set's to the higher's where each holds one set; else
+        # both ways, each member keeping the higher positions; inside a group likewise.
         shorter = g_len[pair_i] < g_len[pair_q]
+        size = js.group_size
+        single = ~shorter & (size[pair_i] == 1) & (size[pair_q] == 1)
+        flip = single & (js.group_rep[pair_q] < js.group_rep[pair_i])
+        both = ~shorter & ~single
         need_self = plan.need[g_len, g_len]
-        inside = np.flatnonzero((js.group_size > (0 if include_self else 1)) & (need_self <= g_len)).astype(np.int32)
-        same = ~shorter
-        dq = np.concatenate([pair_i, pair_q[same], inside])
-        dt = np.concatenate([pair_q, pair_i[same], inside])
-        dov = np.concatenate([pair_ov, pair_ov[same], g_len[inside]])
-        dfilt = np.concatenate([np.where(shorter, 0, 1), np.ones(int(same.sum()), np.int64),
-                                np.full(len(inside), 2 if include_self else 1)]).astype(np.int8)
+        inside = np.flatnonzero((size > (0 if include_self else 1)) & (need_self <= g_len)).astype(np.int32)
+        dq = np.concatenate([np.where(flip, pair_q, pair_i), pair_q[both], inside])
+        dt = np.concatenate([np.where(flip, pair_i, pair_q), pair_i[both], inside])
+        dov = np.concatenate([pair_ov, pair_ov[both], g_len[inside]])
+        dfilt = np.concatenate([both, np.ones(int(both.sum()), bool), np.full(len(inside), 2 if include_self else 1)])
+        dfilt = dfilt.astype(np.int8)
         return _emit(workers, js.n_sets, (dq, dt, dov, dfilt), js, js, np.zeros(js.n_sets, np.int64), k, doc_ids, max_len,
                      score)
     finally:

@@ -169,10 +169,6 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
                 y = p_group[a]
                 if y >= g_hi:
                     break
-                st = state[y, 0]
-                if st < 0:
-                    a += 1
-                    continue
                 j = p_pos[a]
                 ly = p_len[a]
                 alpha = need_x[ly]
@@ -180,6 +176,14 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
                 if rest_x < rest:
                     rest = rest_x
                 a += 1
+                if i + 1 + rest < alpha:
+                    # Out of reach whatever the count so far (at most i + 1 matches up to here): y's
+                    # state is not read. Left out, y is never verified, or verified from a later
+                    # match with a count too low: either way it does not pass, as it could not.
+                    continue
+                st = state[y, 0]
+                if st < 0:
+                    continue
                 touched[n_touched] = y  # kept where y is new (no branch: a new y is anyone's guess)
                 n_touched += st == 0
                 c = (st >> 32) + 1
