@@ -278,7 +278,8 @@ def _over(workers: _Workers | None, work: np.ndarray, fn) -> None:
     if workers is None or workers.pool is None or n < 2 or work[-1] < _PARALLEL_PAIRS:
         fn(0, n)
         return
-    cuts = np.unique(np.concatenate([[0], np.searchsorted(work, np.linspace(0, work[-1], workers.threads * 4 + 1)), [n]]))
+    n_ranges = int(min(workers.threads * 4, work[-1] // _PARALLEL_PAIRS * 2))  # a range of less work costs more to hand off
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(work, np.linspace(0, work[-1], n_ranges + 1)), [n]]))
     workers.map(lambda lo_hi: fn(*lo_hi), list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
 
 
