@@ -109,6 +109,11 @@ def emit_lists(lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members,
         pair of groups of one length): a row keeps a suffix of it; 1, else.
     """
     top = np.int64(1) << 32
+    most = 0
+    for g in range(lo, hi):
+        most = max(most, starts[g + 1] - starts[g])
+    keys = np.empty(most, np.int64)  # scratch for every group of the call: no allocation per group
+    by_key = np.empty(most, np.int64)
     for g in range(lo, hi):
         s, e = starts[g], starts[g + 1]
         kind[g] = 0
@@ -119,11 +124,13 @@ def emit_lists(lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members,
                 kind[g] = 2 if e - s == 1 else 1
                 break
         lq = np.int64(q_glen[g])
-        keys = np.empty(e - s, np.int64)
         for r in range(s, e):
             p = order[r]
             keys[r - s] = top - score_key(score, scale, cosine_keys, np.int64(dov[p]), lq, np.int64(t_glen[dt[p]]))
-        by_key = _order_small(keys) if e - s <= _SMALL else np.argsort(keys, kind="mergesort")
+        if e - s <= _SMALL:
+            _order_small(keys, e - s, by_key)
+        else:
+            by_key[:e - s] = np.argsort(keys[:e - s], kind="mergesort")
         filled = list_len[g]
         i = 0
         while i < e - s:
@@ -209,11 +216,14 @@ def emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt, 
         end = offsets[a + 1]
         if kind[g] != 1 and floor[a] <= 0:
             x = _first_kept(kind[g], a, list_len[g], list_len[g + 1], list_pos, list_pair, dfilt)
+            last, ov, dl = -1, 0, 0
             while out < end:
                 p = list_pair[x]
+                if p != last:  # a target group's members come in a run: its overlap and length read once
+                    last, ov, dl = p, dov[p], t_glen[dt[p]]
                 doc_id[out] = doc_ids[list_pos[x]]
-                overlap[out] = dov[p]
-                doc_len[out] = t_glen[dt[p]]
+                overlap[out] = ov
+                doc_len[out] = dl
                 out += 1
                 x += 1
             continue
@@ -259,10 +269,8 @@ def _kept(filt, a, b, t_len, floor_a):
 
 
 @njit(**_JIT)
-def _order_small(keys):
-    """A stable argsort of a short int64 array (insertion sort: no merge buffers)."""
-    n = len(keys)
-    o = np.empty(n, np.int64)
+def _order_small(keys, n, o):
+    """A stable argsort of ``keys[:n]`` into ``o[:n]`` (insertion sort: no merge buffers)."""
     for i in range(n):
         v = keys[i]
         j = i - 1
@@ -270,7 +278,6 @@ def _order_small(keys):
             o[j + 1] = o[j]
             j -= 1
         o[j + 1] = i
-    return o
 
 
 @njit(**_JIT)
