@@ -208,3 +208,33 @@ def test_length_bounds_equal_binary_searches(lengths, lo, width):
     want_first = np.searchsorted(sorted_len, lo, side="left")
     want_end = np.searchsorted(sorted_len, hi, side="right")
     assert np.array_equal(first, want_first) and np.array_equal(end, want_end)
+
+
+@given(docs=corpora(max_ids=300), queries=corpora(max_ids=300), score=st.sampled_from(SCORES), pick=st.integers(0, 5))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_wide_vocabularies_equal_the_oracle(docs, queries, score, pick):
+    # Over 64 ids, tokens share bits of the parity bitmaps: the bitmap filter's bound must stay a bound.
+    text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
+    t = Fraction(parse_threshold(text, score))
+    ids = doc_ids(len(docs))
+    got = self_join(SetBatch.from_lists(docs), ids, text, score, 64)
+    every = brute_force_threshold(docs, docs, t, doc_ids=ids.tolist(), score=score)
+    lens = [len(set(d)) for d in docs]
+    for q in range(len(docs)):
+        assert got.row(q) == [p for p in every[q] if self_join_keep(ids[q], lens[q], p[0], p[2], score)], q
+    probed = prepare_docs(SetBatch.from_lists(docs), ids, text, score, 64).probe(SetBatch.from_lists(queries))
+    want = brute_force_threshold(docs, queries, t, doc_ids=ids.tolist(), score=score)
+    assert [probed.row(q) for q in range(len(queries))] == want
+
+
+@given(x=st.sets(st.integers(0, 500), max_size=80), y=st.sets(st.integers(0, 500), max_size=80))
+@settings(max_examples=200, deadline=None)
+def test_parity_bitmaps_bound_the_overlap(x, y):
+    from settopk.kernels.join.prepare import parity_bitmaps
+
+    sets = [sorted(x), sorted(y)]
+    offsets = np.array([0, len(x), len(x) + len(y)], np.int64)
+    sx, sy = parity_bitmaps(np.array(sets[0] + sets[1], np.int64), offsets)
+    assert (len(x) + len(y) - bin(int(sx ^ sy)).count("1")) // 2 >= len(x & y)
+    if len(x | y) <= 64 and max(x | y, default=0) < 64:  # no two tokens share a bit: the bound is exact
+        assert (len(x) + len(y) - bin(int(sx ^ sy)).count("1")) // 2 == len(x & y)

@@ -70,7 +70,7 @@ class DocSide:
         self._groups = _group_sets(self.sets)
         plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
         self.index_prefix = plan.index_prefix
-        g_tokens, g_offsets, g_len = self._groups
+        g_tokens, g_offsets, g_len, _ = self._groups
         self.postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], self.n_ids)
         self._workers = None
 
@@ -102,14 +102,14 @@ class DocSide:
         n_q = queries.n_sets
         rank = _extended_rank(self.rank, queries.id_bound)
         q_sets = prepare_sets(queries, rank)
-        q_tokens, q_offsets, q_len = _group_sets(q_sets)
+        q_tokens, q_offsets, q_len, q_sig = _group_sets(q_sets)
         floor = None
         if min_doc_len is not None:
             floor = np.asarray(min_doc_len, dtype=np.int64)
             if floor.shape != (n_q,):
                 raise ValueError(f"min_doc_len must have shape ({n_q},) (one per query), found {floor.shape}")
         plan = length_plan(self.threshold, self.score, self.max_len, q_sets.lengths, self.sets.lengths, ordered=False)
-        _, _, d_len = self._groups
+        d_len = self._groups[2]
         lo = plan.lo[q_len]
         if floor is not None:  # a group's members share their set; the floor is each member's: the least here, each after
             group_floor = np.full(q_sets.n_groups, np.iinfo(np.int64).max)
@@ -119,7 +119,7 @@ class DocSide:
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
         if self._workers is None:
             self._workers = _Workers(self.threads, self._groups[1], self.n_ids)
-        pair_q, pair_i, pair_ov = _probe_all(self._workers, (q_tokens, q_offsets, q_len, prefix, first, end), self._groups,
+        pair_q, pair_i, pair_ov = _probe_all(self._workers, (q_tokens, q_offsets, q_len, q_sig, prefix, first, end), self._groups,
                                              plan.need, self.postings)
         filt = np.zeros(len(pair_q), np.int8)
         floor_rows = floor if floor is not None else np.zeros(n_q, np.int64)
@@ -141,7 +141,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     threads = threads or len(os.sched_getaffinity(0))
     js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     groups = _group_sets(js)
-    g_tokens, g_offsets, g_len = groups
+    g_tokens, g_offsets, g_len, g_sig = groups
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
     postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
     own = np.arange(js.n_groups, dtype=np.int32)
@@ -152,7 +152,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
     workers = _Workers(threads, g_offsets, sets.id_bound)
     try:
-        pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, prefix, first, end), groups, plan.need,
+        pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need,
                                              postings)
         # Directed by the self-join rule: the shorter group's members are the queries. Between two
         # groups of one length: from the lower set's to the higher's where each holds one set; else
@@ -175,9 +175,10 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
         workers.close()
 
 
-def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The groups' sets in group order: tokens int32, each group's start int64, lengths int32."""
-    return js.group_tokens, js.group_token_offsets[:-1], np.ascontiguousarray(js.lengths[js.group_rep], np.int32)
+def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The groups' sets in group order: tokens int32, each group's start int64, lengths int32, parity bitmaps uint64."""
+    return (js.group_tokens, js.group_token_offsets[:-1], np.ascontiguousarray(js.lengths[js.group_rep], np.int32),
+            js.group_sig)
 
 
 def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
@@ -217,8 +218,8 @@ class _Workers:
 
 def _probe_all(workers: _Workers, probe, index, need, postings):
     """:func:`probe_groups` over every probe group, in ranges taken by the workers' threads."""
-    q_tokens, q_offsets, q_len, prefix, first, end = probe
-    i_tokens = index[0]
+    q_tokens, q_offsets, q_len, q_sig, prefix, first, end = probe
+    i_tokens, i_sig = index[0], index[3]
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
     work = np.flatnonzero(prefix > 0)
     if not len(work):
@@ -229,8 +230,8 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
     def run(lo_hi):
         buffers = workers.scratch.get()
         try:
-            return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, prefix, first, end, i_tokens, need,
-                                *postings, *buffers)
+            return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, q_sig, prefix, first, end, i_tokens,
+                                i_sig, need, *postings, *buffers)
         finally:
             workers.scratch.put(buffers)
 

@@ -13,7 +13,9 @@ duplicate detection", WWW 2008) drops ``y`` once ``count + 1 + min(|x| - i - 1, 
 below the overlap needed. Verification marks the probe's tokens in a byte per rank and counts
 the candidate's tokens after the last prefix match by lookups, no merge (every common token before
 it was counted: both sets are in one order), and stops as soon as the tokens left cannot reach the
-need. Prefix filtering: Bayardo, Ma, Srikant, WWW 2007 (AllPairs).
+need. Before that, a candidate whose bound from the two sets' parity bitmaps (one word each:
+:func:`settopk.kernels.join.prepare.parity_bitmaps`) falls below the need is dropped unread: on
+short sets it is nearly exact. Prefix filtering: Bayardo, Ma, Srikant, WWW 2007 (AllPairs).
 
 Probe groups are cut into ranges taken by threads as they free up (``nogil``); each range gets its
 own scratch arrays (per index group, its count, length and last match next to its token offset:
@@ -83,8 +85,17 @@ def _grow(a, n):
 
 
 @njit(**_JIT)
-def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
-                 i_tokens, need, p_off, p_group, p_pos, p_len, state, touched, live, start, used, mark):
+def _popcount(v):
+    """Set bits of a uint64 (the SWAR count; LLVM turns it into one instruction where the CPU has one)."""
+    v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    v = (v + (v >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(**_JIT)
+def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end,
+                 i_tokens, i_sig, need, p_off, p_group, p_pos, p_len, state, touched, live, start, used, mark):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
@@ -93,6 +104,9 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
         The probe groups of this call (ascending by length, as the index groups).
     q_tokens, q_offsets, q_len : int32, int64, int32
         Probe groups' sets (ranks, ascending): each one's start in ``q_tokens`` and its length.
+    q_sig, i_sig : uint64 (n_probe,), uint64 (n_index,)
+        Both sides' parity bitmaps (:func:`settopk.kernels.join.prepare.parity_bitmaps`): a
+        candidate whose overlap bound from them falls below the need is not verified.
     q_prefix : int32 (n_probe,)
         Tokens of each probe group probed (0: none).
     q_first, q_end : int32 (n_probe,)
@@ -147,6 +161,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
         if g_lo >= g_hi:
             continue
         need_x = need[lx]
+        sx = q_sig[x]
         n_touched = 0
         for i in range(px):
             t = q_tokens[xs + i]
@@ -208,6 +223,8 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_prefix, q_first, q_end,
             ov = st >> 32
             ly = (st >> 16) & 0xFFFF
             alpha = need_x[ly]
+            if lx + ly - _popcount(sx ^ i_sig[y]) < 2 * alpha:  # the bitmap filter's bound on the overlap
+                continue
             ys = state[y, 1]
             # Every common token up to the last prefix match is counted (both sets in one order); the
             # ones after it are y's tokens past position j that x holds. Stop once the rest cannot reach alpha.
