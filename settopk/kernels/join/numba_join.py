@@ -191,10 +191,11 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 if rest_x < rest:
                     rest = rest_x
                 a += 1
-                if i + 1 + rest < alpha:
-                    # Out of reach whatever the count so far (at most i + 1 matches up to here): y's
-                    # state is not read. Left out, y is never verified, or verified from a later
-                    # match with a count too low: either way it does not pass, as it could not.
+                if i + 1 + rest < alpha or lx + ly - _popcount(sx ^ i_sig[y]) < 2 * alpha:
+                    # Out of reach whatever the count so far (at most i + 1 matches up to here), or
+                    # by the bitmaps' bound on the whole overlap: y's state is not read. Left out, y
+                    # is never verified, or verified from a later match with a count too low:
+                    # either way it does not pass, as it could not.
                     continue
                 st = state[y, 0]
                 if st < 0:
