@@ -191,7 +191,7 @@ def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
 class _Workers:
     """Threads and their scratch, kept between probes: a job probes the same docs batch after batch,
     and starting threads or allocating scratch per batch would cost more than a small batch's probe.
-    The scratch (per index group: state beside its token offset, touched and live; per token: list
+    The scratch (per index group: state beside its token offset, and touched; per token: list
     start, used and mark) is left as :func:`probe_groups` found it, so it serves the next probe of
     the same postings."""
 
@@ -203,7 +203,7 @@ class _Workers:
         for _ in range(threads):
             state = np.zeros((n_index, 2), np.int64)
             state[:, 1] = index_offsets
-            self.scratch.put((state, np.zeros(n_index + 1, np.int32), np.zeros(n_index, np.int64), np.full(n_ranks, -1, np.int64),
+            self.scratch.put((state, np.zeros(n_index + 1, np.int32), np.full(n_ranks, -1, np.int64),
                               np.zeros(n_ranks, np.int32), np.zeros(n_ranks, np.uint8)))
 
     def map(self, fn, items):

@@ -10,12 +10,13 @@ a binary search on the groups' lengths, and in a self-join at ``x`` itself, so e
 groups is met once). Each candidate group ``y`` keeps a count of the prefix matches and the positions
 of the last one; the positional filter (Xiao, Wang, Lin, Yu, "Efficient similarity joins for near
 duplicate detection", WWW 2008) drops ``y`` once ``count + 1 + min(|x| - i - 1, |y| - j - 1)`` falls
-below the overlap needed. Verification marks the probe's tokens in a byte per rank and counts
-the candidate's tokens after the last prefix match by lookups, no merge (every common token before
-it was counted: both sets are in one order), and stops as soon as the tokens left cannot reach the
-need. Before that, a candidate whose bound from the two sets' parity bitmaps (one word each:
-:func:`settopk.kernels.join.prepare.parity_bitmaps`) falls below the need is dropped unread: on
-short sets it is nearly exact. Prefix filtering: Bayardo, Ma, Srikant, WWW 2007 (AllPairs).
+below the overlap needed. Before ``y``'s count is even read, a posting entry is passed over where
+that bound with every earlier token of ``x`` matched, or the bound from the two sets' parity
+bitmaps (one word each: :func:`settopk.kernels.join.prepare.parity_bitmaps`; on short sets it is
+nearly exact), falls below the need. Verification marks the probe's tokens in a byte per rank and
+counts the candidate's tokens after the last prefix match by lookups, no merge (every common token
+before it was counted: both sets are in one order), and stops as soon as the tokens left cannot
+reach the need. Prefix filtering: Bayardo, Ma, Srikant, WWW 2007 (AllPairs).
 
 Probe groups are cut into ranges taken by threads as they free up (``nogil``); each range gets its
 own scratch arrays (per index group, its count, length and last match next to its token offset:
@@ -95,7 +96,7 @@ def _popcount(v):
 
 @njit(**_JIT)
 def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end,
-                 i_tokens, i_sig, need, p_off, p_group, p_pos, p_len, state, touched, live, start, used, mark):
+                 i_tokens, i_sig, need, p_off, p_group, p_pos, p_len, state, touched, start, used, mark):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
@@ -106,7 +107,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
         Probe groups' sets (ranks, ascending): each one's start in ``q_tokens`` and its length.
     q_sig, i_sig : uint64 (n_probe,), uint64 (n_index,)
         Both sides' parity bitmaps (:func:`settopk.kernels.join.prepare.parity_bitmaps`): a
-        candidate whose overlap bound from them falls below the need is not verified.
+        posting entry whose pair's overlap bound from them falls below the need is passed over.
     q_prefix : int32 (n_probe,)
         Tokens of each probe group probed (0: none).
     q_first, q_end : int32 (n_probe,)
@@ -125,8 +126,6 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
         line per candidate, counted and verified).
     touched : int32 (n_index + 1,)
         Scratch (one more than the groups: a visit writes its group before knowing it is new).
-    live : int64 (n_index,)
-        Scratch.
     start : int64 (n_ranks,)
         Scratch, -1 on entry and on return: per token, where its list's reachable part begins
         (length filtering: the probes come by length, so the start only moves on; AllPairs drops
@@ -210,22 +209,15 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 t = q_tokens[xs + a]
                 if t < n_ranks:
                     mark[t] = 1
-        n_live = 0
-        for k in range(n_touched):  # reset, keeping the candidates not pruned (no branch: pruned ones are many)
+        for k in range(n_touched):
             y = touched[k]
             st = state[y, 0]
             state[y, 0] = 0
-            touched[n_live] = y
-            live[n_live] = st
-            n_live += st > 0
-        for k in range(n_live):
-            y = touched[k]
-            st = live[k]
+            if st <= 0:  # pruned by the positional filter after its first match (few are: most fail before)
+                continue
             ov = st >> 32
             ly = (st >> 16) & 0xFFFF
             alpha = need_x[ly]
-            if lx + ly - _popcount(sx ^ i_sig[y]) < 2 * alpha:  # the bitmap filter's bound on the overlap
-                continue
             ys = state[y, 1]
             # Every common token up to the last prefix match is counted (both sets in one order); the
             # ones after it are y's tokens past position j that x holds. Stop once the rest cannot reach alpha.
