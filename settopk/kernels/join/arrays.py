@@ -46,8 +46,8 @@ import numpy as np
 from ..keys import check_score, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
-from .prefixes import join_applies, length_bounds, length_plan
-from .prepare import JoinSets, frequency_order, prepare_sets
+from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
+from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["SLICE_ENTRIES", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
 
@@ -447,28 +447,15 @@ class ArrayDocSide:
         """
         _check_k(k)
         xp, n_q = self.xp, queries.n_sets
-        floor = None
-        if min_doc_len is not None:
-            floor = np.asarray(min_doc_len, dtype=np.int64)
-            if floor.shape != (n_q,):
-                raise ValueError(f"min_doc_len must have shape ({n_q},) (one per query), found {floor.shape}")
+        floor = checked_floor(min_doc_len, n_q)
         if n_q == 0 or self.n_docs == 0:
             return ThresholdPairs(np.zeros(n_q + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32),
                                   np.zeros(0, np.int32))
-        rank = self.rank
-        if queries.id_bound > len(rank):  # ids no doc holds rank after every doc id
-            rank = np.concatenate([rank, np.arange(len(rank), queries.id_bound, dtype=np.int32)])
-        q_sets = prepare_sets(queries, rank)
+        q_sets = prepare_sets(queries, extended_rank(self.rank, queries.id_bound))
         probe = _Groups(xp, q_sets)
         plan = length_plan(self.threshold, self.score, self.max_len, q_sets.lengths, self.sets.lengths, ordered=False)
         q_len = probe.host_len
-        lo = plan.lo[q_len]
-        if floor is not None:  # the group's least floor here, each member's at the end
-            group_floor = np.full(q_sets.n_groups, np.iinfo(np.int64).max)
-            np.minimum.at(group_floor, q_sets.group_of, floor)
-            lo = np.maximum(lo, group_floor)
-        d_len = self.groups.host_len
-        first, end = length_bounds(d_len, lo, plan.hi[q_len])
+        first, end = probe_bounds(plan, q_len, self.groups.host_len, q_sets.group_of, floor)
         x, y, ov = _join(xp, probe, plan.probe_prefix[q_len], first, end, self.groups, self.entries, plan.need,
                          self.cap)
         q, d, ov, dl = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
@@ -530,7 +517,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     g_len = groups.host_len
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
     entries = _index_entries(xp, groups, plan.index_prefix[g_len])
-    first, end = length_bounds(g_len, plan.lo[g_len], plan.hi[g_len])
+    first, end = probe_bounds(plan, g_len, g_len)
     # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
     end = np.minimum(end, np.arange(len(g_len)))
     x, y, ov = _join(xp, groups, plan.probe_prefix[g_len], first, end, groups, entries, plan.need, cap)

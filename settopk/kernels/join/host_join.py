@@ -21,8 +21,8 @@ from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups
-from .prefixes import join_applies, length_bounds, length_plan
-from .prepare import JoinSets, frequency_order, prepare_sets
+from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
+from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "self_join"]
 
@@ -100,22 +100,12 @@ class DocSide:
             As :meth:`settopk.kernels.NumpyShardIndex.threshold_search`.
         """
         n_q = queries.n_sets
-        rank = _extended_rank(self.rank, queries.id_bound)
-        q_sets = prepare_sets(queries, rank)
+        q_sets = prepare_sets(queries, extended_rank(self.rank, queries.id_bound))
         q_tokens, q_offsets, q_len, q_sig = _group_sets(q_sets)
-        floor = None
-        if min_doc_len is not None:
-            floor = np.asarray(min_doc_len, dtype=np.int64)
-            if floor.shape != (n_q,):
-                raise ValueError(f"min_doc_len must have shape ({n_q},) (one per query), found {floor.shape}")
+        floor = checked_floor(min_doc_len, n_q)
         plan = length_plan(self.threshold, self.score, self.max_len, q_sets.lengths, self.sets.lengths, ordered=False)
-        d_len = self._groups[2]
-        lo = plan.lo[q_len]
-        if floor is not None:  # a group's members share their set; the floor is each member's: the least here, each after
-            group_floor = np.full(q_sets.n_groups, np.iinfo(np.int64).max)
-            np.minimum.at(group_floor, q_sets.group_of, floor)
-            lo = np.maximum(lo, group_floor)
-        first, end = (b.astype(np.int32) for b in length_bounds(d_len, lo, plan.hi[q_len]))
+        bounds = probe_bounds(plan, q_len, self._groups[2], q_sets.group_of, floor)
+        first, end = (b.astype(np.int32) for b in bounds)
         prefix = np.where(first < end, plan.probe_prefix[q_len], 0).astype(np.int32)
         if self._workers is None:
             self._workers = _Workers(self.threads, self._groups[1], self.n_ids)
@@ -145,7 +135,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
     postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
     own = np.arange(js.n_groups, dtype=np.int32)
-    first, end = length_bounds(g_len, plan.lo[g_len], plan.hi[g_len])
+    first, end = probe_bounds(plan, g_len, g_len)
     first = first.astype(np.int32)
     # Groups before x only (a group's own identical sets are paired below, not probed).
     end = np.minimum(end, own).astype(np.int32)
@@ -179,13 +169,6 @@ def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     """The groups' sets in group order: tokens int32, each group's start int64, lengths int32, parity bitmaps uint64."""
     return (js.group_tokens, js.group_token_offsets[:-1], np.ascontiguousarray(js.lengths[js.group_rep], np.int32),
             js.group_sig)
-
-
-def _extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
-    """``rank`` extended to ids no doc holds, ranked after every doc id (any one order serves both sides)."""
-    if id_bound <= len(rank):
-        return rank
-    return np.concatenate([rank, np.arange(len(rank), id_bound, dtype=np.int32)])
 
 
 class _Workers:

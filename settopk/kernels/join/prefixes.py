@@ -16,7 +16,7 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["LengthPlan", "join_applies", "length_bounds", "length_plan"]
+__all__ = ["LengthPlan", "checked_floor", "join_applies", "length_bounds", "length_plan", "probe_bounds"]
 
 
 class LengthPlan(NamedTuple):
@@ -118,6 +118,50 @@ def length_bounds(sorted_len, lo, hi) -> tuple[np.ndarray, np.ndarray]:
     first = below[np.clip(np.asarray(lo, np.int64), 0, top + 1)]
     end = below[np.clip(np.asarray(hi, np.int64) + 1, 0, top + 1)]
     return first, end
+
+
+def checked_floor(min_doc_len, n_queries: int):
+    """``min_doc_len`` as int64 of shape (n_queries,), or None where it is None.
+
+    Raises
+    ------
+    ValueError
+        If it does not have one entry per query.
+    """
+    if min_doc_len is None:
+        return None
+    floor = np.asarray(min_doc_len, dtype=np.int64)
+    if floor.shape != (n_queries,):
+        raise ValueError(f"min_doc_len must have shape ({n_queries},) (one per query), found {floor.shape}")
+    return floor
+
+
+def probe_bounds(plan: LengthPlan, q_len, d_len, group_of=None, floor=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per probe group, the index groups its lengths reach: :func:`length_bounds` of ``plan``.
+
+    Parameters
+    ----------
+    plan : LengthPlan
+    q_len : numpy.ndarray of int, shape (n_probe_groups,)
+        Probe groups' lengths.
+    d_len : numpy.ndarray of int, shape (n_index_groups,)
+        Index groups' lengths, ascending.
+    group_of : numpy.ndarray of int64, shape (n_queries,), optional
+        Each query's probe group (with ``floor``).
+    floor : numpy.ndarray of int64, shape (n_queries,), optional
+        Per query, the least doc length: a group starts at its members' least (each member's own
+        floor is applied to its pairs after).
+
+    Returns
+    -------
+    first, end : numpy.ndarray of int64, shape (n_probe_groups,)
+    """
+    lo = plan.lo[q_len]
+    if floor is not None:
+        group_floor = np.full(len(q_len), np.iinfo(np.int64).max)
+        np.minimum.at(group_floor, group_of, floor)
+        lo = np.maximum(lo, group_floor)
+    return length_bounds(d_len, lo, plan.hi[q_len])
 
 
 def _present(lengths) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..sets import SetBatch
 
-__all__ = ["JoinSets", "frequency_order", "parity_bitmaps", "prepare_sets"]
+__all__ = ["JoinSets", "extended_rank", "frequency_order", "parity_bitmaps", "prepare_sets"]
 
 _HASH_SEED = 0x5E77_09C  # fixed: groups are a function of the sets alone
 _BUCKET_ROWS = 32  # a length held by fewer sets is sorted with the other rare ones (one key sort, not a matrix each)
@@ -122,6 +122,14 @@ def frequency_order(tokens: np.ndarray, n_ids: int) -> np.ndarray:
     rank = np.empty(n_ids, np.int32)
     rank[order] = np.arange(n_ids, dtype=np.int32)
     return rank
+
+
+def extended_rank(rank: np.ndarray, id_bound: int) -> np.ndarray:
+    """``rank`` extended to ids in ``[len(rank), id_bound)``, which no doc holds: ranked after every
+    doc id, in id order (they match nothing; any one order serves both sides of a join)."""
+    if id_bound <= len(rank):
+        return rank
+    return np.concatenate([rank, np.arange(len(rank), id_bound, dtype=np.int32)])
 
 
 def prepare_sets(sets: SetBatch, rank: np.ndarray) -> JoinSets:
