@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from .keys import SCORES, check_score
+from .numba_heaps import BRAUN_BLANQUET, COSINE, DICE, JACCARD, OVERLAP
 
 __all__ = ["pair_columns"]
 
@@ -81,15 +82,15 @@ def _fill(lo, hi, offsets, row_key, row_len, overlap, doc_len, code, key, length
             length[p] = q
             o = np.float64(overlap[p])
             d = doc_len[p]
-            if code == 0:  # braun_blanquet
+            if code == BRAUN_BLANQUET:
                 scores[p] = o / np.float64(max(q, d, 1))
-            elif code == 1:  # jaccard
+            elif code == JACCARD:
                 scores[p] = o / max(np.float64(q) + np.float64(d) - o, 1.0)
-            elif code == 2:  # cosine
+            elif code == COSINE:
                 scores[p] = o / math.sqrt(max(np.float64(q) * np.float64(d), 1.0))
-            elif code == 3:  # dice
+            elif code == DICE:
                 scores[p] = (2.0 * o) / max(np.float64(q) + np.float64(d), 1.0)
-            elif code == 4:  # overlap
+            elif code == OVERLAP:
                 scores[p] = o
             else:  # containment
                 scores[p] = o / max(np.float64(q), 1.0)

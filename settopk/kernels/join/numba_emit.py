@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..numba_heaps import score_key
+from ..numba_heaps import first_at_least, score_key
 
 __all__ = ["emit_counts", "emit_lists", "emit_plan", "emit_rows"]
 
@@ -245,14 +245,7 @@ def _first_kept(kind, a, lo, hi, list_pos, list_pair, dfilt):
     (kind 0), or the first member above ``a`` (at or above under ``include_self``), by binary search."""
     if kind == 0 or lo == hi:
         return lo
-    least = a + 1 if dfilt[list_pair[lo]] == 1 else a
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if list_pos[mid] < least:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return first_at_least(list_pos, lo, hi, a + 1 if dfilt[list_pair[lo]] == 1 else a)
 
 
 @njit(**_JIT)
