@@ -173,6 +173,26 @@ def test_gpu_join_equals_numpy_join_on_repeated_skewed_sets():
 
 
 @pytest.mark.gpu
+def test_gpu_join_kernel_in_small_launches_with_a_short_first_buffer(monkeypatch):
+    """The kernel's grid cut into launches of a few entries, and a first output buffer of one slot
+    (every pair found again in the second launch): the same pairs as the host join."""
+    import settopk.kernels.cuda.join as cuda_join
+
+    rng = np.random.default_rng(5)
+    docs = [sorted(set((rng.zipf(1.2, rng.integers(1, 40)) % 300).tolist())) for _ in range(2000)]
+    docs += [docs[i] for i in rng.integers(0, len(docs), 800)]
+    batch, ids = SetBatch.from_lists(docs), doc_ids(len(docs))
+    want = self_join(batch, ids, "0.4", "jaccard", 64, backend="numpy")
+    monkeypatch.setattr(cuda_join, "LAUNCH_ENTRIES", 997)
+    monkeypatch.setattr(cuda_join, "MIN_CAPACITY", 1)
+    monkeypatch.setattr(cuda_join, "CANDIDATES_PER_SLOT", 1 << 40)
+    got = self_join(batch, ids, "0.4", "jaccard", 64, backend="cupy")
+    assert len(want.doc_ids) > 1000
+    for name in ("offsets", "doc_ids", "overlap", "doc_len"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("score", ["jaccard", "containment", "overlap"])
 def test_gpu_index_threshold_search_through_the_join(score):
     from tests.gpu_helpers import cupy_index

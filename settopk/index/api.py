@@ -447,7 +447,7 @@ class Index:
 
     @property
     def join_corpus(self):
-        """The docs prepared for the ``cpu`` self-join (host memory): tokens in the docs' frequency
+        """The docs prepared for the self-join on every backend (host memory): tokens in the docs' frequency
         order, identical docs grouped (:func:`settopk.kernels.join.prepare_corpus`). Made at the first
         use and kept: it depends on the docs alone, so self-joins at other thresholds or scores skip it."""
         if self._join_corpus is None:

@@ -253,7 +253,7 @@ def self_join(index, sets: SetBatch, threshold, include_self=False, k=None) -> P
         raise JoinArgumentError(f"include_self must be True or False, found {include_self!r}")
     found = kernel_self_join(index.backend, sets, index.doc_ids, t, index.score, index.max_len, bool(include_self), k,
                              kernel=index.kernel, threads=index.threads, vocab_size=index.vocab_size,
-                             prepared=index.join_corpus if index.backend == "cpu" and t > 0 and sets.n_sets else None)
+                             prepared=index.join_corpus if t > 0 and sets.n_sets else None)
     return _pairs(found, index.doc_ids, sets.lengths, index.score, t, k, None, query_keys=index.doc_ids,
                   threads=index.threads)
 

@@ -105,8 +105,8 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
     k : int, optional
         Keep each query's ``k`` best pairs; None keeps all.
     prepared : JoinSets, optional
-        ``prepare_corpus(sets)``, kept by the caller between self-joins of one corpus (``cpu``; the
-        other backends prepare their own).
+        ``prepare_corpus(sets)``, kept by the caller between self-joins of one corpus (every backend
+        but containment's R-S probe on ``numpy`` and ``cupy``, which prepares its own).
 
     Returns
     -------
@@ -129,7 +129,8 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
     if backend in ("numpy", "cupy"):
         from .arrays import self_join as array_self_join
 
-        return array_self_join(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self, k=k)
+        return array_self_join(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self, k=k,
+                               prepared=prepared)
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
 
 

@@ -25,16 +25,23 @@ the join runs as a handful of whole-array steps in ``xp``, with no Python loop o
 5. **Verification.** No token before ``(i0, j0)`` is shared, so ``|x ∩ y| = |x[i0:] ∩ y[j0:]|``: the
    shorter of the two remainders is looked up token by token in the other side's set (a binary
    search confined to that set, all lookups at once); a pair passes iff the count reaches the need.
+On the GPU (``cupy``) steps 3-5 are one kernel, one thread per candidate entry
+(:mod:`settopk.kernels.cuda.join`): the positional filter, the bitmap filter of the groups' parity
+bitmaps, then, in place of step 4's sort, a merge of the two sets' heads before ``(i, j)`` keeps
+only the entry of each pair's first common token, which verifies from there. Steps 1 and 2 run
+there too, as array steps.
+
 6. **Expansion and order.** Group pairs become member pairs (the self-join rule of
    :func:`settopk.kernels.self_join_keep`), ordered per query best first by the exact score (a float64
    quotient of two integers below ``2**31``: distinct fractions give distinct doubles, equal ones equal
    doubles, so ties stay ties), then doc id.
 
-**Memory.** Steps 2-5 run in slices of at most ``slice_entries`` candidate entries (and slices of
+**Memory.** On the host (``numpy``), steps 2-5 run in slices of at most ``slice_entries`` candidate entries (and slices of
 verification of at most ``slice_entries`` looked-up tokens), so a token held by many prefixes costs
 time, not memory: a slice holds about 10 arrays of ``slice_entries`` 8-byte values. Held across
 slices are the probe entries (one per prefix token) and the passing group pairs; step 6 holds the
-passing member pairs (the output), twice for pairs inside a group of identical sets.
+passing member pairs (the output), twice for pairs inside a group of identical sets. On the GPU
+the kernel holds 16 bytes per probe entry and 12 per passing pair of groups, no per-candidate array.
 """
 
 from __future__ import annotations
@@ -77,8 +84,9 @@ class _Groups:
     compacted in group order, and its members.
 
     Attributes: ``tokens`` int32 (n_group_tokens,), ``offsets`` int64 (n_groups + 1,), ``lengths``
-    int32 (n_groups,), ``steps``: binary search steps that cover any set; ``member_offsets`` int64 (n_groups + 1,), ``members`` int64
-    (n_sets,); ``host_len`` and ``host_tokens``, ``host_offsets``: the same on the host.
+    int32 (n_groups,), ``sig`` uint64 (n_groups,) (parity bitmaps), ``steps``: binary search steps
+    that cover any set; ``member_offsets`` int64 (n_groups + 1,), ``members`` int64 (n_sets,);
+    ``host_len`` and ``host_tokens``, ``host_offsets``: the same on the host.
     """
 
     def __init__(self, xp, js: JoinSets):
@@ -88,6 +96,7 @@ class _Groups:
         self.tokens = xp.asarray(tokens.astype(np.int32))
         self.offsets = xp.asarray(offsets)
         self.lengths = xp.asarray(self.host_len)
+        self.sig = xp.asarray(js.group_sig)
         self.steps = int(glen.max()).bit_length() if len(glen) else 0  # binary search steps over a set
         self.member_offsets = xp.asarray(js.group_offsets)
         self.members = xp.asarray(js.group_members)
@@ -139,11 +148,11 @@ def _index_entries(xp, groups: _Groups, prefix: np.ndarray):
 
     Returns ``(key int64, group int32, position int32)``, each of shape (n_entries,), in ``xp``."""
     pre = np.minimum(np.asarray(prefix, dtype=np.int64), groups.host_len)
-    gid, pos = _host_segments(pre)
-    token = groups.host_tokens[groups.host_offsets[gid] + pos].astype(np.int64)
-    key = token * groups.n_groups + gid
-    order = np.argsort(key, kind="stable")
-    return xp.asarray(key[order]), xp.asarray(gid[order].astype(np.int32)), xp.asarray(pos[order].astype(np.int32))
+    gid, pos = _segment_ids(xp, xp.asarray(pre))
+    token = groups.tokens[groups.offsets[gid] + pos]
+    order = _stable_argsort(xp, token)  # stable: each token's entries stay in group order
+    key = token[order].astype(xp.int64) * groups.n_groups + gid[order]
+    return key, gid[order].astype(xp.int32), pos[order].astype(xp.int32)
 
 
 def _cuts(xp, ends, boundary, total: int, cap: int) -> tuple[list[int], bool]:
@@ -204,9 +213,8 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     e_key, e_group, e_pos = entries
     n_index = index.n_groups
     pre = np.where(first < end, np.minimum(prefix, probe.host_len), 0).astype(np.int64)
-    px, pi = _host_segments(pre)
-    pt = probe.host_tokens[probe.host_offsets[px] + pi].astype(np.int64)
-    px, pi, pt = xp.asarray(px), xp.asarray(pi), xp.asarray(pt)
+    px, pi = _segment_ids(xp, xp.asarray(pre))
+    pt = probe.tokens[probe.offsets[px] + pi].astype(xp.int64)
     lo = xp.searchsorted(e_key, pt * n_index + xp.asarray(first)[px], side="left")
     cnt = xp.searchsorted(e_key, pt * n_index + xp.asarray(end)[px], side="left") - lo
     live = xp.flatnonzero(cnt > 0)
@@ -215,6 +223,11 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     if len(cnt) == 0:
         return empty, empty, empty
     ends = xp.cumsum(cnt)
+    if xp is not np:  # steps 3-5 in one kernel, one thread per candidate entry, no sort
+        from ..cuda.join import verified_pairs
+
+        return verified_pairs((ends, px.astype(xp.int32), pi.astype(xp.int32), lo, e_group, e_pos), probe, index,
+                              need)
     total = int(ends[-1])
     boundary = xp.flatnonzero(xp.concatenate([px[1:] != px[:-1], xp.ones(1, bool)]))
     cuts, inside = _cuts(xp, ends, boundary, total, cap)
@@ -473,7 +486,8 @@ def prepare_docs(docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *
 
 
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
-              include_self: bool = False, k: int | None = None, slice_entries: int | None = None) -> ThresholdPairs:
+              include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
+              prepared: JoinSets | None = None) -> ThresholdPairs:
     """The threshold self-join of a corpus on the ``numpy`` or ``cupy`` backend.
 
     Parameters
@@ -488,6 +502,9 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         Also each doc's pair with itself (where its own score reaches ``T``).
     k : int, optional
         Keep each query's ``k`` best pairs; None keeps all.
+    prepared : JoinSets, optional
+        :func:`settopk.kernels.join.prepare_corpus` of ``sets``, kept by the caller between
+        self-joins of one corpus; made here where None.
 
     Returns
     -------
@@ -512,7 +529,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     cap = int(slice_entries or SLICE_ENTRIES)
     if cap < 1:
         raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
-    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+    js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     groups = _Groups(xp, js)
     g_len = groups.host_len
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
