@@ -140,6 +140,21 @@ def test_numpy_index_threshold_search_through_the_join(score):
     assert zero.counts.tolist() == [len(docs)] * 3
 
 
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_order_without_the_one_sort_key(backend, monkeypatch):
+    """Where (query, score rank, doc) does not fit the one-sort key, three stable sorts give the
+    same order (ties on score by doc id)."""
+    from settopk.kernels.join import arrays
+
+    rng = np.random.default_rng(4)
+    docs = [sorted(set((rng.zipf(1.3, rng.integers(1, 12)) % 60).tolist())) for _ in range(300)]
+    docs += docs[:100]
+    monkeypatch.setattr(arrays, "_KEY_BITS", 0)
+    for score, text in (("jaccard", "0.3"), ("cosine", "0.5"), ("containment", "0.6")):
+        check_self_join(backend, docs, score, text, None, False)
+        check_probe(backend, docs, docs[::3], score, text, 2, True)
+
+
 # ---- GPU: the same checks with xp = cupy -------------------------------------------------------
 
 
@@ -235,3 +250,27 @@ def test_gpu_retail_pair_counts(retail_dat):
     batch, ids = _retail(retail_dat)
     for text, pairs in _RETAIL_PAIRS:
         assert len(self_join(batch, ids, text, "jaccard", 128, backend="cupy").doc_ids) == pairs
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_index_self_joins_reuse_one_prepared_corpus(backend):
+    """Index.self_join at several thresholds and scores prepares the corpus once (on cupy with its
+    device copy) and equals the oracle each time."""
+    import settopk
+    from settopk.kernels.join.arrays import ArrayCorpus
+    from settopk.kernels.join.prepare import JoinSets
+
+    rng = np.random.default_rng(8)
+    docs = [sorted(set((rng.zipf(1.3, rng.integers(1, 10)) % 50).tolist())) for _ in range(200)]
+    docs += docs[:70]
+    index = settopk.Index.build(docs, score="jaccard", backend=backend)
+    lens = [len(d) for d in docs]
+    for text in ("0.5", "0.8", "1/3"):
+        got = index.self_join(text)
+        assert isinstance(index.join_corpus, ArrayCorpus if backend == "cupy" else JoinSets)
+        every = brute_force_threshold(docs, docs, Fraction(text), doc_ids=list(range(len(docs))), score="jaccard")
+        want = [(q, p[0]) for q in range(len(docs)) for p in every[q] if self_join_keep(q, lens[q], p[0], p[2], "jaccard", False)]
+        assert list(zip(got.query_index.tolist(), got.doc_ids.tolist())) == want
+    first = index.join_corpus
+    index.self_join("0.6")
+    assert index.join_corpus is first

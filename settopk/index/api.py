@@ -447,13 +447,14 @@ class Index:
 
     @property
     def join_corpus(self):
-        """The docs prepared for the self-join on every backend (host memory): tokens in the docs' frequency
-        order, identical docs grouped (:func:`settopk.kernels.join.prepare_corpus`). Made at the first
-        use and kept: it depends on the docs alone, so self-joins at other thresholds or scores skip it."""
+        """The docs prepared for the self-join on this index's backend: tokens in the docs' frequency
+        order, identical docs grouped (host memory; on ``cupy`` their group sets on the device too:
+        :func:`settopk.kernels.join.prepare_corpus`). Made at the first use and kept: it depends on
+        the docs alone, so self-joins at other thresholds or scores skip it."""
         if self._join_corpus is None:
             from settopk.kernels.join import prepare_corpus
 
-            self._join_corpus = prepare_corpus(self._sets)
+            self._join_corpus = prepare_corpus(self._sets, backend=self.backend)
         return self._join_corpus
 
     def _read_queries(self, queries):

@@ -69,23 +69,39 @@ def prepare_docs(docs, doc_ids, threshold, score: str, max_len: int, *, backend:
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
 
 
-def prepare_corpus(sets):
+def prepare_corpus(sets, *, backend: str = "cpu"):
     """A corpus prepared for any number of self-joins (whatever their threshold and score): its tokens
-    in its own frequency order, rarest first, and its identical sets grouped (host memory).
+    in its own frequency order, rarest first, and its identical sets grouped (host memory; on the
+    ``cupy`` backend its group sets are also copied to the current device, once).
 
     Parameters
     ----------
     sets : settopk.kernels.SetBatch
         ``n_docs`` sets.
+    backend : {"cpu", "numpy", "cupy"}
+        The backend of the self-joins it serves.
 
     Returns
     -------
-    settopk.kernels.join.prepare.JoinSets
-        For :func:`self_join`'s ``prepared`` on the ``cpu`` backend.
+    settopk.kernels.join.prepare.JoinSets or settopk.kernels.join.arrays.ArrayCorpus
+        For :func:`self_join`'s ``prepared`` on that backend: ``JoinSets`` for ``cpu`` and ``numpy``,
+        an ``ArrayCorpus`` (the ``JoinSets`` and their device copy) for ``cupy``.
+
+    Raises
+    ------
+    ValueError
+        If the backend is unknown.
     """
     from .prepare import frequency_order, prepare_sets
 
-    return prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
+    js = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+    if backend != "cupy":
+        return js
+    from .arrays import ArrayCorpus
+
+    return ArrayCorpus(js, backend)
 
 
 def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", include_self: bool = False,
@@ -104,9 +120,10 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
         Also each doc's pair with itself (where its own score reaches ``T``).
     k : int, optional
         Keep each query's ``k`` best pairs; None keeps all.
-    prepared : JoinSets, optional
-        ``prepare_corpus(sets)``, kept by the caller between self-joins of one corpus (every backend
-        but containment's R-S probe on ``numpy`` and ``cupy``, which prepares its own).
+    prepared : JoinSets or ArrayCorpus, optional
+        ``prepare_corpus(sets, backend=backend)``, kept by the caller between self-joins of one
+        corpus (every backend but containment's R-S probe on ``numpy`` and ``cupy``, which prepares
+        its own).
 
     Returns
     -------

@@ -56,10 +56,11 @@ from ..threshold import ThresholdPairs, parse_threshold
 from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["SLICE_ENTRIES", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
+__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
 
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
+_KEY_BITS = 63  # bits of step 6's one-sort key (a non-negative int64)
 
 
 def array_module(backend: str):
@@ -104,6 +105,27 @@ class _Groups:
     @property
     def n_groups(self) -> int:
         return len(self.host_len)
+
+
+class ArrayCorpus:
+    """A corpus prepared for self-joins on an array backend: its :class:`JoinSets` (host) and their
+    group sets in ``xp`` memory (made once: on ``cupy`` the copy to the device is kept).
+
+    Parameters
+    ----------
+    sets : JoinSets
+        :func:`settopk.kernels.join.prepare_corpus` of the corpus.
+    backend : {"numpy", "cupy"}
+
+    Notes
+    -----
+    Device memory (``cupy``): about 12 bytes per token of a distinct set and 28 per set.
+    """
+
+    def __init__(self, sets: JoinSets, backend: str):
+        self.sets = sets
+        self.backend = backend
+        self.groups = _Groups(array_module(backend), sets)
 
 
 def _host_segments(counts: np.ndarray):
@@ -319,10 +341,10 @@ def _member(xp, groups: _Groups, row, token):
 
 def _expand(xp, directed, q_groups: _Groups, t_groups: _Groups, include_self: bool):
     """Step 6a: directed group pairs ``(q group, t group, overlap, mode)`` as member pairs
-    ``(query set, doc set, overlap, doc length)``, int64 arrays in ``xp``. Mode 0: every member pair;
+    ``(query set, doc set, group pair)``, int64 arrays in ``xp``. Mode 0: every member pair;
     1: groups of one length, each unordered member pair once, under the lower set index; 2: inside a
     group, the pairs ``a < b`` (and ``a == b`` with ``include_self``)."""
-    dq, dt, dov, mode = directed
+    dq, dt, _, mode = directed
     sq = (q_groups.member_offsets[dq + 1] - q_groups.member_offsets[dq])
     st = (t_groups.member_offsets[dt + 1] - t_groups.member_offsets[dt])
     seg, w = _segment_ids(xp, sq * st)
@@ -333,7 +355,7 @@ def _expand(xp, directed, q_groups: _Groups, t_groups: _Groups, include_self: bo
     keep = (m != 2) | (a < b) | ((a == b) if include_self else False)
     q = xp.where(m == 1, xp.minimum(a, b), a)
     d = xp.where(m == 1, xp.maximum(a, b), b)
-    return q[keep], d[keep], dov[seg][keep], t_groups.lengths[dt][seg][keep].astype(xp.int64)
+    return q[keep], d[keep], seg[keep]
 
 
 def _score_value(xp, ov, ql, dl, score: str):
@@ -347,22 +369,45 @@ def _score_value(xp, ov, ql, dl, score: str):
     return num / xp.maximum(den, 1.0)  # den == 0 only where o == 0: the 0 of 0/0
 
 
-def _order(xp, n_queries: int, pairs, query_len, doc_ids: np.ndarray, score: str, k):
-    """Step 6b: member pairs as :class:`ThresholdPairs` (host), each query's best first, ties by doc id."""
-    q, pos, ov, dl = pairs
-    value = _score_value(xp, ov, xp.asarray(np.asarray(query_len, dtype=np.int64))[q], dl, score)
-    order = _stable_argsort(xp, pos)
-    order = order[_stable_argsort(xp, -value[order])]
-    order = order[_stable_argsort(xp, q[order])]
-    q, pos, ov, dl = q[order], pos[order], ov[order], dl[order]
+def _order(xp, n_queries: int, members, group_pairs, doc_ids: np.ndarray, score: str, k):
+    """Step 6b: member pairs as :class:`ThresholdPairs` (host), each query's best first, ties by doc id.
+
+    ``members``: ``(query set, doc set, group pair)`` of :func:`_expand`; ``group_pairs``: per group
+    pair, ``(overlap, query length, doc length)``. A pair's score is its group pair's, so the
+    distinct scores are ranked over the group pairs (fewer than the member pairs where sets repeat),
+    and where ``(query, score rank, doc)`` fits in 63 bits one sort of that key orders the pairs
+    (keys are distinct: a member pair occurs once); else three stable sorts (doc, score, query)."""
+    q, pos, seg = members
+    ov, ql, dl = group_pairs
+    value = _score_value(xp, ov, ql, dl, score)
+    distinct = xp.unique(value)
+    rank = len(distinct) - 1 - xp.searchsorted(distinct, value)  # 0: the best score
+    bits_r, bits_p = max(len(distinct) - 1, 1).bit_length(), max(len(doc_ids) - 1, 1).bit_length()
+    if max(n_queries - 1, 1).bit_length() + bits_r + bits_p <= _KEY_BITS:
+        order = xp.argsort((q << (bits_r + bits_p)) | (rank[seg] << bits_p) | pos)
+    else:
+        order = _stable_argsort(xp, pos)
+        order = order[_stable_argsort(xp, rank[seg][order])]
+        order = order[_stable_argsort(xp, q[order])]
+    q, pos, seg = q[order], pos[order], seg[order]
     if k is not None:
         keep = xp.flatnonzero(xp.arange(len(q)) - xp.searchsorted(q, q, side="left") < k)
-        q, pos, ov, dl = q[keep], pos[keep], ov[keep], dl[keep]
+        q, pos, seg = q[keep], pos[keep], seg[keep]
     offsets = np.zeros(n_queries + 1, np.int64)
     if len(q):
         np.cumsum(_host(xp, xp.bincount(q, minlength=n_queries)), out=offsets[1:])
-    return ThresholdPairs(offsets, np.asarray(doc_ids, dtype=np.int64)[_host(xp, pos)],
-                          _host(xp, ov).astype(np.int32), _host(xp, dl).astype(np.int32))
+    # Gathered and narrowed where the pairs are, so only the output's own bytes leave the device.
+    return ThresholdPairs(offsets, _host(xp, _ids_at(xp, doc_ids, pos)), _host(xp, ov.astype(xp.int32)[seg]),
+                          _host(xp, dl.astype(xp.int32)[seg]))
+
+
+def _ids_at(xp, doc_ids: np.ndarray, pos):
+    """The ids of the docs at positions ``pos`` (``xp``, int64); ``pos`` itself where the ids are
+    ``0 .. n_docs - 1`` (strictly increasing ids from 0 to ``n_docs - 1`` are exactly those)."""
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    if len(doc_ids) and doc_ids[0] == 0 and doc_ids[-1] == len(doc_ids) - 1:
+        return pos
+    return xp.asarray(doc_ids)[pos]
 
 
 def _check_k(k):
@@ -471,11 +516,12 @@ class ArrayDocSide:
         first, end = probe_bounds(plan, q_len, self.groups.host_len, q_sets.group_of, floor)
         x, y, ov = _join(xp, probe, plan.probe_prefix[q_len], first, end, self.groups, self.entries, plan.need,
                          self.cap)
-        q, d, ov, dl = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
+        q, d, seg = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
+        dl = self.groups.lengths[y]
         if floor is not None:
-            keep = xp.flatnonzero(dl >= xp.asarray(floor)[q])
-            q, d, ov, dl = q[keep], d[keep], ov[keep], dl[keep]
-        return _order(xp, n_q, (q, d, ov, dl), queries.lengths, self.doc_ids, self.score, k)
+            keep = xp.flatnonzero(dl[seg] >= xp.asarray(floor)[q])
+            q, d, seg = q[keep], d[keep], seg[keep]
+        return _order(xp, n_q, (q, d, seg), (ov, probe.lengths[x], dl), self.doc_ids, self.score, k)
 
 
 def prepare_docs(docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
@@ -502,9 +548,10 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         Also each doc's pair with itself (where its own score reaches ``T``).
     k : int, optional
         Keep each query's ``k`` best pairs; None keeps all.
-    prepared : JoinSets, optional
+    prepared : JoinSets or ArrayCorpus, optional
         :func:`settopk.kernels.join.prepare_corpus` of ``sets``, kept by the caller between
-        self-joins of one corpus; made here where None.
+        self-joins of one corpus; made here where None (an ``ArrayCorpus`` of another backend
+        serves through its ``JoinSets``).
 
     Returns
     -------
@@ -529,8 +576,11 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     cap = int(slice_entries or SLICE_ENTRIES)
     if cap < 1:
         raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
-    js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
-    groups = _Groups(xp, js)
+    if isinstance(prepared, ArrayCorpus):
+        js, groups = prepared.sets, (prepared.groups if prepared.backend == backend else _Groups(xp, prepared.sets))
+    else:
+        js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+        groups = _Groups(xp, js)
     g_len = groups.host_len
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
     entries = _index_entries(xp, groups, plan.index_prefix[g_len])
@@ -547,8 +597,9 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     directed = (xp.concatenate([y, inside_d]), xp.concatenate([x, inside_d]),
                 xp.concatenate([ov, xp.asarray(g_len[inside].astype(np.int64))]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
-    pairs = _expand(xp, directed, groups, groups, include_self)
-    return _order(xp, js.n_sets, pairs, js.lengths, doc_ids, score, k)
+    members = _expand(xp, directed, groups, groups, include_self)
+    dq, dt, dov, _ = directed
+    return _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
 
 
 def _drop_own(pairs: ThresholdPairs, doc_ids: np.ndarray, include_self: bool, k) -> ThresholdPairs:
