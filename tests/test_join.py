@@ -238,3 +238,26 @@ def test_parity_bitmaps_bound_the_overlap(x, y):
     assert (len(x) + len(y) - bin(int(sx ^ sy)).count("1")) // 2 >= len(x & y)
     if len(x | y) <= 64 and max(x | y, default=0) < 64:  # no two tokens share a bit: the bound is exact
         assert (len(x) + len(y) - bin(int(sx ^ sy)).count("1")) // 2 == len(x & y)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_probe_ranges_on_several_threads_equal_the_oracle(threads, monkeypatch):
+    """The probe cut into many ranges over every thread (a thread per probe entry allowed), its
+    scratch made by the threads that first need it and reused by the next call: self-join and
+    R-S probe equal the oracle."""
+    from settopk.kernels.join import host_join
+
+    monkeypatch.setattr(host_join, "_ENTRIES_PER_THREAD", 1)
+    rng = np.random.default_rng(threads)
+    docs = [sorted(set((rng.zipf(1.3, rng.integers(1, 14)) % 90).tolist())) for _ in range(600)]
+    docs += [docs[i] for i in rng.integers(0, 600, 200)]
+    ids = doc_ids(len(docs))
+    lens = [len(d) for d in docs]
+    want = brute_force_threshold(docs, docs, Fraction(1, 2), doc_ids=ids.tolist(), score="jaccard")
+    got = self_join(SetBatch.from_lists(docs), ids, "0.5", "jaccard", 16, threads=threads)
+    for q in range(len(docs)):
+        assert got.row(q) == [p for p in want[q] if self_join_keep(ids[q], lens[q], p[0], p[2], "jaccard", False)], q
+    side = prepare_docs(SetBatch.from_lists(docs), ids, "0.5", "jaccard", 16, threads=threads)
+    for _ in range(2):
+        probed = side.probe(SetBatch.from_lists(docs))
+        assert [probed.row(q) for q in range(len(docs))] == want

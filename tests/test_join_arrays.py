@@ -188,6 +188,24 @@ def test_gpu_join_equals_numpy_join_on_repeated_skewed_sets():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stage_bytes", [24, 1000, 4096])
+def test_gpu_staged_copies_equal_the_device_arrays(stage_bytes, monkeypatch):
+    """to_host through staging buffers smaller than the array (chunks not a multiple of the item
+    size, the last one short): every dtype and shape comes back equal."""
+    import cupy
+
+    import settopk.kernels.cuda.copies as copies
+
+    monkeypatch.setattr(copies, "STAGE_BYTES", stage_bytes)
+    rng = np.random.default_rng(stage_bytes)
+    for a in (rng.integers(-2**62, 2**62, 5001), rng.integers(0, 2**31, (37, 29)).astype(np.int32),
+              rng.random(777), np.arange(3, dtype=np.int8)):
+        got = copies.to_host(cupy.asarray(a))
+        assert got.dtype == a.dtype and got.shape == a.shape and np.array_equal(got, a)
+    assert copies.to_host(cupy.asarray(np.arange(20)[::2])).tolist() == list(range(0, 20, 2))
+
+
+@pytest.mark.gpu
 def test_gpu_join_kernel_in_small_launches_with_a_short_first_buffer(monkeypatch):
     """The kernel's grid cut into launches of a few entries, and a first output buffer of one slot
     (every pair found again in the second launch): the same pairs as the host join."""

@@ -165,12 +165,13 @@ def _stable_argsort(xp, a):
     return np.argsort(a, kind="stable") if xp is np else xp.argsort(a)
 
 
-def _index_entries(xp, groups: _Groups, prefix: np.ndarray):
+def _index_entries(xp, groups: _Groups, index_prefix: np.ndarray):
     """Step 1: the index groups' prefix entries sorted by ``token * n_groups + group``.
 
+    ``index_prefix``: the tokens indexed per length (host, :class:`LengthPlan`'s).
     Returns ``(key int64, group int32, position int32)``, each of shape (n_entries,), in ``xp``."""
-    pre = np.minimum(np.asarray(prefix, dtype=np.int64), groups.host_len)
-    gid, pos = _segment_ids(xp, xp.asarray(pre))
+    pre = xp.minimum(_per_group(xp, index_prefix, groups), groups.lengths)
+    gid, pos = _segment_ids(xp, pre)
     token = groups.tokens[groups.offsets[gid] + pos]
     order = _stable_argsort(xp, token)  # stable: each token's entries stay in group order
     key = token[order].astype(xp.int64) * groups.n_groups + gid[order]
@@ -207,7 +208,16 @@ def _firsts(xp, key):
 
 
 def _host(xp, a) -> np.ndarray:
-    return a if xp is np else xp.asnumpy(a)
+    if xp is np:
+        return a
+    from ..cuda.copies import to_host
+
+    return to_host(a)
+
+
+def _per_group(xp, by_length: np.ndarray, groups: _Groups):
+    """A per-length table (host, indexed by length) read at each group's length, int64 in ``xp``."""
+    return xp.asarray(np.asarray(by_length, np.int64))[groups.lengths]
 
 
 def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.ndarray, index: _Groups, entries,
@@ -217,9 +227,9 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     Parameters
     ----------
     probe, index : _Groups
-    prefix : int32 (n_probe,), host
+    prefix : int64 (n_probe,), ``xp``
         Tokens each probe group probes (0: none).
-    first, end : int64 (n_probe,), host
+    first, end : int64 (n_probe,), ``xp``
         Index groups each probe group may pair with: ``first[x] <= y < end[x]``.
     entries
         :func:`_index_entries` of ``index``.
@@ -234,11 +244,11 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     """
     e_key, e_group, e_pos = entries
     n_index = index.n_groups
-    pre = np.where(first < end, np.minimum(prefix, probe.host_len), 0).astype(np.int64)
-    px, pi = _segment_ids(xp, xp.asarray(pre))
+    pre = xp.where(first < end, xp.minimum(prefix, probe.lengths), 0).astype(xp.int64)
+    px, pi = _segment_ids(xp, pre)
     pt = probe.tokens[probe.offsets[px] + pi].astype(xp.int64)
-    lo = xp.searchsorted(e_key, pt * n_index + xp.asarray(first)[px], side="left")
-    cnt = xp.searchsorted(e_key, pt * n_index + xp.asarray(end)[px], side="left") - lo
+    lo = xp.searchsorted(e_key, pt * n_index + first[px], side="left")
+    cnt = xp.searchsorted(e_key, pt * n_index + end[px], side="left") - lo
     live = xp.flatnonzero(cnt > 0)
     px, pi, lo, cnt = px[live], pi[live], lo[live], cnt[live]
     empty = xp.zeros(0, xp.int64)
@@ -474,7 +484,7 @@ class ArrayDocSide:
         self.sets = prepare_sets(docs, self.rank)
         self.groups = _Groups(self.xp, self.sets)
         plan = length_plan(self.threshold, score, max_len, np.arange(max_len + 1), self.sets.lengths, ordered=False)
-        self.entries = _index_entries(self.xp, self.groups, plan.index_prefix[self.groups.host_len])
+        self.entries = _index_entries(self.xp, self.groups, plan.index_prefix)
 
     @property
     def n_docs(self) -> int:
@@ -514,8 +524,8 @@ class ArrayDocSide:
         plan = length_plan(self.threshold, self.score, self.max_len, q_sets.lengths, self.sets.lengths, ordered=False)
         q_len = probe.host_len
         first, end = probe_bounds(plan, q_len, self.groups.host_len, q_sets.group_of, floor)
-        x, y, ov = _join(xp, probe, plan.probe_prefix[q_len], first, end, self.groups, self.entries, plan.need,
-                         self.cap)
+        x, y, ov = _join(xp, probe, _per_group(xp, plan.probe_prefix, probe), xp.asarray(first), xp.asarray(end),
+                         self.groups, self.entries, plan.need, self.cap)
         q, d, seg = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
         dl = self.groups.lengths[y]
         if floor is not None:
@@ -581,21 +591,21 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     else:
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
         groups = _Groups(xp, js)
-    g_len = groups.host_len
+    g_len = groups.lengths  # in xp: the per-group steps below stay where the groups are
     plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
-    entries = _index_entries(xp, groups, plan.index_prefix[g_len])
-    first, end = probe_bounds(plan, g_len, g_len)
+    entries = _index_entries(xp, groups, plan.index_prefix)
+    first, end = probe_bounds(plan, g_len, g_len, xp=xp)
     # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
-    end = np.minimum(end, np.arange(len(g_len)))
-    x, y, ov = _join(xp, groups, plan.probe_prefix[g_len], first, end, groups, entries, plan.need, cap)
+    end = xp.minimum(end, xp.arange(len(g_len)))
+    x, y, ov = _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need,
+                     cap)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
-    mode = (groups.lengths[y] == groups.lengths[x]).astype(xp.int64)
-    need_self = plan.need[g_len, g_len]
-    sizes = np.diff(js.group_offsets)
-    inside = np.flatnonzero((sizes > (0 if include_self else 1)) & (need_self <= g_len))
-    inside_d = xp.asarray(inside.astype(np.int64))
-    directed = (xp.concatenate([y, inside_d]), xp.concatenate([x, inside_d]),
-                xp.concatenate([ov, xp.asarray(g_len[inside].astype(np.int64))]),
+    mode = (g_len[y] == g_len[x]).astype(xp.int64)
+    need_self = xp.asarray(np.diagonal(plan.need).astype(np.int64))[g_len]
+    sizes = xp.diff(groups.member_offsets)
+    inside = xp.flatnonzero((sizes > (0 if include_self else 1)) & (need_self <= g_len))
+    directed = (xp.concatenate([y, inside]), xp.concatenate([x, inside]),
+                xp.concatenate([ov, g_len[inside].astype(xp.int64)]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
     members = _expand(xp, directed, groups, groups, include_self)
     dq, dt, dov, _ = directed

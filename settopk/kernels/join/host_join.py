@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -27,6 +28,7 @@ from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 __all__ = ["DocSide", "self_join"]
 
 _RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
+_ENTRIES_PER_THREAD = 1 << 15  # a probe thread per this many probe entries at most: each costs its scratch and a hand-off
 _PARALLEL_PAIRS = 1 << 16  # an emit stage of less work (list entries, pairs) runs on the calling thread: a pool's hand-offs would cost more
 
 
@@ -175,24 +177,46 @@ class _Workers:
     """Threads and their scratch, kept between probes: a job probes the same docs batch after batch,
     and starting threads or allocating scratch per batch would cost more than a small batch's probe.
     The scratch (per index group: state beside its token offset, and touched; per token: list
-    start, used and mark) is left as :func:`probe_groups` found it, so it serves the next probe of
-    the same postings."""
+    start, used and mark) is made by the thread that first needs it, as many as run at once, and
+    is left as :func:`probe_groups` found it, so it serves the next probe of the same postings."""
 
     def __init__(self, threads: int, index_offsets: np.ndarray, n_ranks: int):
-        n_index = len(index_offsets)
         self.threads = threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") if threads > 1 else None
         self.scratch = queue.SimpleQueue()
-        for _ in range(threads):
-            state = np.zeros((n_index, 2), np.int64)
-            state[:, 1] = index_offsets
-            self.scratch.put((state, np.zeros(n_index + 1, np.int32), np.full(n_ranks, -1, np.int64),
-                              np.zeros(n_ranks, np.int32), np.zeros(n_ranks, np.uint8)))
+        self._index_offsets, self._n_ranks = index_offsets, n_ranks
 
-    def map(self, fn, items):
-        if self.pool is None:
+    def take(self):
+        """A free scratch, made here where none is free."""
+        try:
+            return self.scratch.get_nowait()
+        except queue.Empty:
+            n_index, n_ranks = len(self._index_offsets), self._n_ranks
+            state = np.zeros((n_index, 2), np.int64)
+            state[:, 1] = self._index_offsets
+            return (state, np.zeros(n_index + 1, np.int32), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int32),
+                    np.zeros(n_ranks, np.uint8))
+
+    def map(self, fn, items, width: int | None = None):
+        """``[fn(item) for item in items]``, the items taken in turn by at most ``width`` threads."""
+        width = min(width or self.threads, len(items))
+        if self.pool is None or width <= 1:
             return [fn(item) for item in items]
-        return list(self.pool.map(fn, items))
+        if width >= self.threads:
+            return list(self.pool.map(fn, items))
+        results, lock, turn = [None] * len(items), threading.Lock(), iter(range(len(items)))
+
+        def drain():
+            while True:
+                with lock:
+                    i = next(turn, None)
+                if i is None:
+                    return
+                results[i] = fn(items[i])
+
+        for f in [self.pool.submit(drain) for _ in range(width)]:
+            f.result()
+        return results
 
     def close(self) -> None:
         if self.pool is not None:
@@ -207,18 +231,19 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
     work = np.flatnonzero(prefix > 0)
     if not len(work):
         return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)
-    n_ranges = 1 if len(work) < 64 else workers.threads * _RANGES_PER_THREAD
+    width = int(min(workers.threads, max(1, int(prefix.sum(dtype=np.int64)) // _ENTRIES_PER_THREAD)))
+    n_ranges = 1 if len(work) < 64 or width == 1 else width * _RANGES_PER_THREAD
     cuts = np.unique(np.linspace(work[0], work[-1] + 1, n_ranges + 1).astype(np.int64))
 
     def run(lo_hi):
-        buffers = workers.scratch.get()
+        buffers = workers.take()
         try:
             return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, q_sig, prefix, first, end, i_tokens,
                                 i_sig, need, *postings, *buffers)
         finally:
             workers.scratch.put(buffers)
 
-    found = workers.map(run, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
+    found = workers.map(run, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())), width)
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 
 

@@ -95,28 +95,33 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     return LengthPlan(need.astype(np.int32), reach, probe_prefix, index_prefix, lo, hi)
 
 
-def length_bounds(sorted_len, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+def length_bounds(sorted_len, lo, hi, xp=np) -> tuple[np.ndarray, np.ndarray]:
     """Where the sets of lengths ``lo[i] .. hi[i]`` lie among sets sorted by length.
 
     Parameters
     ----------
-    sorted_len : numpy.ndarray of int, shape (n,)
+    sorted_len : array of int, shape (n,)
         Set lengths, ascending.
-    lo, hi : numpy.ndarray of int, shape (m,)
+    lo, hi : array of int, shape (m,)
         Least and greatest length wanted (``lo > hi``: none).
+    xp : module, default numpy
+        The array module of the arrays (``cupy``: device memory in, device memory out).
 
     Returns
     -------
-    first, end : numpy.ndarray of int64, shape (m,)
+    first, end : array of int64, shape (m,)
         ``sorted_len[first[i]:end[i]]`` are the lengths in ``[lo[i], hi[i]]`` (``first >= end``:
         none). A count per length and a gather, not a binary search per row.
     """
-    sorted_len = np.asarray(sorted_len).reshape(-1)
-    top = int(sorted_len[-1]) + 1 if len(sorted_len) else 0
-    below = np.zeros(top + 2, np.int64)  # below[l]: sets shorter than l, for l in 0 .. top + 1
-    np.cumsum(np.bincount(sorted_len, minlength=top + 1)[:top + 1], out=below[1:])
-    first = below[np.clip(np.asarray(lo, np.int64), 0, top + 1)]
-    end = below[np.clip(np.asarray(hi, np.int64) + 1, 0, top + 1)]
+    sorted_len = xp.asarray(sorted_len).reshape(-1)
+    if not len(sorted_len):
+        none = xp.zeros(len(lo), xp.int64)
+        return none, none.copy()
+    top = int(sorted_len[-1]) + 1
+    below = xp.zeros(top + 2, xp.int64)  # below[l]: sets shorter than l, for l in 0 .. top + 1
+    below[1:] = xp.cumsum(xp.bincount(sorted_len, minlength=top + 1)[:top + 1])
+    first = below[xp.clip(xp.asarray(lo, xp.int64), 0, top + 1)]
+    end = below[xp.clip(xp.asarray(hi, xp.int64) + 1, 0, top + 1)]
     return first, end
 
 
@@ -136,32 +141,34 @@ def checked_floor(min_doc_len, n_queries: int):
     return floor
 
 
-def probe_bounds(plan: LengthPlan, q_len, d_len, group_of=None, floor=None) -> tuple[np.ndarray, np.ndarray]:
+def probe_bounds(plan: LengthPlan, q_len, d_len, group_of=None, floor=None, xp=np) -> tuple[np.ndarray, np.ndarray]:
     """Per probe group, the index groups its lengths reach: :func:`length_bounds` of ``plan``.
 
     Parameters
     ----------
     plan : LengthPlan
-    q_len : numpy.ndarray of int, shape (n_probe_groups,)
+    q_len : array of int, shape (n_probe_groups,)
         Probe groups' lengths.
-    d_len : numpy.ndarray of int, shape (n_index_groups,)
+    d_len : array of int, shape (n_index_groups,)
         Index groups' lengths, ascending.
     group_of : numpy.ndarray of int64, shape (n_queries,), optional
         Each query's probe group (with ``floor``).
     floor : numpy.ndarray of int64, shape (n_queries,), optional
         Per query, the least doc length: a group starts at its members' least (each member's own
-        floor is applied to its pairs after).
+        floor is applied to its pairs after). Host arrays (``xp`` numpy) only.
+    xp : module, default numpy
+        The array module of ``q_len``, ``d_len`` and the bounds (as :func:`length_bounds`).
 
     Returns
     -------
-    first, end : numpy.ndarray of int64, shape (n_probe_groups,)
+    first, end : array of int64, shape (n_probe_groups,)
     """
-    lo = plan.lo[q_len]
+    lo = xp.asarray(plan.lo)[q_len]
     if floor is not None:
         group_floor = np.full(len(q_len), np.iinfo(np.int64).max)
         np.minimum.at(group_floor, group_of, floor)
         lo = np.maximum(lo, group_floor)
-    return length_bounds(d_len, lo, plan.hi[q_len])
+    return length_bounds(d_len, lo, xp.asarray(plan.hi)[q_len], xp)
 
 
 def _present(lengths) -> np.ndarray:
