@@ -53,7 +53,7 @@ def to_host(a) -> np.ndarray:
         if key not in _stages:
             _stages[key] = [cupyx.empty_pinned(size, np.uint8) for _ in range(2)]
         stages = _stages[key]
-        stream = cupy.cuda.Stream(non_blocking=True)
+        stream = cupy.cuda.get_current_stream()  # the stream that made ``a``: each chunk is read after its writes
         pending: list[list] = [[], []]
         with ThreadPoolExecutor(_HOST_THREADS, thread_name_prefix="settopk-copy") as pool:
             for i, lo in enumerate(range(0, src.size, size)):
