@@ -210,19 +210,20 @@ def test_length_bounds_equal_binary_searches(lengths, lo, width):
     assert np.array_equal(first, want_first) and np.array_equal(end, want_end)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
 @given(docs=corpora(max_ids=300), queries=corpora(max_ids=300), score=st.sampled_from(SCORES), pick=st.integers(0, 5))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_wide_vocabularies_equal_the_oracle(docs, queries, score, pick):
+def test_wide_vocabularies_equal_the_oracle(backend, docs, queries, score, pick):
     # Over 64 ids, tokens share bits of the parity bitmaps: the bitmap filter's bound must stay a bound.
     text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
     t = Fraction(parse_threshold(text, score))
     ids = doc_ids(len(docs))
-    got = self_join(SetBatch.from_lists(docs), ids, text, score, 64)
+    got = self_join(SetBatch.from_lists(docs), ids, text, score, 64, backend=backend)
     every = brute_force_threshold(docs, docs, t, doc_ids=ids.tolist(), score=score)
     lens = [len(set(d)) for d in docs]
     for q in range(len(docs)):
         assert got.row(q) == [p for p in every[q] if self_join_keep(ids[q], lens[q], p[0], p[2], score)], q
-    probed = prepare_docs(SetBatch.from_lists(docs), ids, text, score, 64).probe(SetBatch.from_lists(queries))
+    probed = prepare_docs(SetBatch.from_lists(docs), ids, text, score, 64, backend=backend).probe(SetBatch.from_lists(queries))
     want = brute_force_threshold(docs, queries, t, doc_ids=ids.tolist(), score=score)
     assert [probed.row(q) for q in range(len(queries))] == want
 

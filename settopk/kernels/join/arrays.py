@@ -20,11 +20,15 @@ the join runs as a handful of whole-array steps in ``xp``, with no Python loop o
    passes this bound, and it lies in both prefixes (PPJoin: Xiao, Wang, Lin, Yu, "Efficient
    similarity joins for near duplicate detection", WWW 2008, with the count before it set to 0,
    which a join without per-pair state can use).
+   Then the bitmap filter: ``(|x| + |y| - popcount(b(x) ^ b(y))) / 2 >= need`` for the groups'
+   parity bitmaps (:func:`settopk.kernels.join.prepare.parity_bitmaps`), a bound on the whole
+   overlap, so it drops every entry of a pair alike.
 4. **Unique pairs.** A stable sort by ``(x, y)`` keeps each pair's first entry, the smallest ``i``:
    for a passing pair that is its first common token ``(i0, j0)``.
 5. **Verification.** No token before ``(i0, j0)`` is shared, so ``|x ∩ y| = |x[i0:] ∩ y[j0:]|``: the
    shorter of the two remainders is looked up token by token in the other side's set (a binary
    search confined to that set, all lookups at once); a pair passes iff the count reaches the need.
+
 On the GPU (``cupy``) steps 3-5 are one kernel, one thread per candidate entry
 (:mod:`settopk.kernels.cuda.join`): the positional filter, the bitmap filter of the groups' parity
 bitmaps, then, in place of step 4's sort, a merge of the two sets' heads before ``(i, j)`` keeps
@@ -279,6 +283,8 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         lx, ly = probe.lengths[x].astype(xp.int64), index.lengths[y].astype(xp.int64)
         nd = need_flat[lx * n_col + ly]
         keep = xp.flatnonzero(xp.minimum(lx - i, ly - j) >= nd)  # step 3
+        x, y, i, j, lx, ly, nd = (v[keep] for v in (x, y, i, j, lx, ly, nd))
+        keep = xp.flatnonzero((lx + ly - _popcount(xp, probe.sig[x] ^ index.sig[y])) // 2 >= nd)  # step 3b
         if len(keep) == 0:
             continue
         x, y, i, j, lx, ly, nd = (v[keep] for v in (x, y, i, j, lx, ly, nd))
@@ -298,6 +304,15 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         order = order[_firsts(xp, (x * n_index + y)[order])]
         x, y, ov = x[order], y[order], ov[order]
     return x, y, ov
+
+
+def _popcount(xp, v):
+    """Set bits of each uint64 of ``v``, int64 of its shape (the SWAR count: any NumPy or CuPy)."""
+    u = xp.uint64
+    v = v - ((v >> u(1)) & u(0x5555555555555555))
+    v = (v & u(0x3333333333333333)) + ((v >> u(2)) & u(0x3333333333333333))
+    v = (v + (v >> u(4))) & u(0x0F0F0F0F0F0F0F0F)
+    return ((v * u(0x0101010101010101)) >> u(56)).astype(xp.int64)
 
 
 def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
