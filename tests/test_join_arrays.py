@@ -11,11 +11,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from settopk.kernels import SCORES, NumpyShardIndex, SetBatch, brute_force_threshold, parse_threshold, self_join_keep
-from settopk.kernels import join
+from settopk.kernels import (
+    SCORES,
+    NumpyShardIndex,
+    SetBatch,
+    brute_force_threshold,
+    join,
+    parse_threshold,
+    self_join_keep,
+)
+from settopk.kernels.join.array_ops import host_segments, marked_segments
+from settopk.kernels.join.arrays import prepare_docs, self_join
 from tests.join_helpers import corpora, doc_ids
-from settopk.kernels.join.arrays import _host_segments, _marked_segments, prepare_docs, self_join
-
 
 _THRESHOLDS = {score: ["0.5", "2/3", "0.8", "1", "0.3", "1/7"] for score in SCORES}
 _THRESHOLDS["overlap"] = ["1", "2", "3"]
@@ -80,9 +87,9 @@ def test_one_popular_token_in_tiny_slices():
 
 def test_segments_marked_equal_repeated():
     counts = np.array([0, 3, 0, 0, 2, 1, 0], np.int64)
-    for got, want in zip(_marked_segments(np, counts), _host_segments(counts)):
+    for got, want in zip(marked_segments(np, counts), host_segments(counts)):
         assert got.tolist() == want.tolist()
-    assert [a.tolist() for a in _marked_segments(np, np.zeros(3, np.int64))] == [[], []]
+    assert [a.tolist() for a in marked_segments(np, np.zeros(3, np.int64))] == [[], []]
 
 
 def test_the_package_dispatches_numpy_here():
@@ -194,7 +201,7 @@ def test_gpu_staged_copies_equal_the_device_arrays(stage_bytes, monkeypatch):
     size, the last one short): every dtype and shape comes back equal."""
     import cupy
 
-    import settopk.kernels.cuda.copies as copies
+    from settopk.kernels.cuda import copies
 
     monkeypatch.setattr(copies, "STAGE_BYTES", stage_bytes)
     rng = np.random.default_rng(stage_bytes)
@@ -210,7 +217,7 @@ def test_gpu_staged_copy_waits_for_the_kernels_that_write_it(monkeypatch):
     """An array copied as soon as the kernels that write it are queued comes back written."""
     import cupy
 
-    import settopk.kernels.cuda.copies as copies
+    from settopk.kernels.cuda import copies
 
     monkeypatch.setattr(copies, "STAGE_BYTES", 1 << 20)
     for _ in range(3):

@@ -11,6 +11,7 @@ CuPy is imported inside the function.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -62,7 +63,7 @@ def to_host(a) -> np.ndarray:
                     f.result()
                 src[lo:hi].get(stream=stream, out=stages[k][:hi - lo])  # returns once the chunk is on the host
                 cuts = np.linspace(lo, hi, _HOST_THREADS + 1).astype(np.int64).tolist()
-                pending[k] = [pool.submit(_copy, dst, stages[k], lo, c0, c1) for c0, c1 in zip(cuts[:-1], cuts[1:])]
+                pending[k] = [pool.submit(_copy, dst, stages[k], lo, c0, c1) for c0, c1 in itertools.pairwise(cuts)]
             for f in pending[0] + pending[1]:
                 f.result()
     return out

@@ -57,6 +57,16 @@ import numpy as np
 from ..keys import check_score, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold
+from .array_ops import (
+    array_module,
+    first_above,
+    popcount,
+    run_starts,
+    segment_ids,
+    slice_cuts,
+    stable_argsort,
+    to_host,
+)
 from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
@@ -65,23 +75,6 @@ __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "prep
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
 _KEY_BITS = 63  # bits of step 6's one-sort key (a non-negative int64)
-
-
-def array_module(backend: str):
-    """The array module of ``backend``: :mod:`numpy` for ``"numpy"``, :mod:`cupy` for ``"cupy"``.
-
-    Raises
-    ------
-    ValueError
-        If ``backend`` is neither.
-    """
-    if backend == "numpy":
-        return np
-    if backend == "cupy":
-        import cupy
-
-        return cupy
-    raise ValueError(f"backend must be 'numpy' or 'cupy' for the array join, found {backend!r}")
 
 
 class _Groups:
@@ -132,91 +125,17 @@ class ArrayCorpus:
         self.groups = _Groups(array_module(backend), sets)
 
 
-def _host_segments(counts: np.ndarray):
-    """For segments of ``counts`` (int64, host): each element's segment and its place in it."""
-    counts = np.asarray(counts, dtype=np.int64)
-    seg = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    starts = np.cumsum(counts) - counts
-    return seg, np.arange(len(seg), dtype=np.int64) - starts[seg]
-
-
-def _segment_ids(xp, counts):
-    """For segments of ``counts`` (int64, in ``xp``): each element's segment and its place in it,
-    both int64 of shape (counts.sum(),). NumPy repeats; CuPy marks the starts of the non-empty
-    segments and takes a running sum (``cupy.repeat`` takes no device array of repeats)."""
-    if xp is np:
-        return _host_segments(counts)
-    return _marked_segments(xp, counts)
-
-
-def _marked_segments(xp, counts):
-    """:func:`_segment_ids` by marking segment starts (any ``xp``; the path CuPy takes)."""
-    counts = counts.astype(xp.int64)
-    ends = xp.cumsum(counts)
-    total = int(ends[-1]) if len(counts) else 0
-    if total == 0:
-        return xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
-    nonempty = xp.flatnonzero(counts > 0)
-    starts = (ends - counts)[nonempty]
-    mark = xp.zeros(total, xp.int64)
-    mark[starts[1:]] = 1
-    seg = nonempty[xp.cumsum(mark)]
-    return seg, xp.arange(total, dtype=xp.int64) - (ends - counts)[seg]
-
-
-def _stable_argsort(xp, a):
-    """Indices sorting ``a`` stably (CuPy's sort is always stable and takes no ``kind``)."""
-    return np.argsort(a, kind="stable") if xp is np else xp.argsort(a)
-
-
 def _index_entries(xp, groups: _Groups, index_prefix: np.ndarray):
     """Step 1: the index groups' prefix entries sorted by ``token * n_groups + group``.
 
     ``index_prefix``: the tokens indexed per length (host, :class:`LengthPlan`'s).
     Returns ``(key int64, group int32, position int32)``, each of shape (n_entries,), in ``xp``."""
     pre = xp.minimum(_per_group(xp, index_prefix, groups), groups.lengths)
-    gid, pos = _segment_ids(xp, pre)
+    gid, pos = segment_ids(xp, pre)
     token = groups.tokens[groups.offsets[gid] + pos]
-    order = _stable_argsort(xp, token)  # stable: each token's entries stay in group order
+    order = stable_argsort(xp, token)  # stable: each token's entries stay in group order
     key = token[order].astype(xp.int64) * groups.n_groups + gid[order]
     return key, gid[order].astype(xp.int32), pos[order].astype(xp.int32)
-
-
-def _cuts(xp, ends, boundary, total: int, cap: int) -> tuple[list[int], bool]:
-    """Slice bounds over ``[0, total)`` of at most ``cap`` each, at ``boundary`` ends where they fall
-    well (``ends[boundary]``: where a probe group's entries end), and whether one cut lies elsewhere."""
-    snapped = np.zeros(0, np.int64)
-    if total > cap:
-        at = ends[boundary]
-        targets = xp.arange(1, -(-total // cap), dtype=xp.int64) * cap
-        pick = xp.searchsorted(at, targets, side="right") - 1
-        snapped = _host(xp, xp.where(pick >= 0, at[xp.maximum(pick, 0)], 0))
-    bounds = np.unique(np.concatenate([[0, total], snapped]))
-    cuts, inside = [0], False
-    for hi in bounds[1:].tolist():
-        while hi - cuts[-1] > cap:
-            cuts.append(cuts[-1] + cap)
-            inside = True
-        cuts.append(hi)
-    return cuts, inside
-
-
-def _find(xp, ends, v: int) -> int:
-    """The first index of the ascending ``ends`` whose value exceeds ``v`` (a host int)."""
-    return int(xp.searchsorted(ends, xp.asarray(np.array([v], np.int64)), side="right")[0])
-
-
-def _firsts(xp, key):
-    """Where each run of equal values of the non-empty ``key`` starts (int64 indices)."""
-    return xp.flatnonzero(xp.concatenate([xp.ones(1, bool), key[1:] != key[:-1]]))
-
-
-def _host(xp, a) -> np.ndarray:
-    if xp is np:
-        return a
-    from ..cuda.copies import to_host
-
-    return to_host(a)
 
 
 def _per_group(xp, by_length: np.ndarray, groups: _Groups):
@@ -249,7 +168,7 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     e_key, e_group, e_pos = entries
     n_index = index.n_groups
     pre = xp.where(first < end, xp.minimum(prefix, probe.lengths), 0).astype(xp.int64)
-    px, pi = _segment_ids(xp, pre)
+    px, pi = segment_ids(xp, pre)
     pt = probe.tokens[probe.offsets[px] + pi].astype(xp.int64)
     lo = xp.searchsorted(e_key, pt * n_index + first[px], side="left")
     cnt = xp.searchsorted(e_key, pt * n_index + end[px], side="left") - lo
@@ -266,16 +185,16 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
                               need)
     total = int(ends[-1])
     boundary = xp.flatnonzero(xp.concatenate([px[1:] != px[:-1], xp.ones(1, bool)]))
-    cuts, inside = _cuts(xp, ends, boundary, total, cap)
+    cuts, inside = slice_cuts(xp, ends, boundary, total, cap)
     need_flat = xp.asarray(need.reshape(-1).astype(np.int32))
     n_col = need.shape[1]
     found = []
     for s, e in zip(cuts[:-1], cuts[1:]):
-        a = _find(xp, ends, s)
-        b = _find(xp, ends, e - 1) + 1
+        a = first_above(xp, ends, s)
+        b = first_above(xp, ends, e - 1) + 1
         starts = ends[a:b] - cnt[a:b]
         begin = xp.maximum(starts, s)
-        seg, within = _segment_ids(xp, xp.minimum(ends[a:b], e) - begin)
+        seg, within = segment_ids(xp, xp.minimum(ends[a:b], e) - begin)
         ent = a + seg
         idx = lo[ent] + (begin - starts)[seg] + within
         x, i = px[ent], pi[ent]
@@ -284,13 +203,13 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         nd = need_flat[lx * n_col + ly]
         keep = xp.flatnonzero(xp.minimum(lx - i, ly - j) >= nd)  # step 3
         x, y, i, j, lx, ly, nd = (v[keep] for v in (x, y, i, j, lx, ly, nd))
-        keep = xp.flatnonzero((lx + ly - _popcount(xp, probe.sig[x] ^ index.sig[y])) // 2 >= nd)  # step 3b
+        keep = xp.flatnonzero((lx + ly - popcount(xp, probe.sig[x] ^ index.sig[y])) // 2 >= nd)  # step 3b
         if len(keep) == 0:
             continue
         x, y, i, j, lx, ly, nd = (v[keep] for v in (x, y, i, j, lx, ly, nd))
         pair = (x - x[0]) * n_index + y  # x ascends along the slice
-        order = _stable_argsort(xp, pair)  # step 4: for each pair, its smallest i first
-        sel = order[_firsts(xp, pair[order])]
+        order = stable_argsort(xp, pair)  # step 4: for each pair, its smallest i first
+        sel = order[run_starts(xp, pair[order])]
         x, y, i, j, lx, ly, nd = (v[sel] for v in (x, y, i, j, lx, ly, nd))
         ov = _verify(xp, probe, index, (x, y, i, j, lx, ly), cap)  # step 5
         ok = xp.flatnonzero(ov >= nd)
@@ -299,20 +218,11 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         return empty, empty, empty
     x, y, ov = (xp.concatenate([f[c] for f in found]) for c in range(3))
     if inside and len(x):  # a probe group cut between slices: keep each pair once, with its largest (exact) count
-        order = _stable_argsort(xp, -ov)
-        order = order[_stable_argsort(xp, (x * n_index + y)[order])]
-        order = order[_firsts(xp, (x * n_index + y)[order])]
+        order = stable_argsort(xp, -ov)
+        order = order[stable_argsort(xp, (x * n_index + y)[order])]
+        order = order[run_starts(xp, (x * n_index + y)[order])]
         x, y, ov = x[order], y[order], ov[order]
     return x, y, ov
-
-
-def _popcount(xp, v):
-    """Set bits of each uint64 of ``v``, int64 of its shape (the SWAR count: any NumPy or CuPy)."""
-    u = xp.uint64
-    v = v - ((v >> u(1)) & u(0x5555555555555555))
-    v = (v & u(0x3333333333333333)) + ((v >> u(2)) & u(0x3333333333333333))
-    v = (v + (v >> u(4))) & u(0x0F0F0F0F0F0F0F0F)
-    return ((v * u(0x0101010101010101)) >> u(56)).astype(xp.int64)
 
 
 def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
@@ -325,10 +235,10 @@ def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
     out = xp.zeros(len(x), xp.int64)
     ends = xp.cumsum(work)
     total = int(ends[-1]) if len(work) else 0
-    cuts, _ = _cuts(xp, ends, xp.arange(len(work)), total, cap)
+    cuts, _ = slice_cuts(xp, ends, xp.arange(len(work)), total, cap)
     for s, e in zip(cuts[:-1], cuts[1:]):
-        a = _find(xp, ends, s)
-        b = _find(xp, ends, e - 1) + 1
+        a = first_above(xp, ends, s)
+        b = first_above(xp, ends, e - 1) + 1
         rows = xp.arange(a, b)
         for side in (True, False):
             r = rows[from_probe[a:b] == side]
@@ -338,7 +248,7 @@ def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
                 src, start, dst, dst_row = probe, probe.offsets[x[r]] + i[r], index, y[r]
             else:
                 src, start, dst, dst_row = index, index.offsets[y[r]] + j[r], probe, x[r]
-            seg, within = _segment_ids(xp, work[r])
+            seg, within = segment_ids(xp, work[r])
             hit = _member(xp, dst, dst_row[seg], src.tokens[start[seg] + within])
             sums = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(hit.astype(xp.int64))])
             stop = xp.cumsum(work[r])
@@ -372,7 +282,7 @@ def _expand(xp, directed, q_groups: _Groups, t_groups: _Groups, include_self: bo
     dq, dt, _, mode = directed
     sq = (q_groups.member_offsets[dq + 1] - q_groups.member_offsets[dq])
     st = (t_groups.member_offsets[dt + 1] - t_groups.member_offsets[dt])
-    seg, w = _segment_ids(xp, sq * st)
+    seg, w = segment_ids(xp, sq * st)
     wide = st[seg]
     a = q_groups.members[q_groups.member_offsets[dq][seg] + w // wide]
     b = t_groups.members[t_groups.member_offsets[dt][seg] + w % wide]
@@ -411,19 +321,19 @@ def _order(xp, n_queries: int, members, group_pairs, doc_ids: np.ndarray, score:
     if max(n_queries - 1, 1).bit_length() + bits_r + bits_p <= _KEY_BITS:
         order = xp.argsort((q << (bits_r + bits_p)) | (rank[seg] << bits_p) | pos)
     else:
-        order = _stable_argsort(xp, pos)
-        order = order[_stable_argsort(xp, rank[seg][order])]
-        order = order[_stable_argsort(xp, q[order])]
+        order = stable_argsort(xp, pos)
+        order = order[stable_argsort(xp, rank[seg][order])]
+        order = order[stable_argsort(xp, q[order])]
     q, pos, seg = q[order], pos[order], seg[order]
     if k is not None:
         keep = xp.flatnonzero(xp.arange(len(q)) - xp.searchsorted(q, q, side="left") < k)
         q, pos, seg = q[keep], pos[keep], seg[keep]
     offsets = np.zeros(n_queries + 1, np.int64)
     if len(q):
-        np.cumsum(_host(xp, xp.bincount(q, minlength=n_queries)), out=offsets[1:])
+        np.cumsum(to_host(xp, xp.bincount(q, minlength=n_queries)), out=offsets[1:])
     # Gathered and narrowed where the pairs are, so only the output's own bytes leave the device.
-    return ThresholdPairs(offsets, _host(xp, _ids_at(xp, doc_ids, pos)), _host(xp, ov.astype(xp.int32)[seg]),
-                          _host(xp, dl.astype(xp.int32)[seg]))
+    return ThresholdPairs(offsets, to_host(xp, _ids_at(xp, doc_ids, pos)), to_host(xp, ov.astype(xp.int32)[seg]),
+                          to_host(xp, dl.astype(xp.int32)[seg]))
 
 
 def _ids_at(xp, doc_ids: np.ndarray, pos):
