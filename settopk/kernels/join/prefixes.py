@@ -76,7 +76,11 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     present_p = _present(probe_lengths)
     present_i = _present(index_lengths)
     n_p, n_i = len(present_p), len(present_i)
-    need = need_table(threshold, np.arange(n_p), max_len, score)[:, :n_i]
+    # Rows of the probe lengths present only: the exact table costs Python integers for some
+    # scores (cosine's squares), so a batch of a few lengths must not pay for every length to max_len.
+    rows = np.flatnonzero(present_p)
+    need = np.full((n_p, n_i), max_len + 1, np.int32)  # unreachable: absent lengths never pair
+    need[rows] = need_table(threshold, rows, max_len, score)[:, :n_i]
     lp = np.arange(n_p).reshape(-1, 1)
     li = np.arange(n_i).reshape(1, -1)
     reach = need <= np.minimum(lp, li)
