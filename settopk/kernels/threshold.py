@@ -181,10 +181,12 @@ def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
 def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) -> np.ndarray:
     """:func:`need_table` for distinct ``query_lens``, in Python integers."""
     a, b = t.numerator, t.denominator
-    # int64 where no product can overflow (every term is at most (a + 2 b) * 2 max_len): the table
-    # has (max_len + 1)**2 entries at 4096 ids, each a Python int otherwise. Else (a decimal
-    # of many digits, or cosine's squares) object arrays of Python ints, exact whatever the digits.
-    dtype = np.int64 if score != "cosine" and (a + 2 * b) * 2 * (max_len + 1) < 2**62 else object
+    # int64 where no product can overflow (every term is at most (a + 2 b) * 2 max_len; cosine's
+    # squares at most a**2 max_len**2, below 2**52 so that a double holds each exactly): the table
+    # has (max_len + 1)**2 entries at 4096 ids, each a Python int otherwise. Else (a decimal of
+    # many digits) object arrays of Python ints, exact whatever the digits.
+    small_cosine = score == "cosine" and a * a * max_len * max_len < 2**52
+    dtype = np.int64 if small_cosine or (score != "cosine" and (a + 2 * b) * 2 * (max_len + 1) < 2**62) else object
     q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1).astype(dtype)
     d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1).astype(dtype)
     q, d = np.broadcast_arrays(q, d)
@@ -203,7 +205,12 @@ def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) ->
     elif score == "cosine":
         den = q * d
         square = -((-a * a * den) // (b * b))
-        root = np.frompyfunc(math.isqrt, 1, 1)(square)
+        if square.dtype == object:
+            root = np.frompyfunc(math.isqrt, 1, 1)(square)
+        else:  # the double's square root is within one of isqrt: one correction each way makes it exact
+            root = np.floor(np.sqrt(square.astype(np.float64))).astype(np.int64)
+            root -= root * root > square
+            root += (root + 1) * (root + 1) <= square
         need = root + (root * root < square)
     else:  # overlap: the fraction o / 1
         den = np.ones_like(q)
