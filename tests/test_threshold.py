@@ -93,6 +93,22 @@ def test_need_table_is_the_least_passing_overlap(score, a, b):
                 assert passing == list(range(want, min(ql, dl) + 1))  # monotone: every larger overlap passes
 
 
+@pytest.mark.parametrize("t", [Fraction(1, 10**21), Fraction(10**20 + 1, 10**21), Fraction(1, 2**31 + 1),
+                               Fraction(2**26 - 1, 2**26)])
+def test_cosine_need_table_for_thresholds_of_many_digits(t):
+    """Cosine's int64 path (small numerator and denominator) and its Python-integer path (either
+    large) both give the least o with o**2 >= t**2 |q| |d|, exactly."""
+    max_len = 40
+    need = need_table(t, np.arange(max_len + 1), max_len, "cosine")
+    for ql in range(max_len + 1):
+        for dl in range(max_len + 1):
+            want = next((o for o in range(min(ql, dl) + 1) if _passes(o, ql, dl, "cosine", t)), None)
+            if want is None:
+                assert need[ql, dl] > min(ql, dl), (ql, dl)
+            else:
+                assert need[ql, dl] == want, (ql, dl)
+
+
 def test_need_table_exact_for_long_decimals():
     t = parse_threshold("0.33333333333333333333333333334", "jaccard")  # just above 1/3: o/(6-o) = 1/3 fails
     assert need_table(t, [3], 3, "jaccard")[0, 3] == 2

@@ -179,13 +179,13 @@ def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
 
 
 def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) -> np.ndarray:
-    """:func:`need_table` for distinct ``query_lens``, in Python integers."""
+    """:func:`need_table` for distinct ``query_lens``, exact: int64 where it cannot overflow, else Python integers."""
     a, b = t.numerator, t.denominator
     # int64 where no product can overflow (every term is at most (a + 2 b) * 2 max_len; cosine's
-    # squares at most a**2 max_len**2, below 2**52 so that a double holds each exactly): the table
-    # has (max_len + 1)**2 entries at 4096 ids, each a Python int otherwise. Else (a decimal of
-    # many digits) object arrays of Python ints, exact whatever the digits.
-    small_cosine = score == "cosine" and a * a * max_len * max_len < 2**52
+    # squares at most a**2 max_len**2, below 2**52 so that a double holds each exactly, and its
+    # divisor b**2): the table has (max_len + 1)**2 entries at 4096 ids, each a Python int
+    # otherwise. Else (a decimal of many digits) object arrays of Python ints, exact whatever the digits.
+    small_cosine = score == "cosine" and a * a * max_len * max_len < 2**52 and b * b < 2**62
     dtype = np.int64 if small_cosine or (score != "cosine" and (a + 2 * b) * 2 * (max_len + 1) < 2**62) else object
     q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1).astype(dtype)
     d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1).astype(dtype)
