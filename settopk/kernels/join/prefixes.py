@@ -96,7 +96,7 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     any_p = reach.any(axis=1)
     lo = np.where(any_p, reach.argmax(axis=1), n_i).astype(np.int64)
     hi = np.where(any_p, n_i - 1 - reach[:, ::-1].argmax(axis=1), -1).astype(np.int64)
-    return LengthPlan(need.astype(np.int32), reach, probe_prefix, index_prefix, lo, hi)
+    return LengthPlan(need, reach, probe_prefix, index_prefix, lo, hi)
 
 
 def length_bounds(sorted_len, lo, hi, xp=np) -> tuple[np.ndarray, np.ndarray]:
