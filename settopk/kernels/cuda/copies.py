@@ -1,11 +1,11 @@
 """Large device-to-host copies through pinned staging buffers, the host side on several threads.
 
-A copy from device memory into pageable host memory (``cupy.asnumpy``) runs at about 3 GB/s on an
-H200 machine: the driver stages it through its own pinned buffers, and the destination's pages
-are first touched, one fault at a time, by one thread. Here the device copies chunks into two
-pinned buffers of this module (allocated once per process and device) while a few threads copy
-the previous chunk into the destination: about 6 GB/s on the same machine for a 1.5 GB array
-(docs/benchmarks.md, "Real data on one GPU"). Arrays of at most one chunk take ``cupy.asnumpy``.
+A copy from device memory into pageable host memory (``cupy.asnumpy``) is slow for large arrays:
+the driver stages it through its own pinned buffers, and the destination's pages are first
+touched, one fault at a time, by one thread. Here the device copies chunks into two pinned
+buffers of this module (allocated once per process and device) while a few threads copy the
+previous chunk into the destination, the two overlapping (docs/benchmarks.md, "Real data on one
+GPU", measures both). Arrays of at most one chunk take ``cupy.asnumpy``.
 CuPy is imported inside the function.
 """
 

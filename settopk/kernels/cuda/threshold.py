@@ -3,9 +3,10 @@ query reaches ``T``, exactly, on the GPU. CuPy is imported inside the methods.
 
 Method
 ------
-Where ``T > 0`` and ``routing`` is not ``"scan"``, the search is the threshold join of :mod:`settopk.kernels.join.arrays` run in CuPy
-(frequency order, identical docs grouped, prefix, length, positional and bitmap filters and
-early-exit verification on the device, the last three in one kernel: :mod:`settopk.kernels.cuda.join`), its doc side prepared at the first search of a
+Where ``T > 0`` and ``routing`` is not ``"scan"``, the search is the threshold join of
+:mod:`settopk.kernels.join.arrays` run in CuPy (frequency order, identical docs grouped, prefix,
+length, positional and bitmap filters and early-exit verification on the device, the last three
+in one kernel: :mod:`settopk.kernels.cuda.join`), its doc side prepared at the first search of a
 threshold and kept on the index. With ``routing="scan"``, or at ``T == 0`` (every pair passes, none
 is prefix filtered):
 
