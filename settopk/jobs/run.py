@@ -221,7 +221,14 @@ def _wait_loaded(job: Job, plan: list, pool: ShardPool) -> list[dict]:
     cfg = job.cfg
     placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
     bar = progress_bar("load", len(pool.actors), "shards", job.args.quiet)
-    infos = gather(pool.actors, placeholders, lambda a: a.info.remote(), "loading", cfg.faults.load_timeout_s, 1, 0.0,
+    if cfg.threshold is not None and cfg.self_join and cfg.score != "containment":
+        # The shards' own self-joins are found as they load (ShardSearcher.threshold_search's own_ids).
+        def call(a):
+            return a.prepare_self_join.remote(cfg.threshold, cfg.include_self)
+    else:
+        def call(a):
+            return a.info.remote()
+    infos = gather(pool.actors, placeholders, call, "loading", cfg.faults.load_timeout_s, 1, 0.0,
                    on_done=lambda: bar.update(1))
     bar.close()
     return infos

@@ -66,8 +66,16 @@ def _merge_window(n_actors: int) -> int:
 
 
 def _hold_worker(seconds: float, until: list) -> None:
-    """Keep this worker busy for ``seconds`` and until the object refs ``until`` are ready (or failed)."""
+    """Keep this worker busy for ``seconds`` and until the object refs ``until`` are ready (or failed),
+    with what a merge task loads at its first call loaded: the part writer's ``pyarrow.parquet``,
+    and pandas, which PyArrow imports (where it is installed) at its first array made from NumPy:
+    0.3 to 0.45 s of a core that each merge task paid in the search phase (RETAIL on 2 cores,
+    docs/benchmarks.md, "Real data")."""
     start = time.monotonic()
+    import pyarrow as pa
+    import pyarrow.parquet  # noqa: F401
+
+    pa.array(np.zeros(1, np.int64))
     if until:
         import ray
 
@@ -121,12 +129,13 @@ class _Threshold(NamedTuple):
     threshold: float  # the score a pair must reach
     cap: int | None  # the most pairs a shard keeps per query; None: every pair (a self-join merges them first)
     from_own_length: bool  # search only the docs at least as long as the query (a symmetric self-join)
+    include_self: bool = False  # a self-join keeps each doc's pair with itself
 
 
-def _search_pairs(actor, results: dict, key, batch, threshold: _Threshold, rows):
+def _search_pairs(actor, results: dict, key, batch, threshold: _Threshold, rows, own_ids):
     """Send one threshold search; keep its pairs' reference under ``key`` and return the receipt reference."""
     receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(
-        batch, threshold.threshold, threshold.cap, rows, threshold.from_own_length)
+        batch, threshold.threshold, threshold.cap, rows, threshold.from_own_length, own_ids, threshold.include_self)
     results[key] = pairs
     return receipt
 
@@ -155,11 +164,18 @@ class _ChunkSearch:
         self.replicas = len(actors) // len(plan)
         self.first_batch = first_batch  # batches of the run before this chunk: replicas take turns across chunks
         self.layouts = []
+        self.own_ids = []  # per batch: a symmetric self-join's doc id of each query, else None
         size = min(batch_size or cfg.query_batch_size, -(-(chunk.hi - chunk.lo) // self.replicas))
         self.batch_size = size
         for lo in range(0, chunk.hi - chunk.lo, size):
             hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
+            if threshold is not None and threshold.from_own_length:
+                # A symmetric self-join's queries are the docs: each shard takes its own among them
+                # from its self-join (settopk.shards.ShardSearcher.threshold_search).
+                self.own_ids.append(np.array([int(q) for q in query_ids[lo:hi]], dtype=np.int64))
+            else:
+                self.own_ids.append(None)
             if threshold is not None:
                 first = shard_rows(plan, self.query_len[lo:hi], threshold.threshold, cfg.max_len, cfg.score,
                                    min_doc_len=self.query_len[lo:hi] if threshold.from_own_length else None)
@@ -193,8 +209,8 @@ class _ChunkSearch:
                 # chunk (and the result references it pins) alive until the cyclic GC runs.
                 actor = (self.first_batch + b) % self.replicas * n_shards + s
                 if self.threshold is not None:
-                    calls.append((actor, lambda a, key=key, batch=batch, rows=rows, results=self.results, t=self.threshold: _search_pairs(
-                        a, results, key, batch, t, rows)))
+                    calls.append((actor, lambda a, key=key, batch=batch, rows=rows, results=self.results, t=self.threshold,
+                                  own=self.own_ids[b]: _search_pairs(a, results, key, batch, t, rows, own)))
                 else:
                     calls.append((actor, lambda a, key=key, batch=batch, rows=rows, extra=extra, homes=homes, results=self.results: _search(
                         a, results, key, batch, cfg.k, rows, extra, [results[h] for h in homes])))
@@ -296,7 +312,8 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         # `cap` pairs of each query hold that query's best `cap` over all shards. A symmetric
         # self-join keeps each pair under its shorter doc, so a query searches the docs at least
         # as long as itself only (settopk.kernels.self_join_keep).
-        threshold = _Threshold(cfg.threshold, None if cfg.self_join else cap, cfg.self_join and cfg.score != "containment")
+        threshold = _Threshold(cfg.threshold, None if cfg.self_join else cap, cfg.self_join and cfg.score != "containment",
+                               cfg.include_self)
     window = _merge_window(len(actors))
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}

@@ -36,7 +36,7 @@ from .keys import (
 from .numpy_index import NumpyShardIndex
 from .oracle import brute_force_threshold, brute_force_topk
 from .sets import SetBatch
-from .threshold import ThresholdPairs, need_table, parse_threshold, self_join_keep, self_join_pairs
+from .threshold import ThresholdPairs, interleave_pairs, need_table, parse_threshold, self_join_keep, self_join_pairs
 from .topk import TopK, empty_topk, order_candidates
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "cosine_key_table",
     "empty_topk",
     "key_dtype",
+    "interleave_pairs",
     "key_scale",
     "max_key",
     "min_overlap_above",

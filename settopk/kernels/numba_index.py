@@ -189,10 +189,12 @@ class NumbaShardIndex:
             self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
         self._pool = None
         self._join_side = None  # the threshold join's prepared docs (settopk.kernels.join), per threshold
+        self._self_join = None  # (threshold, include_self) and the shard's SelfJoin, kept for batch after batch
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_nk"] = state["_pool"] = None  # a module and a thread pool do not pickle
+        state["_self_join"] = None  # holds a thread pool; found again at the next call
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -304,6 +306,46 @@ class NumbaShardIndex:
         from .numba_threshold import numba_threshold_search
 
         return numba_threshold_search(self, tables, threshold, k, min_doc_len)
+
+    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False):
+        """The shard's own docs ``lo .. hi - 1`` (positions) as queries of the shard's self-join.
+
+        The self-join (:class:`settopk.kernels.join.host_join.SelfJoin`) is found at the first call
+        of a threshold and kept; each call writes its range's pairs only. A job's symmetric
+        self-join takes its home queries' pairs here, in place of probing its docs with themselves.
+
+        Parameters
+        ----------
+        threshold : value taken by :func:`settopk.kernels.parse_threshold`
+            ``T > 0``.
+        lo, hi : int
+            ``0 <= lo <= hi <= n_docs``.
+        include_self : bool
+            Also each doc's pair with itself.
+
+        Returns
+        -------
+        ThresholdPairs
+            ``hi - lo`` queries; each unordered pair of the shard's docs once, under its shorter doc
+            (or the lower id of two of one length: :func:`settopk.kernels.self_join_keep`), best first.
+
+        Raises
+        ------
+        ValueError
+            If ``T == 0``, the score is ``containment`` (not symmetric) or the range is out of bounds.
+        """
+        from .join.host_join import SelfJoin
+        from .threshold import parse_threshold
+
+        t = parse_threshold(threshold, self.score)
+        key = (t, bool(include_self))
+        if self._self_join is None or self._self_join[0] != key:
+            if self._self_join is not None:
+                self._self_join[1].close()
+            self._self_join = None  # the old lists go before the new ones are built
+            self._self_join = (key, SelfJoin(SetBatch(self._offsets, self._tokens), self.doc_ids, t, self.score,
+                                             self.max_len, include_self=bool(include_self), threads=self.threads))
+        return self._self_join[1].rows(lo, hi)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -49,6 +49,7 @@ from .sets import SetBatch
 
 __all__ = [
     "ThresholdPairs",
+    "interleave_pairs",
     "parse_threshold",
     "need_table",
     "reachable_lengths",
@@ -394,3 +395,44 @@ def numpy_threshold_search(index, queries: SetBatch, threshold, k: int | None = 
     else:
         q_row = pos = ov = np.zeros(0, np.int64)
     return order_pairs(n_q, q_row, pos, ov, doc_len[pos], qlen, index.doc_ids, index.max_len, index.score, k)
+
+
+def interleave_pairs(n_queries: int, parts) -> ThresholdPairs:
+    """One batch's pairs from the pairs of disjoint sets of its rows.
+
+    Parameters
+    ----------
+    n_queries : int
+        Rows of the batch.
+    parts : sequence of (numpy.ndarray of int64, ThresholdPairs)
+        Each part's rows (ascending, disjoint from the other parts') and their pairs (CSR over
+        those rows). Rows no part names get no pair.
+
+    Returns
+    -------
+    ThresholdPairs
+        CSR over ``0 .. n_queries - 1``, each row's pairs as its part gave them.
+
+    Raises
+    ------
+    ValueError
+        If a part's rows and pairs differ in length.
+    """
+    counts = np.zeros(n_queries, np.int64)
+    for rows, pairs in parts:
+        if len(rows) != pairs.n_queries:
+            raise ValueError(f"a part names {len(rows)} rows for pairs of {pairs.n_queries} queries")
+        counts[rows] = pairs.counts
+    offsets = np.zeros(n_queries + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if len(parts) == 1 and len(parts[0][0]) == n_queries:
+        return parts[0][1]
+    n = int(offsets[-1])
+    out = ThresholdPairs(offsets, np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32))
+    for rows, pairs in parts:
+        # Each pair's place: its row's start in the batch plus its rank within the row.
+        within = np.arange(len(pairs.doc_ids), dtype=np.int64) - np.repeat(pairs.offsets[:-1], pairs.counts)
+        at = np.repeat(offsets[np.asarray(rows, np.int64)], pairs.counts) + within
+        for name in ("doc_ids", "overlap", "doc_len"):
+            getattr(out, name)[at] = getattr(pairs, name)
+    return out

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, warm_up_backend
+from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, interleave_pairs, warm_up_backend
 
 from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
@@ -256,7 +256,7 @@ class ShardSearcher:
         return len(result.doc_ids), result
 
     def threshold_search(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
-                         from_own_length: bool = False):
+                         from_own_length: bool = False, own_ids=None, include_self: bool = False):
         """Every doc of the shard whose score with a query of the batch reaches ``threshold``.
 
         Parameters
@@ -274,6 +274,14 @@ class ShardSearcher:
             Search each query against the docs at least as long as itself only (a symmetric
             self-join, whose merge keeps each pair under its shorter doc:
             :func:`settopk.kernels.self_join_keep`).
+        own_ids : numpy.ndarray of int64, shape (n_queries,), optional
+            A symmetric self-join (with ``from_own_length``): each query's own doc id. Where the
+            index has the self-join (the ``cpu`` backend, ``T > 0``) the queries that are this
+            shard's docs take their pairs from it, under the self-join rule already (the shard's
+            self-join is found at the first such call and kept); the others are probed.
+        include_self : bool
+            With ``own_ids``: whether the self-join keeps each doc's pair with itself (the merge
+            applies the rule again; without it those pairs would be dropped there).
 
         Returns
         -------
@@ -286,19 +294,63 @@ class ShardSearcher:
         skipped = posted = 0
         try:
             with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
-                result = self.index.threshold_search(subset, threshold, k,
-                                                     min_doc_len=subset.lengths if from_own_length else None)
+                if own_ids is not None and from_own_length and k is None and self._has_self_join(threshold):
+                    result = self._own_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], include_self)
+                else:
+                    result = self.index.threshold_search(subset, threshold, k,
+                                                         min_doc_len=subset.lengths if from_own_length else None)
             skipped = int(getattr(self.index, "last_skipped", 0))
             posted = int(getattr(self.index, "last_routing", {}).get("postings", 0))
         finally:
             self._leave(start, len(rows), skipped, posted)
         return result
 
+    def prepare_self_join(self, threshold: str, include_self: bool = False) -> dict:
+        """Find the shard's self-join at ``threshold`` now, where the index has one (see
+        :meth:`threshold_search`'s ``own_ids``), and return :meth:`info`. A job's symmetric
+        self-join calls it as its shards load, so that the first search does not pay it (RETAIL:
+        about 60 ms on 2 cores, most of it the docs' frequency order and groups); its time counts
+        in the shard's ``load_s``."""
+        if self._has_self_join(threshold):
+            start = time.perf_counter()
+            self.index.self_join_rows(threshold, 0, 0, include_self)
+            self.load_s += time.perf_counter() - start
+        return self.info()
+
+    def _has_self_join(self, threshold: str) -> bool:
+        from settopk.kernels import parse_threshold
+        from settopk.kernels.join import join_applies
+
+        return (hasattr(self.index, "self_join_rows") and self.score != "containment" and self.index.n_docs > 0
+                and join_applies(parse_threshold(threshold, self.score)))
+
+    def _own_pairs(self, queries: SetBatch, threshold: str, own_ids: np.ndarray, include_self: bool):
+        """:meth:`threshold_search` of a symmetric self-join's queries (``own_ids`` their docs): the
+        shard's own docs among them from its self-join, in runs of consecutive positions; the rest
+        probed from their own length."""
+        doc_ids = self.index.doc_ids
+        pos = np.searchsorted(doc_ids, own_ids)
+        home = pos < len(doc_ids)
+        home[home] = doc_ids[pos[home]] == own_ids[home]
+        home_rows = np.flatnonzero(home)
+        parts = []
+        if len(home_rows):
+            p = pos[home_rows]
+            cuts = np.concatenate([[0], np.flatnonzero(np.diff(p) != 1) + 1, [len(p)]])
+            for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+                parts.append((home_rows[a:b], self.index.self_join_rows(threshold, int(p[a]), int(p[b - 1]) + 1,
+                                                                        include_self)))
+        away = np.flatnonzero(~home)
+        if len(away):
+            probe = queries if len(away) == queries.n_sets else queries.take(away)
+            parts.append((away, self.index.threshold_search(probe, threshold, None, min_doc_len=probe.lengths)))
+        return interleave_pairs(queries.n_sets, parts)
+
     def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
-                               from_own_length: bool = False):
+                               from_own_length: bool = False, own_ids=None, include_self: bool = False):
         """:meth:`threshold_search` for an actor call with two returns: ``(n_pairs, ThresholdPairs)``;
         the driver waits on the small first one, the pairs go straight to the merge task."""
-        result = self.threshold_search(queries, threshold, k, rows, from_own_length)
+        result = self.threshold_search(queries, threshold, k, rows, from_own_length, own_ids, include_self)
         return len(result.doc_ids), result
 
     @contextlib.contextmanager

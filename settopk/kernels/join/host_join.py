@@ -14,6 +14,7 @@ import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from .numba_join import build_postings, probe_groups
 from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["DocSide", "self_join"]
+__all__ = ["DocSide", "SelfJoin", "self_join"]
 
 _RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
 _ENTRIES_PER_THREAD = 1 << 15  # a probe thread per this many probe entries at most: each costs its scratch and a hand-off
@@ -127,25 +128,80 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     if score == "containment":  # not symmetric: every ordered pair, through the R-S probe
         pairs = DocSide(sets, doc_ids, threshold, score, max_len, threads).probe(sets)
         return _drop_own(pairs, doc_ids, include_self, k)
-    t = parse_threshold(threshold, score)
-    if not join_applies(t):
-        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
-    threads = threads or len(os.sched_getaffinity(0))
-    js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
-    groups = _group_sets(js)
-    g_tokens, g_offsets, g_len, g_sig = groups
-    plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
-    postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
-    own = np.arange(js.n_groups, dtype=np.int32)
-    first, end = probe_bounds(plan, g_len, g_len)
-    first = first.astype(np.int32)
-    # Groups before x only (a group's own identical sets are paired below, not probed).
-    end = np.minimum(end, own).astype(np.int32)
-    prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
-    workers = _Workers(threads, g_offsets, sets.id_bound)
+    join = SelfJoin(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads,
+                    prepared=prepared)
     try:
-        pair_q, pair_i, pair_ov = _probe_all(workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need,
-                                             postings)
+        return join.rows(0, join.n_queries)
+    finally:
+        join.close()
+
+
+class SelfJoin:
+    """The threshold self-join of a corpus, found once and written out by query range (host memory).
+
+    The probe finds the passing pairs of groups of identical sets, and each query group's list of
+    target groups is ordered best first (:mod:`settopk.kernels.join.numba_emit`); :meth:`rows` then
+    writes any range of queries' pairs. What is held is the group pairs and the lists (about 12
+    bytes per list entry: one per target group member of each query group, far fewer than the
+    pairs where sets repeat), never the pairs themselves, so a caller that takes the rows range
+    by range holds one range's pairs at a time (the job's shard actors: one batch's).
+
+    Parameters
+    ----------
+    sets : SetBatch
+        ``n_docs`` sets; each is also a query.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing ids.
+    threshold, score, max_len
+        As :class:`DocSide`; the score symmetric (not ``containment``).
+    include_self : bool
+        Also each doc's pair with itself (where its own score reaches ``T``).
+    k : int, optional
+        Keep each query's ``k`` best pairs; None keeps all.
+    threads : int, optional
+        Threads of the probe and the writing (default: the CPUs of this process).
+    prepared : JoinSets, optional
+        The corpus in frequency order, grouped (:func:`settopk.kernels.join.prepare_corpus`).
+
+    Attributes
+    ----------
+    offsets : numpy.ndarray of int64, shape (n_queries + 1,)
+        Query ``i``'s pairs are rows ``offsets[i]:offsets[i + 1]`` of the whole result.
+
+    Raises
+    ------
+    ValueError
+        If ``T == 0``, the score is ``containment`` or unknown, or ``k < 1``.
+
+    Notes
+    -----
+    Pairs follow the self-join rule (:func:`settopk.kernels.self_join_keep`): each unordered pair
+    once, under its shorter doc, or the lower id of two of one length.
+    """
+
+    def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
+                 k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None):
+        score = check_score(score)
+        if score == "containment":
+            raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe (DocSide)")
+        t = parse_threshold(threshold, score)
+        if not join_applies(t):
+            raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+        threads = threads or len(os.sched_getaffinity(0))
+        js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+        groups = _group_sets(js)
+        g_tokens, g_offsets, g_len, g_sig = groups
+        plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
+        postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
+        own = np.arange(js.n_groups, dtype=np.int32)
+        first, end = probe_bounds(plan, g_len, g_len)
+        first = first.astype(np.int32)
+        # Groups before x only (a group's own identical sets are paired below, not probed).
+        end = np.minimum(end, own).astype(np.int32)
+        prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
+        self._workers = _Workers(threads, g_offsets, sets.id_bound)
+        pair_q, pair_i, pair_ov = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups,
+                                             plan.need, postings)
         # Directed by the self-join rule: the shorter group's members are the queries. Between two
         # groups of one length: from the lower set's to the higher's where each holds one set; else
         # both ways, each member keeping the higher positions; inside a group likewise.
@@ -160,11 +216,30 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
         dt = np.concatenate([np.where(flip, pair_i, pair_q), pair_i[both], inside])
         dov = np.concatenate([pair_ov, pair_ov[both], g_len[inside]])
         dfilt = np.concatenate([both, np.ones(int(both.sum()), bool), np.full(len(inside), 2 if include_self else 1)])
-        dfilt = dfilt.astype(np.int8)
-        return _emit(workers, js.n_sets, (dq, dt, dov, dfilt), js, js, np.zeros(js.n_sets, np.int64), k, doc_ids, max_len,
-                     score)
-    finally:
-        workers.close()
+        self._lists = _emit_lists(self._workers, js.n_sets, (dq, dt, dov, dfilt.astype(np.int8)), js, js,
+                                  np.zeros(js.n_sets, np.int64), k, np.asarray(doc_ids, dtype=np.int64), max_len, score)
+        self.offsets = self._lists.offsets
+
+    @property
+    def n_queries(self) -> int:
+        """Queries (the corpus's docs)."""
+        return len(self.offsets) - 1
+
+    def rows(self, lo: int, hi: int) -> ThresholdPairs:
+        """Queries ``lo .. hi - 1``'s pairs (``0 <= lo <= hi <= n_queries``), each query's best first.
+
+        Returns
+        -------
+        ThresholdPairs
+            ``n_queries = hi - lo`` (its query ``i`` is the corpus's ``lo + i``).
+        """
+        if not 0 <= lo <= hi <= self.n_queries:
+            raise ValueError(f"query range {lo}..{hi} is not within 0..{self.n_queries}")
+        return _emit_rows(self._workers, self._lists, lo, hi)
+
+    def close(self) -> None:
+        """Stop the threads (the rows already written stay valid)."""
+        self._workers.close()
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -247,10 +322,34 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 
 
+class _Lists(NamedTuple):
+    """What :func:`emit_rows` reads: the query groups' ordered lists and each row's offset."""
+
+    group_of: np.ndarray
+    kind: np.ndarray
+    floor: np.ndarray
+    list_len: np.ndarray
+    list_pos: np.ndarray
+    list_pair: np.ndarray
+    dt: np.ndarray
+    dov: np.ndarray
+    dfilt: np.ndarray
+    t_glen: np.ndarray
+    doc_ids: np.ndarray
+    offsets: np.ndarray
+
+
 def _emit(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc_ids,
           max_len: int, score: str):
     """Directed group pairs (query group, target group, overlap, member rule) as :class:`ThresholdPairs`,
     the lists and rows in ranges taken by the workers' threads where there are many pairs."""
+    return _emit_rows(workers, _emit_lists(workers, n_queries, directed, q_sets, t_sets, floor, k, doc_ids, max_len, score),
+                      0, n_queries)
+
+
+def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc_ids,
+                max_len: int, score: str) -> _Lists:
+    """The ordered lists and per-row counts of :func:`_emit`, before any row is written."""
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
     dq, dt, dov, dfilt = (np.ascontiguousarray(a, dtype) for a, dtype in zip(directed, (np.int32, np.int32, np.int32, np.int8)))
@@ -272,11 +371,18 @@ def _emit(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_set
     np.cumsum(np.diff(list_len)[group_of], out=row_work[1:])
     _over(workers, row_work, lambda lo, hi: emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair,
                                                         dt, dfilt, t_glen, counts))
-    offsets = np.cumsum(counts)
+    return _Lists(group_of, kind, floor, list_len, list_pos, list_pair, dt, dov, dfilt, t_glen, doc_ids, np.cumsum(counts))
+
+
+def _emit_rows(workers: _Workers | None, lists: _Lists, lo: int, hi: int) -> ThresholdPairs:
+    """Rows ``lo .. hi - 1`` of :func:`_emit_lists`'s lists as :class:`ThresholdPairs`."""
+    base = int(lists.offsets[lo])
+    offsets = lists.offsets[lo:hi + 1] - base
     n = int(offsets[-1])
     ids, overlap, doc_len = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32)
-    _over(workers, offsets, lambda lo, hi: emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt,
-                                                     dov, dfilt, t_glen, doc_ids, offsets, ids, overlap, doc_len))
+    _over(workers, offsets, lambda a, b: emit_rows(lo + a, lo + b, lists.group_of, lists.kind, lists.floor, lists.list_len,
+                                                   lists.list_pos, lists.list_pair, lists.dt, lists.dov, lists.dfilt,
+                                                   lists.t_glen, lists.doc_ids, lists.offsets, base, ids, overlap, doc_len))
     return ThresholdPairs(offsets, ids, overlap, doc_len)
 
 

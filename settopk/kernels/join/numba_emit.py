@@ -193,8 +193,9 @@ def emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair,
 
 @njit(**_JIT)
 def emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt, dov, dfilt, t_glen, doc_ids, offsets,
-              doc_id, overlap, doc_len):
-    """Rows ``lo .. hi - 1``'s pairs, written at ``offsets[a]:offsets[a + 1]`` (the summed counts).
+              base, doc_id, overlap, doc_len):
+    """Rows ``lo .. hi - 1``'s pairs, written at ``offsets[a] - base : offsets[a + 1] - base`` (the
+    summed counts; ``base`` the first written row's offset where the out arrays hold a range of rows).
 
     Parameters
     ----------
@@ -206,14 +207,16 @@ def emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt, 
         Doc id by position (ascending).
     offsets : int64 (n_queries + 1,)
         Each row's first pair.
+    base : int64
+        Subtracted from ``offsets``: the out arrays' first pair.
     doc_id : int64 (n_pairs,)
     overlap, doc_len : int32 (n_pairs,)
         Out.
     """
     for a in range(lo, hi):
         g = group_of[a]
-        out = offsets[a]
-        end = offsets[a + 1]
+        out = offsets[a] - base
+        end = offsets[a + 1] - base
         if kind[g] != 1 and floor[a] <= 0:
             x = _first_kept(kind[g], a, list_len[g], list_len[g + 1], list_pos, list_pair, dfilt)
             last, ov, dl = -1, 0, 0

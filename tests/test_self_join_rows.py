@@ -1,0 +1,123 @@
+"""The self-join written range by range (issue 46): :class:`settopk.kernels.join.host_join.SelfJoin`,
+:func:`settopk.kernels.interleave_pairs`, and a shard searcher answering a symmetric self-join's
+queries from its own self-join (its home queries) and by probing (the others), against the
+brute-force oracle under the self-join rule."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.join_helpers import corpora, doc_ids
+
+from settopk.kernels import (SetBatch, ThresholdPairs, brute_force_threshold, build_index, interleave_pairs, parse_threshold,
+                             self_join_keep)
+
+pytest.importorskip("numba")
+
+from settopk.kernels.join.host_join import SelfJoin  # noqa: E402
+from settopk.shards.searcher import ShardSearcher  # noqa: E402
+
+
+def _oracle_rows(docs, ids, t, score, include_self=False):
+    """Per doc as a query: its (doc id, overlap, doc length) pairs under the self-join rule."""
+    every = brute_force_threshold(docs, docs, parse_threshold(t, score), doc_ids=ids.tolist(), score=score)
+    size = [len(set(d)) for d in docs]
+    return [[p for p in every[q] if self_join_keep(ids[q], size[q], p[0], p[2], score, include_self)]
+            for q in range(len(docs))]
+
+
+def _rows(pairs: ThresholdPairs):
+    return [pairs.row(i) for i in range(pairs.n_queries)]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=corpora(), score=st.sampled_from(["jaccard", "braun_blanquet", "cosine", "dice", "overlap"]),
+       t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), include_self=st.booleans(), cut=st.integers(0, 45))
+def test_any_range_of_queries_equals_the_oracle(docs, score, t, include_self, cut):
+    if score == "overlap":
+        t = {"1/2": "1", "2/3": "2", "1": "3", "1/7": "1"}[t]
+    ids = doc_ids(len(docs))
+    join = SelfJoin(SetBatch.from_lists(docs), ids, t, score, 64, include_self=include_self, threads=2)
+    try:
+        lo = min(cut, len(docs))
+        hi = min(len(docs), lo + 1 + cut // 3)
+        expected = _oracle_rows(docs, ids, t, score, include_self)
+        part = join.rows(lo, hi)
+        assert _rows(part) == expected[lo:hi]
+        assert np.array_equal(np.diff(join.offsets)[lo:hi], part.counts)
+        assert _rows(join.rows(0, len(docs))) == expected
+        assert join.rows(lo, lo).n_queries == 0
+        with pytest.raises(ValueError, match="not within"):
+            join.rows(0, len(docs) + 1)
+    finally:
+        join.close()
+
+
+def test_containment_and_a_zero_threshold_are_refused():
+    docs = SetBatch.from_lists([[1, 2], [2]])
+    with pytest.raises(ValueError, match="containment is not symmetric"):
+        SelfJoin(docs, np.arange(2), "0.5", "containment", 8)
+    with pytest.raises(ValueError, match="T == 0"):
+        SelfJoin(docs, np.arange(2), "0", "jaccard", 8)
+
+
+def test_interleave_puts_each_part_at_its_rows():
+    a = ThresholdPairs(np.array([0, 2, 2]), np.array([5, 6]), np.array([1, 1], np.int32), np.array([3, 4], np.int32))
+    b = ThresholdPairs(np.array([0, 1]), np.array([9]), np.array([2], np.int32), np.array([2], np.int32))
+    out = interleave_pairs(4, [(np.array([0, 3]), a), (np.array([1]), b)])
+    assert [out.row(i) for i in range(4)] == [[(5, 1, 3), (6, 1, 4)], [(9, 2, 2)], [], []]
+    assert interleave_pairs(2, [(np.arange(2), a)]) is a
+    with pytest.raises(ValueError, match="names 1 rows"):
+        interleave_pairs(2, [(np.array([0]), a)])
+
+
+class _Searcher(ShardSearcher):
+    """A shard searcher over given docs, without the job's loading (its index built here)."""
+
+    def __init__(self, docs, ids, score):
+        self.index = build_index("cpu", ids, SetBatch.from_lists(docs), max_len=64, vocab_size=64, score=score, threads=2)
+        self.score = score
+        self.search_s = self.busy_s = self.load_s = 0.0
+        self.searched = self.skipped = self.posted = 0
+        import threading
+
+        self._lock, self._active, self._busy_since = threading.Lock(), 0, 0.0
+
+    def info(self) -> dict:
+        return {"load_s": self.load_s}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet"]), t=st.sampled_from(["1/2", "2/3", "1"]),
+       seed=st.integers(0, 2**31), include_self=st.booleans())
+def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(docs, score, t, seed, include_self):
+    """The shard holds the docs of lengths >= a cut (a length-bucket shard), or any subset; the batch is every doc
+    (some the shard's, in runs broken by the others), a subset of its rows searched: each row's
+    pairs are those the oracle keeps under the self-join rule among the shard's docs."""
+    rng = np.random.default_rng(seed)
+    ids = doc_ids(len(docs))
+    size = np.array([len(set(d)) for d in docs])
+    # A length-bucket shard (lengths from a cut up), or any subset (the probe's own-length floor then matters).
+    held = np.flatnonzero(size >= int(rng.integers(0, 4)) if seed % 2 else rng.random(len(docs)) < 0.7)
+    if not len(held):
+        return
+    searcher = _Searcher([docs[i] for i in held], ids[held], score)
+    batch = SetBatch.from_lists(docs)
+    rows = np.flatnonzero(rng.random(len(docs)) < 0.8)
+    assert searcher.prepare_self_join(t, include_self) == {"load_s": searcher.load_s}
+    kept = searcher.index._self_join
+    got = searcher.threshold_search(batch, t, None, rows, True, ids, include_self)
+    again = searcher.threshold_search(batch, t, None, rows, True, ids, include_self)
+    assert kept is not None and searcher.index._self_join is kept  # found as the shard loads, then kept
+    # The oracle over the shard's docs, each row's doc as the query, under the rule.
+    expected = []
+    for r in rows:
+        pairs = brute_force_threshold([docs[i] for i in held], [docs[r]], parse_threshold(t, score), doc_ids=ids[held].tolist(), score=score)[0]
+        expected.append([p for p in pairs if self_join_keep(ids[r], size[r], p[0], p[2], score, include_self)])
+    # The merge applies the rule again: a probed row may hold a same-length pair the other way.
+    ruled = [[p for p in row if self_join_keep(ids[r], size[r], p[0], p[2], score, include_self)]
+             for r, row in zip(rows, _rows(got))]
+    assert ruled == expected and _rows(got) == _rows(again)
+    home = np.isin(rows, held)
+    assert [row for row, h in zip(_rows(got), home) if h] == [row for row, h in zip(expected, home) if h]
