@@ -25,6 +25,7 @@ __all__ = [
     "MAX_K",
     "MAX_LEN",
     "AUTO_QUERY_BATCH_SIZE",
+    "AUTO_THRESHOLD_BATCH_SIZE",
     "ConfigError",
     "FaultConfig",
     "JobConfig",
@@ -304,6 +305,16 @@ index (a bit per query in a 512-bit vector). Measurements: docs/benchmarks.md,
 "Settings chosen from these measurements"."""
 
 
+AUTO_THRESHOLD_BATCH_SIZE = {"cupy": 4096, "cpu": 16384, "numpy": 256}
+"""A threshold run's queries per request with ``query_batch_size: auto``. For cpu, 16,384: the
+join's per-request steps (the queries' frequency order and groups, their length plan, the
+hand-off to the probe's threads, and the driver's sending) cost more than a small batch's
+probe, and a self-join's home queries only read the shard's self-join (RETAIL at 0.7 on 2
+cores: search phase 0.92 s in batches of 512, docs/benchmarks.md, "Real data"). After the first
+chunk the job cuts batches to ``output.pairs_per_piece`` over the pairs per query seen. numpy
+and cupy keep their top-k sizes (:data:`AUTO_QUERY_BATCH_SIZE`)."""
+
+
 @dataclass(frozen=True)
 class JobConfig(SearchConfig):
     """Settings of a scoring run.
@@ -405,8 +416,11 @@ class JobConfig(SearchConfig):
 
     def batch_size_for(self, backend: str) -> int:
         """Queries per request for ``backend`` (``"numpy"`` or ``"cupy"``): ``query_batch_size``,
-        or the backend's :data:`AUTO_QUERY_BATCH_SIZE` where it is ``"auto"``."""
-        return AUTO_QUERY_BATCH_SIZE[backend] if self.query_batch_size == "auto" else self.query_batch_size
+        or the backend's :data:`AUTO_QUERY_BATCH_SIZE` where it is ``"auto"`` (a threshold run's:
+        :data:`AUTO_THRESHOLD_BATCH_SIZE`)."""
+        if self.query_batch_size != "auto":
+            return self.query_batch_size
+        return (AUTO_THRESHOLD_BATCH_SIZE if self.threshold is not None else AUTO_QUERY_BATCH_SIZE)[backend]
 
     def to_dict(self) -> dict:
         """Plain-data copy, for manifests and logs."""
