@@ -100,10 +100,16 @@ def shard_rows(plan, query_len, threshold, max_len: int, score: str, min_doc_len
         One per shard, ascending rows (possibly empty).
     """
     query_len = np.asarray(query_len, dtype=np.int64)
-    need = query_need(parse_threshold(threshold, score), query_len, max_len, score, min_doc_len)
-    reach = reachable_lengths(need, query_len)
-    counts = np.cumsum(np.concatenate([np.zeros((len(query_len), 1), np.int64), reach], axis=1), axis=1)
-    return [np.flatnonzero(counts[:, s.max_len + 1] - counts[:, s.min_len] > 0).astype(np.int64) for s in plan]
+    floor = np.zeros_like(query_len) if min_doc_len is None else np.asarray(min_doc_len, dtype=np.int64)
+    # The reach depends on (length, least doc length) only: computed once per distinct pair.
+    kinds, inverse = np.unique(query_len * (max_len + 2) + floor, return_inverse=True)
+    kind_len, kind_floor = kinds // (max_len + 2), kinds % (max_len + 2)
+    need = query_need(parse_threshold(threshold, score), kind_len, max_len, score,
+                      None if min_doc_len is None else kind_floor)
+    reach = reachable_lengths(need, kind_len)
+    counts = np.cumsum(np.concatenate([np.zeros((len(kinds), 1), np.int64), reach], axis=1), axis=1)
+    return [np.flatnonzero((counts[:, s.max_len + 1] - counts[:, s.min_len] > 0)[inverse.reshape(-1)]).astype(np.int64)
+            for s in plan]
 
 
 def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: str, k: int | None = None,
