@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from settopk.errors import SettopkError
 from settopk.kernels import SetBatch, ThresholdPairs, build_index, parse_threshold, score_definition
-from settopk.kernels.threshold import self_join_keep
+from settopk.kernels.threshold import self_join_pairs
 from settopk.shards.results import RESULT_SCHEMA
 
 from .inputs import checked_query_ids
@@ -283,14 +283,7 @@ def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score
     for lo in range(0, n, _SCAN_BATCH):
         hi = min(lo + _SCAN_BATCH, n)
         found = kernel.threshold_search(sets.slice(lo, hi), t, None, min_doc_len=lengths[lo:hi] if symmetric else None)
-        row = np.repeat(np.arange(lo, hi), found.counts)
-        keep = self_join_keep(doc_ids[row], lengths[row], found.doc_ids, found.doc_len, score, include_self)
-        if k is not None:  # each query's pairs are best first: its first k kept ones
-            kept = np.concatenate([[0], np.cumsum(keep)])
-            keep &= kept[1:] - np.repeat(kept[found.offsets[:-1]], found.counts) <= k
-        offsets = np.zeros(hi - lo + 1, np.int64)
-        np.cumsum(np.bincount(row[keep] - lo, minlength=hi - lo), out=offsets[1:])
-        pieces.append(ThresholdPairs(offsets, found.doc_ids[keep], found.overlap[keep], found.doc_len[keep]))
+        pieces.append(self_join_pairs(found, doc_ids[lo:hi], lengths[lo:hi], score, include_self, k))
     return _concat(pieces)
 
 

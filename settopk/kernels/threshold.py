@@ -335,27 +335,38 @@ def self_join_keep(own_ids, own_len, doc_ids, doc_len, score: str, include_self:
     return (doc_len > own_len) | ((doc_len == own_len) & later)
 
 
-def self_join_pairs(pairs: ThresholdPairs, query_ids, query_len, score: str) -> ThresholdPairs:
+def self_join_pairs(pairs: ThresholdPairs, query_ids, query_len, score: str, include_self: bool = False,
+                    k: int | None = None) -> ThresholdPairs:
     """A self-join's pairs from a search of the corpus against itself (:func:`self_join_keep`): no
-    doc paired with itself; each unordered pair once, under its shorter doc, where the score is
-    symmetric; every ordered pair for containment.
+    doc paired with itself (unless ``include_self``); each unordered pair once, under its shorter
+    doc, where the score is symmetric; every ordered pair for containment; each query's first ``k``.
 
     Parameters
     ----------
     pairs : ThresholdPairs
         A threshold search whose queries are docs of the same corpus (searched with or without
-        ``min_doc_len`` set to the queries' lengths: the result is the same).
+        ``min_doc_len`` set to the queries' lengths: the result is the same), each query's pairs
+        best first.
     query_ids : array_like of int64, shape (n_queries,)
         The doc id of each query.
     query_len : array_like of int, shape (n_queries,)
         The length of each query.
     score : str
         One of :data:`settopk.kernels.SCORES`.
+    include_self : bool
+        Keep each doc's pair with itself.
+    k : int, optional
+        Keep each query's first ``k`` kept pairs; None keeps all.
 
     Returns
     -------
     ThresholdPairs
         The kept pairs, in the same order.
+
+    Raises
+    ------
+    ValueError
+        If ``query_ids`` or ``query_len`` do not have one entry per query.
     """
     query_ids = np.asarray(query_ids, dtype=np.int64)
     query_len = np.asarray(query_len, dtype=np.int64)
@@ -363,7 +374,10 @@ def self_join_pairs(pairs: ThresholdPairs, query_ids, query_len, score: str) -> 
         if value.shape != (pairs.n_queries,):
             raise ValueError(f"{name} must have shape ({pairs.n_queries},) (one per query), found {value.shape}")
     row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
-    keep = self_join_keep(query_ids[row], query_len[row], pairs.doc_ids, pairs.doc_len, score)
+    keep = self_join_keep(query_ids[row], query_len[row], pairs.doc_ids, pairs.doc_len, score, include_self)
+    if k is not None:  # each query's pairs are best first: its first k kept ones
+        kept = np.concatenate([[0], np.cumsum(keep)])
+        keep &= kept[1:] - np.repeat(kept[pairs.offsets[:-1]], pairs.counts) <= k
     offsets = np.zeros_like(pairs.offsets)
     np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
     return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])

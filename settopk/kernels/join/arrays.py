@@ -56,7 +56,7 @@ import numpy as np
 
 from ..keys import check_score, key_scale
 from ..sets import SetBatch
-from ..threshold import ThresholdPairs, parse_threshold
+from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
 from .array_ops import (
     array_module,
     first_above,
@@ -505,7 +505,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     if score == "containment":  # not symmetric: every ordered pair, through the R-S probe
         pairs = ArrayDocSide(sets, doc_ids, threshold, score, max_len, backend=backend,
                              slice_entries=slice_entries).probe(sets)
-        return _drop_own(pairs, doc_ids, include_self, k)
+        return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
     t = _positive(threshold, score)
     xp = array_module(backend)
     cap = int(slice_entries or SLICE_ENTRIES)
@@ -535,16 +535,3 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     members = _expand(xp, directed, groups, groups, include_self)
     dq, dt, dov, _ = directed
     return _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
-
-
-def _drop_own(pairs: ThresholdPairs, doc_ids: np.ndarray, include_self: bool, k) -> ThresholdPairs:
-    """A containment self-join from the corpus probed with itself: every ordered pair but ``(d, d)``
-    (unless ``include_self``), each query's first ``k``."""
-    row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
-    keep = np.ones(len(row), bool) if include_self else pairs.doc_ids != doc_ids[row]
-    if k is not None:
-        rank = np.cumsum(keep) - 1 - np.repeat(np.concatenate([[0], np.cumsum(keep)])[pairs.offsets[:-1]], pairs.counts)
-        keep &= rank < k
-    offsets = np.zeros_like(pairs.offsets)
-    np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
-    return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])

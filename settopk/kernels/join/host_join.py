@@ -20,7 +20,7 @@ import numpy as np
 
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
-from ..threshold import ThresholdPairs, parse_threshold
+from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups
 from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
@@ -127,7 +127,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
     if score == "containment":  # not symmetric: every ordered pair, through the R-S probe
         pairs = DocSide(sets, doc_ids, threshold, score, max_len, threads).probe(sets)
-        return _drop_own(pairs, doc_ids, include_self, k)
+        return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
     join = SelfJoin(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads,
                     prepared=prepared)
     try:
@@ -396,20 +396,3 @@ def _over(workers: _Workers | None, work: np.ndarray, fn) -> None:
     n_ranges = int(min(workers.threads * 4, work[-1] // _PARALLEL_PAIRS * 2))  # a range of less work costs more to hand off
     cuts = np.unique(np.concatenate([[0], np.searchsorted(work, np.linspace(0, work[-1], n_ranges + 1)), [n]]))
     workers.map(lambda lo_hi: fn(*lo_hi), list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
-
-
-def _drop_own(pairs: ThresholdPairs, doc_ids, include_self: bool, k) -> ThresholdPairs:
-    """A containment self-join from the corpus probed with itself: every ordered pair but (d, d)."""
-    if not include_self:
-        row = np.repeat(np.arange(pairs.n_queries), pairs.counts)
-        keep = pairs.doc_ids != doc_ids[row]
-        offsets = np.zeros_like(pairs.offsets)
-        np.cumsum(np.bincount(row[keep], minlength=pairs.n_queries), out=offsets[1:])
-        pairs = ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])
-    if k is None:
-        return pairs
-    counts = pairs.counts
-    keep = (np.arange(len(pairs.doc_ids)) - np.repeat(pairs.offsets[:-1], counts)) < k
-    offsets = np.zeros_like(pairs.offsets)
-    np.cumsum(np.minimum(counts, k), out=offsets[1:])
-    return ThresholdPairs(offsets, pairs.doc_ids[keep], pairs.overlap[keep], pairs.doc_len[keep])
