@@ -34,10 +34,19 @@ def test_a_self_join_of_many_identical_sets_holds_bounded_pieces(ray_cluster, tm
     held = manifest["threshold"]["held"]
     assert held["pairs_per_piece"] == PIECE and PIECE // 2 < held["merge_piece_pairs_max"] <= PIECE + per_query
     assert held["batch_size_min"] < 128 and held["batch_size_min"] * per_query <= 2 * PIECE
-    assert held["shard_pairs_max"] > 0
+    # The first chunk's batches are sized too: by a first call of PIECE // (MAX_K + 1) queries (one
+    # here), whose answer cannot pass PIECE; no shard answer came near the 128 x 240 of a full batch.
+    assert held["first_call_queries"] == 1 and 0 < held["shard_pairs_max"] <= 2 * PIECE
     assert 0 < manifest["dedup"]["largest_chunk"] <= PIECE and manifest["dedup"]["edges"] == pairs
     index = settopk.Index.build(docs_path, score="jaccard", backend=backend)
     assert index.self_join("0.6").to_arrow().equals(pq.read_table(out / "pairs"))
     groups, duplicates = settopk.dedup(index, "0.6", score="jaccard")
     assert groups.equals(pq.read_table(out / "groups")) and duplicates.equals(pq.read_table(out / "duplicates"))
     assert groups["group_id"].unique().to_pylist() == [0, 2, 3]  # [1,2,3,4], [1,2,3,5] and [1..6] joined
+    # With --k, a shard answers at most k per query (after the self-join rule): the first call
+    # takes PIECE // k queries (the chunk's 128 at most).
+    capped = tmp_path / "capped"
+    assert job.main(["--docs", docs_path, "--self-join", "--out", str(capped), "--threshold", "0.6", "--k", "5",
+                     "--score", "jaccard", "--config", cfg, "--quiet"]) == 0
+    assert read_manifest(capped)["threshold"]["held"]["first_call_queries"] == min(128, PIECE // 5)
+    assert index.self_join("0.6", k=5).to_arrow().equals(pq.read_table(capped))

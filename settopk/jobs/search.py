@@ -28,7 +28,7 @@ from settopk.shards import split_rounds
 
 from .dispatch import gather
 from .merge_task import BatchLayout, merge_and_write_chunk, merge_and_write_pairs
-from .threshold_job import shard_rows
+from .threshold_job import shard_cap, shard_rows
 
 __all__ = ["prestart_merge_workers", "search_chunks"]
 
@@ -127,8 +127,9 @@ class _Threshold(NamedTuple):
     """What every shard call of a threshold run takes."""
 
     threshold: float  # the score a pair must reach
-    cap: int | None  # the most pairs a shard keeps per query; None: every pair (a self-join merges them first)
+    cap: int  # the most pairs a shard keeps per query (settopk.jobs.threshold_job.shard_cap)
     from_own_length: bool  # search only the docs at least as long as the query (a symmetric self-join)
+    self_join: bool = False  # the queries are the docs: each call names their own doc ids
     include_self: bool = False  # a self-join keeps each doc's pair with itself
 
 
@@ -138,6 +139,41 @@ def _search_pairs(actor, results: dict, key, batch, threshold: _Threshold, rows,
         batch, threshold.threshold, threshold.cap, rows, threshold.from_own_length, own_ids, threshold.include_self)
     results[key] = pairs
     return receipt
+
+
+def _own_ids(threshold: _Threshold | None, query_ids, lo: int, hi: int) -> np.ndarray | None:
+    """A self-join's queries ``lo .. hi - 1`` are docs: their doc ids, with which each shard applies
+    the rule and takes its own docs' pairs from its self-join
+    (:meth:`settopk.shards.ShardSearcher.threshold_search`); None for any other run."""
+    if threshold is None or not threshold.self_join:
+        return None
+    return np.array([int(q) for q in query_ids[lo:hi]], dtype=np.int64)
+
+
+def _first_batch_size(actors, infos, plan, item, cfg, threshold: _Threshold) -> tuple[int, int, int]:
+    """A threshold run's batch size before its first chunk: one call of the chunk's first
+    ``pairs_per_piece // cap`` queries (no shard can answer more than ``pairs_per_piece`` pairs
+    for it: each returns at most ``cap`` per query) to the first replica of each shard they
+    reach, its pairs dropped; the batches are then cut to ``pairs_per_piece`` over the most pairs
+    per query a shard answered, as after each chunk. Returns ``(batch size, queries sent, most
+    pairs of one answer)``."""
+    import ray
+
+    chunk, query_ids, chunk_sets = item
+    n = min(chunk.hi - chunk.lo, max(1, cfg.output.pairs_per_piece // threshold.cap))
+    lengths = chunk_sets.lengths[:n]
+    batch = ray.put(chunk_sets.take(np.arange(n)))
+    reach = shard_rows(plan, lengths, threshold.threshold, cfg.max_len, cfg.score,
+                       min_doc_len=lengths if threshold.from_own_length else None)
+    own, dropped = _own_ids(threshold, query_ids, 0, n), {}
+    calls = [(s, lambda a, s=s, rows=rows: _search_pairs(a, dropped, s, batch, threshold, rows, own))
+             for s, rows in enumerate(reach) if len(rows)]
+    f = cfg.faults
+    receipts = gather(actors, infos, calls, f"sizing call of queries {chunk.lo}..{chunk.lo + n - 1}", f.search_timeout_s,
+                      f.search_attempts, f.retry_backoff_s) if calls else []
+    per_query = max([r / len(reach[s]) for r, (s, _) in zip(receipts, calls)], default=0.0)
+    size = max(1, min(cfg.query_batch_size, int(cfg.output.pairs_per_piece // max(per_query, 1.0))))
+    return size, n, max(receipts, default=0)
 
 
 class _ChunkSearch:
@@ -170,12 +206,7 @@ class _ChunkSearch:
         for lo in range(0, chunk.hi - chunk.lo, size):
             hi = min(lo + size, chunk.hi - chunk.lo)
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
-            if threshold is not None and threshold.from_own_length:
-                # A symmetric self-join's queries are the docs: each shard takes its own among them
-                # from its self-join (settopk.shards.ShardSearcher.threshold_search).
-                self.own_ids.append(np.array([int(q) for q in query_ids[lo:hi]], dtype=np.int64))
-            else:
-                self.own_ids.append(None)
+            self.own_ids.append(_own_ids(threshold, query_ids, lo, hi))
             if threshold is not None:
                 first = shard_rows(plan, self.query_len[lo:hi], threshold.threshold, cfg.max_len, cfg.score,
                                    min_doc_len=self.query_len[lo:hi] if threshold.from_own_length else None)
@@ -296,9 +327,12 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         ahead in a thread, :class:`settopk.jobs.chunks.ReadAhead`), and cutting them into batches and
         sending them (seconds). A threshold run adds what bounds its memory (issue 46):
         ``shard_pairs_max`` (the most pairs one shard call answered), ``merge_piece_pairs_max``
-        (the most one merge held) and ``batch_size_min`` (the smallest batch size used: after
-        each chunk, the batches are cut to ``output.pairs_per_piece`` over the most pairs per
-        query a shard answered so far, never growing back).
+        (the most one merge held), ``first_call_queries`` (the queries of the call that sizes
+        the first chunk's batches: ``pairs_per_piece // shard_cap`` at most, so no answer to it
+        exceeds ``output.pairs_per_piece``; :func:`_first_batch_size`) and ``batch_size_min``
+        (the smallest batch size used: before the first chunk and after each, the batches are
+        cut to ``output.pairs_per_piece`` over the most pairs per query a shard answered so far,
+        never growing back).
     """
     import ray
 
@@ -307,13 +341,13 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
     pairs_merge = ray.remote(**_MERGE_OPTIONS)(merge_and_write_pairs)
     threshold = None
     if cfg.threshold is not None:
-        # A self-join's merge drops pairs (own doc, the longer doc's copy of a symmetric pair):
-        # its shards must not cut before it, so they return every pair; otherwise a shard's best
-        # `cap` pairs of each query hold that query's best `cap` over all shards. A symmetric
-        # self-join keeps each pair under its shorter doc, so a query searches the docs at least
-        # as long as itself only (settopk.kernels.self_join_keep).
-        threshold = _Threshold(cfg.threshold, None if cfg.self_join else cap, cfg.self_join and cfg.score != "containment",
-                               cfg.include_self)
+        # A shard's best `cap` pairs of each query hold that query's best `cap` over all shards; a
+        # self-join's shards apply its rule (own doc, the longer doc's copy of a symmetric pair)
+        # before they cut, given each query's doc id. A symmetric self-join keeps each pair under
+        # its shorter doc, so a query searches the docs at least as long as itself only
+        # (settopk.kernels.self_join_keep).
+        threshold = _Threshold(cfg.threshold, shard_cap(cap), cfg.self_join and cfg.score != "containment",
+                               cfg.self_join, cfg.include_self)
     window = _merge_window(len(actors))
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}
@@ -371,6 +405,10 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         totals["read_queries_s"] += time.perf_counter() - start
         if item is None:
             break
+        if threshold is not None and sizing["batch_size"] is None:
+            sizing["batch_size"], totals["first_call_queries"], most = _first_batch_size(actors, infos, plan, item, cfg,
+                                                                                          threshold)
+            totals["shard_pairs_max"] = max(totals.get("shard_pairs_max", 0), most)
         make_room()
         start = time.perf_counter()
         searching.append(_ChunkSearch(actors, plan, *item, cfg, exchange, start_merge, first_batch=batches, threshold=threshold,

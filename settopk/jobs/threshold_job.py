@@ -29,7 +29,7 @@ from settopk.kernels.threshold import query_need, reachable_lengths, self_join_k
 
 from .output import RESULT_SCHEMA
 
-__all__ = ["TooManyPairs", "threshold_config", "threshold_cap", "threshold_section", "shard_rows",
+__all__ = ["TooManyPairs", "threshold_config", "threshold_cap", "threshold_section", "shard_cap", "shard_rows",
            "merge_pairs_table"]
 
 
@@ -72,6 +72,15 @@ def threshold_section(cfg, args, pairs: int) -> dict:
             "ordered pairs (containment is not symmetric)" if cfg.score == "containment"
             else "each unordered pair once, under its shorter doc as query_id (the lower id of two of the same length)"),
     }
+
+
+def shard_cap(cap: int | None) -> int:
+    """The pairs a shard returns per query at most: ``--k`` (``cap``), or ``MAX_K + 1`` where none was
+    given: one more than the ``rank`` column holds, enough for the merge to refuse such a query by
+    name (:class:`TooManyPairs`), and a bound on every shard answer (``batch x shard_cap`` pairs).
+    A self-join's shards apply its rule before they cut
+    (:meth:`settopk.shards.ShardSearcher.threshold_search`'s ``own_ids``)."""
+    return int(cap) if cap is not None else settopk.configs.MAX_K + 1
 
 
 def shard_rows(plan, query_len, threshold, max_len: int, score: str, min_doc_len=None) -> list[np.ndarray]:

@@ -189,7 +189,7 @@ class NumbaShardIndex:
             self.postings.nbytes + self._rank_pos.nbytes + self._rank_len.nbytes)
         self._pool = None
         self._join_side = None  # the threshold join's prepared docs (settopk.kernels.join), per threshold
-        self._self_join = None  # (threshold, include_self) and the shard's SelfJoin, kept for batch after batch
+        self._self_join = None  # (threshold, include_self, k) and the shard's SelfJoin, kept for batch after batch
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -307,7 +307,7 @@ class NumbaShardIndex:
 
         return numba_threshold_search(self, tables, threshold, k, min_doc_len)
 
-    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False):
+    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None):
         """The shard's own docs ``lo .. hi - 1`` (positions) as queries of the shard's self-join.
 
         The self-join (:class:`settopk.kernels.join.host_join.SelfJoin`) is found at the first call
@@ -322,6 +322,8 @@ class NumbaShardIndex:
             ``0 <= lo <= hi <= n_docs``.
         include_self : bool
             Also each doc's pair with itself.
+        k : int, optional
+            Keep each query's ``k`` best pairs; None keeps all.
 
         Returns
         -------
@@ -332,19 +334,19 @@ class NumbaShardIndex:
         Raises
         ------
         ValueError
-            If ``T == 0``, the score is ``containment`` (not symmetric) or the range is out of bounds.
+            If ``T == 0``, the score is ``containment`` (not symmetric), ``k < 1`` or the range is out of bounds.
         """
         from .join.host_join import SelfJoin
         from .threshold import parse_threshold
 
         t = parse_threshold(threshold, self.score)
-        key = (t, bool(include_self))
+        key = (t, bool(include_self), k)
         if self._self_join is None or self._self_join[0] != key:
             if self._self_join is not None:
                 self._self_join[1].close()
             self._self_join = None  # the old lists go before the new ones are built
             self._self_join = (key, SelfJoin(SetBatch(self._offsets, self._tokens), self.doc_ids, t, self.score,
-                                             self.max_len, include_self=bool(include_self), threads=self.threads))
+                                             self.max_len, include_self=bool(include_self), k=k, threads=self.threads))
         return self._self_join[1].rows(lo, hi)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, interleave_pairs, warm_up_backend
+from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, interleave_pairs, self_join_pairs, warm_up_backend
 
 from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
@@ -266,27 +266,28 @@ class ShardSearcher:
         threshold : str
             ``T`` as the config carries it (canonical fraction text), read exactly.
         k : int, optional
-            Keep each query's ``k`` best passing docs of this shard; None keeps all.
+            Keep each query's ``k`` best passing docs of this shard (after the self-join rule
+            where ``own_ids`` is given); None keeps all.
         rows : numpy.ndarray of int64, optional
             The batch rows to search (default: all): those that can reach the shard's lengths
             (:func:`settopk.jobs.threshold_job.shard_rows`).
         from_own_length : bool
             Search each query against the docs at least as long as itself only (a symmetric
-            self-join, whose merge keeps each pair under its shorter doc:
+            self-join, whose rule keeps each pair under its shorter doc:
             :func:`settopk.kernels.self_join_keep`).
         own_ids : numpy.ndarray of int64, shape (n_queries,), optional
-            A symmetric self-join (with ``from_own_length``): each query's own doc id. Where the
-            index has the self-join (the ``cpu`` backend, ``T > 0``) the queries that are this
-            shard's docs take their pairs from it, under the self-join rule already (the shard's
-            self-join is found at the first such call and kept); the others are probed.
+            A self-join: each query's own doc id. The pairs then follow the self-join rule
+            (:func:`settopk.kernels.self_join_pairs`) before ``k`` is applied, so that a shard's
+            ``k`` best are those the merge keeps. With ``from_own_length``, where the index has
+            the self-join (the ``cpu`` backend, ``T > 0``), the queries that are this shard's docs
+            take their pairs from it (:meth:`prepare_self_join` finds it once); the others are probed.
         include_self : bool
-            With ``own_ids``: whether the self-join keeps each doc's pair with itself (the merge
-            applies the rule again; without it those pairs would be dropped there).
+            With ``own_ids``: keep each doc's pair with itself.
 
         Returns
         -------
         settopk.kernels.ThresholdPairs
-            CSR over ``rows``, each query's pairs best first (unbounded unless ``k``).
+            CSR over ``rows``, each query's pairs best first (at most ``k``).
         """
         start = self._enter()
         rows = np.arange(queries.n_sets, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
@@ -294,26 +295,31 @@ class ShardSearcher:
         skipped = posted = 0
         try:
             with self._out_of_memory(f"searching a batch of {len(rows)} queries", "lower query_batch_size"):
-                if own_ids is not None and from_own_length and k is None and self._has_self_join(threshold):
-                    result = self._own_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], include_self)
-                else:
+                if own_ids is None:
                     result = self.index.threshold_search(subset, threshold, k,
                                                          min_doc_len=subset.lengths if from_own_length else None)
+                elif from_own_length and self._has_self_join(threshold):
+                    result = self._own_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], include_self, k)
+                else:
+                    found = self.index.threshold_search(subset, threshold, None,
+                                                        min_doc_len=subset.lengths if from_own_length else None)
+                    result = self_join_pairs(found, np.asarray(own_ids, np.int64)[rows], subset.lengths, self.score,
+                                             include_self, k)
             skipped = int(getattr(self.index, "last_skipped", 0))
             posted = int(getattr(self.index, "last_routing", {}).get("postings", 0))
         finally:
             self._leave(start, len(rows), skipped, posted)
         return result
 
-    def prepare_self_join(self, threshold: str, include_self: bool = False) -> dict:
+    def prepare_self_join(self, threshold: str, include_self: bool = False, k: int | None = None) -> dict:
         """Find the shard's self-join at ``threshold`` now, where the index has one (see
-        :meth:`threshold_search`'s ``own_ids``), and return :meth:`info`. A job's symmetric
-        self-join calls it as its shards load, so that the first search does not pay it (RETAIL:
-        about 60 ms on 2 cores, most of it the docs' frequency order and groups); its time counts
-        in the shard's ``load_s``."""
+        :meth:`threshold_search`'s ``own_ids``; ``include_self`` and ``k`` as the calls will pass
+        them), and return :meth:`info`. A job's symmetric self-join calls it as its shards load, so
+        that the first search does not pay it (RETAIL: about 60 ms on 2 cores, most of it the
+        docs' frequency order and groups); its time counts in the shard's ``load_s``."""
         if self._has_self_join(threshold):
             start = time.perf_counter()
-            self.index.self_join_rows(threshold, 0, 0, include_self)
+            self.index.self_join_rows(threshold, 0, 0, include_self, k)
             self.load_s += time.perf_counter() - start
         return self.info()
 
@@ -324,10 +330,10 @@ class ShardSearcher:
         return (hasattr(self.index, "self_join_rows") and self.score != "containment" and self.index.n_docs > 0
                 and join_applies(parse_threshold(threshold, self.score)))
 
-    def _own_pairs(self, queries: SetBatch, threshold: str, own_ids: np.ndarray, include_self: bool):
+    def _own_pairs(self, queries: SetBatch, threshold: str, own_ids: np.ndarray, include_self: bool, k: int | None):
         """:meth:`threshold_search` of a symmetric self-join's queries (``own_ids`` their docs): the
         shard's own docs among them from its self-join, in runs of consecutive positions; the rest
-        probed from their own length."""
+        probed from their own length, then the rule."""
         doc_ids = self.index.doc_ids
         pos = np.searchsorted(doc_ids, own_ids)
         home = pos < len(doc_ids)
@@ -339,11 +345,12 @@ class ShardSearcher:
             cuts = np.concatenate([[0], np.flatnonzero(np.diff(p) != 1) + 1, [len(p)]])
             for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
                 parts.append((home_rows[a:b], self.index.self_join_rows(threshold, int(p[a]), int(p[b - 1]) + 1,
-                                                                        include_self)))
+                                                                        include_self, k)))
         away = np.flatnonzero(~home)
         if len(away):
             probe = queries if len(away) == queries.n_sets else queries.take(away)
-            parts.append((away, self.index.threshold_search(probe, threshold, None, min_doc_len=probe.lengths)))
+            found = self.index.threshold_search(probe, threshold, None, min_doc_len=probe.lengths)
+            parts.append((away, self_join_pairs(found, own_ids[away], probe.lengths, self.score, include_self, k)))
         return interleave_pairs(queries.n_sets, parts)
 
     def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
