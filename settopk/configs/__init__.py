@@ -258,9 +258,11 @@ class OutputConfig:
     pairs_per_piece : int
         A threshold run's bound on the pairs one step holds (issue 46): a merge task merges and
         writes a batch's pairs in pieces of whole queries of about this many (one query alone
-        may pass it, by at most its own pairs), the driver cuts the query batches after the
-        first so that a shard's answer to one holds about this many, and ``--dedup`` contracts
-        this many pairs at a time. Results do not depend on it.
+        may pass it, by at most its own pairs), the driver cuts the query batches so that a
+        shard's answer to one holds about this many (the first chunk's after a call of
+        ``pairs_per_piece // shard_cap`` queries, whose answers cannot pass it:
+        :func:`settopk.jobs.threshold_job.shard_cap`), and ``--dedup`` contracts this many pairs
+        at a time. Results do not depend on it.
     """
 
     partition: str = "none"
