@@ -15,7 +15,7 @@ from settopk.kernels import (SetBatch, ThresholdPairs, brute_force_threshold, bu
 
 pytest.importorskip("numba")
 
-from settopk.kernels.join.host_join import SelfJoin  # noqa: E402
+from settopk.kernels.join.host_join import SelfJoin, SelfJoinTooLarge  # noqa: E402
 from settopk.shards.searcher import ShardSearcher  # noqa: E402
 
 
@@ -54,6 +54,20 @@ def test_any_range_of_queries_equals_the_oracle(docs, score, t, include_self, cu
         join.close()
 
 
+def test_a_self_join_past_its_budget_is_refused_by_the_probe_or_the_lists():
+    """Many copies of two sets: few pairs of groups, many list entries (the copies)."""
+    docs = SetBatch.from_lists([[1, 2, 3]] * 30 + [[1, 2, 4]] * 30 + [[7, 8]])
+    ids = np.arange(docs.n_sets)
+    join = SelfJoin(docs, ids, "1/2", "jaccard", 8, max_entries=200)  # 60 + 60 entries: fits
+    assert join.offsets[-1] == 60 * 59 // 2  # 30 * 29 / 2 twice inside, 30 * 30 across
+    join.close()
+    with pytest.raises(SelfJoinTooLarge, match="lists have 120 entries"):
+        SelfJoin(docs, ids, "1/2", "jaccard", 8, max_entries=100)
+    distinct = SetBatch.from_lists([[i, i + 1] for i in range(40)] + [[i, i + 2] for i in range(40)])
+    with pytest.raises(SelfJoinTooLarge, match="pairs of groups"):
+        SelfJoin(distinct, np.arange(distinct.n_sets), "1/3", "jaccard", 8, max_entries=5)
+
+
 def test_containment_and_a_zero_threshold_are_refused():
     docs = SetBatch.from_lists([[1, 2], [2]])
     with pytest.raises(ValueError, match="containment is not symmetric"):
@@ -90,8 +104,10 @@ class _Searcher(ShardSearcher):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet"]), t=st.sampled_from(["1/2", "2/3", "1"]),
-       seed=st.integers(0, 2**31), include_self=st.booleans())
-def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(docs, score, t, seed, include_self):
+       seed=st.integers(0, 2**31), include_self=st.booleans(), k=st.sampled_from([None, 2]),
+       budget=st.sampled_from([None, 3]))
+def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(docs, score, t, seed, include_self, k,
+                                                                              budget):
     """The shard holds the docs of lengths >= a cut (a length-bucket shard), or any subset; the batch is every doc
     (some the shard's, in runs broken by the others), a subset of its rows searched: each row's
     pairs are those the oracle keeps under the self-join rule among the shard's docs."""
@@ -105,19 +121,34 @@ def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(doc
     searcher = _Searcher([docs[i] for i in held], ids[held], score)
     batch = SetBatch.from_lists(docs)
     rows = np.flatnonzero(rng.random(len(docs)) < 0.8)
-    assert searcher.prepare_self_join(t, include_self) == {"load_s": searcher.load_s}
+    assert searcher.prepare_self_join(t, include_self, k, budget) == {"load_s": searcher.load_s}
     kept = searcher.index._self_join
-    got = searcher.threshold_search(batch, t, None, rows, True, ids, include_self)
-    again = searcher.threshold_search(batch, t, None, rows, True, ids, include_self)
-    assert kept is not None and searcher.index._self_join is kept  # found as the shard loads, then kept
+    got = searcher.threshold_search(batch, t, k, rows, True, ids, include_self, budget)
+    again = searcher.threshold_search(batch, t, k, rows, True, ids, include_self, budget)
+    assert kept is None or searcher.index._self_join is kept  # found as the shard loads, then kept
+    if budget is None:
+        assert kept is not None
+    elif kept is None:  # past the budget: refused once, every row probed (the result as exact)
+        assert searcher._self_join_refused == (t, include_self, k, budget)
     # The oracle over the shard's docs, each row's doc as the query, under the rule.
     expected = []
     for r in rows:
         pairs = brute_force_threshold([docs[i] for i in held], [docs[r]], parse_threshold(t, score), doc_ids=ids[held].tolist(), score=score)[0]
         expected.append([p for p in pairs if self_join_keep(ids[r], size[r], p[0], p[2], score, include_self)])
-    # The merge applies the rule again: a probed row may hold a same-length pair the other way.
-    ruled = [[p for p in row if self_join_keep(ids[r], size[r], p[0], p[2], score, include_self)]
-             for r, row in zip(rows, _rows(got))]
-    assert ruled == expected and _rows(got) == _rows(again)
-    home = np.isin(rows, held)
-    assert [row for row, h in zip(_rows(got), home) if h] == [row for row, h in zip(expected, home) if h]
+    # The shard applies the rule, then keeps each query's best k: what the merge then keeps.
+    assert _rows(got) == [row[:k] for row in expected] == _rows(again)
+
+
+def test_a_shard_past_its_budget_probes_its_own_docs_and_says_so(caplog):
+    docs = [[1, 2, 3]] * 20 + [[1, 2, 4]] * 20 + [[5]]
+    ids = doc_ids(len(docs))
+    searcher = _Searcher(docs, ids, "jaccard")
+    batch = SetBatch.from_lists(docs)
+    with caplog.at_level("INFO", logger="settopk"):
+        searcher.prepare_self_join("1/2", False, None, 10)
+    assert searcher.index._self_join is None and "probed batch by batch" in caplog.text
+    got = searcher.threshold_search(batch, "1/2", None, None, True, ids, False, 10)
+    assert _rows(got) == _oracle_rows(docs, ids, "1/2", "jaccard")
+    assert searcher.index._self_join is None  # refused once, not tried again
+    searcher.prepare_self_join("1/2", False, None, 1000)  # another budget: found
+    assert searcher.index._self_join is not None

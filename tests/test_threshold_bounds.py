@@ -50,3 +50,19 @@ def test_a_self_join_of_many_identical_sets_holds_bounded_pieces(ray_cluster, tm
                      "--score", "jaccard", "--config", cfg, "--quiet"]) == 0
     assert read_manifest(capped)["threshold"]["held"]["first_call_queries"] == min(128, PIECE // 5)
     assert index.self_join("0.6", k=5).to_arrow().equals(pq.read_table(capped))
+
+
+@pytest.mark.parametrize("piece", [100, 100_000])
+def test_a_cpu_self_join_kept_or_past_its_budget_writes_the_in_process_rows(ray_cluster, tmp_path, piece):
+    """The cpu shards answer their own docs from their self-join when it holds at most
+    4 x pairs_per_piece entries (here ~1,000: kept at 100,000), else they probe them batch by
+    batch (at 100): the rows are the same either way."""
+    sets = [[1, 2, 3, 4], [1, 2, 3, 5], [7, 8], [9]]
+    docs = [sets[i % len(sets)] for i in range(len(sets) * COPIES)] + [[1, 2, 3, 4, 5, 6]]
+    docs_path = write_sets(tmp_path / "docs.txt", docs)
+    cfg = job_config(tmp_path, backend="cpu", n_shards=2, query_chunk_size=128, output={"pairs_per_piece": piece})
+    out = tmp_path / "out"
+    assert job.main(["--docs", docs_path, "--self-join", "--out", str(out), "--threshold", "0.6", "--score", "jaccard",
+                     "--config", cfg, "--quiet"]) == 0
+    index = settopk.Index.build(docs_path, score="jaccard", backend="cpu")
+    assert index.self_join("0.6").to_arrow().equals(pq.read_table(out))

@@ -63,7 +63,7 @@ from settopk.shards.reading import pieces_for_cluster, read_corpus_pieces
 from .search import prestart_merge_workers, search_chunks
 from .shard_pool import ShardPool, reserve_shards, start_shards, supply_shards
 from .target import Decision
-from .threshold_job import shard_cap, threshold_cap, threshold_section
+from .threshold_job import self_join_entries, shard_cap, threshold_cap, threshold_section
 from .vocabulary import tokens_for_run
 from .validate import Job, NoOp, UsageError, Validated, ValidationThread, check_unchanged_since, locate_args, self_join_note, settle
 
@@ -223,10 +223,10 @@ def _wait_loaded(job: Job, plan: list, pool: ShardPool) -> list[dict]:
     bar = progress_bar("load", len(pool.actors), "shards", job.args.quiet)
     if cfg.threshold is not None and cfg.self_join and cfg.score != "containment":
         # The shards' own self-joins are found as they load (ShardSearcher.threshold_search's own_ids).
-        k = shard_cap(threshold_cap(job.args))
+        k, most = shard_cap(threshold_cap(job.args)), self_join_entries(cfg.output.pairs_per_piece)
 
         def call(a):
-            return a.prepare_self_join.remote(cfg.threshold, cfg.include_self, k)
+            return a.prepare_self_join.remote(cfg.threshold, cfg.include_self, k, most)
     else:
         def call(a):
             return a.info.remote()

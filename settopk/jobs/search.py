@@ -28,7 +28,7 @@ from settopk.shards import split_rounds
 
 from .dispatch import gather
 from .merge_task import BatchLayout, merge_and_write_chunk, merge_and_write_pairs
-from .threshold_job import shard_cap, shard_rows
+from .threshold_job import self_join_entries, shard_cap, shard_rows
 
 __all__ = ["prestart_merge_workers", "search_chunks"]
 
@@ -131,12 +131,14 @@ class _Threshold(NamedTuple):
     from_own_length: bool  # search only the docs at least as long as the query (a symmetric self-join)
     self_join: bool = False  # the queries are the docs: each call names their own doc ids
     include_self: bool = False  # a self-join keeps each doc's pair with itself
+    max_entries: int | None = None  # what a shard's kept self-join may hold (threshold_job.self_join_entries)
 
 
 def _search_pairs(actor, results: dict, key, batch, threshold: _Threshold, rows, own_ids):
     """Send one threshold search; keep its pairs' reference under ``key`` and return the receipt reference."""
     receipt, pairs = actor.threshold_with_receipt.options(num_returns=2).remote(
-        batch, threshold.threshold, threshold.cap, rows, threshold.from_own_length, own_ids, threshold.include_self)
+        batch, threshold.threshold, threshold.cap, rows, threshold.from_own_length, own_ids, threshold.include_self,
+        threshold.max_entries)
     results[key] = pairs
     return receipt
 
@@ -347,7 +349,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         # its shorter doc, so a query searches the docs at least as long as itself only
         # (settopk.kernels.self_join_keep).
         threshold = _Threshold(cfg.threshold, shard_cap(cap), cfg.self_join and cfg.score != "containment",
-                               cfg.self_join, cfg.include_self)
+                               cfg.self_join, cfg.include_self, self_join_entries(cfg.output.pairs_per_piece))
     window = _merge_window(len(actors))
     in_flight: list[tuple[object, int]] = []
     totals = {"merge_s": 0.0, "write_s": 0.0, "read_queries_s": 0.0, "send_s": 0.0}

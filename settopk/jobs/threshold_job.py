@@ -29,7 +29,7 @@ from settopk.kernels.threshold import query_need, reachable_lengths, self_join_k
 
 from .output import RESULT_SCHEMA
 
-__all__ = ["TooManyPairs", "threshold_config", "threshold_cap", "threshold_section", "shard_cap", "shard_rows",
+__all__ = ["TooManyPairs", "threshold_config", "threshold_cap", "threshold_section", "self_join_entries", "shard_cap", "shard_rows",
            "merge_pairs_table"]
 
 
@@ -81,6 +81,15 @@ def shard_cap(cap: int | None) -> int:
     A self-join's shards apply its rule before they cut
     (:meth:`settopk.shards.ShardSearcher.threshold_search`'s ``own_ids``)."""
     return int(cap) if cap is not None else settopk.configs.MAX_K + 1
+
+
+def self_join_entries(pairs_per_piece: int) -> int:
+    """The most group pairs and list entries a shard's kept self-join may hold
+    (``settopk.kernels.join.host_join.SelfJoin``'s ``max_entries``): 4 x ``output.pairs_per_piece``,
+    each about 12 bytes. Where sets repeat it is far less than the pairs it writes; a self-join
+    beyond it (many distinct pairs) is probed batch by batch, as other shards' queries are, so a
+    shard holds about one batch's pairs at a time whatever the join's size."""
+    return 4 * int(pairs_per_piece)
 
 
 def shard_rows(plan, query_len, threshold, max_len: int, score: str, min_doc_len=None) -> list[np.ndarray]:

@@ -307,7 +307,8 @@ class NumbaShardIndex:
 
         return numba_threshold_search(self, tables, threshold, k, min_doc_len)
 
-    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None):
+    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None,
+                       max_entries: int | None = None):
         """The shard's own docs ``lo .. hi - 1`` (positions) as queries of the shard's self-join.
 
         The self-join (:class:`settopk.kernels.join.host_join.SelfJoin`) is found at the first call
@@ -324,6 +325,8 @@ class NumbaShardIndex:
             Also each doc's pair with itself.
         k : int, optional
             Keep each query's ``k`` best pairs; None keeps all.
+        max_entries : int, optional
+            The most group pairs and list entries the kept self-join may hold (see ``SelfJoin``).
 
         Returns
         -------
@@ -335,6 +338,8 @@ class NumbaShardIndex:
         ------
         ValueError
             If ``T == 0``, the score is ``containment`` (not symmetric), ``k < 1`` or the range is out of bounds.
+        settopk.kernels.join.host_join.SelfJoinTooLarge
+            If the self-join, found at this call, would hold more than ``max_entries``.
         """
         from .join.host_join import SelfJoin
         from .threshold import parse_threshold
@@ -346,7 +351,8 @@ class NumbaShardIndex:
                 self._self_join[1].close()
             self._self_join = None  # the old lists go before the new ones are built
             self._self_join = (key, SelfJoin(SetBatch(self._offsets, self._tokens), self.doc_ids, t, self.score,
-                                             self.max_len, include_self=bool(include_self), k=k, threads=self.threads))
+                                             self.max_len, include_self=bool(include_self), k=k, threads=self.threads,
+                                             max_entries=max_entries))
         return self._self_join[1].rows(lo, hi)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:

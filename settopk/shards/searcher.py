@@ -8,6 +8,7 @@ takes its inputs from a :class:`settopk.shards.actor.ShardInputs` actor).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -23,6 +24,8 @@ from .plan import ShardSpec
 from .thresholds import floors_from
 
 __all__ = ["ShardSearcher", "load_shard"]
+
+_log = logging.getLogger("settopk")
 
 
 def load_shard(spec: ShardSpec, pieces, drops: dict | None = None, ordered: bool = True, concatenate: bool = True):
@@ -256,7 +259,8 @@ class ShardSearcher:
         return len(result.doc_ids), result
 
     def threshold_search(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
-                         from_own_length: bool = False, own_ids=None, include_self: bool = False):
+                         from_own_length: bool = False, own_ids=None, include_self: bool = False,
+                         max_entries: int | None = None):
         """Every doc of the shard whose score with a query of the batch reaches ``threshold``.
 
         Parameters
@@ -283,6 +287,10 @@ class ShardSearcher:
             take their pairs from it (:meth:`prepare_self_join` finds it once); the others are probed.
         include_self : bool
             With ``own_ids``: keep each doc's pair with itself.
+        max_entries : int, optional
+            The most group pairs and list entries the shard's self-join may hold
+            (``settopk.kernels.join.host_join.SelfJoin``); past it the shard probes its own docs
+            batch by batch too, as its other queries, and says so in its log once.
 
         Returns
         -------
@@ -298,8 +306,9 @@ class ShardSearcher:
                 if own_ids is None:
                     result = self.index.threshold_search(subset, threshold, k,
                                                          min_doc_len=subset.lengths if from_own_length else None)
-                elif from_own_length and self._has_self_join(threshold):
-                    result = self._own_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], include_self, k)
+                elif from_own_length and self._has_self_join(threshold, include_self, k, max_entries):
+                    result = self._own_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], include_self, k,
+                                             max_entries)
                 else:
                     found = self.index.threshold_search(subset, threshold, None,
                                                         min_doc_len=subset.lengths if from_own_length else None)
@@ -311,26 +320,43 @@ class ShardSearcher:
             self._leave(start, len(rows), skipped, posted)
         return result
 
-    def prepare_self_join(self, threshold: str, include_self: bool = False, k: int | None = None) -> dict:
-        """Find the shard's self-join at ``threshold`` now, where the index has one (see
-        :meth:`threshold_search`'s ``own_ids``; ``include_self`` and ``k`` as the calls will pass
+    def prepare_self_join(self, threshold: str, include_self: bool = False, k: int | None = None,
+                          max_entries: int | None = None) -> dict:
+        """Find the shard's self-join at ``threshold`` now, where the index has one and it holds
+        at most ``max_entries`` (see :meth:`threshold_search`; the arguments as the calls will pass
         them), and return :meth:`info`. A job's symmetric self-join calls it as its shards load, so
         that the first search does not pay it (RETAIL: about 60 ms on 2 cores, most of it the
         docs' frequency order and groups); its time counts in the shard's ``load_s``."""
-        if self._has_self_join(threshold):
-            start = time.perf_counter()
-            self.index.self_join_rows(threshold, 0, 0, include_self, k)
+        start = time.perf_counter()
+        if self._has_self_join(threshold, include_self, k, max_entries):
             self.load_s += time.perf_counter() - start
         return self.info()
 
-    def _has_self_join(self, threshold: str) -> bool:
+    def _has_self_join(self, threshold: str, include_self: bool, k: int | None, max_entries: int | None) -> bool:
+        """Whether the shard answers its own docs from its self-join: the index has one (the cpu
+        backend, a symmetric score, ``T > 0``) and it fits ``max_entries`` (found here, once)."""
         from settopk.kernels import parse_threshold
         from settopk.kernels.join import join_applies
 
-        return (hasattr(self.index, "self_join_rows") and self.score != "containment" and self.index.n_docs > 0
-                and join_applies(parse_threshold(threshold, self.score)))
+        if not (hasattr(self.index, "self_join_rows") and self.score != "containment" and self.index.n_docs > 0
+                and join_applies(parse_threshold(threshold, self.score))):
+            return False
+        key = (threshold, include_self, k, max_entries)
+        if getattr(self, "_self_join_refused", None) == key:
+            return False
+        from settopk.kernels.join.host_join import SelfJoinTooLarge
 
-    def _own_pairs(self, queries: SetBatch, threshold: str, own_ids: np.ndarray, include_self: bool, k: int | None):
+        try:
+            self.index.self_join_rows(threshold, 0, 0, include_self, k, max_entries)
+        except SelfJoinTooLarge as exc:
+            self._self_join_refused = key
+            _log.info("shard %s: %s; its own docs are probed batch by batch",
+                      getattr(getattr(self, "spec", None), "shard_id", "?"), exc)
+            return False
+        return True
+
+    def _own_pairs(self, queries: SetBatch, threshold: str, own_ids: np.ndarray, include_self: bool, k: int | None,
+                   max_entries: int | None):
         """:meth:`threshold_search` of a symmetric self-join's queries (``own_ids`` their docs): the
         shard's own docs among them from its self-join, in runs of consecutive positions; the rest
         probed from their own length, then the rule."""
@@ -345,7 +371,7 @@ class ShardSearcher:
             cuts = np.concatenate([[0], np.flatnonzero(np.diff(p) != 1) + 1, [len(p)]])
             for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
                 parts.append((home_rows[a:b], self.index.self_join_rows(threshold, int(p[a]), int(p[b - 1]) + 1,
-                                                                        include_self, k)))
+                                                                        include_self, k, max_entries)))
         away = np.flatnonzero(~home)
         if len(away):
             probe = queries if len(away) == queries.n_sets else queries.take(away)
@@ -354,10 +380,11 @@ class ShardSearcher:
         return interleave_pairs(queries.n_sets, parts)
 
     def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
-                               from_own_length: bool = False, own_ids=None, include_self: bool = False):
+                               from_own_length: bool = False, own_ids=None, include_self: bool = False,
+                               max_entries: int | None = None):
         """:meth:`threshold_search` for an actor call with two returns: ``(n_pairs, ThresholdPairs)``;
         the driver waits on the small first one, the pairs go straight to the merge task."""
-        result = self.threshold_search(queries, threshold, k, rows, from_own_length, own_ids, include_self)
+        result = self.threshold_search(queries, threshold, k, rows, from_own_length, own_ids, include_self, max_entries)
         return len(result.doc_ids), result
 
     @contextlib.contextmanager

@@ -26,7 +26,7 @@ from .numba_join import build_postings, probe_groups
 from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["DocSide", "SelfJoin", "self_join"]
+__all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "self_join"]
 
 _RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
 _ENTRIES_PER_THREAD = 1 << 15  # a probe thread per this many probe entries at most: each costs its scratch and a hand-off
@@ -136,6 +136,10 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
         join.close()
 
 
+class SelfJoinTooLarge(RuntimeError):
+    """A :class:`SelfJoin` would hold more than its ``max_entries``: its caller probes batch by batch instead."""
+
+
 class SelfJoin:
     """The threshold self-join of a corpus, found once and written out by query range (host memory).
 
@@ -162,6 +166,10 @@ class SelfJoin:
         Threads of the probe and the writing (default: the CPUs of this process).
     prepared : JoinSets, optional
         The corpus in frequency order, grouped (:func:`settopk.kernels.join.prepare_corpus`).
+    max_entries : int, optional
+        Refuse (:class:`SelfJoinTooLarge`) a self-join of more than this many group pairs or list
+        entries, as soon as the probe or the lists' sizes show it (the probe stops there): what is
+        held is then bounded by it. None: no bound.
 
     Attributes
     ----------
@@ -172,6 +180,8 @@ class SelfJoin:
     ------
     ValueError
         If ``T == 0``, the score is ``containment`` or unknown, or ``k < 1``.
+    SelfJoinTooLarge
+        Past ``max_entries``.
 
     Notes
     -----
@@ -180,7 +190,8 @@ class SelfJoin:
     """
 
     def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
-                 k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None):
+                 k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None,
+                 max_entries: int | None = None):
         score = check_score(score)
         if score == "containment":
             raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe (DocSide)")
@@ -200,8 +211,12 @@ class SelfJoin:
         end = np.minimum(end, own).astype(np.int32)
         prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
         self._workers = _Workers(threads, g_offsets, sets.id_bound)
-        pair_q, pair_i, pair_ov = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups,
-                                             plan.need, postings)
+        found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need,
+                           postings, max_entries or 0)
+        if found is None:
+            self.close()
+            raise SelfJoinTooLarge(f"the self-join has more than max_entries={max_entries} pairs of groups")
+        pair_q, pair_i, pair_ov = found
         # Directed by the self-join rule: the shorter group's members are the queries. Between two
         # groups of one length: from the lower set's to the higher's where each holds one set; else
         # both ways, each member keeping the higher positions; inside a group likewise.
@@ -216,8 +231,13 @@ class SelfJoin:
         dt = np.concatenate([np.where(flip, pair_i, pair_q), pair_i[both], inside])
         dov = np.concatenate([pair_ov, pair_ov[both], g_len[inside]])
         dfilt = np.concatenate([both, np.ones(int(both.sum()), bool), np.full(len(inside), 2 if include_self else 1)])
-        self._lists = _emit_lists(self._workers, js.n_sets, (dq, dt, dov, dfilt.astype(np.int8)), js, js,
-                                  np.zeros(js.n_sets, np.int64), k, np.asarray(doc_ids, dtype=np.int64), max_len, score)
+        try:
+            self._lists = _emit_lists(self._workers, js.n_sets, (dq, dt, dov, dfilt.astype(np.int8)), js, js,
+                                      np.zeros(js.n_sets, np.int64), k, np.asarray(doc_ids, dtype=np.int64), max_len, score,
+                                      max_entries)
+        except SelfJoinTooLarge:
+            self.close()
+            raise
         self.offsets = self._lists.offsets
 
     @property
@@ -298,8 +318,9 @@ class _Workers:
             self.pool.shutdown(wait=False)
 
 
-def _probe_all(workers: _Workers, probe, index, need, postings):
-    """:func:`probe_groups` over every probe group, in ranges taken by the workers' threads."""
+def _probe_all(workers: _Workers, probe, index, need, postings, limit: int = 0):
+    """:func:`probe_groups` over every probe group, in ranges taken by the workers' threads; with a
+    ``limit``, None once more pairs than it are found (each range stops there)."""
     q_tokens, q_offsets, q_len, q_sig, prefix, first, end = probe
     i_tokens, i_sig = index[0], index[3]
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
@@ -314,11 +335,13 @@ def _probe_all(workers: _Workers, probe, index, need, postings):
         buffers = workers.take()
         try:
             return probe_groups(lo_hi[0], lo_hi[1], q_tokens, q_offsets, q_len, q_sig, prefix, first, end, i_tokens,
-                                i_sig, need, *postings, *buffers)
+                                i_sig, need, *postings, *buffers, limit)
         finally:
             workers.scratch.put(buffers)
 
     found = workers.map(run, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())), width)
+    if limit and sum(len(f[0]) for f in found) > limit:
+        return None
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 
 
@@ -348,8 +371,9 @@ def _emit(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_set
 
 
 def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets, t_sets: JoinSets, floor, k, doc_ids,
-                max_len: int, score: str) -> _Lists:
-    """The ordered lists and per-row counts of :func:`_emit`, before any row is written."""
+                max_len: int, score: str, max_entries: int | None = None) -> _Lists:
+    """The ordered lists and per-row counts of :func:`_emit`, before any row is written (raising
+    :class:`SelfJoinTooLarge` before they are made where they would pass ``max_entries``)."""
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
     dq, dt, dov, dfilt = (np.ascontiguousarray(a, dtype) for a, dtype in zip(directed, (np.int32, np.int32, np.int32, np.int8)))
@@ -359,6 +383,8 @@ def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets,
     t_goff, t_members = t_sets.group_offsets, t_sets.group_members
     k = 0 if k is None else k
     starts, order, list_len, group_of = emit_plan(n_queries, dq, dt, q_sets.group_offsets, q_sets.group_members, t_goff)
+    if max_entries is not None and list_len[-1] > max_entries:
+        raise SelfJoinTooLarge(f"the self-join's lists have {int(list_len[-1])} entries, more than max_entries={max_entries}")
     n_groups = len(list_len) - 1
     list_pos = np.empty(list_len[-1], np.int32)
     list_pair = np.empty(list_len[-1], np.int64)

@@ -96,7 +96,7 @@ def _popcount(v):
 
 @njit(**_JIT)
 def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end,
-                 i_tokens, i_sig, need, p_off, p_group, p_pos, p_len, state, touched, start, used, mark):
+                 i_tokens, i_sig, need, p_off, p_group, p_pos, p_len, state, touched, start, used, mark, limit):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
@@ -134,6 +134,9 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
         Scratch.
     mark : uint8 (n_ranks,)
         Scratch, zero on entry and on return: the probe group's tokens, while its candidates are verified.
+    limit : int
+        Stop after the probe group whose pairs bring the count above ``limit`` (0: no limit); the
+        caller sees more than ``limit`` pairs, and the scratch is left clean.
 
     Returns
     -------
@@ -239,6 +242,8 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 t = q_tokens[xs + a]
                 if t < n_ranks:
                     mark[t] = 0
+        if 0 < limit < n_out:  # every scratch but `start` is clean here; it is reset below
+            break
     for u in range(n_used):
         start[used[u]] = -1
     return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
