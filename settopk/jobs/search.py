@@ -154,8 +154,9 @@ def _own_ids(threshold: _Threshold | None, query_ids, lo: int, hi: int) -> np.nd
 
 def _first_batch_size(actors, infos, plan, item, cfg, threshold: _Threshold) -> tuple[int, int, int]:
     """A threshold run's batch size before its first chunk: one call of the chunk's first
-    ``pairs_per_piece // cap`` queries (no shard can answer more than ``pairs_per_piece`` pairs
-    for it: each returns at most ``cap`` per query) to the first replica of each shard they
+    ``pairs_per_piece // cap`` queries, at least one (no shard can answer more than
+    ``pairs_per_piece`` pairs for it, or ``cap`` where that is more: each returns at most ``cap``
+    per query) to the first replica of each shard they
     reach, its pairs dropped; the batches are then cut to ``pairs_per_piece`` over the most pairs
     per query a shard answered, as after each chunk. Returns ``(batch size, queries sent, most
     pairs of one answer)``."""
@@ -330,8 +331,9 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         sending them (seconds). A threshold run adds what bounds its memory (issue 46):
         ``shard_pairs_max`` (the most pairs one shard call answered), ``merge_piece_pairs_max``
         (the most one merge held), ``first_call_queries`` (the queries of the call that sizes
-        the first chunk's batches: ``pairs_per_piece // shard_cap`` at most, so no answer to it
-        exceeds ``output.pairs_per_piece``; :func:`_first_batch_size`) and ``batch_size_min``
+        the first chunk's batches: ``pairs_per_piece // shard_cap`` at most, and at least one, so
+        no answer to it exceeds ``output.pairs_per_piece``, or one query's cap where that is
+        more; :func:`_first_batch_size`) and ``batch_size_min``
         (the smallest batch size used: before the first chunk and after each, the batches are
         cut to ``output.pairs_per_piece`` over the most pairs per query a shard answered so far,
         never growing back).
