@@ -221,8 +221,8 @@ def _wait_loaded(job: Job, plan: list, pool: ShardPool) -> list[dict]:
     cfg = job.cfg
     placeholders = [{"shard_id": spec.shard_id, "node": "?", "gpu_ids": ""} for spec in plan] * cfg.replicas
     bar = progress_bar("load", len(pool.actors), "shards", job.args.quiet)
-    if cfg.threshold is not None and cfg.self_join and cfg.score != "containment":
-        # The shards' own self-joins are found as they load (ShardSearcher.threshold_search's own_ids).
+    if cfg.threshold is not None and cfg.self_join:
+        # The shards' own self-joins, where they keep one, are found as they load (ShardSearcher.prepare_self_join).
         k, most = shard_cap(threshold_cap(job.args)), self_join_entries(cfg.output.pairs_per_piece)
 
         def call(a):

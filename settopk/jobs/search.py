@@ -68,9 +68,9 @@ def _merge_window(n_actors: int) -> int:
 def _hold_worker(seconds: float, until: list) -> None:
     """Keep this worker busy for ``seconds`` and until the object refs ``until`` are ready (or failed),
     with what a merge task loads at its first call loaded: the part writer's ``pyarrow.parquet``,
-    and pandas, which PyArrow imports (where it is installed) at its first array made from NumPy:
-    0.3 to 0.45 s of a core that each merge task paid in the search phase (RETAIL on 2 cores,
-    docs/benchmarks.md, "Real data")."""
+    and pandas, which PyArrow imports (where it is installed) at its first array made from NumPy.
+    Loaded here, while the shards load, they are not paid by each merge task's first call in the
+    search phase (docs/benchmarks.md, "Real data", measures it)."""
     start = time.monotonic()
     import pyarrow as pa
     import pyarrow.parquet  # noqa: F401
@@ -152,6 +152,13 @@ def _own_ids(threshold: _Threshold | None, query_ids, lo: int, hi: int) -> np.nd
     return np.array([int(q) for q in query_ids[lo:hi]], dtype=np.int64)
 
 
+def _reach(plan, query_len, cfg, threshold: _Threshold) -> list:
+    """Per shard, the rows of a batch of lengths ``query_len`` that a threshold run sends it
+    (:func:`settopk.jobs.threshold_job.shard_rows`; a symmetric self-join from each query's own length)."""
+    return shard_rows(plan, query_len, threshold.threshold, cfg.max_len, cfg.score,
+                      min_doc_len=query_len if threshold.from_own_length else None)
+
+
 def _first_batch_size(actors, infos, plan, item, cfg, threshold: _Threshold) -> tuple[int, int, int]:
     """A threshold run's batch size before its first chunk: one call of the chunk's first
     ``pairs_per_piece // cap`` queries, at least one (no shard can answer more than
@@ -166,8 +173,7 @@ def _first_batch_size(actors, infos, plan, item, cfg, threshold: _Threshold) -> 
     n = min(chunk.hi - chunk.lo, max(1, cfg.output.pairs_per_piece // threshold.cap))
     lengths = chunk_sets.lengths[:n]
     batch = ray.put(chunk_sets.take(np.arange(n)))
-    reach = shard_rows(plan, lengths, threshold.threshold, cfg.max_len, cfg.score,
-                       min_doc_len=lengths if threshold.from_own_length else None)
+    reach = _reach(plan, lengths, cfg, threshold)
     own, dropped = _own_ids(threshold, query_ids, 0, n), {}
     calls = [(s, lambda a, s=s, rows=rows: _search_pairs(a, dropped, s, batch, threshold, rows, own))
              for s, rows in enumerate(reach) if len(rows)]
@@ -211,8 +217,7 @@ class _ChunkSearch:
             batch = ray.put(chunk_sets.take(np.arange(lo, hi)))
             self.own_ids.append(_own_ids(threshold, query_ids, lo, hi))
             if threshold is not None:
-                first = shard_rows(plan, self.query_len[lo:hi], threshold.threshold, cfg.max_len, cfg.score,
-                                   min_doc_len=self.query_len[lo:hi] if threshold.from_own_length else None)
+                first = _reach(plan, self.query_len[lo:hi], cfg, threshold)
                 second = [np.zeros(0, dtype=np.int64)] * len(plan)
             elif exchange:
                 first, second = split_rounds(plan, self.query_len[lo:hi])

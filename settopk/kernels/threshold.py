@@ -432,15 +432,16 @@ def interleave_pairs(n_queries: int, parts) -> ThresholdPairs:
     ValueError
         If a part's rows and pairs differ in length.
     """
-    counts = np.zeros(n_queries, np.int64)
     for rows, pairs in parts:
         if len(rows) != pairs.n_queries:
             raise ValueError(f"a part names {len(rows)} rows for pairs of {pairs.n_queries} queries")
+    if len(parts) == 1 and len(parts[0][0]) == n_queries:  # ascending and disjoint: every row, in order
+        return parts[0][1]
+    counts = np.zeros(n_queries, np.int64)
+    for rows, pairs in parts:
         counts[rows] = pairs.counts
     offsets = np.zeros(n_queries + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    if len(parts) == 1 and len(parts[0][0]) == n_queries:
-        return parts[0][1]
     n = int(offsets[-1])
     out = ThresholdPairs(offsets, np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32))
     for rows, pairs in parts:

@@ -310,10 +310,8 @@ class ShardSearcher:
                     result = self._own_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], include_self, k,
                                              max_entries)
                 else:
-                    found = self.index.threshold_search(subset, threshold, None,
-                                                        min_doc_len=subset.lengths if from_own_length else None)
-                    result = self_join_pairs(found, np.asarray(own_ids, np.int64)[rows], subset.lengths, self.score,
-                                             include_self, k)
+                    result = self._probed_pairs(subset, threshold, np.asarray(own_ids, np.int64)[rows], from_own_length,
+                                                include_self, k)
             skipped = int(getattr(self.index, "last_skipped", 0))
             posted = int(getattr(self.index, "last_routing", {}).get("postings", 0))
         finally:
@@ -325,8 +323,8 @@ class ShardSearcher:
         """Find the shard's self-join at ``threshold`` now, where the index has one and it holds
         at most ``max_entries`` (see :meth:`threshold_search`; the arguments as the calls will pass
         them), and return :meth:`info`. A job's symmetric self-join calls it as its shards load, so
-        that the first search does not pay it (RETAIL: about 60 ms on 2 cores, most of it the
-        docs' frequency order and groups); its time counts in the shard's ``load_s``."""
+        that the first search does not pay it (most of it is the docs' frequency order and
+        groups); its time counts in the shard's ``load_s``."""
         start = time.perf_counter()
         if self._has_self_join(threshold, include_self, k, max_entries):
             self.load_s += time.perf_counter() - start
@@ -375,9 +373,14 @@ class ShardSearcher:
         away = np.flatnonzero(~home)
         if len(away):
             probe = queries if len(away) == queries.n_sets else queries.take(away)
-            found = self.index.threshold_search(probe, threshold, None, min_doc_len=probe.lengths)
-            parts.append((away, self_join_pairs(found, own_ids[away], probe.lengths, self.score, include_self, k)))
+            parts.append((away, self._probed_pairs(probe, threshold, own_ids[away], True, include_self, k)))
         return interleave_pairs(queries.n_sets, parts)
+
+    def _probed_pairs(self, queries: SetBatch, threshold: str, own_ids: np.ndarray, from_own_length: bool,
+                      include_self: bool, k: int | None):
+        """A self-join's queries (``own_ids`` their docs) probed against the shard, then the rule and ``k``."""
+        found = self.index.threshold_search(queries, threshold, None, min_doc_len=queries.lengths if from_own_length else None)
+        return self_join_pairs(found, own_ids, queries.lengths, self.score, include_self, k)
 
     def threshold_with_receipt(self, queries: SetBatch, threshold: str, k: int | None = None, rows=None,
                                from_own_length: bool = False, own_ids=None, include_self: bool = False,
