@@ -313,10 +313,10 @@ AUTO_THRESHOLD_BATCH_SIZE = {"cupy": 4096, "cpu": 16384, "numpy": 256}
 """A threshold run's queries per request with ``query_batch_size: auto``. For cpu, 16,384: the
 join's per-request steps (the queries' frequency order and groups, their length plan, the
 hand-off to the probe's threads, and the driver's sending) cost more than a small batch's
-probe, and a self-join's home queries only read the shard's self-join (RETAIL at 0.7 on 2
-cores: search phase 0.92 s in batches of 512, docs/benchmarks.md, "Real data"). After the first
-chunk the job cuts batches to ``output.pairs_per_piece`` over the pairs per query seen. numpy
-and cupy keep their top-k sizes (:data:`AUTO_QUERY_BATCH_SIZE`)."""
+probe, and a self-join's home queries only read the shard's self-join (docs/benchmarks.md,
+"Real data", has the job's search phase in both batch sizes). The job cuts batches to
+``output.pairs_per_piece`` over the pairs per query seen. numpy and cupy keep their top-k sizes
+(:data:`AUTO_QUERY_BATCH_SIZE`)."""
 
 
 @dataclass(frozen=True)

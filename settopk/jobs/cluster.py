@@ -50,8 +50,9 @@ def connect(job: Job) -> tuple[Job, Cluster]:
         # --quiet: Ray's own start-up lines (INFO, and WARNINGs about a local instance) are
         # not the job's warnings; its errors still show. Nor is the FutureWarning some Rays (2.50
         # among them) give on every start, about hiding GPUs from tasks that ask for none.
-        # A local cluster lives as long as the run: it starts without a dashboard, which took
-        # 1.2 of its 4.5 s on 2 cores (Ray 2.50 to 2.60 ignore the flag when they attach).
+        # A local cluster lives as long as the run: it starts without a dashboard, a good part
+        # of its start (docs/benchmarks.md, "Real data"); Ray 2.50 to 2.60 ignore the flag when
+        # they attach to a running cluster.
         with warnings.catch_warnings():
             if job.args.quiet:
                 warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
