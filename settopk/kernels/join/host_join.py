@@ -22,7 +22,7 @@ from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
-from .numba_join import build_postings, probe_groups
+from .numba_join import build_postings, probe_groups, self_join_bounds
 from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
@@ -204,14 +204,15 @@ class SelfJoin:
         g_tokens, g_offsets, g_len, g_sig = groups
         plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
         postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
-        own = np.arange(js.n_groups, dtype=np.int32)
-        first, end = probe_bounds(plan, g_len, g_len)
-        first = first.astype(np.int32)
-        # Groups before x only (a group's own identical sets are paired below, not probed).
-        end = np.minimum(end, own).astype(np.int32)
-        prefix = np.where(first < end, plan.probe_prefix[g_len], 0).astype(np.int32)
+        lengths = np.arange(len(plan.lo), dtype=np.int32)
+        first_l, end_l = probe_bounds(plan, lengths, g_len)
+        below = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(np.bincount(g_len, minlength=len(lengths))[:len(lengths)], out=below[1:])
+        need = np.ascontiguousarray(plan.need, np.int32)
+        # Each group probes the groups before it; its own identical sets are paired below, not probed.
+        first, end, prefix = self_join_bounds(g_len, first_l, end_l, below, need, plan.probe_prefix)
         self._workers = _Workers(threads, g_offsets, sets.id_bound)
-        found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need,
+        found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, need,
                            postings, max_entries or 0)
         if found is None:
             self.close()
@@ -225,8 +226,8 @@ class SelfJoin:
         single = ~shorter & (size[pair_i] == 1) & (size[pair_q] == 1)
         flip = single & (js.group_rep[pair_q] < js.group_rep[pair_i])
         both = ~shorter & ~single
-        need_self = plan.need[g_len, g_len]
-        inside = np.flatnonzero((size > (0 if include_self else 1)) & (need_self <= g_len)).astype(np.int32)
+        whole = (need[lengths, lengths] <= lengths)[g_len]  # the members of a group pair with each other
+        inside = np.flatnonzero((size > (0 if include_self else 1)) & whole).astype(np.int32)
         dq = np.concatenate([np.where(flip, pair_q, pair_i), pair_q[both], inside])
         dt = np.concatenate([np.where(flip, pair_i, pair_q), pair_i[both], inside])
         dov = np.concatenate([pair_ov, pair_ov[both], g_len[inside]])

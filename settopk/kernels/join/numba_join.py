@@ -30,7 +30,7 @@ from numba import njit
 
 from ..numba_heaps import first_at_least
 
-__all__ = ["build_postings", "probe_groups"]
+__all__ = ["build_postings", "probe_groups", "self_join_bounds"]
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -76,6 +76,48 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
             p_len[fill[t]] = lengths[g]
             fill[t] += 1
     return p_off, p_group, p_pos, p_len
+
+
+@njit(**_JIT)
+def self_join_bounds(g_len, first_l, end_l, below, need, probe_prefix):
+    """Per group of a self-join, the index groups it probes and the tokens it probes with.
+
+    Group ``x`` pairs with the groups before it (no longer than itself) whose lengths it reaches;
+    of its own length, none where that length needs every token (``need[l, l] >= l``): two sets
+    of one length sharing all their tokens are identical, and identical sets are one group (at
+    high thresholds, most short sets: they probe nothing).
+
+    Parameters
+    ----------
+    g_len : int32 (n_groups,)
+        Group lengths, ascending.
+    first_l, end_l : int64 (n_lengths,)
+        Per length, the first group of the least length it reaches and the end of the groups of
+        the greatest (:func:`settopk.kernels.join.prefixes.probe_bounds` of the lengths).
+    below : int64 (n_lengths + 1,)
+        Per length, the groups shorter than it.
+    need : int32 (n_lengths, n_lengths)
+        The least overlap per pair of lengths.
+    probe_prefix : int32 (n_lengths,)
+        Tokens probed per length.
+
+    Returns
+    -------
+    first, end, prefix : int32 (n_groups,)
+        ``first <= y < end`` the index groups of ``x``; ``prefix`` 0 where there are none.
+    """
+    n = len(g_len)
+    first = np.empty(n, np.int32)
+    end = np.empty(n, np.int32)
+    prefix = np.empty(n, np.int32)
+    for x in range(n):
+        length = g_len[x]
+        f = first_l[length]
+        e = min(end_l[length], below[length] if need[length, length] >= length else x)
+        first[x] = f
+        end[x] = e
+        prefix[x] = probe_prefix[length] if f < e else 0
+    return first, end, prefix
 
 
 @njit(**_JIT)
@@ -145,12 +187,32 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
     out_ov : int32 (n_found,)
         Its overlap.
     """
-    cap = 1024
-    out_q = np.empty(cap, np.int32)
-    out_i = np.empty(cap, np.int32)
-    out_ov = np.empty(cap, np.int32)
-    n_out = 0
-    n_used = 0
+    out_q = np.empty(1024, np.int32)
+    out_i = np.empty(1024, np.int32)
+    out_ov = np.empty(1024, np.int32)
+    x, n_out, n_used = lo, 0, 0
+    while x < hi:
+        x, n_out, n_used = _probe_range(x, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end, i_tokens,
+                                        i_sig, need, p_off, p_group, p_pos, p_len, state, touched, start, used, mark,
+                                        limit, out_q, out_i, out_ov, n_out, n_used)
+        if x < hi:  # group x may find a pair with every index group it reaches
+            size = max(2 * len(out_q), n_out + q_end[x] - q_first[x])
+            out_q = _grow(out_q, size)
+            out_i = _grow(out_i, size)
+            out_ov = _grow(out_ov, size)
+    for u in range(n_used):
+        start[used[u]] = -1
+    return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
+
+
+@njit(**_JIT)
+def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end, i_tokens, i_sig, need, p_off,
+                 p_group, p_pos, p_len, state, touched, start, used, mark, limit, out_q, out_i, out_ov, n_out, n_used):
+    """:func:`probe_groups` from probe group ``lo``, its pairs written from ``n_out`` on, until ``hi``,
+    the limit, or a group that could find more pairs than the out arrays have room for. Returns
+    ``(the group to go on from, or hi, n_out, n_used)``: the out arrays are never replaced here,
+    so this loop carries no array that Numba would count references of at every group (a third
+    of the probe's time where most groups find nothing)."""
     n_ranks = len(p_off) - 1
     for x in range(lo, hi):
         px = q_prefix[x]
@@ -162,7 +224,8 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
         g_hi = q_end[x]
         if g_lo >= g_hi:
             continue
-        need_x = need[lx]
+        if n_out + g_hi - g_lo > len(out_q):
+            return x, n_out, n_used
         sx = q_sig[x]
         n_touched = 0
         for i in range(px):
@@ -188,7 +251,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                     break
                 j = p_pos[a]
                 ly = p_len[a]
-                alpha = need_x[ly]
+                alpha = need[lx, ly]
                 rest = ly - j - 1
                 if rest_x < rest:
                     rest = rest_x
@@ -220,7 +283,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 continue
             ov = st >> 32
             ly = (st >> 16) & 0xFFFF
-            alpha = need_x[ly]
+            alpha = need[lx, ly]
             ys = state[y, 1]
             # Every common token up to the last prefix match is counted (both sets in one order); the
             # ones after it are y's tokens past position j that x holds. Stop once the rest cannot reach alpha.
@@ -229,10 +292,6 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 ov += mark[i_tokens[ys + b]]
                 b += 1
             if ov >= alpha:
-                if n_out == len(out_q):
-                    out_q = _grow(out_q, n_out + 1)
-                    out_i = _grow(out_i, n_out + 1)
-                    out_ov = _grow(out_ov, n_out + 1)
                 out_q[n_out] = x
                 out_i[n_out] = y
                 out_ov[n_out] = ov
@@ -242,8 +301,6 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 t = q_tokens[xs + a]
                 if t < n_ranks:
                     mark[t] = 0
-        if 0 < limit < n_out:  # every scratch but `start` is clean here; it is reset below
-            break
-    for u in range(n_used):
-        start[used[u]] = -1
-    return out_q[:n_out], out_i[:n_out], out_ov[:n_out]
+        if 0 < limit < n_out:  # every scratch but `start` is clean here; the caller resets it
+            return hi, n_out, n_used
+    return hi, n_out, n_used
