@@ -382,8 +382,9 @@ def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets,
     q_glen = np.ascontiguousarray(q_sets.group_len, np.int32)
     t_glen = np.ascontiguousarray(t_sets.group_len, np.int32)
     t_goff, t_members = t_sets.group_offsets, t_sets.group_members
+    q_goff, q_members = q_sets.group_offsets, q_sets.group_members
     k = 0 if k is None else k
-    starts, order, list_len, group_of = emit_plan(n_queries, dq, dt, q_sets.group_offsets, q_sets.group_members, t_goff)
+    starts, order, list_len, group_of = emit_plan(n_queries, dq, dt, q_goff, q_members, t_goff)
     if max_entries is not None and list_len[-1] > max_entries:
         raise SelfJoinTooLarge(f"the self-join's lists have {int(list_len[-1])} entries, more than max_entries={max_entries}")
     n_groups = len(list_len) - 1
@@ -394,10 +395,10 @@ def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets,
         lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members, t_glen, SCORES.index(score),
         key_scale(max_len, score), cosine_keys, list_len, list_pos, list_pair, kind))
     counts = np.zeros(n_queries + 1, np.int64)
-    row_work = np.zeros(n_queries + 1, np.int64)
-    np.cumsum(np.diff(list_len)[group_of], out=row_work[1:])
-    _over(workers, row_work, lambda lo, hi: emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair,
-                                                        dt, dfilt, t_glen, counts))
+    group_work = np.zeros(n_groups + 1, np.int64)  # a group's list read by each of its rows
+    np.cumsum(np.diff(list_len) * np.diff(q_goff), out=group_work[1:])
+    _over(workers, group_work, lambda lo, hi: emit_counts(lo, hi, q_goff, q_members, kind, floor, k, list_len, list_pos,
+                                                          list_pair, dt, dfilt, t_glen, counts))
     return _Lists(group_of, kind, floor, list_len, list_pos, list_pair, dt, dov, dfilt, t_glen, doc_ids, np.cumsum(counts))
 
 

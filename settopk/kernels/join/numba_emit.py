@@ -10,8 +10,8 @@ on every core:
 1. :func:`emit_plan` (one call): the directed pairs bucketed by query group, each group's list
    length, each query row's group;
 2. :func:`emit_lists` (groups ``lo .. hi - 1``): the ordered lists;
-3. :func:`emit_counts` (rows ``lo .. hi - 1``): the pairs each row keeps (its least doc length,
-   the member rule, ``k``);
+3. :func:`emit_counts` (groups ``lo .. hi - 1``): the pairs each of their rows keeps (its least
+   doc length, the member rule, ``k``);
 4. :func:`emit_rows` (rows ``lo .. hi - 1``): the rows' pairs, once the counts are summed.
 
 The directed group pairs (arrays of shape (n_directed,)) are ``dq``, ``dt`` (int32: query group,
@@ -155,40 +155,52 @@ def emit_lists(lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members,
 
 
 @njit(**_JIT)
-def emit_counts(lo, hi, group_of, kind, floor, k, list_len, list_pos, list_pair, dt, dfilt, t_glen, counts):
-    """``counts[a + 1]``: the pairs row ``a`` keeps, for rows ``lo .. hi - 1``.
+def emit_counts(lo, hi, q_goff, q_members, kind, floor, k, list_len, list_pos, list_pair, dt, dfilt, t_glen, counts):
+    """``counts[a + 1]``: the pairs row ``a`` keeps, for the member rows of query groups ``lo .. hi - 1``.
+
+    By group, not by row: a group with an empty list is passed over (its rows keep the zero
+    ``counts`` holds on entry), and the group's list is read once for all its rows (a row's
+    group is anywhere in the group arrays: read by row, every row cost a cache miss, most of
+    the counting where most sets pair with nothing).
 
     Parameters
     ----------
     lo, hi : int
-        Query rows of this call.
-    group_of, list_len
-        :func:`emit_plan`'s.
+        Query groups of this call.
+    q_goff, q_members : int64 (n_groups + 1,), int64 (n_queries,)
+        Query groups' members (query rows).
     kind, list_pos, list_pair
         :func:`emit_lists`'s.
     floor : int64 (n_queries,)
         Per query row, the least doc length (0: all).
     k : int
         Pairs kept per row, best first (0: all).
+    list_len
+        :func:`emit_plan`'s.
     dt, dfilt, t_glen
         As :func:`emit_lists`.
     counts : int64 (n_queries + 1,)
-        Out.
+        Zero on entry; out.
     """
-    for a in range(lo, hi):
-        g = group_of[a]
-        if kind[g] != 1 and floor[a] <= 0:  # every pair of the list is the row's, or those of a suffix
-            c = list_len[g + 1] - _first_kept(kind[g], a, list_len[g], list_len[g + 1], list_pos, list_pair, dfilt)
-            counts[a + 1] = c if k == 0 or c < k else k
+    for g in range(lo, hi):
+        s, e = list_len[g], list_len[g + 1]
+        if s == e:
             continue
-        c = 0
-        for x in range(list_len[g], list_len[g + 1]):
-            p = list_pair[x]
-            if _kept(dfilt[p], a, list_pos[x], t_glen[dt[p]], floor[a]):
-                c += 1
-                if c == k:
-                    break
-        counts[a + 1] = c
+        kg = kind[g]
+        for m in range(q_goff[g], q_goff[g + 1]):
+            a = q_members[m]
+            if kg != 1 and floor[a] <= 0:  # every pair of the list is the row's, or those of a suffix
+                c = e - _first_kept(kg, a, s, e, list_pos, list_pair, dfilt)
+                counts[a + 1] = c if k == 0 or c < k else k
+                continue
+            c = 0
+            for x in range(s, e):
+                p = list_pair[x]
+                if _kept(dfilt[p], a, list_pos[x], t_glen[dt[p]], floor[a]):
+                    c += 1
+                    if c == k:
+                        break
+            counts[a + 1] = c
 
 
 @njit(**_JIT)
@@ -214,11 +226,22 @@ def emit_rows(lo, hi, group_of, kind, floor, list_len, list_pos, list_pair, dt, 
         Out.
     """
     for a in range(lo, hi):
-        g = group_of[a]
         out = offsets[a] - base
         end = offsets[a + 1] - base
-        if kind[g] != 1 and floor[a] <= 0:
-            x = _first_kept(kind[g], a, list_len[g], list_len[g + 1], list_pos, list_pair, dfilt)
+        if out == end:  # most rows where most sets pair with nothing: their group is not read
+            continue
+        g = group_of[a]
+        if kind[g] == 2 and floor[a] <= 0:  # a suffix of one target group's members: one overlap and length
+            x = _first_kept(2, a, list_len[g], list_len[g + 1], list_pos, list_pair, dfilt)
+            p = list_pair[x]
+            ov, dl = dov[p], t_glen[dt[p]]
+            for i in range(end - out):
+                doc_id[out + i] = doc_ids[list_pos[x + i]]
+                overlap[out + i] = ov
+                doc_len[out + i] = dl
+            continue
+        if kind[g] == 0 and floor[a] <= 0:
+            x = list_len[g]
             last, ov, dl = -1, 0, 0
             while out < end:
                 p = list_pair[x]
