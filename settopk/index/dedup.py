@@ -75,7 +75,7 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     if sets.n_sets:
         js = prepare_sets(sets, np.arange(max(sets.id_bound, 1), dtype=np.int32))
         size = np.diff(js.group_offsets)
-        group_len = js.lengths[js.group_rep].astype(np.int64)
+        group_len = js.group_len.astype(np.int64)
         # A group's sets pair with each other iff a set passes with itself: need(L, L) <= L.
         lens = np.unique(group_len)
         passes = need_table(t, lens, index.max_len, index.score)[np.arange(len(lens)), lens] <= lens

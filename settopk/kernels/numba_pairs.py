@@ -8,6 +8,7 @@ first; on a join of millions of pairs that pass costs more than the join's emit.
 
 from __future__ import annotations
 
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,10 +66,16 @@ def pair_columns(offsets, row_key, row_len, overlap, doc_len, score: str, thread
         _fill(0, n_rows, offsets, row_key, row_len, overlap, doc_len, code, key, length, scores)
         return key, length, scores
     cuts = np.unique(np.searchsorted(offsets, np.linspace(0, n, 4 * threads + 1)).clip(0, n_rows))
-    with ThreadPoolExecutor(threads, thread_name_prefix="settopk-pairs") as pool:
-        list(pool.map(lambda lo_hi: _fill(lo_hi[0], lo_hi[1], offsets, row_key, row_len, overlap, doc_len, code, key,
-                                          length, scores), zip(cuts[:-1].tolist(), cuts[1:].tolist())))
+    list(_pool(threads).map(lambda lo_hi: _fill(lo_hi[0], lo_hi[1], offsets, row_key, row_len, overlap, doc_len, code, key,
+                                                length, scores), zip(cuts[:-1].tolist(), cuts[1:].tolist())))
     return key, length, scores
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The threads of :func:`pair_columns`, started once per count and kept (idle, they cost
+    nothing; started per call, they cost a join of a few hundred thousand pairs a tenth of its time)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="settopk-pairs")
 
 
 @njit(cache=True, nogil=True)
@@ -77,20 +84,27 @@ def _fill(lo, hi, offsets, row_key, row_len, overlap, doc_len, code, key, length
     for r in range(lo, hi):
         rk = row_key[r]
         q = row_len[r]
+        last_o, last_d, value = -1, -1, 0.0
         for p in range(offsets[r], offsets[r + 1]):
             key[p] = rk
             length[p] = q
-            o = np.float64(overlap[p])
-            d = doc_len[p]
-            if code == BRAUN_BLANQUET:
-                scores[p] = o / np.float64(max(q, d, 1))
-            elif code == JACCARD:
-                scores[p] = o / max(np.float64(q) + np.float64(d) - o, 1.0)
-            elif code == COSINE:
-                scores[p] = o / math.sqrt(max(np.float64(q) * np.float64(d), 1.0))
-            elif code == DICE:
-                scores[p] = (2.0 * o) / max(np.float64(q) + np.float64(d), 1.0)
-            elif code == OVERLAP:
-                scores[p] = o
-            else:  # containment
-                scores[p] = o / max(np.float64(q), 1.0)
+            if overlap[p] != last_o or doc_len[p] != last_d:  # a row's pairs come in runs of one score
+                last_o, last_d = overlap[p], doc_len[p]
+                value = _score(code, np.float64(last_o), q, last_d)
+            scores[p] = value
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _score(code, o, q, d):
+    """The score of overlap ``o`` (float64) between lengths ``q`` and ``d``."""
+    if code == BRAUN_BLANQUET:
+        return o / np.float64(max(q, d, 1))
+    if code == JACCARD:
+        return o / max(np.float64(q) + np.float64(d) - o, 1.0)
+    if code == COSINE:
+        return o / math.sqrt(max(np.float64(q) * np.float64(d), 1.0))
+    if code == DICE:
+        return (2.0 * o) / max(np.float64(q) + np.float64(d), 1.0)
+    if code == OVERLAP:
+        return o
+    return o / max(np.float64(q), 1.0)  # containment

@@ -28,7 +28,8 @@ from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "self_join"]
 
-_RANGES_PER_THREAD = 8  # probe ranges per thread, taken as threads free up (groups differ in cost)
+_RANGES_PER_THREAD = 2  # probe ranges per thread, of about equal tokens probed, taken as threads free up (a range's
+# first visit of each token costs a binary search: more ranges cost more where groups of one cost are many)
 _ENTRIES_PER_THREAD = 1 << 15  # a probe thread per this many probe entries at most: each costs its scratch and a hand-off
 _PARALLEL_PAIRS = 1 << 16  # an emit stage of less work (list entries, pairs) runs on the calling thread: a pool's hand-offs would cost more
 
@@ -265,8 +266,7 @@ class SelfJoin:
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The groups' sets in group order: tokens int32, each group's start int64, lengths int32, parity bitmaps uint64."""
-    return (js.group_tokens, js.group_token_offsets[:-1], np.ascontiguousarray(js.lengths[js.group_rep], np.int32),
-            js.group_sig)
+    return js.group_tokens, js.group_token_offsets[:-1], js.group_len, js.group_sig
 
 
 class _Workers:
@@ -325,12 +325,14 @@ def _probe_all(workers: _Workers, probe, index, need, postings, limit: int = 0):
     q_tokens, q_offsets, q_len, q_sig, prefix, first, end = probe
     i_tokens, i_sig = index[0], index[3]
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
-    work = np.flatnonzero(prefix > 0)
-    if not len(work):
+    work = np.cumsum(prefix, dtype=np.int64)  # the tokens probed up to each group: the ranges' cost
+    total = int(work[-1]) if len(work) else 0
+    if not total:
         return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)
-    width = int(min(workers.threads, max(1, int(prefix.sum(dtype=np.int64)) // _ENTRIES_PER_THREAD)))
-    n_ranges = 1 if len(work) < 64 or width == 1 else width * _RANGES_PER_THREAD
-    cuts = np.unique(np.linspace(work[0], work[-1] + 1, n_ranges + 1).astype(np.int64))
+    width = int(min(workers.threads, max(1, total // _ENTRIES_PER_THREAD)))
+    n_ranges = 1 if width == 1 else width * _RANGES_PER_THREAD
+    inner = np.searchsorted(work, np.linspace(0, total, n_ranges + 1)[1:-1], side="right")
+    cuts = np.unique(np.concatenate([[0], inner, [len(prefix)]]))
 
     def run(lo_hi):
         buffers = workers.take()
@@ -379,12 +381,12 @@ def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets,
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
     dq, dt, dov, dfilt = (np.ascontiguousarray(a, dtype) for a, dtype in zip(directed, (np.int32, np.int32, np.int32, np.int8)))
     cosine_keys = cosine_key_table(max_len) if score == "cosine" else np.zeros(1, np.int32)
-    q_glen = np.ascontiguousarray(q_sets.group_len, np.int32)
-    t_glen = np.ascontiguousarray(t_sets.group_len, np.int32)
+    q_glen, t_glen = q_sets.group_len, t_sets.group_len
     t_goff, t_members = t_sets.group_offsets, t_sets.group_members
     q_goff, q_members = q_sets.group_offsets, q_sets.group_members
     k = 0 if k is None else k
-    starts, order, list_len, group_of = emit_plan(n_queries, dq, dt, q_goff, q_members, t_goff)
+    starts, order, list_len = emit_plan(dq, dt, len(q_goff) - 1, t_goff)
+    group_of = q_sets.group_of
     if max_entries is not None and list_len[-1] > max_entries:
         raise SelfJoinTooLarge(f"the self-join's lists have {int(list_len[-1])} entries, more than max_entries={max_entries}")
     n_groups = len(list_len) - 1

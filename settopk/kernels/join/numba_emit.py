@@ -8,7 +8,7 @@ middle three over ranges that threads take (``nogil``), so a join of millions of
 on every core:
 
 1. :func:`emit_plan` (one call): the directed pairs bucketed by query group, each group's list
-   length, each query row's group;
+   length;
 2. :func:`emit_lists` (groups ``lo .. hi - 1``): the ordered lists;
 3. :func:`emit_counts` (groups ``lo .. hi - 1``): the pairs each of their rows keeps (its least
    doc length, the member rule, ``k``);
@@ -34,17 +34,15 @@ _SMALL = 24  # lists this short are ordered by insertion sort
 
 
 @njit(**_JIT)
-def emit_plan(n_queries, dq, dt, q_goff, q_members, t_goff):
+def emit_plan(dq, dt, n_groups, t_goff):
     """The directed pairs by query group, and the extent of each group's list.
 
     Parameters
     ----------
-    n_queries : int
-        Query rows.
     dq, dt : int32 (n_directed,)
         Query group and target group of each directed pair.
-    q_goff, q_members : int64 (n_groups + 1,), int64 (n_queries,)
-        Query groups' members (query rows).
+    n_groups : int
+        Query groups.
     t_goff : int64 (n_targets + 1,)
         Target groups' member offsets.
 
@@ -55,10 +53,7 @@ def emit_plan(n_queries, dq, dt, q_goff, q_members, t_goff):
     order : int64 (n_directed,)
     list_len : int64 (n_groups + 1,)
         Group ``g``'s list is ``list_len[g]:list_len[g + 1]`` of the list arrays.
-    group_of : int64 (n_queries,)
-        Each query row's group.
     """
-    n_groups = len(q_goff) - 1
     starts = np.zeros(n_groups + 1, np.int64)
     for p in range(len(dq)):
         starts[dq[p] + 1] += 1
@@ -73,11 +68,7 @@ def emit_plan(n_queries, dq, dt, q_goff, q_members, t_goff):
         list_len[dq[p] + 1] += t_goff[dt[p] + 1] - t_goff[dt[p]]
     for g in range(n_groups):
         list_len[g + 1] += list_len[g]
-    group_of = np.empty(n_queries, np.int64)
-    for g in range(n_groups):
-        for m in range(q_goff[g], q_goff[g + 1]):
-            group_of[q_members[m]] = g
-    return starts, order, list_len, group_of
+    return starts, order, list_len
 
 
 @njit(**_JIT)

@@ -57,6 +57,8 @@ class JoinSets(NamedTuple):
         order: a join reads the groups in this order, so their sets lie in it too.
     group_token_offsets : numpy.ndarray of int64, shape (n_groups + 1,)
         Group ``g``'s set is ``group_tokens[group_token_offsets[g]:group_token_offsets[g + 1]]``.
+    group_len : numpy.ndarray of int32, shape (n_groups,)
+        ``|s|`` of each group's sets.
     group_sig : numpy.ndarray of uint64, shape (n_groups,)
         Each group's parity bitmap: bit ``r % 64`` flipped for each rank ``r`` of its set
         (:func:`parity_bitmaps`).
@@ -71,6 +73,7 @@ class JoinSets(NamedTuple):
     group_rep: np.ndarray
     group_tokens: np.ndarray
     group_token_offsets: np.ndarray
+    group_len: np.ndarray
     group_sig: np.ndarray
 
     @property
@@ -82,11 +85,6 @@ class JoinSets(NamedTuple):
     def n_groups(self) -> int:
         """Groups of identical sets."""
         return len(self.group_rep)
-
-    @property
-    def group_len(self) -> np.ndarray:
-        """``|s|`` of each group's sets, int32 of shape (n_groups,)."""
-        return self.lengths[self.group_rep]
 
     @property
     def group_size(self) -> np.ndarray:
@@ -288,7 +286,7 @@ def _groups(tokens, offsets, lengths, by, same, by_len) -> JoinSets:
     at = np.repeat(offsets[group_rep] - group_token_offsets[:-1], glen) + np.arange(group_token_offsets[-1])
     group_tokens = tokens[at]
     return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep, group_tokens,
-                    group_token_offsets, parity_bitmaps(group_tokens, group_token_offsets))
+                    group_token_offsets, glen.astype(np.int32), parity_bitmaps(group_tokens, group_token_offsets))
 
 
 def _equal_sets(tokens: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
