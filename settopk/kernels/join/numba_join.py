@@ -42,7 +42,8 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
     Parameters
     ----------
     tokens, offsets, lengths : int32 (n_tokens,), int64 (n_groups,), int32 (n_groups,)
-        The index groups' sets (ranks, ascending): group ``g``'s starts at ``tokens[offsets[g]]``.
+        The index groups' sets (ranks, ascending): group ``g``'s starts at ``tokens[offsets[g]]``;
+        lengths below ``2**16`` (sets are at most 4096 tokens).
     prefix : int32 (n_groups,)
         Tokens of each group indexed (its first ``prefix[g]``).
     n_ranks : int
@@ -51,9 +52,10 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
     Returns
     -------
     p_off : int64 (n_ranks + 1,)
-    p_group, p_pos, p_len : int32 (n_entries,)
-        The group, the token's position in it and its length (read in order by the probe: no
-        lookup by group while candidates are counted).
+    p_entry : int64 (n_entries,)
+        ``group << 32 | position << 16 | length``: the group, the token's position in it and
+        its length, in one word (one write here and one read in the probe, which needs no lookup
+        by group while candidates are counted); ordered by group as the words are.
     """
     n_groups = len(prefix)
     p_off = np.zeros(n_ranks + 1, np.int64)
@@ -64,18 +66,15 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
     for r in range(n_ranks):
         p_off[r + 1] += p_off[r]
     fill = p_off[:-1].copy()
-    p_group = np.empty(p_off[-1], np.int32)
-    p_pos = np.empty(p_off[-1], np.int32)
-    p_len = np.empty(p_off[-1], np.int32)
+    p_entry = np.empty(p_off[-1], np.int64)
     for g in range(n_groups):
         s = offsets[g]
+        word = (np.int64(g) << 32) | np.int64(lengths[g])
         for i in range(prefix[g]):
             t = tokens[s + i]
-            p_group[fill[t]] = g
-            p_pos[fill[t]] = i
-            p_len[fill[t]] = lengths[g]
+            p_entry[fill[t]] = word | (np.int64(i) << 16)
             fill[t] += 1
-    return p_off, p_group, p_pos, p_len
+    return p_off, p_entry
 
 
 @njit(**_JIT)
@@ -138,7 +137,7 @@ def _popcount(v):
 
 @njit(**_JIT)
 def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end,
-                 i_tokens, i_sig, need, p_off, p_group, p_pos, p_len, state, touched, start, used, mark, limit):
+                 i_tokens, i_sig, need, p_off, p_entry, state, touched, start, used, mark, limit):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
@@ -159,7 +158,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
         Index groups' sets (groups ascending by length; each one's start is in ``state``).
     need : int32 (max probe length + 1, max index length + 1)
         Least overlap per (probe length, index length); above ``min`` of the two: unreachable.
-    p_off, p_group, p_pos, p_len
+    p_off, p_entry
         :func:`build_postings` of the index groups.
     state : int64 (n_index, 2)
         Scratch. Column 0, zero on entry and on return: per candidate, ``count << 32 | |y| << 16 | j``
@@ -193,7 +192,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
     x, n_out, n_used = lo, 0, 0
     while x < hi:
         x, n_out, n_used = _probe_range(x, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end, i_tokens,
-                                        i_sig, need, p_off, p_group, p_pos, p_len, state, touched, start, used, mark,
+                                        i_sig, need, p_off, p_entry, state, touched, start, used, mark,
                                         limit, out_q, out_i, out_ov, n_out, n_used)
         if x < hi:  # group x may find a pair with every index group it reaches
             size = max(2 * len(out_q), n_out + q_end[x] - q_first[x])
@@ -207,7 +206,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
 
 @njit(**_JIT)
 def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end, i_tokens, i_sig, need, p_off,
-                 p_group, p_pos, p_len, state, touched, start, used, mark, limit, out_q, out_i, out_ov, n_out, n_used):
+                 p_entry, state, touched, start, used, mark, limit, out_q, out_i, out_ov, n_out, n_used):
     """:func:`probe_groups` from probe group ``lo``, its pairs written from ``n_out`` on, until ``hi``,
     the limit, or a group that could find more pairs than the out arrays have room for. Returns
     ``(the group to go on from, or hi, n_out, n_used)``: the out arrays are never replaced here,
@@ -226,6 +225,8 @@ def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
             continue
         if n_out + g_hi - g_lo > len(out_q):
             return x, n_out, n_used
+        key_lo = np.int64(g_lo) << 32  # the entries of groups g_lo .. g_hi - 1 (build_postings' words)
+        key_hi = np.int64(g_hi) << 32
         sx = q_sig[x]
         n_touched = 0
         for i in range(px):
@@ -235,22 +236,23 @@ def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
             end = p_off[t + 1]
             a = start[t]
             if a < 0:
-                a = first_at_least(p_group, p_off[t], end, g_lo)
+                a = first_at_least(p_entry, p_off[t], end, key_lo)
                 used[n_used] = t
                 n_used += 1
-            elif a > p_off[t] and p_group[a - 1] >= g_lo:  # a probe of a lower floor (R-S with min_doc_len)
-                a = first_at_least(p_group, p_off[t], a, g_lo)
+            elif a > p_off[t] and p_entry[a - 1] >= key_lo:  # a probe of a lower floor (R-S with min_doc_len)
+                a = first_at_least(p_entry, p_off[t], a, key_lo)
             else:
-                while a < end and p_group[a] < g_lo:
+                while a < end and p_entry[a] < key_lo:
                     a += 1
             start[t] = a
             rest_x = lx - i - 1
             while a < end:
-                y = p_group[a]
-                if y >= g_hi:
+                e = p_entry[a]
+                if e >= key_hi:
                     break
-                j = p_pos[a]
-                ly = p_len[a]
+                y = e >> 32
+                j = (e >> 16) & 0xFFFF
+                ly = e & 0xFFFF
                 alpha = need[lx, ly]
                 rest = ly - j - 1
                 if rest_x < rest:
