@@ -92,6 +92,35 @@ def test_a_prepared_side_serves_batch_after_batch():
         assert [got.row(i) for i in range(len(batch))] == want
 
 
+def test_a_prepared_corpus_serves_self_joins_at_any_threshold_from_several_threads():
+    """The threads and scratch kept with a prepared corpus serve its next joins: thresholds one
+    after another, and two joins at once, each equal to the oracle."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from settopk.kernels.join import prepare_corpus
+
+    rng = np.random.default_rng(8)
+    docs = [sorted(set((rng.zipf(1.4, rng.integers(1, 10)) % 60).tolist())) for _ in range(300)]
+    docs += [docs[i] for i in rng.integers(0, 300, 100)]
+    batch, ids, lens = SetBatch.from_lists(docs), doc_ids(len(docs)), [len(d) for d in docs]
+    prepared = prepare_corpus(batch, backend="cpu")
+
+    def rows(t):
+        got = self_join(batch, ids, t, "jaccard", 16, threads=2, prepared=prepared)
+        return [got.row(q) for q in range(len(docs))]
+
+    def want(t):
+        every = brute_force_threshold(docs, docs, parse_threshold(t, "jaccard"), doc_ids=ids.tolist(), score="jaccard")
+        return [[p for p in every[q] if self_join_keep(ids[q], lens[q], p[0], p[2], "jaccard")] for q in range(len(docs))]
+
+    thresholds = ["0.5", "0.9", "0.3", "0.5"]
+    wanted = {t: want(t) for t in set(thresholds)}
+    for t in thresholds:
+        assert rows(t) == wanted[t], t
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(rows, thresholds)) == [wanted[t] for t in thresholds]
+
+
 def test_zero_threshold_is_refused_not_filtered():
     assert not join_applies(Fraction(0)) and join_applies(Fraction(1, 10**9))
     with pytest.raises(ValueError, match="T == 0"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -212,7 +213,8 @@ class SelfJoin:
         need = np.ascontiguousarray(plan.need, np.int32)
         # Each group probes the groups before it; its own identical sets are paired below, not probed.
         first, end, prefix = self_join_bounds(g_len, first_l, end_l, below, need, plan.probe_prefix)
-        self._workers = _Workers(threads, g_offsets, sets.id_bound)
+        self._workers = _Workers(threads, g_offsets, sets.id_bound) if prepared is None else \
+            _kept_workers(js, threads, sets.id_bound)
         found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, need,
                            postings, max_entries or 0)
         if found is None:
@@ -260,13 +262,34 @@ class SelfJoin:
         return _emit_rows(self._workers, self._lists, lo, hi)
 
     def close(self) -> None:
-        """Stop the threads (the rows already written stay valid)."""
-        self._workers.close()
+        """Stop the threads (the rows already written stay valid; those kept with a ``prepared``
+        corpus serve its next join)."""
+        if not self._workers.kept:
+            self._workers.close()
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The groups' sets in group order: tokens int32, each group's start int64, lengths int32, parity bitmaps uint64."""
     return js.group_tokens, js.group_token_offsets[:-1], js.group_len, js.group_sig
+
+
+_KEPT: dict = {}  # id of a prepared corpus's group token offsets -> {(threads, n_ranks): _Workers}, while they live
+_KEPT_LOCK = threading.Lock()
+
+
+def _kept_workers(js: JoinSets, threads: int, n_ranks: int) -> "_Workers":
+    """The workers of the self-joins of a prepared corpus, kept as long as it is: an index joins
+    its corpus again at each call, and threads and scratch made per call cost a join that finds
+    little a few percent of its time. Threads share them (the scratch goes to one at a time)."""
+    with _KEPT_LOCK:
+        key = id(js.group_token_offsets)
+        if key not in _KEPT:
+            _KEPT[key] = {}
+            weakref.finalize(js.group_token_offsets, _KEPT.pop, key, None)
+        kept = _KEPT[key]
+        if (threads, n_ranks) not in kept:
+            kept[threads, n_ranks] = _Workers(threads, js.group_token_offsets[:-1], n_ranks, kept=True)
+        return kept[threads, n_ranks]
 
 
 class _Workers:
@@ -276,8 +299,8 @@ class _Workers:
     start, used and mark) is made by the thread that first needs it, as many as run at once, and
     is left as :func:`probe_groups` found it, so it serves the next probe of the same postings."""
 
-    def __init__(self, threads: int, index_offsets: np.ndarray, n_ranks: int):
-        self.threads = threads
+    def __init__(self, threads: int, index_offsets: np.ndarray, n_ranks: int, kept: bool = False):
+        self.threads, self.kept = threads, kept
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="settopk-join") if threads > 1 else None
         self.scratch = queue.SimpleQueue()
         self._index_offsets, self._n_ranks = index_offsets, n_ranks
