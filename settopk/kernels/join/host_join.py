@@ -204,12 +204,14 @@ class SelfJoin:
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
         groups = _group_sets(js)
         g_tokens, g_offsets, g_len, g_sig = groups
-        plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
+        per_length = np.bincount(g_len)  # groups per length (one count, not a pass over the sets per call)
+        present = np.flatnonzero(per_length)
+        plan = length_plan(t, score, max_len, present, present, ordered=True)
         postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
         lengths = np.arange(len(plan.lo), dtype=np.int32)
         first_l, end_l = probe_bounds(plan, lengths, g_len)
         below = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(np.bincount(g_len, minlength=len(lengths))[:len(lengths)], out=below[1:])
+        np.cumsum(per_length[:len(lengths)], out=below[1:])
         need = np.ascontiguousarray(plan.need, np.int32)
         # Each group probes the groups before it; its own identical sets are paired below, not probed.
         first, end, prefix = self_join_bounds(g_len, first_l, end_l, below, need, plan.probe_prefix)
@@ -420,8 +422,10 @@ def _emit_lists(workers: _Workers | None, n_queries, directed, q_sets: JoinSets,
         lo, hi, starts, order, dt, dov, dfilt, q_glen, t_goff, t_members, t_glen, SCORES.index(score),
         key_scale(max_len, score), cosine_keys, list_len, list_pos, list_pair, kind))
     counts = np.zeros(n_queries + 1, np.int64)
-    group_work = np.zeros(n_groups + 1, np.int64)  # a group's list read by each of its rows
-    np.cumsum(np.diff(list_len) * np.diff(q_goff), out=group_work[1:])
+    # A row of a kind-1 list reads it all; of the others, a binary search at most; of an empty one, nothing.
+    group_work = np.zeros(n_groups + 1, np.int64)
+    list_size = np.diff(list_len)
+    np.cumsum(np.where(kind == 1, list_size, list_size > 0) * np.diff(q_goff), out=group_work[1:])
     _over(workers, group_work, lambda lo, hi: emit_counts(lo, hi, q_goff, q_members, kind, floor, k, list_len, list_pos,
                                                           list_pair, dt, dfilt, t_glen, counts))
     return _Lists(group_of, kind, floor, list_len, list_pos, list_pair, dt, dov, dfilt, t_glen, doc_ids, np.cumsum(counts))
