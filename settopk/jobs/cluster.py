@@ -17,7 +17,7 @@ from settopk.shards.inputs import InputError
 
 from .validate import Job, check_gpus
 
-__all__ = ["Cluster", "connect", "resolve_backend", "resolve_cpus_per_shard", "shard_doc_cost"]
+__all__ = ["Cluster", "connect", "resolve_backend", "resolve_cpus_per_shard", "shard_doc_cost", "stop_local_ray"]
 
 log = logging.getLogger("settopk")
 
@@ -66,6 +66,27 @@ def connect(job: Job) -> tuple[Job, Cluster]:
         log.info("cpus_per_shard auto: %g per shard actor (backend %s)", cpus, backend)
     cfg = dataclasses.replace(job.cfg, query_batch_size=job.cfg.batch_size_for(backend), cpus_per_shard=cpus)
     return dataclasses.replace(job, cfg=cfg), Cluster(backend, n_shards, float(resources.get("CPU", 1)))
+
+
+def stop_local_ray() -> None:
+    """Stop Ray in this process: the local instance it started, or its connection to a cluster.
+
+    Ray's own shutdown (also run at exit) stops a local instance's GCS before its autoscaler
+    monitor, whose exit handler then waits a second to reach the GCS; the monitor stopped first
+    (``Node.kill_monitor``, where this Ray has it), the shutdown takes a third of a second. The
+    command line calls this when its run started Ray (docs/operations.md, "Ray clusters").
+    """
+    import ray
+
+    node = getattr(getattr(ray, "_private", None), "worker", None)
+    node = getattr(node, "_global_node", None)
+    kill_monitor = getattr(node, "kill_monitor", None)
+    if node is not None and kill_monitor is not None and node.is_head():
+        try:
+            kill_monitor(check_alive=False)
+        except Exception as exc:  # the shutdown below stops it the slow way
+            log.debug("could not stop Ray's monitor ahead of the shutdown: %s", exc)
+    ray.shutdown()
 
 
 def resolve_backend(cfg, resources: dict, replicas: int = 1, node_cpus: list | None = None) -> tuple[str, int]:

@@ -204,8 +204,12 @@ def main(argv=None, *, searcher_cls: type = ShardSearcher) -> int:
         format="%(asctime)s settopk %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    from .run import run  # Ray is imported here, not for --help
+    import ray  # here, not for --help
 
+    from .cluster import stop_local_ray
+    from .run import run
+
+    ray_was_up = ray.is_initialized()
     try:
         summary = run(args, searcher_cls)
     except SettopkError as exc:
@@ -216,6 +220,9 @@ def main(argv=None, *, searcher_cls: type = ShardSearcher) -> int:
         # so a scheduler's log ends with the cause.
         log.exception("failed: the result dataset was not written; a rerun with the same arguments resumes from the committed query chunks")
         return EXIT_FAILED
+    finally:
+        if not ray_was_up and ray.is_initialized():  # what this command started, it stops
+            stop_local_ray()
     if summary["status"] == "dry-run":
         print("\n".join(summary["plan"] + [f"  output: {summary['out']}"]))
         if summary["no_op"]:
