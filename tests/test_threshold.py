@@ -333,6 +333,28 @@ def test_sharded_merge_matches_oracle(score, docs, queries, text, k, self_join, 
     assert got == want
 
 
+@pytest.mark.parametrize("score", ["jaccard", "containment"])
+def test_one_shards_pairs_are_merged_alike_in_order_or_not(score):
+    """One shard call's pairs come in the result's order and are taken as they are; the same pairs
+    reversed within each query (not in order) are sorted into the same table."""
+    from settopk.jobs.threshold_job import merge_pairs_table
+    from settopk.kernels import ThresholdPairs
+
+    rng = np.random.default_rng(4)
+    docs = [sorted(set(rng.integers(0, 12, rng.integers(1, 7)).tolist())) for _ in range(120)]
+    ids = np.arange(5, 5 + 2 * len(docs), 2, dtype=np.int64)
+    index = NumpyShardIndex(SetBatch.from_lists(docs), ids, 8, score, routing="postings")
+    batch = SetBatch.from_lists(docs)
+    found = index.threshold_search(batch, parse_threshold("0.3", score))
+    flipped = np.concatenate([np.arange(hi - 1, lo - 1, -1) for lo, hi in zip(found.offsets[:-1], found.offsets[1:])]
+                             + [np.zeros(0, np.int64)]).astype(np.int64)
+    reversed_ = ThresholdPairs(found.offsets, found.doc_ids[flipped], found.overlap[flipped], found.doc_len[flipped])
+    rows = np.arange(len(docs))
+    tables = [merge_pairs_table([str(i) for i in ids], batch.lengths, [(rows, pairs)], 8, score, own_ids=ids)
+              for pairs in (found, reversed_)]
+    assert tables[0].num_rows > len(docs) and tables[0].equals(tables[1])
+
+
 def test_shard_rows_skip_shards_a_query_cannot_reach():
     from types import SimpleNamespace
 

@@ -130,6 +130,15 @@ def shard_rows(plan, query_len, threshold, max_len: int, score: str, min_doc_len
             for s in plan]
 
 
+def _in_order(q_row, key, doc_ids) -> bool:
+    """Whether the pairs are already in the result's order: by query, then key descending, then doc id."""
+    if len(q_row) < 2:
+        return True
+    same_q = q_row[1:] == q_row[:-1]
+    same_key = key[1:] == key[:-1]
+    return bool(np.all((q_row[1:] > q_row[:-1]) | same_q & ((key[1:] < key[:-1]) | same_key & (doc_ids[1:] > doc_ids[:-1]))))
+
+
 def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: str, k: int | None = None,
                       own_ids=None, include_self: bool = False, with_counts: bool = False):
     """One batch's result rows from the shards' threshold pairs: each query's pairs over all shards,
@@ -180,9 +189,12 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
                               include_self)
         q_row, doc_ids, overlap, doc_len = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep]
     key = score_key(overlap, query_len[q_row], doc_len, max_len, score).astype(np.int64)
-    order = np.lexsort((doc_ids, -key, q_row))  # exact: keys order as the score does; ties by lower doc id
-    q_row, doc_ids, overlap, doc_len = q_row[order], doc_ids[order], overlap[order], doc_len[order]
-    rank = np.arange(len(q_row), dtype=np.int64) - np.searchsorted(q_row, q_row, side="left") + 1
+    if not _in_order(q_row, key, doc_ids):  # one shard's answer comes in order; several are sorted
+        order = np.lexsort((doc_ids, -key, q_row))  # exact: keys order as the score does; ties by lower doc id
+        q_row, doc_ids, overlap, doc_len = q_row[order], doc_ids[order], overlap[order], doc_len[order]
+    first = np.zeros(n + 1, np.int64)  # each query's first row
+    np.cumsum(np.bincount(q_row, minlength=n), out=first[1:])
+    rank = np.arange(len(q_row), dtype=np.int64) - first[q_row] + 1
     if k is not None:
         keep = rank <= k
         q_row, doc_ids, overlap, doc_len, rank = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep], rank[keep]
