@@ -88,9 +88,9 @@ class _Groups:
     """
 
     def __init__(self, xp, js: JoinSets):
-        glen = js.lengths[js.group_rep].astype(np.int64)
+        glen = js.group_len
         tokens, offsets = js.group_tokens, js.group_token_offsets
-        self.host_len, self.host_tokens, self.host_offsets = glen.astype(np.int32), tokens, offsets
+        self.host_len, self.host_tokens, self.host_offsets = glen, tokens, offsets
         self.tokens = xp.asarray(tokens.astype(np.int32))
         self.offsets = xp.asarray(offsets)
         self.lengths = xp.asarray(self.host_len)
@@ -517,11 +517,18 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
         groups = _Groups(xp, js)
     g_len = groups.lengths  # in xp: the per-group steps below stay where the groups are
-    plan = length_plan(t, score, max_len, js.lengths, js.lengths, ordered=True)
+    per_length = np.bincount(groups.host_len)
+    present = np.flatnonzero(per_length)
+    plan = length_plan(t, score, max_len, present, present, ordered=True)
     entries = _index_entries(xp, groups, plan.index_prefix)
     first, end = probe_bounds(plan, g_len, g_len, xp=xp)
-    # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
-    end = xp.minimum(end, xp.arange(len(g_len)))
+    # Groups before x only: each unordered pair of groups once; a group's own members are paired
+    # below. And none of x's own length where it needs every token: two sets of one length sharing
+    # all their tokens are identical, one group (at high thresholds, most short sets probe nothing).
+    lengths = np.arange(len(per_length))
+    own_length = np.concatenate([[0], np.cumsum(per_length)[:-1]])  # the first group of each length
+    whole = np.diagonal(plan.need)[:len(lengths)] >= lengths
+    end = xp.minimum(end, xp.where(xp.asarray(whole)[g_len], xp.asarray(own_length)[g_len], xp.arange(len(g_len))))
     x, y, ov = _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need,
                      cap)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
