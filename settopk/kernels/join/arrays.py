@@ -517,18 +517,12 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
         groups = _Groups(xp, js)
     g_len = groups.lengths  # in xp: the per-group steps below stay where the groups are
-    per_length = np.bincount(groups.host_len)
-    present = np.flatnonzero(per_length)
+    present = np.flatnonzero(np.bincount(groups.host_len))
     plan = length_plan(t, score, max_len, present, present, ordered=True)
     entries = _index_entries(xp, groups, plan.index_prefix)
     first, end = probe_bounds(plan, g_len, g_len, xp=xp)
-    # Groups before x only: each unordered pair of groups once; a group's own members are paired
-    # below. And none of x's own length where it needs every token: two sets of one length sharing
-    # all their tokens are identical, one group (at high thresholds, most short sets probe nothing).
-    lengths = np.arange(len(per_length))
-    own_length = np.concatenate([[0], np.cumsum(per_length)[:-1]])  # the first group of each length
-    whole = np.diagonal(plan.need)[:len(lengths)] >= lengths
-    end = xp.minimum(end, xp.where(xp.asarray(whole)[g_len], xp.asarray(own_length)[g_len], xp.arange(len(g_len))))
+    # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
+    end = xp.minimum(end, xp.arange(len(g_len)))
     x, y, ov = _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need,
                      cap)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.

@@ -204,17 +204,14 @@ class SelfJoin:
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
         groups = _group_sets(js)
         g_tokens, g_offsets, g_len, g_sig = groups
-        per_length = np.bincount(g_len)  # groups per length (one count, not a pass over the sets per call)
-        present = np.flatnonzero(per_length)
+        present = np.flatnonzero(np.bincount(g_len))  # one count over the groups, not over the sets, per call
         plan = length_plan(t, score, max_len, present, present, ordered=True)
         postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
         lengths = np.arange(len(plan.lo), dtype=np.int32)
         first_l, end_l = probe_bounds(plan, lengths, g_len)
-        below = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(per_length[:len(lengths)], out=below[1:])
         need = np.ascontiguousarray(plan.need, np.int32)
         # Each group probes the groups before it; its own identical sets are paired below, not probed.
-        first, end, prefix = self_join_bounds(g_len, first_l, end_l, below, need, plan.probe_prefix)
+        first, end, prefix = self_join_bounds(g_len, first_l, end_l, plan.probe_prefix)
         self._workers = _Workers(threads, g_offsets, sets.id_bound) if prepared is None else \
             _kept_workers(js, threads, sets.id_bound)
         found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, need,

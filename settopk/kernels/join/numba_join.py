@@ -78,13 +78,10 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
 
 
 @njit(**_JIT)
-def self_join_bounds(g_len, first_l, end_l, below, need, probe_prefix):
-    """Per group of a self-join, the index groups it probes and the tokens it probes with.
-
-    Group ``x`` pairs with the groups before it (no longer than itself) whose lengths it reaches;
-    of its own length, none where that length needs every token (``need[l, l] >= l``): two sets
-    of one length sharing all their tokens are identical, and identical sets are one group (at
-    high thresholds, most short sets: they probe nothing).
+def self_join_bounds(g_len, first_l, end_l, probe_prefix):
+    """Per group of a self-join, the index groups it probes and the tokens it probes with: the
+    groups its length reaches (:func:`settopk.kernels.join.prefixes.length_plan`, ``ordered``),
+    those before it only, so that each unordered pair of groups is met once.
 
     Parameters
     ----------
@@ -93,10 +90,6 @@ def self_join_bounds(g_len, first_l, end_l, below, need, probe_prefix):
     first_l, end_l : int64 (n_lengths,)
         Per length, the first group of the least length it reaches and the end of the groups of
         the greatest (:func:`settopk.kernels.join.prefixes.probe_bounds` of the lengths).
-    below : int64 (n_lengths + 1,)
-        Per length, the groups shorter than it.
-    need : int32 (n_lengths, n_lengths)
-        The least overlap per pair of lengths.
     probe_prefix : int32 (n_lengths,)
         Tokens probed per length.
 
@@ -112,7 +105,7 @@ def self_join_bounds(g_len, first_l, end_l, below, need, probe_prefix):
     for x in range(n):
         length = g_len[x]
         f = first_l[length]
-        e = min(end_l[length], below[length] if need[length, length] >= length else x)
+        e = min(end_l[length], x)
         first[x] = f
         end[x] = e
         prefix[x] = probe_prefix[length] if f < e else 0

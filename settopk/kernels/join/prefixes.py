@@ -27,7 +27,8 @@ class LengthPlan(NamedTuple):
     need : numpy.ndarray of int32, shape (n_probe_lengths, n_index_lengths)
         Least overlap per (probe length, index length); ``> min`` of the two where unreachable.
     reach : numpy.ndarray of bool, same shape
-        Pairs of lengths that can pass (and are allowed: present, and ordered in a self-join).
+        Pairs of lengths that can pass (and are allowed: present, and ordered in a self-join, where
+        two groups of one length never pair where that length needs all its tokens).
     probe_prefix : numpy.ndarray of int32, shape (n_probe_lengths,)
         Tokens a probe set of each length probes (0: it reaches no length).
     index_prefix : numpy.ndarray of int32, shape (n_index_lengths,)
@@ -66,7 +67,11 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     index_lengths : array_like of int
         Lengths present among the index sets.
     ordered : bool
-        A self-join over one corpus: a probe pairs only with index sets no longer than itself.
+        A self-join over one corpus of groups of identical sets
+        (:mod:`settopk.kernels.join.prepare`): a probe pairs only with index groups no longer
+        than itself, and none of its own length where that length needs all its tokens (two sets
+        of one length sharing all their tokens are identical, one group; at high thresholds most
+        short sets, which then probe nothing and are indexed for no probe).
 
     Returns
     -------
@@ -86,7 +91,7 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     reach = need <= np.minimum(lp, li)
     reach &= present_p[:, None] & present_i[None, :]
     if ordered:
-        reach &= li <= lp
+        reach &= (li < lp) | (li == lp) & (need < lp)
     big = np.iinfo(np.int32).max
     held = np.where(reach, need, big)
     least_p = held.min(axis=1)
