@@ -119,6 +119,16 @@ def test_a_prepared_corpus_serves_self_joins_at_any_threshold_from_several_threa
         assert rows(t) == wanted[t], t
     with ThreadPoolExecutor(2) as pool:
         assert list(pool.map(rows, thresholds)) == [wanted[t] for t in thresholds]
+    # The kept workers go with the corpus: nothing of it stays behind once it is dropped.
+    import gc
+
+    from settopk.kernels.join import host_join
+
+    key = id(prepared.group_token_offsets)
+    assert key in host_join._KEPT
+    del prepared, rows
+    gc.collect()
+    assert key not in host_join._KEPT
 
 
 def test_zero_threshold_is_refused_not_filtered():

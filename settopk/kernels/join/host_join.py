@@ -287,7 +287,8 @@ def _kept_workers(js: JoinSets, threads: int, n_ranks: int) -> "_Workers":
             weakref.finalize(js.group_token_offsets, _KEPT.pop, key, None)
         kept = _KEPT[key]
         if (threads, n_ranks) not in kept:
-            kept[threads, n_ranks] = _Workers(threads, js.group_token_offsets[:-1], n_ranks, kept=True)
+            # A copy of the offsets: a view would keep the corpus's array, and so this entry, alive.
+            kept[threads, n_ranks] = _Workers(threads, js.group_token_offsets[:-1].copy(), n_ranks, kept=True)
         return kept[threads, n_ranks]
 
 
