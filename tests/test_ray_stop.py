@@ -9,7 +9,7 @@ import sys
 from tests.job_helpers import write_sets
 
 _SCRIPT = """
-import json, logging, os, sys
+import json, logging, os, sys, time
 import ray
 from settopk.jobs import cluster, score
 
@@ -27,16 +27,21 @@ cluster.stop_local_ray = spy  # score.main imports it when it runs
 code = score.main(sys.argv[1:])
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
+def alive(pid):  # still running a few seconds on (an exited process not yet reaped is not)
+    for _ in range(50):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.1)
     return True
 
 
 print("RESULT " + json.dumps({"code": code, "initialized": ray.is_initialized(), "kinds": sorted(seen),
-                              "alive": [pid for pids in seen.values() for pid in pids if alive(pid)]}))
+                              "alive": [kind for kind, pids in seen.items() for pid in pids if alive(pid)]}))
 """
 
 
