@@ -95,6 +95,7 @@ def test_a_prepared_side_serves_batch_after_batch():
 def test_a_prepared_corpus_serves_self_joins_at_any_threshold_from_several_threads():
     """The threads and scratch kept with a prepared corpus serve its next joins: thresholds one
     after another, and two joins at once, each equal to the oracle."""
+    import functools
     from concurrent.futures import ThreadPoolExecutor
 
     from settopk.kernels.join import prepare_corpus
@@ -105,8 +106,8 @@ def test_a_prepared_corpus_serves_self_joins_at_any_threshold_from_several_threa
     batch, ids, lens = SetBatch.from_lists(docs), doc_ids(len(docs)), [len(d) for d in docs]
     prepared = prepare_corpus(batch, backend="cpu")
 
-    def rows(t):
-        got = self_join(batch, ids, t, "jaccard", 16, threads=2, prepared=prepared)
+    def rows(t, corpus):
+        got = self_join(batch, ids, t, "jaccard", 16, threads=2, prepared=corpus)
         return [got.row(q) for q in range(len(docs))]
 
     def want(t):
@@ -116,9 +117,9 @@ def test_a_prepared_corpus_serves_self_joins_at_any_threshold_from_several_threa
     thresholds = ["0.5", "0.9", "0.3", "0.5"]
     wanted = {t: want(t) for t in set(thresholds)}
     for t in thresholds:
-        assert rows(t) == wanted[t], t
+        assert rows(t, prepared) == wanted[t], t
     with ThreadPoolExecutor(2) as pool:
-        assert list(pool.map(rows, thresholds)) == [wanted[t] for t in thresholds]
+        assert list(pool.map(functools.partial(rows, corpus=prepared), thresholds)) == [wanted[t] for t in thresholds]
     # The kept workers go with the corpus: nothing of it stays behind once it is dropped.
     import gc
 
@@ -126,7 +127,7 @@ def test_a_prepared_corpus_serves_self_joins_at_any_threshold_from_several_threa
 
     key = id(prepared.group_token_offsets)
     assert key in host_join._KEPT
-    del prepared, rows
+    del prepared
     gc.collect()
     assert key not in host_join._KEPT
 
