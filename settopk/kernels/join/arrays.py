@@ -67,7 +67,7 @@ from .array_ops import (
     stable_argsort,
     to_host,
 )
-from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
+from .prefixes import checked_floor, inside_groups, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
@@ -527,9 +527,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
                      cap)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
     mode = (g_len[y] == g_len[x]).astype(xp.int64)
-    need_self = xp.asarray(np.diagonal(plan.need).astype(np.int64))[g_len]
-    sizes = xp.diff(groups.member_offsets)
-    inside = xp.flatnonzero((sizes > (0 if include_self else 1)) & (need_self <= g_len))
+    inside = inside_groups(plan, g_len, xp.diff(groups.member_offsets), include_self, xp)
     directed = (xp.concatenate([y, inside]), xp.concatenate([x, inside]),
                 xp.concatenate([ov, g_len[inside].astype(xp.int64)]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))

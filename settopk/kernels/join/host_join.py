@@ -24,7 +24,7 @@ from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups, self_join_bounds
-from .prefixes import checked_floor, join_applies, length_plan, probe_bounds
+from .prefixes import checked_floor, inside_groups, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "self_join"]
@@ -207,14 +207,12 @@ class SelfJoin:
         present = np.flatnonzero(np.bincount(g_len))  # one count over the groups, not over the sets, per call
         plan = length_plan(t, score, max_len, present, present, ordered=True)
         postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
-        lengths = np.arange(len(plan.lo), dtype=np.int32)
-        first_l, end_l = probe_bounds(plan, lengths, g_len)
-        need = np.ascontiguousarray(plan.need, np.int32)
+        first_l, end_l = probe_bounds(plan, np.arange(len(plan.lo)), g_len)
         # Each group probes the groups before it; its own identical sets are paired below, not probed.
         first, end, prefix = self_join_bounds(g_len, first_l, end_l, plan.probe_prefix)
         self._workers = _Workers(threads, g_offsets, sets.id_bound) if prepared is None else \
             _kept_workers(js, threads, sets.id_bound)
-        found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, need,
+        found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need,
                            postings, max_entries or 0)
         if found is None:
             self.close()
@@ -228,8 +226,7 @@ class SelfJoin:
         single = ~shorter & (size[pair_i] == 1) & (size[pair_q] == 1)
         flip = single & (js.group_rep[pair_q] < js.group_rep[pair_i])
         both = ~shorter & ~single
-        whole = (need[lengths, lengths] <= lengths)[g_len]  # the members of a group pair with each other
-        inside = np.flatnonzero((size > (0 if include_self else 1)) & whole).astype(np.int32)
+        inside = inside_groups(plan, g_len, size, include_self).astype(np.int32)
         dq = np.concatenate([np.where(flip, pair_q, pair_i), pair_q[both], inside])
         dt = np.concatenate([np.where(flip, pair_i, pair_q), pair_i[both], inside])
         dov = np.concatenate([pair_ov, pair_ov[both], g_len[inside]])
@@ -278,8 +275,8 @@ _KEPT_LOCK = threading.Lock()
 
 def _kept_workers(js: JoinSets, threads: int, n_ranks: int) -> "_Workers":
     """The workers of the self-joins of a prepared corpus, kept as long as it is: an index joins
-    its corpus again at each call, and threads and scratch made per call cost a join that finds
-    little a few percent of its time. Threads share them (the scratch goes to one at a time)."""
+    its corpus again at each call, and threads and scratch made at each call weigh on a join that
+    finds little. Threads share them (the scratch goes to one at a time)."""
     with _KEPT_LOCK:
         key = id(js.group_token_offsets)
         if key not in _KEPT:

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["LengthPlan", "checked_floor", "join_applies", "length_bounds", "length_plan", "probe_bounds"]
+__all__ = ["LengthPlan", "checked_floor", "inside_groups", "join_applies", "length_bounds", "length_plan",
+           "probe_bounds"]
 
 
 class LengthPlan(NamedTuple):
@@ -178,6 +179,30 @@ def probe_bounds(plan: LengthPlan, q_len, d_len, group_of=None, floor=None, xp=n
         np.minimum.at(group_floor, group_of, floor)
         lo = np.maximum(lo, group_floor)
     return length_bounds(d_len, lo, xp.asarray(plan.hi)[q_len], xp)
+
+
+def inside_groups(plan: LengthPlan, g_len, sizes, include_self: bool, xp=np):
+    """The groups of a self-join whose members pair with each other: a set of their length passes
+    with an identical set (``need[l, l] <= l``), and they hold more than one member (or one, with
+    ``include_self``: each member's pair with itself).
+
+    Parameters
+    ----------
+    plan : LengthPlan
+        Of the self-join (``ordered``), probe and index lengths alike.
+    g_len, sizes : array of int, shape (n_groups,)
+        Each group's set length and members, in ``xp``.
+    include_self : bool
+    xp : module, default numpy
+
+    Returns
+    -------
+    array of int64, shape (n_inside,)
+        The groups, ascending, in ``xp``.
+    """
+    diagonal = np.diagonal(plan.need)
+    whole = diagonal <= np.arange(len(diagonal))
+    return xp.flatnonzero((sizes > (0 if include_self else 1)) & xp.asarray(whole)[g_len])
 
 
 def _present(lengths) -> np.ndarray:
