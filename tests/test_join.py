@@ -209,21 +209,16 @@ def test_prepare_groups_match_a_plain_grouping(seed):
         assert js.tokens[js.offsets[i]:js.offsets[i + 1]].tolist() == sorted(rank[s].tolist())
 
 
-@pytest.mark.parametrize("include_self", [False, True])
-def test_a_join_of_many_pairs_on_several_threads_equals_a_dense_oracle(include_self):
-    # Big groups of identical sets: over 2**16 list entries, so the emit runs in ranges on two threads.
-    rng = np.random.default_rng(11)
-    base = [sorted(set(rng.integers(0, 40, rng.integers(1, 12)).tolist())) for _ in range(25)]
-    docs = [base[i] for i in rng.integers(0, 25, 2000)]
-    ids = doc_ids(len(docs))
-    got = self_join(SetBatch.from_lists(docs), ids, "0.6", "jaccard", 16, include_self=include_self, threads=2)
-    dense = np.zeros((len(docs), 40), np.int64)
+def _assert_dense_jaccard_rows(got, docs, ids, n_tokens: int, t: Fraction, include_self: bool = False) -> int:
+    """Assert each query's self-join rows equal a dense oracle's (a matrix product of the sets'
+    0/1 rows, the pass test in integers: exact); returns the pairs."""
+    dense = np.zeros((len(docs), n_tokens), np.int64)
     for i, d in enumerate(docs):
         dense[i, d] = 1
     ov = dense @ dense.T
     size = dense.sum(axis=1)
     union = size[:, None] + size[None, :] - ov
-    passing = 5 * ov >= 3 * union  # exact: ov / union >= 3/5
+    passing = t.denominator * ov >= t.numerator * union  # ov / union >= t
     n_pairs = 0
     for q in range(len(docs)):
         keep = [d for d in np.flatnonzero(passing[q])
@@ -232,6 +227,18 @@ def test_a_join_of_many_pairs_on_several_threads_equals_a_dense_oracle(include_s
                       key=lambda p: (-p[1] / (size[q] + p[2] - p[1]), p[0]))
         assert got.row(q) == want, q
         n_pairs += len(want)
+    return n_pairs
+
+
+@pytest.mark.parametrize("include_self", [False, True])
+def test_a_join_of_many_pairs_on_several_threads_equals_a_dense_oracle(include_self):
+    # Big groups of identical sets: over 2**16 list entries, so the emit runs in ranges on two threads.
+    rng = np.random.default_rng(11)
+    base = [sorted(set(rng.integers(0, 40, rng.integers(1, 12)).tolist())) for _ in range(25)]
+    docs = [base[i] for i in rng.integers(0, 25, 2000)]
+    ids = doc_ids(len(docs))
+    got = self_join(SetBatch.from_lists(docs), ids, "0.6", "jaccard", 16, include_self=include_self, threads=2)
+    n_pairs = _assert_dense_jaccard_rows(got, docs, ids, 40, Fraction(3, 5), include_self)
     assert got.offsets[-1] == n_pairs > 2**16
 
 
@@ -244,21 +251,7 @@ def test_a_probe_past_its_first_out_arrays_equals_a_dense_oracle():
     docs = [list(d) for d in docs]
     ids = doc_ids(len(docs))
     got = self_join(SetBatch.from_lists(docs), ids, "0.3", "jaccard", 16, threads=1)
-    dense = np.zeros((len(docs), 24), np.int64)
-    for i, d in enumerate(docs):
-        dense[i, d] = 1
-    ov = dense @ dense.T
-    size = dense.sum(axis=1)
-    union = size[:, None] + size[None, :] - ov
-    passing = 10 * ov >= 3 * union  # exact: ov / union >= 3/10
-    n_pairs = 0
-    for q in range(len(docs)):
-        keep = [d for d in np.flatnonzero(passing[q]) if self_join_keep(ids[q], size[q], ids[d], size[d], "jaccard")]
-        want = sorted(((int(ids[d]), int(ov[q, d]), int(size[d])) for d in keep),
-                      key=lambda p: (-p[1] / (size[q] + p[2] - p[1]), p[0]))
-        assert got.row(q) == want, q
-        n_pairs += len(want)
-    assert n_pairs > 100_000
+    assert _assert_dense_jaccard_rows(got, docs, ids, 24, Fraction(3, 10)) > 100_000
 
 
 @given(lengths=st.lists(st.integers(0, 12), max_size=40), lo=st.lists(st.integers(-2, 15), min_size=1, max_size=8),

@@ -72,9 +72,9 @@ def stop_local_ray() -> None:
     """Stop Ray in this process: the local instance it started, or its connection to a cluster.
 
     Ray's own shutdown (also run at exit) stops a local instance's GCS before its autoscaler
-    monitor, whose exit handler then waits a second to reach the GCS; the monitor stopped first
-    (``Node.kill_monitor``, where this Ray has it), the shutdown takes a third of a second. The
-    command line calls this when its run started Ray (docs/operations.md, "Ray clusters").
+    monitor, whose exit handler then waits, up to Ray's one-second grace, to reach the GCS; so
+    the monitor is stopped first (``Node.kill_monitor``, where this Ray has it). The command
+    line calls this when its run started Ray (docs/operations.md, "Ray clusters").
     """
     import ray
 

@@ -73,8 +73,8 @@ def pair_columns(offsets, row_key, row_len, overlap, doc_len, score: str, thread
 
 @functools.lru_cache(maxsize=None)
 def _pool(threads: int) -> ThreadPoolExecutor:
-    """The threads of :func:`pair_columns`, started once per count and kept (idle, they cost
-    nothing; started per call, they cost a join of a few hundred thousand pairs a tenth of its time)."""
+    """The threads of :func:`pair_columns`, started once per count and kept: idle, they cost
+    nothing, where starting them at each call weighs on a join of few pairs."""
     return ThreadPoolExecutor(threads, thread_name_prefix="settopk-pairs")
 
 

@@ -151,8 +151,8 @@ def emit_counts(lo, hi, q_goff, q_members, kind, floor, k, list_len, list_pos, l
 
     By group, not by row: a group with an empty list is passed over (its rows keep the zero
     ``counts`` holds on entry), and the group's list is read once for all its rows (a row's
-    group is anywhere in the group arrays: read by row, every row cost a cache miss, most of
-    the counting where most sets pair with nothing).
+    group is anywhere in the group arrays: read by row, each row would cost a cache miss, also
+    the many rows that pair with nothing).
 
     Parameters
     ----------

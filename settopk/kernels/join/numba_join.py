@@ -203,8 +203,8 @@ def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
     """:func:`probe_groups` from probe group ``lo``, its pairs written from ``n_out`` on, until ``hi``,
     the limit, or a group that could find more pairs than the out arrays have room for. Returns
     ``(the group to go on from, or hi, n_out, n_used)``: the out arrays are never replaced here,
-    so this loop carries no array that Numba would count references of at every group (a third
-    of the probe's time where most groups find nothing)."""
+    so this loop carries no array whose references Numba would count at every group, even at a
+    group that probes nothing."""
     n_ranks = len(p_off) - 1
     for x in range(lo, hi):
         px = q_prefix[x]
