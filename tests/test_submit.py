@@ -502,7 +502,8 @@ def test_operations_recipe_runs_as_printed_with_the_default_ports_taken(tmp_path
                               text=True, timeout=HEAD_START_TIMEOUT_S + 2 * JOB_TIMEOUT_S - 30)
         output = done.stdout + done.stderr
         head_dir = re.search(r"^HEAD_DIR=(\S+)$", done.stdout, flags=re.M).group(1)
-        assert output.count("Job 'settopk-demo' succeeded") == 2, output[-5000:]  # `ray job submit`, then `ray job status`
+        assert output.count("Job 'settopk-demo' succeeded") == 2, output[-5000:]  # `ray job logs --follow`, `ray job status`
+        assert "submitted successfully" in output and "done: run settopk-demo" in output, output[-5000:]  # the job's log followed
         assert "the head did not come up" not in output
         manifest = read_manifest(tmp_path / "demo")
         assert manifest["run_id"] == "settopk-demo" and manifest["counts"]["n_queries"] == 50
