@@ -321,3 +321,37 @@ def test_probe_ranges_on_several_threads_equal_the_oracle(threads, monkeypatch):
     for _ in range(2):
         probed = side.probe(SetBatch.from_lists(docs))
         assert [probed.row(q) for q in range(len(docs))] == want
+
+
+@pytest.mark.parametrize("backend", ["cpu", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@given(docs=corpora(), score=st.sampled_from([s for s in SCORES if s != "containment"]), pick=st.integers(0, 5))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_group_pairs_are_the_passing_pairs_of_distinct_groups(backend, docs, score, pick):
+    """Each unordered pair of distinct identical-set groups whose sets pass, once: the oracle's pairs
+    of the groups' first members, from the index's prepared corpus."""
+    from settopk.kernels.join import group_pairs, host_groups, prepare_corpus
+
+    text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
+    batch = SetBatch.from_lists(docs)
+    prepared = prepare_corpus(batch, backend=backend)
+    js = host_groups(prepared)
+    reps = js.group_rep.tolist()
+    every = brute_force_threshold([docs[r] for r in reps], [docs[r] for r in reps], Fraction(parse_threshold(text, score)),
+                                  score=score)
+    want = sorted((a, b) for a in range(len(reps)) for b, *_ in every[a] if a < b)
+    g_a, g_b = group_pairs(prepared, batch.id_bound, text, score, 16, backend=backend, threads=2)
+    assert g_a.dtype == g_b.dtype == np.int64
+    got = sorted((min(a, b), max(a, b)) for a, b in zip(g_a.tolist(), g_b.tolist()))
+    assert got == want
+
+
+def test_group_pairs_refuse_containment_and_zero():
+    from settopk.kernels.join import group_pairs, prepare_corpus
+
+    batch = SetBatch.from_lists([[1, 2], [2, 3]])
+    for backend in ("cpu", "numpy"):
+        prepared = prepare_corpus(batch, backend=backend)
+        with pytest.raises(ValueError, match="containment is not symmetric"):
+            group_pairs(prepared, batch.id_bound, "0.5", "containment", 16, backend=backend)
+        with pytest.raises(ValueError, match="T == 0 passes every pair"):
+            group_pairs(prepared, batch.id_bound, "0", "jaccard", 16, backend=backend)

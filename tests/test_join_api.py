@@ -142,7 +142,7 @@ def _dedup_by_all_pairs(docs, t, score):
     return group_tables(*components(np.array([r[0] for r in rows], np.int64), np.array([r[1] for r in rows], np.int64)))
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("backend", [*HOST_BACKENDS, pytest.param("cupy", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("score", SCORES)
 def test_dedup_equals_the_components_of_every_pair(backend, score):
     for seed in (3, 4):

@@ -22,12 +22,13 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     """Near-duplicate groups of a corpus: the job's ``--dedup`` tables, computed in this process.
 
     The groups are the connected components of the threshold self-join's pairs (transitive, each
-    labelled by its least doc id), found without listing every pair: identical sets are grouped
-    first (:func:`settopk.kernels.join.prepare.prepare_sets`), every pair inside a group passes
-    exactly when a set's score with itself does (so its members are one component, added as
-    edges to its first member), and only the distinct sets are self-joined; their verified pairs
-    join whole groups (GroupJoin: Bouros, Ge, Mamoulis, "Spatio-textual similarity joins",
-    PVLDB 2012). The components come from :class:`settopk.shards.components.Components`, which
+    labelled by its least doc id), found without listing every pair: the identical sets are the
+    groups of the index's prepared corpus (:meth:`settopk.Index.join_corpus`, kept between calls),
+    every pair inside a group passes exactly when a set's score with itself does (so its members
+    are one component, added as edges to its first member), and each pair of distinct groups is
+    verified once (:func:`settopk.kernels.join.group_pairs`), joining whole groups (GroupJoin:
+    Bouros, Ge, Mamoulis, "Spatio-textual similarity joins", PVLDB 2012). At ``T == 0`` and for
+    containment, one set per group is self-joined instead. The components come from :class:`settopk.shards.components.Components`, which
     the job's ``--dedup`` streams its pairs through.
 
     Parameters
@@ -60,7 +61,7 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     settopk.shards.inputs.InputError, ValueError, TypeError
         As :meth:`settopk.Index.build`, for bad docs or arguments.
     """
-    from settopk.kernels.join.prepare import prepare_sets
+    from settopk.kernels.join import group_pairs, host_groups, join_applies
 
     if isinstance(docs, Index):
         if score != docs.score:
@@ -73,8 +74,8 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     sets, ids = index._sets, index.doc_ids
     found = Components()
     if sets.n_sets:
-        js = prepare_sets(sets, np.arange(max(sets.id_bound, 1), dtype=np.int32))
-        size = np.diff(js.group_offsets)
+        js = host_groups(index.join_corpus)  # the index's identical-set groups, kept between calls
+        size = js.group_size
         group_len = js.group_len.astype(np.int64)
         # A group's sets pair with each other iff a set passes with itself: need(L, L) <= L.
         lens = np.unique(group_len)
@@ -84,17 +85,23 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
         members = js.group_members[joined]
         first = np.repeat(js.group_rep, size)[joined]
         found.add_edges(ids[members], ids[first])
-        reps = np.sort(js.group_rep)
-        pairs = kernel_self_join(index.backend, sets.take(reps), ids[reps], t, index.score, index.max_len, False, None,
-                                 threads=index.threads, vocab_size=index.vocab_size)
-        found.add_edges(np.repeat(ids[reps], pairs.counts), pairs.doc_ids)
-        # A group whose set fails with itself (an empty set, an overlap below T) has no verified
-        # pair either (no set scores higher with another than with itself); were it otherwise, its
-        # members would join through its first member, added here so that the rule is all there is.
         linked = np.zeros(js.n_groups, bool)
-        rep_group = js.group_of[reps]
-        linked[rep_group[pairs.counts > 0]] = True
-        linked[js.group_of[np.searchsorted(ids, pairs.doc_ids)]] = True
+        if join_applies(t) and index.score != "containment":
+            # Each pair of distinct groups verified once, on the index's prepared corpus (GroupJoin).
+            g_a, g_b = group_pairs(index.join_corpus, sets.id_bound, t, index.score, index.max_len, backend=index.backend,
+                                   threads=index.threads)
+            found.add_edges(ids[js.group_rep[g_a]], ids[js.group_rep[g_b]])
+            linked[g_a] = linked[g_b] = True
+        else:  # T == 0 (a scan) or containment (ordered pairs): the self-join of one set per group
+            reps = np.sort(js.group_rep)
+            pairs = kernel_self_join(index.backend, sets.take(reps), ids[reps], t, index.score, index.max_len, False, None,
+                                     threads=index.threads, vocab_size=index.vocab_size)
+            found.add_edges(np.repeat(ids[reps], pairs.counts), pairs.doc_ids)
+            linked[js.group_of[reps][pairs.counts > 0]] = True
+            linked[js.group_of[np.searchsorted(ids, pairs.doc_ids)]] = True
+        # A group whose set fails with itself (an empty set, an overlap below T) has no passing pair
+        # either (no set scores higher with another than with itself); were it otherwise, its
+        # members would join through its first member, added here so that the rule is all there is.
         spread = np.repeat(linked & ~(self_pass & (size > 1)) & (size > 1), size)
         found.add_edges(ids[js.group_members[spread]], ids[np.repeat(js.group_rep, size)[spread]])
     return group_tables(*found.result())

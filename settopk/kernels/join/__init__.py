@@ -8,7 +8,9 @@ Entry points, one contract on every backend (results identical to the scan's,
   (:func:`settopk.kernels.self_join_keep`);
 * :func:`threshold_join`: every (query, doc) pair whose score reaches ``T`` (an R-S join);
 * :func:`prepare_docs` then ``.probe(queries)``: the same, the doc side prepared once and
-  probed batch after batch (what a shard index holds).
+  probed batch after batch (what a shard index holds);
+* :func:`group_pairs`: the passing pairs of distinct groups of identical sets of a prepared corpus,
+  each verified once and none expanded to its members' pairs (what ``settopk.dedup`` needs).
 
 Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
 :mod:`~settopk.kernels.join.prefixes` (the filters per length), :mod:`~settopk.kernels.join.host_join`
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from .prefixes import join_applies
 
-__all__ = ["join_applies", "prepare_corpus", "prepare_docs", "self_join", "threshold_join"]
+__all__ = ["group_pairs", "host_groups", "join_applies", "prepare_corpus", "prepare_docs", "self_join", "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")
 
@@ -102,6 +104,50 @@ def prepare_corpus(sets, *, backend: str = "cpu"):
     from .arrays import ArrayCorpus
 
     return ArrayCorpus(js, backend)
+
+
+def host_groups(prepared):
+    """The :class:`~settopk.kernels.join.prepare.JoinSets` (host memory) of what
+    :func:`prepare_corpus` returned on any backend."""
+    return getattr(prepared, "sets", prepared)
+
+
+def group_pairs(prepared, id_bound: int, threshold, score: str, max_len: int, *, backend: str = "cpu",
+                threads: int | None = None):
+    """The passing pairs of distinct groups of identical sets of a corpus (GroupJoin's group pairs):
+    each unordered pair of groups once, verified once, never expanded to its members' pairs. With
+    the groups themselves (:func:`host_groups`) they are every passing pair of the corpus: two
+    members of one group pass together exactly when a set passes with itself.
+
+    Parameters
+    ----------
+    prepared : JoinSets or ArrayCorpus
+        ``prepare_corpus(sets, backend=backend)``.
+    id_bound : int
+        ``sets.id_bound`` of the corpus.
+    threshold, score, max_len, backend, threads
+        As :func:`prepare_docs`; ``T > 0`` (:func:`join_applies`) and a symmetric score (not
+        ``containment``).
+
+    Returns
+    -------
+    (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_pairs,)
+        The two groups of each pair: indexes into ``host_groups(prepared)``'s groups (host memory).
+
+    Raises
+    ------
+    ValueError
+        For containment, ``T == 0``, a bad threshold or score, or an unknown backend.
+    """
+    if backend == "cpu":
+        from .host_join import group_pairs as host_group_pairs
+
+        return host_group_pairs(host_groups(prepared), id_bound, threshold, score, max_len, threads)
+    if backend in ("numpy", "cupy"):
+        from .arrays import group_pairs as array_group_pairs
+
+        return array_group_pairs(prepared, threshold, score, max_len, backend=backend)
+    raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
 
 
 def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", include_self: bool = False,

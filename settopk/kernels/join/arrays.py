@@ -70,7 +70,7 @@ from .array_ops import (
 from .prefixes import checked_floor, inside_groups, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "prepare_docs", "self_join"]
+__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "group_pairs", "prepare_docs", "self_join"]
 
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
@@ -400,9 +400,7 @@ class ArrayDocSide:
         key_scale(max_len, score)
         self.threshold = _positive(threshold, score)
         self.xp = array_module(backend)
-        self.cap = int(slice_entries or SLICE_ENTRIES)
-        if self.cap < 1:
-            raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
+        self.cap = _slice_cap(slice_entries)
         self.max_len = max_len
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
         self.rank = frequency_order(docs.tokens, docs.id_bound)
@@ -466,6 +464,66 @@ def prepare_docs(docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *
     return ArrayDocSide(docs, doc_ids, threshold, score, max_len, backend=backend, slice_entries=slice_entries)
 
 
+def _group_join(xp, groups: _Groups, t: Fraction, score: str, max_len: int, cap: int):
+    """``(length plan, (x, y, overlap))``: the passing pairs of distinct groups, each unordered pair
+    once (``y`` before ``x`` in group order, never longer), in ``xp`` memory."""
+    g_len = groups.lengths
+    present = np.flatnonzero(np.bincount(groups.host_len))
+    plan = length_plan(t, score, max_len, present, present, ordered=True)
+    entries = _index_entries(xp, groups, plan.index_prefix)
+    first, end = probe_bounds(plan, g_len, g_len, xp=xp)
+    # Groups before x only: each unordered pair of groups once; a group's own members are paired by the caller.
+    end = xp.minimum(end, xp.arange(len(g_len)))
+    return plan, _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need, cap)
+
+
+def group_pairs(prepared, threshold, score: str, max_len: int, *, backend: str = "numpy",
+                slice_entries: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The passing pairs of distinct groups of identical sets of a prepared corpus (``numpy`` or
+    ``cupy``), as :func:`settopk.kernels.join.host_join.group_pairs` finds them on ``cpu``.
+
+    Parameters
+    ----------
+    prepared : JoinSets or ArrayCorpus
+        :func:`settopk.kernels.join.prepare_corpus` of the corpus.
+    threshold, score, max_len, backend, slice_entries
+        As :func:`self_join`; ``T > 0``, the score symmetric (not ``containment``).
+
+    Returns
+    -------
+    (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_pairs,)
+        The two groups of each pair (indexes into the prepared groups; host memory).
+
+    Raises
+    ------
+    ValueError
+        For containment, ``T == 0``, or ``slice_entries < 1``.
+    """
+    score = check_score(score)
+    if score == "containment":
+        raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe")
+    t = _positive(threshold, score)
+    xp = array_module(backend)
+    groups = _prepared_groups(xp, prepared, backend)
+    _, (x, y, _) = _group_join(xp, groups, t, score, max_len, _slice_cap(slice_entries))
+    return to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64)
+
+
+def _prepared_groups(xp, prepared, backend: str) -> _Groups:
+    """The groups of a prepared corpus in ``xp`` memory (an ``ArrayCorpus`` of this backend's kept copy)."""
+    if isinstance(prepared, ArrayCorpus):
+        return prepared.groups if prepared.backend == backend else _Groups(xp, prepared.sets)
+    return _Groups(xp, prepared)
+
+
+def _slice_cap(slice_entries: int | None) -> int:
+    """The candidate entries per slice (``slice_entries``, default :data:`SLICE_ENTRIES`), at least 1."""
+    cap = int(slice_entries or SLICE_ENTRIES)
+    if cap < 1:
+        raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
+    return cap
+
+
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
               include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
               prepared: JoinSets | None = None) -> ThresholdPairs:
@@ -508,23 +566,13 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
     t = _positive(threshold, score)
     xp = array_module(backend)
-    cap = int(slice_entries or SLICE_ENTRIES)
-    if cap < 1:
-        raise ValueError(f"slice_entries must be >= 1, found {slice_entries}")
-    if isinstance(prepared, ArrayCorpus):
-        js, groups = prepared.sets, (prepared.groups if prepared.backend == backend else _Groups(xp, prepared.sets))
-    else:
-        js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
-        groups = _Groups(xp, js)
+    cap = _slice_cap(slice_entries)
+    if prepared is None:
+        prepared = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
+    js = prepared.sets if isinstance(prepared, ArrayCorpus) else prepared
+    groups = _prepared_groups(xp, prepared, backend)
     g_len = groups.lengths  # in xp: the per-group steps below stay where the groups are
-    present = np.flatnonzero(np.bincount(groups.host_len))
-    plan = length_plan(t, score, max_len, present, present, ordered=True)
-    entries = _index_entries(xp, groups, plan.index_prefix)
-    first, end = probe_bounds(plan, g_len, g_len, xp=xp)
-    # Groups before x only: each unordered pair of groups once; a group's own members are paired below.
-    end = xp.minimum(end, xp.arange(len(g_len)))
-    x, y, ov = _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need,
-                     cap)
+    plan, (x, y, ov) = _group_join(xp, groups, t, score, max_len, cap)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
     mode = (g_len[y] == g_len[x]).astype(xp.int64)
     inside = inside_groups(plan, g_len, xp.diff(groups.member_offsets), include_self, xp)

@@ -27,7 +27,7 @@ from .numba_join import build_postings, probe_groups, self_join_bounds
 from .prefixes import checked_floor, inside_groups, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "self_join"]
+__all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "group_pairs", "self_join"]
 
 _RANGES_PER_THREAD = 2  # probe ranges per thread, of about equal tokens probed, taken as threads free up (a range's
 # first visit of each token costs a binary search: more ranges cost more where groups of one cost are many)
@@ -194,30 +194,17 @@ class SelfJoin:
     def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
                  k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None,
                  max_entries: int | None = None):
-        score = check_score(score)
-        if score == "containment":
-            raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe (DocSide)")
-        t = parse_threshold(threshold, score)
-        if not join_applies(t):
-            raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+        score, t = _symmetric_threshold(threshold, score)
         threads = threads or len(os.sched_getaffinity(0))
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
-        groups = _group_sets(js)
-        g_tokens, g_offsets, g_len, g_sig = groups
-        present = np.flatnonzero(np.bincount(g_len))  # one count over the groups, not over the sets, per call
-        plan = length_plan(t, score, max_len, present, present, ordered=True)
-        postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], sets.id_bound)
-        first_l, end_l = probe_bounds(plan, np.arange(len(plan.lo)), g_len)
-        # Each group probes the groups before it; its own identical sets are paired below, not probed.
-        first, end, prefix = self_join_bounds(g_len, first_l, end_l, plan.probe_prefix)
-        self._workers = _Workers(threads, g_offsets, sets.id_bound) if prepared is None else \
+        self._workers = _Workers(threads, js.group_token_offsets[:-1], sets.id_bound) if prepared is None else \
             _kept_workers(js, threads, sets.id_bound)
-        found = _probe_all(self._workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need,
-                           postings, max_entries or 0)
-        if found is None:
+        try:
+            plan, (pair_q, pair_i, pair_ov) = _probe_groups(self._workers, js, t, score, max_len, sets.id_bound, max_entries)
+        except SelfJoinTooLarge:
             self.close()
-            raise SelfJoinTooLarge(f"the self-join has more than max_entries={max_entries} pairs of groups")
-        pair_q, pair_i, pair_ov = found
+            raise
+        g_len = js.group_len
         # Directed by the self-join rule: the shorter group's members are the queries. Between two
         # groups of one length: from the lower set's to the higher's where each holds one set; else
         # both ways, each member keeping the higher positions; inside a group likewise.
@@ -262,6 +249,68 @@ class SelfJoin:
         corpus serve its next join)."""
         if not self._workers.kept:
             self._workers.close()
+
+
+def group_pairs(prepared: JoinSets, id_bound: int, threshold, score: str, max_len: int,
+                threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The passing pairs of distinct groups of identical sets of a prepared corpus (``cpu``
+    backend): each unordered pair of groups once, verified, its members' pairs never listed.
+
+    Parameters
+    ----------
+    prepared : JoinSets
+        :func:`settopk.kernels.join.prepare_corpus` of the corpus.
+    id_bound : int
+        The corpus's ``SetBatch.id_bound``: its ranks lie below it.
+    threshold, score, max_len
+        As :class:`SelfJoin`; ``T > 0``, the score symmetric (not ``containment``).
+    threads : int, optional
+        Probe threads (default: the CPUs of this process).
+
+    Returns
+    -------
+    (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_pairs,)
+        The two groups of each pair (indexes into ``prepared``'s groups), in no set order.
+
+    Raises
+    ------
+    ValueError
+        As :class:`SelfJoin`.
+    """
+    score, t = _symmetric_threshold(threshold, score)
+    workers = _kept_workers(prepared, threads or len(os.sched_getaffinity(0)), id_bound)
+    _, (pair_q, pair_i, _) = _probe_groups(workers, prepared, t, score, max_len, id_bound, None)
+    return pair_q.astype(np.int64), pair_i.astype(np.int64)
+
+
+def _symmetric_threshold(threshold, score: str):
+    """``(score, T)`` of a self-join through the groups: refused for containment (not symmetric: its
+    self-join is every ordered pair, an R-S probe, :class:`DocSide`) and for ``T == 0``."""
+    score = check_score(score)
+    if score == "containment":
+        raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe (DocSide)")
+    t = parse_threshold(threshold, score)
+    if not join_applies(t):
+        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+    return score, t
+
+
+def _probe_groups(workers: "_Workers", js: JoinSets, t, score: str, max_len: int, n_ranks: int, max_entries: int | None):
+    """``(length plan, (pair_q, pair_i, overlap))``: each group probes the groups before it (its own
+    identical sets are paired by the caller, not probed), every unordered pair of distinct groups
+    met once. Raises :class:`SelfJoinTooLarge` past ``max_entries`` group pairs (None: no bound)."""
+    groups = _group_sets(js)
+    g_tokens, g_offsets, g_len, g_sig = groups
+    present = np.flatnonzero(np.bincount(g_len))  # one count over the groups, not over the sets, per call
+    plan = length_plan(t, score, max_len, present, present, ordered=True)
+    postings = build_postings(g_tokens, g_offsets, g_len, plan.index_prefix[g_len], n_ranks)
+    first_l, end_l = probe_bounds(plan, np.arange(len(plan.lo)), g_len)
+    first, end, prefix = self_join_bounds(g_len, first_l, end_l, plan.probe_prefix)
+    found = _probe_all(workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need, postings,
+                       max_entries or 0)
+    if found is None:
+        raise SelfJoinTooLarge(f"the self-join has more than max_entries={max_entries} pairs of groups")
+    return plan, found
 
 
 def _group_sets(js: JoinSets) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
