@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from settopk.kernels.threshold import need_table
 from settopk.shards.components import Components, group_tables
 
 from .api import Index
@@ -61,7 +60,7 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     settopk.shards.inputs.InputError, ValueError, TypeError
         As :meth:`settopk.Index.build`, for bad docs or arguments.
     """
-    from settopk.kernels.join import group_pairs, host_groups, join_applies
+    from settopk.kernels.join import group_pairs, host_groups, join_applies, passing_edges
 
     if isinstance(docs, Index):
         if score != docs.score:
@@ -75,33 +74,15 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     found = Components()
     if sets.n_sets:
         js = host_groups(index.join_corpus)  # the index's identical-set groups, kept between calls
-        size = js.group_size
-        group_len = js.group_len.astype(np.int64)
-        # A group's sets pair with each other iff a set passes with itself: need(L, L) <= L.
-        lens = np.unique(group_len)
-        passes = need_table(t, lens, index.max_len, index.score)[np.arange(len(lens)), lens] <= lens
-        self_pass = passes[np.searchsorted(lens, group_len)]
-        joined = np.repeat(self_pass & (size > 1), size)
-        members = js.group_members[joined]
-        first = np.repeat(js.group_rep, size)[joined]
-        found.add_edges(ids[members], ids[first])
-        linked = np.zeros(js.n_groups, bool)
         if join_applies(t) and index.score != "containment":
             # Each pair of distinct groups verified once, on the index's prepared corpus (GroupJoin).
             g_a, g_b = group_pairs(index.join_corpus, sets.id_bound, t, index.score, index.max_len, backend=index.backend,
                                    threads=index.threads)
-            found.add_edges(ids[js.group_rep[g_a]], ids[js.group_rep[g_b]])
-            linked[g_a] = linked[g_b] = True
         else:  # T == 0 (a scan) or containment (ordered pairs): the self-join of one set per group
             reps = np.sort(js.group_rep)
             pairs = kernel_self_join(index.backend, sets.take(reps), ids[reps], t, index.score, index.max_len, False, None,
                                      threads=index.threads, vocab_size=index.vocab_size)
-            found.add_edges(np.repeat(ids[reps], pairs.counts), pairs.doc_ids)
-            linked[js.group_of[reps][pairs.counts > 0]] = True
-            linked[js.group_of[np.searchsorted(ids, pairs.doc_ids)]] = True
-        # A group whose set fails with itself (an empty set, an overlap below T) has no passing pair
-        # either (no set scores higher with another than with itself); were it otherwise, its
-        # members would join through its first member, added here so that the rule is all there is.
-        spread = np.repeat(linked & ~(self_pass & (size > 1)) & (size > 1), size)
-        found.add_edges(ids[js.group_members[spread]], ids[np.repeat(js.group_rep, size)[spread]])
+            g_a = np.repeat(js.group_of[reps], pairs.counts)
+            g_b = js.group_of[np.searchsorted(ids, pairs.doc_ids)]
+        found.add_edges(*passing_edges(js, ids, t, index.score, index.max_len, g_a, g_b))
     return group_tables(*found.result())

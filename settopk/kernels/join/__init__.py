@@ -10,7 +10,8 @@ Entry points, one contract on every backend (results identical to the scan's,
 * :func:`prepare_docs` then ``.probe(queries)``: the same, the doc side prepared once and
   probed batch after batch (what a shard index holds);
 * :func:`group_pairs`: the passing pairs of distinct groups of identical sets of a prepared corpus,
-  each verified once and none expanded to its members' pairs (what ``settopk.dedup`` needs).
+  each verified once and none expanded to its members' pairs, and :func:`passing_edges`, the
+  edges with the components of every passing pair (what ``settopk.dedup`` and ``--dedup`` need).
 
 Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
 :mod:`~settopk.kernels.join.prefixes` (the filters per length), :mod:`~settopk.kernels.join.host_join`
@@ -25,9 +26,11 @@ Bouros, "An Empirical Evaluation of Set Similarity Join Techniques", PVLDB 2016.
 
 from __future__ import annotations
 
+from .edges import passing_edges
 from .prefixes import join_applies
 
-__all__ = ["group_pairs", "host_groups", "join_applies", "prepare_corpus", "prepare_docs", "self_join", "threshold_join"]
+__all__ = ["group_pairs", "host_groups", "join_applies", "passing_edges", "prepare_corpus", "prepare_docs", "self_join",
+           "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")
 

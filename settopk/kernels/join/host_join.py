@@ -177,6 +177,11 @@ class SelfJoin:
     ----------
     offsets : numpy.ndarray of int64, shape (n_queries + 1,)
         Query ``i``'s pairs are rows ``offsets[i]:offsets[i + 1]`` of the whole result.
+    groups : JoinSets
+        The corpus in frequency order, its identical sets grouped.
+    group_pairs : (numpy.ndarray of int32, numpy.ndarray of int32), each of shape (n_group_pairs,)
+        The passing pairs of distinct groups, each unordered pair once (indexes into ``groups``):
+        what :func:`settopk.kernels.join.passing_edges` joins groups by.
 
     Raises
     ------
@@ -204,6 +209,7 @@ class SelfJoin:
         except SelfJoinTooLarge:
             self.close()
             raise
+        self.groups, self.group_pairs = js, (pair_q, pair_i)
         g_len = js.group_len
         # Directed by the self-join rule: the shorter group's members are the queries. Between two
         # groups of one length: from the lower set's to the higher's where each holds one set; else
