@@ -56,13 +56,20 @@ def test_a_self_join_of_many_identical_sets_holds_bounded_pieces(ray_cluster, tm
 def test_a_cpu_self_join_kept_or_past_its_budget_writes_the_in_process_rows(ray_cluster, tmp_path, piece):
     """The cpu shards answer their own docs from their self-join when it holds at most
     4 x pairs_per_piece entries (here ~1,000: kept at 100,000), else they probe them batch by
-    batch (at 100): the rows are the same either way."""
+    batch (at 100): the rows are the same either way. ``--dedup`` groups a shard's own docs from
+    the self-join it keeps, reading only the other pairs back: the groups are the same too."""
     sets = [[1, 2, 3, 4], [1, 2, 3, 5], [7, 8], [9]]
     docs = [sets[i % len(sets)] for i in range(len(sets) * COPIES)] + [[1, 2, 3, 4, 5, 6]]
     docs_path = write_sets(tmp_path / "docs.txt", docs)
     cfg = job_config(tmp_path, backend="cpu", n_shards=2, query_chunk_size=128, output={"pairs_per_piece": piece})
     out = tmp_path / "out"
-    assert job.main(["--docs", docs_path, "--self-join", "--out", str(out), "--threshold", "0.6", "--score", "jaccard",
-                     "--config", cfg, "--quiet"]) == 0
+    assert job.main(["--docs", docs_path, "--self-join", "--dedup", "--out", str(out), "--threshold", "0.6",
+                     "--score", "jaccard", "--config", cfg, "--quiet"]) == 0
     index = settopk.Index.build(docs_path, score="jaccard", backend="cpu")
-    assert index.self_join("0.6").to_arrow().equals(pq.read_table(out))
+    assert index.self_join("0.6").to_arrow().equals(pq.read_table(out / "pairs"))
+    groups, duplicates = settopk.dedup(index, "0.6", score="jaccard")
+    assert groups.equals(pq.read_table(out / "groups")) and duplicates.equals(pq.read_table(out / "duplicates"))
+    dedup = read_manifest(out)["dedup"]
+    # At 100 the shard of the long sets (120 x 120 pairs of groups) keeps no self-join: its pairs are read.
+    assert dedup["shards_from_groups"] == ([0] if piece == 100 else [0, 1])
+    assert (dedup["edges"] > 0) == (piece == 100)

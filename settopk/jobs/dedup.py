@@ -15,6 +15,14 @@ Three datasets, which the job commits together (one manifest, written last):
     :data:`DUPLICATES_SCHEMA`: every doc to drop, and the doc kept in its place (its group's
     least id). Docs in no pair are in neither table: they are unique.
 
+**Groups, then pairs.** Identical docs have one length, so they lie in one shard. A shard that
+keeps its self-join (the ``cpu`` backend, a symmetric score, ``T > 0``: each pair of distinct
+groups of identical docs verified once) groups its own docs from those groups and pairs of groups
+(:meth:`settopk.shards.ShardSearcher.dedup_components`: GroupJoin's rule, no pair of members
+listed), and sends the driver at most one row per doc (:func:`shard_groups`). The driver then
+reads from the parts only the pairs it does not have that way: those across two shards, and
+those of a shard without a self-join. A run capped by ``--k`` groups the pairs it wrote, all read.
+
 **Memory.** The pairs are never all in one process: :func:`stage_dedup` reads the parts' ``query_id``
 and ``doc_id`` columns a record batch at a time and contracts them into a streaming
 :class:`settopk.shards.components.Components` every ``chunk_edges`` pairs, so the driver holds
@@ -24,6 +32,9 @@ many pairs the run wrote.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -31,8 +42,8 @@ from settopk.shards.components import CHUNK_EDGES, DUPLICATES_SCHEMA, GROUPS_SCH
 
 from .output import DATASETS, SUCCESS
 
-__all__ = ["GROUPS_SCHEMA", "DUPLICATES_SCHEMA", "DATASETS", "components", "dedup_tables", "group_tables",
-           "stage_dedup"]
+__all__ = ["GROUPS_SCHEMA", "DUPLICATES_SCHEMA", "DATASETS", "ShardGroups", "components", "dedup_tables", "group_tables",
+           "shard_groups", "stage_dedup"]
 
 _READ_ROWS = 1 << 20  # pairs read from a part at a time: two int64 columns, 16 MiB
 
@@ -66,7 +77,65 @@ def dedup_tables(pairs: pa.Table) -> tuple[pa.Table, pa.Table]:
     return group_tables(*components(left[keep], pairs["doc_id"].to_numpy()[keep]))
 
 
-def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES) -> tuple[object, dict]:
+@dataclass(frozen=True)
+class ShardGroups:
+    """The shards' own groups (:meth:`settopk.shards.ShardSearcher.dedup_components`) for :func:`stage_dedup`.
+
+    Attributes
+    ----------
+    groups : list of (numpy.ndarray of int64, numpy.ndarray of int64) or None
+        Per shard of the plan: its grouped doc ids and their group (least doc id), or None for a
+        shard without a self-join (its pairs are read from the parts).
+    shard_of_length : numpy.ndarray of int64, shape (max_len + 1,)
+        The shard of each doc length (-1: none); a pair lies in one shard when both lengths map to it.
+    seconds : float
+        The driver's wait for them.
+    """
+
+    groups: list
+    shard_of_length: np.ndarray
+    seconds: float = 0.0
+
+    @property
+    def covered(self) -> list[int]:
+        """The shards whose own pairs come from their groups."""
+        return [s for s, g in enumerate(self.groups) if g is not None]
+
+
+def shard_groups(actors, infos: list[dict], plan: list, cfg, cap: int | None) -> ShardGroups | None:
+    """Ask one replica of each shard for its own groups (:meth:`settopk.shards.ShardSearcher.dedup_components`,
+    with the arguments of the shards' kept self-join); None where a ``--k`` caps the run (its
+    groups are those of the pairs it wrote) or no shard keeps a self-join.
+
+    Parameters
+    ----------
+    actors, infos : list
+        The shard actors, ``replicas`` per shard of ``plan`` (the first ``len(plan)``: one of each).
+    plan : list of ShardSpec
+    cfg : settopk.configs.JobConfig
+    cap : int or None
+        The run's ``--k``.
+    """
+    from .dispatch import gather
+    from .threshold_job import self_join_entries, shard_cap
+
+    if cap is not None:
+        return None
+    start = time.perf_counter()
+    n = len(plan)
+    groups = gather(actors[:n], infos[:n], lambda a: a.dedup_components.remote(
+        cfg.threshold, cfg.include_self, shard_cap(cap), self_join_entries(cfg.output.pairs_per_piece)),
+        "the shards' own dedup groups", cfg.faults.search_timeout_s, 1, 0.0)
+    if all(g is None for g in groups):
+        return None
+    shard_of_length = np.full(cfg.max_len + 1, -1, np.int64)
+    for s, spec in enumerate(plan):
+        shard_of_length[spec.min_len : spec.max_len + 1] = s
+    return ShardGroups(groups, shard_of_length, time.perf_counter() - start)
+
+
+def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES,
+                from_shards: ShardGroups | None = None) -> tuple[object, dict]:
     """Build a ``--dedup`` run's three datasets in a staging directory beside ``out``, ready for
     :func:`settopk.jobs.output.commit_results` to rename into place in one step.
 
@@ -86,6 +155,9 @@ def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES
         The result directory ``DIR`` (local: the commit renames).
     chunk_edges : int, default :data:`settopk.shards.components.CHUNK_EDGES`
         Most pairs held at once; results do not depend on it.
+    from_shards : ShardGroups, optional
+        The shards' own groups (:func:`shard_groups`): the pairs inside a shard they cover are
+        not read. None: every pair is read.
 
     Returns
     -------
@@ -93,7 +165,6 @@ def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES
         The staging directory (``pairs/``, ``groups/``, ``duplicates/``), and the manifest's
         ``dedup`` section: counts, the most pairs held at once, and the time.
     """
-    import time
     import uuid
 
     import pyarrow.compute as pc
@@ -101,14 +172,26 @@ def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES
 
     start = time.perf_counter()
     found = Components(chunk_edges)
+    covered = np.zeros(0, bool)
+    if from_shards is not None:
+        for g in from_shards.groups:
+            if g is not None:
+                found.add_edges(*g)  # each doc to its group's least id: the shard's components
+        covered = np.array([g is not None for g in from_shards.groups] + [False])  # index -1: no shard
+    columns = ["query_id", "doc_id"] + (["query_len", "doc_len"] if from_shards is not None else [])
     edges = 0
     held: list[tuple[np.ndarray, np.ndarray]] = []
     held_rows = 0
-    for name in part_names:
+    # One shard, grouped: every pair lies inside it, none is read.
+    unread = from_shards is not None and covered[:-1].all() and len(from_shards.groups) == 1
+    for name in [] if unread else part_names:
         part = work / name
         with part.fs.open_input_file(part.path) as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=min(_READ_ROWS, chunk_edges),
-                                                        columns=["query_id", "doc_id"]):
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=min(_READ_ROWS, chunk_edges), columns=columns):
+                if from_shards is not None:  # a pair inside a covered shard is in its groups already
+                    home = from_shards.shard_of_length[batch.column(2).to_numpy()]
+                    away = ~(covered[home] & (home == from_shards.shard_of_length[batch.column(3).to_numpy()]))
+                    batch = batch.filter(pa.array(away))  # before the ids' text is parsed
                 q = pc.cast(batch.column(0), pa.int64()).to_numpy()
                 d = batch.column(1).to_numpy()
                 keep = q != d  # a doc's pair with itself (--include-self) groups nothing
@@ -137,6 +220,8 @@ def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES
         "duplicates": duplicates.num_rows,
         "largest_chunk": found.largest_chunk,
         "components_s": round(components_s, 3),
+        "shards_from_groups": [] if from_shards is None else from_shards.covered,
+        "shard_groups_s": 0.0 if from_shards is None else round(from_shards.seconds, 3),
         "library": "scipy.sparse.csgraph.connected_components, streamed: one chunk of pairs contracted at a time",
         "datasets": list(DATASETS),
     }

@@ -54,7 +54,7 @@ from settopk.shards.searcher import ShardSearcher
 
 from .chunks import ReadAhead, check_parts, chunk_stream, drop_resume_key, open_work_dir, plan_chunks, read_part_pair_ids, resume_key
 from .cluster import Cluster, connect, shard_doc_cost
-from .dedup import stage_dedup
+from .dedup import shard_groups, stage_dedup
 from .dispatch import gather
 from .manifest import build_manifest, inputs_section, output_section, ray_submission_id, shard_entries, shown_absolute
 from .output import DEFAULT_OUT, REJECTED_SCHEMA, part_name, read_part_doc_ids, write_tsv
@@ -269,9 +269,10 @@ _HELD = ("shard_pairs_max", "merge_piece_pairs_max", "batch_size_min", "first_ca
 
 
 def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _CorpusFacts, rejected, work: _Work,
-            infos: list[dict], clock: PhaseClock) -> dict:
+            infos: list[dict], clock: PhaseClock, from_shards=None) -> dict:
     """Check every part, write the TSV and the run record (manifest, quarantined lines), and
-    rename the work directory into place as the result; returns the manifest."""
+    rename the work directory into place as the result; returns the manifest. ``from_shards``:
+    a ``--dedup`` run's shard groups (:func:`settopk.jobs.dedup.shard_groups`)."""
     import ray
 
     cfg, args, target, queries = job.cfg, job.args, job.target, valid.queries
@@ -284,7 +285,8 @@ def _commit(job: Job, cluster: Cluster, plan: list, valid: Validated, facts: _Co
         if args.tsv:
             write_tsv(args.tsv, (read_part_pair_ids(work.path, c.index) for c in work.chunks))
         dedup_stage, dedup_section = stage_dedup(Location.real(work.path), [part_name(c.index) for c in work.chunks],
-                                                 target.out_dir, chunk_edges=cfg.output.pairs_per_piece)
+                                                 target.out_dir, chunk_edges=cfg.output.pairs_per_piece,
+                                                 from_shards=from_shards)
     clock.stamp_total()  # the commit itself is not counted in the manifest's total
     self_join = self_join_note(cfg).strip(" ()") if cfg.self_join else None
     manifest = build_manifest(
@@ -418,13 +420,16 @@ def _run_settled(job: Job, clock: PhaseClock, pool: ShardPool, searcher_cls: typ
             infos = _wait_loaded(job, plan, pool)
         with clock.phase("search"):
             clock.timings.update(_search(job, cluster, plan, stream, work, pool.actors, infos))
+        # --dedup: the shards' own groups, asked for before the actors go (settopk.jobs.dedup).
+        from_shards = shard_groups(pool.actors, infos, plan, job.cfg, threshold_cap(args)) \
+            if getattr(args, "dedup", False) else None
         infos = gather(pool.actors, infos, lambda a: a.info.remote(), "final info", job.cfg.faults.search_timeout_s, 1, 0.0)
     finally:
         stream.close()
         pool.release()  # the GPUs are free before the commit
         del corpus  # frees the pieces' docs in the object store
     with clock.phase("commit"):
-        manifest = _commit(job, cluster, plan, valid, facts, rejected, work, infos, clock)
+        manifest = _commit(job, cluster, plan, valid, facts, rejected, work, infos, clock, from_shards)
     clock.stamp_total()
     _log_done(job, cluster, plan, valid, facts, manifest["counts"]["rows"], clock.timings)
     return {"status": "done", "out": str(job.target.out_dir), "manifest": manifest}

@@ -19,6 +19,7 @@ import numpy as np
 
 from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, interleave_pairs, self_join_pairs, warm_up_backend
 
+from .components import Components
 from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
 from .thresholds import floors_from
@@ -329,6 +330,25 @@ class ShardSearcher:
         if self._has_self_join(threshold, include_self, k, max_entries):
             self.load_s += time.perf_counter() - start
         return self.info()
+
+    def dedup_components(self, threshold: str, include_self: bool = False, k: int | None = None,
+                         max_entries: int | None = None):
+        """The shard's docs grouped by every passing pair among them, from its self-join's
+        identical-set groups and pairs of groups (no pair of members listed), where the shard
+        keeps a self-join (:meth:`prepare_self_join`, the same arguments); else None.
+
+        Returns
+        -------
+        (numpy.ndarray of int64, numpy.ndarray of int64) or None
+            ``(doc_ids, group)``: each doc of the shard with a passing pair among the shard's
+            docs, ascending, and its component's least doc id; shape (n_grouped,) each, at most
+            the shard's ``n_docs``. A ``--dedup`` run joins them with the pairs across shards.
+        """
+        if not self._has_self_join(threshold, include_self, k, max_entries):
+            return None
+        found = Components()
+        found.add_edges(*self.index.self_join_edges(threshold, include_self, k, max_entries))
+        return found.result()
 
     def _has_self_join(self, threshold: str, include_self: bool, k: int | None, max_entries: int | None) -> bool:
         """Whether the shard answers its own docs from its self-join: the index has one (the cpu
