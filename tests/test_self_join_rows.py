@@ -152,3 +152,46 @@ def test_a_shard_past_its_budget_probes_its_own_docs_and_says_so(caplog):
     assert searcher.index._self_join is None  # refused once, not tried again
     searcher.prepare_self_join("1/2", False, None, 1000)  # another budget: found
     assert searcher.index._self_join is not None
+
+
+def _oracle_components(docs, ids, t, score):
+    """doc id -> least doc id of its component over every passing pair of distinct docs (a union-find)."""
+    every = brute_force_threshold(docs, docs, parse_threshold(t, score), doc_ids=ids.tolist(), score=score)
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for q, row in enumerate(every):
+        for d, *_ in row:
+            if d != ids[q]:
+                a, b = find(int(ids[q])), find(int(d))
+                parent[max(a, b)] = min(a, b)
+    return {x: find(x) for x in sorted(parent)}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet", "dice"]),
+       t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), budget=st.sampled_from([None, 3]))
+def test_a_shard_groups_its_own_docs_as_the_components_of_every_passing_pair(docs, score, t, budget):
+    """``dedup_components``: from the kept self-join's groups and pairs of groups, every doc of the
+    shard in a passing pair with another, with its component's least id; None past the budget."""
+    ids = doc_ids(len(docs))
+    searcher = _Searcher(docs, ids, score)
+    got = searcher.dedup_components(t, False, None, budget)
+    if got is None:
+        assert budget is not None and searcher.index._self_join is None
+        return
+    nodes, group = got
+    assert nodes.dtype == group.dtype == np.int64
+    assert dict(zip(nodes.tolist(), group.tolist())) == _oracle_components(docs, ids, t, score)
+
+
+def test_a_shard_without_a_self_join_has_no_groups_of_its_own():
+    searcher = _Searcher([[1, 2], [1, 2], [3]], doc_ids(3), "containment")
+    assert searcher.dedup_components("1/2") is None
+    searcher = _Searcher([[1, 2], [1, 2], [3]], doc_ids(3), "jaccard")
+    assert searcher.dedup_components("0") is None  # T == 0: every pair passes, no prefix-filtered join
+    assert searcher.dedup_components("1/2")[1].tolist() == [int(doc_ids(3)[0])] * 2
