@@ -51,3 +51,30 @@ def test_dedup_tables():
 def test_dedup_refuses_rows_that_are_not_a_self_join():
     with pytest.raises(ValueError, match="--self-join"):
         dedup_tables(pa.table({"query_id": ["q1"], "doc_id": pa.array([1], pa.int64())}))
+
+
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=12), st.lists(st.booleans(), min_size=12, max_size=12),
+       st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=10))
+@settings(max_examples=60, deadline=None)
+def test_group_components_equal_a_union_find_over_the_members_pairs(sizes, passes, links):
+    """Groups of identical sets (``sizes[g]`` copies of ``{g}``), whether each passes with itself,
+    and pairs of groups: the components over the groups equal a union-find over every pair of
+    docs they stand for."""
+    from settopk.kernels import SetBatch
+    from settopk.kernels.join.prepare import prepare_sets
+    from settopk.shards.components import group_components
+
+    token = [g for g, size in enumerate(sizes) for _ in range(size)]  # each doc's one token: its group
+    js = prepare_sets(SetBatch.from_lists([[g] for g in token]), np.arange(len(sizes), dtype=np.int32))
+    ids = np.arange(len(token), dtype=np.int64) * 3 + 5
+    group_of_token = {g: int(js.group_of[token.index(g)]) for g in range(len(sizes))}
+    self_pass = np.array([passes[token[int(js.group_rep[j])]] for j in range(js.n_groups)])
+    links = [(a, b) for a, b in links if a < len(sizes) and b < len(sizes) and a != b]
+    group_a = np.array([group_of_token[a] for a, _ in links], np.int64)
+    group_b = np.array([group_of_token[b] for _, b in links], np.int64)
+    linked = {g for link in links for g in link}
+    pairs = [(int(ids[i]), int(ids[j])) for i in range(len(token)) for j in range(i + 1, len(token))
+             if token[i] == token[j] and (passes[token[i]] or token[i] in linked)  # a linked group joins its members
+             or (token[i], token[j]) in links or (token[j], token[i]) in links]
+    nodes, group = group_components(js, ids, self_pass, group_a, group_b)
+    assert np.all(np.diff(nodes) > 0) and dict(zip(nodes.tolist(), group.tolist())) == _union_find(pairs)

@@ -1,7 +1,7 @@
 """``settopk.dedup``: near-duplicate groups of a corpus in this process, the job's ``--dedup`` tables.
 
-The groups come from the identical-set groups plus the verified pairs between distinct sets, through
-the streaming components of :mod:`settopk.shards.components` that the job's ``--dedup`` uses too.
+The groups come from the identical-set groups plus the verified pairs between distinct sets
+(:func:`settopk.shards.components.group_components`, which the job's shards use too).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from settopk.shards.components import Components, group_tables
+from settopk.shards.components import group_components, group_tables
 
 from .api import Index
 from .join import JoinArgumentError, checked_threshold, kernel_self_join
@@ -24,11 +24,11 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     labelled by its least doc id), found without listing every pair: the identical sets are the
     groups of the index's prepared corpus (:meth:`settopk.Index.join_corpus`, kept between calls),
     every pair inside a group passes exactly when a set's score with itself does (so its members
-    are one component, added as edges to its first member), and each pair of distinct groups is
+    are in one component), and each pair of distinct groups is
     verified once (:func:`settopk.kernels.join.group_pairs`), joining whole groups (GroupJoin:
-    Bouros, Ge, Mamoulis, "Spatio-textual similarity joins", PVLDB 2012). At ``T == 0`` and for
-    containment, one set per group is self-joined instead. The components come from :class:`settopk.shards.components.Components`, which
-    the job's ``--dedup`` streams its pairs through.
+    Bouros, Ge, Mamoulis, "Spatio-textual similarity joins", PVLDB 2012), the components found
+    over the groups (:func:`settopk.shards.components.group_components`). At ``T == 0`` and for
+    containment, one set per group is self-joined instead.
 
     Parameters
     ----------
@@ -60,7 +60,7 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
     settopk.shards.inputs.InputError, ValueError, TypeError
         As :meth:`settopk.Index.build`, for bad docs or arguments.
     """
-    from settopk.kernels.join import group_pairs, host_groups, join_applies, passing_edges
+    from settopk.kernels.join import group_pairs, host_groups, join_applies, self_passing
 
     if isinstance(docs, Index):
         if score != docs.score:
@@ -71,18 +71,18 @@ def dedup(docs, threshold, score: str = "jaccard", *, backend: str = "auto") -> 
         index = Index.build(docs, score=score, backend=backend)
     t = checked_threshold(threshold, index.score)
     sets, ids = index._sets, index.doc_ids
-    found = Components()
-    if sets.n_sets:
-        js = host_groups(index.join_corpus)  # the index's identical-set groups, kept between calls
-        if join_applies(t) and index.score != "containment":
-            # Each pair of distinct groups verified once, on the index's prepared corpus (GroupJoin).
-            g_a, g_b = group_pairs(index.join_corpus, sets.id_bound, t, index.score, index.max_len, backend=index.backend,
-                                   threads=index.threads)
-        else:  # T == 0 (a scan) or containment (ordered pairs): the self-join of one set per group
-            reps = np.sort(js.group_rep)
-            pairs = kernel_self_join(index.backend, sets.take(reps), ids[reps], t, index.score, index.max_len, False, None,
-                                     threads=index.threads, vocab_size=index.vocab_size)
-            g_a = np.repeat(js.group_of[reps], pairs.counts)
-            g_b = js.group_of[np.searchsorted(ids, pairs.doc_ids)]
-        found.add_edges(*passing_edges(js, ids, t, index.score, index.max_len, g_a, g_b))
-    return group_tables(*found.result())
+    if not sets.n_sets:
+        return group_tables(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    js = host_groups(index.join_corpus)  # the index's identical-set groups, kept between calls
+    if join_applies(t) and index.score != "containment":
+        # Each pair of distinct groups verified once, on the index's prepared corpus (GroupJoin).
+        g_a, g_b = group_pairs(index.join_corpus, sets.id_bound, t, index.score, index.max_len, backend=index.backend,
+                               threads=index.threads)
+    else:  # T == 0 (a scan) or containment (ordered pairs): the self-join of one set per group
+        reps = np.sort(js.group_rep)
+        pairs = kernel_self_join(index.backend, sets.take(reps), ids[reps], t, index.score, index.max_len, False, None,
+                                 threads=index.threads, vocab_size=index.vocab_size)
+        g_a = np.repeat(js.group_of[reps], pairs.counts)
+        g_b = js.group_of[np.searchsorted(ids, pairs.doc_ids)]
+    self_pass = self_passing(t, index.score, index.max_len, js.group_len)
+    return group_tables(*group_components(js, ids, self_pass, g_a, g_b))

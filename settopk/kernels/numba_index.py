@@ -355,29 +355,18 @@ class NumbaShardIndex:
                                              max_entries=max_entries))
         return self._self_join[1].rows(lo, hi)
 
-    def self_join_edges(self, threshold, include_self: bool = False, k: int | None = None,
-                        max_entries: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Doc id edges with the connected components of every passing pair of the shard's docs,
-        from its kept self-join's groups and pairs of groups (found as :meth:`self_join_rows`
-        finds it, with the same arguments): :func:`settopk.kernels.join.passing_edges`.
-
-        Returns
-        -------
-        (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_edges,)
-            At most ``n_docs`` plus the passing pairs of distinct groups.
+    def kept_self_join(self, threshold, include_self: bool = False, k: int | None = None,
+                       max_entries: int | None = None):
+        """The shard's self-join (``settopk.kernels.join.host_join.SelfJoin``: its ``groups`` and
+        ``group_pairs``), found as :meth:`self_join_rows` finds it with the same arguments, and kept.
 
         Raises
         ------
         ValueError, settopk.kernels.join.host_join.SelfJoinTooLarge
             As :meth:`self_join_rows`.
         """
-        from .join import passing_edges
-        from .threshold import parse_threshold
-
         self.self_join_rows(threshold, 0, 0, include_self, k, max_entries)
-        join = self._self_join[1]
-        return passing_edges(join.groups, self.doc_ids, parse_threshold(threshold, self.score), self.score, self.max_len,
-                             *join.group_pairs)
+        return self._self_join[1]
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

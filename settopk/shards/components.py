@@ -1,8 +1,8 @@
 """Near-duplicate groups: the connected components of a threshold self-join's pairs, streamed.
 
 Shared by the job's ``--dedup`` (:mod:`settopk.jobs.dedup`, which reads its pairs part by part)
-and the in-process :func:`settopk.dedup` (:mod:`settopk.index.join`, which adds the identical-set
-groups as star edges and the verified pairs between groups). The graph has the docs as nodes and
+and the in-process :func:`settopk.dedup`; both group identical sets first (:func:`group_components`:
+the components of the groups of identical sets and the verified pairs between groups). The graph has the docs as nodes and
 the pairs as edges; a group is a component, transitive (``a ~ b`` and ``b ~ c`` put ``a`` and
 ``c`` in one group even when their own score is below ``T``), labelled by its least doc id, so the
 labels depend on the pairs alone, never on their order or on how they were cut into chunks.
@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["CHUNK_EDGES", "DUPLICATES_SCHEMA", "GROUPS_SCHEMA", "Components", "components", "group_tables"]
+__all__ = ["CHUNK_EDGES", "DUPLICATES_SCHEMA", "GROUPS_SCHEMA", "Components", "components", "group_components",
+           "group_tables"]
 
 CHUNK_EDGES = 1 << 24
 """Edges contracted by one ``connected_components`` call (its CSR is indexed by int32 and takes
@@ -166,6 +167,56 @@ def components(left, right, chunk_edges: int = CHUNK_EDGES) -> tuple[np.ndarray,
     found = Components(chunk_edges)
     found.add_edges(left, right)
     return found.result()
+
+
+def group_components(groups, doc_ids, self_pass, group_a, group_b) -> tuple[np.ndarray, np.ndarray]:
+    """The components of every passing pair of a corpus, from its groups of identical sets and the
+    passing pairs of distinct groups, without a pair of members (GroupJoin: Bouros, Ge, Mamoulis,
+    "Spatio-textual similarity joins", PVLDB 2012).
+
+    The graph's nodes are the groups, its edges the pairs of groups
+    (:func:`scipy.sparse.csgraph.connected_components`). A doc is grouped where its group's
+    component holds another group, or its group holds another doc and its set passes with itself.
+    A group that fails with itself (an empty set, an overlap below ``T``) has no passing pair with
+    another group either (no set scores higher with another than with itself); were one given, its
+    members would be grouped through it, so that the rule above is all there is.
+
+    Parameters
+    ----------
+    groups : settopk.kernels.join.prepare.JoinSets
+        The corpus prepared (``settopk.kernels.join.prepare_corpus``; host memory).
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing: each group's first member holds its least id.
+    self_pass : numpy.ndarray of bool, shape (n_groups,)
+        Whether each group's sets pass with each other (``settopk.kernels.join.self_passing``).
+    group_a, group_b : numpy.ndarray of int, shape (n_group_pairs,)
+        The passing pairs of distinct groups (``settopk.kernels.join.group_pairs``, or a
+        ``SelfJoin``'s ``group_pairs``): indexes into ``groups``, either direction.
+
+    Returns
+    -------
+    (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_grouped,)
+        As :meth:`Components.result`: the grouped doc ids, ascending, and each one's group (the
+        least doc id of its component).
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    ids = np.asarray(doc_ids, dtype=np.int64)
+    n = groups.n_groups
+    size = groups.group_size
+    graph = csr_matrix((np.ones(len(group_a), np.int8), (np.asarray(group_a, np.int32), np.asarray(group_b, np.int32))),
+                       shape=(n, n))
+    n_comp, comp = connected_components(graph, directed=False)
+    rep_id = ids[groups.group_rep]
+    least = np.full(n_comp, np.iinfo(np.int64).max)
+    np.minimum.at(least, comp, rep_id)
+    grouped = (np.bincount(comp, minlength=n_comp)[comp] > 1) | (np.asarray(self_pass, bool) & (size > 1))
+    member = np.repeat(grouped, size)
+    nodes = ids[groups.group_members[member]]
+    label = np.repeat(least[comp], size)[member]
+    order = np.argsort(nodes, kind="stable")
+    return nodes[order], label[order]
 
 
 def group_tables(nodes: np.ndarray, group: np.ndarray) -> tuple[pa.Table, pa.Table]:

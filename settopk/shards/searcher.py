@@ -19,7 +19,7 @@ import numpy as np
 
 from settopk.kernels import DEFAULT_SCORE, SetBatch, TopK, build_index, interleave_pairs, self_join_pairs, warm_up_backend
 
-from .components import Components
+from .components import group_components
 from .inputs import SetLimits, assemble_shard
 from .plan import ShardSpec
 from .thresholds import floors_from
@@ -344,11 +344,15 @@ class ShardSearcher:
             docs, ascending, and its component's least doc id; shape (n_grouped,) each, at most
             the shard's ``n_docs``. A ``--dedup`` run joins them with the pairs across shards.
         """
+        from settopk.kernels import parse_threshold
+        from settopk.kernels.join import self_passing
+
         if not self._has_self_join(threshold, include_self, k, max_entries):
             return None
-        found = Components()
-        found.add_edges(*self.index.self_join_edges(threshold, include_self, k, max_entries))
-        return found.result()
+        join = self.index.kept_self_join(threshold, include_self, k, max_entries)
+        self_pass = self_passing(parse_threshold(threshold, self.score), self.score, self.index.max_len,
+                                 join.groups.group_len)
+        return group_components(join.groups, self.index.doc_ids, self_pass, *join.group_pairs)
 
     def _has_self_join(self, threshold: str, include_self: bool, k: int | None, max_entries: int | None) -> bool:
         """Whether the shard answers its own docs from its self-join: the index has one (the cpu

@@ -10,8 +10,9 @@ Entry points, one contract on every backend (results identical to the scan's,
 * :func:`prepare_docs` then ``.probe(queries)``: the same, the doc side prepared once and
   probed batch after batch (what a shard index holds);
 * :func:`group_pairs`: the passing pairs of distinct groups of identical sets of a prepared corpus,
-  each verified once and none expanded to its members' pairs, and :func:`passing_edges`, the
-  edges with the components of every passing pair (what ``settopk.dedup`` and ``--dedup`` need).
+  each verified once and none expanded to its members' pairs; with the groups that pass with
+  themselves (:func:`self_passing`), they give the components of every passing pair
+  (:func:`settopk.shards.components.group_components`: ``settopk.dedup`` and ``--dedup``).
 
 Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
 :mod:`~settopk.kernels.join.prefixes` (the filters per length), :mod:`~settopk.kernels.join.host_join`
@@ -26,10 +27,9 @@ Bouros, "An Empirical Evaluation of Set Similarity Join Techniques", PVLDB 2016.
 
 from __future__ import annotations
 
-from .edges import passing_edges
-from .prefixes import join_applies
+from .prefixes import join_applies, self_passing
 
-__all__ = ["group_pairs", "host_groups", "join_applies", "passing_edges", "prepare_corpus", "prepare_docs", "self_join",
+__all__ = ["group_pairs", "host_groups", "join_applies", "prepare_corpus", "prepare_docs", "self_join", "self_passing",
            "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")

@@ -181,7 +181,7 @@ class SelfJoin:
         The corpus in frequency order, its identical sets grouped.
     group_pairs : (numpy.ndarray of int32, numpy.ndarray of int32), each of shape (n_group_pairs,)
         The passing pairs of distinct groups, each unordered pair once (indexes into ``groups``):
-        what :func:`settopk.kernels.join.passing_edges` joins groups by.
+        what :func:`settopk.shards.components.group_components` joins groups by.
 
     Raises
     ------

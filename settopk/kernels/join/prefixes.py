@@ -16,7 +16,7 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["LengthPlan", "checked_floor", "inside_groups", "join_applies", "length_bounds", "length_plan",
+__all__ = ["LengthPlan", "checked_floor", "inside_groups", "join_applies", "length_bounds", "length_plan", "self_passing",
            "probe_bounds"]
 
 
@@ -203,6 +203,17 @@ def inside_groups(plan: LengthPlan, g_len, sizes, include_self: bool, xp=np):
     diagonal = np.diagonal(plan.need)
     whole = diagonal <= np.arange(len(diagonal))
     return xp.flatnonzero((sizes > (0 if include_self else 1)) & xp.asarray(whole)[g_len])
+
+
+def self_passing(threshold, score: str, max_len: int, group_len) -> np.ndarray:
+    """Whether each group's identical sets pass with each other: ``need(L, L) <= L`` at its length
+    ``L`` (an empty set, or an overlap of ``L`` below ``T``, fails). Host bool of ``group_len``'s shape."""
+    from ..threshold import need_table
+
+    group_len = np.asarray(group_len, dtype=np.int64)
+    lens = np.unique(group_len)
+    passes = need_table(threshold, lens, max_len, score)[np.arange(len(lens)), lens] <= lens
+    return passes[np.searchsorted(lens, group_len)]
 
 
 def _present(lengths) -> np.ndarray:
