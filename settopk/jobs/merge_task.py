@@ -159,8 +159,7 @@ def _fetched(results: list) -> list:
 
 def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarray, cap: int | None, max_len: int,
                           layouts: list[BatchLayout], metadata: dict, row_group_rows: int, results: list,
-                          score: str = DEFAULT_SCORE, self_join: bool = False, include_self: bool = False,
-                          piece_pairs: int | None = None) -> dict:
+                          score: str = DEFAULT_SCORE, piece_pairs: int | None = None) -> dict:
     """A threshold run's :func:`merge_and_write_chunk`: merge one chunk's shard pairs exactly and
     commit them as part ``index``, batch by batch, each batch in pieces of whole queries of at
     most ``piece_pairs`` pairs (a chunk's pairs are never all in memory, nor a batch's merge).
@@ -173,11 +172,9 @@ def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarra
         ``--k``: each query's best ``cap`` pairs; None keeps every pair (a query with more than
         :data:`settopk.configs.MAX_K` is refused, never cut).
     results : list of settopk.kernels.ThresholdPairs or ray.ObjectRef
-        Each shard call's pairs (CSR over the rows its layout names), batch after batch.
-    self_join, include_self : bool
-        A self-join's rule (:func:`settopk.jobs.threshold_job.merge_pairs_table`): no doc paired
-        with itself unless ``include_self``, each unordered pair once (under the lower id's query)
-        for every score but containment.
+        Each shard call's pairs (CSR over the rows its layout names), batch after batch. A
+        self-join's shards have applied its rule (given each query's doc id:
+        :meth:`settopk.shards.ShardSearcher.threshold_search`), so the merge does not.
     piece_pairs : int, optional
         Most pairs (before the self-join rule and the cap) merged and written at once; a query
         with more is a piece alone. None: a batch at a time.
@@ -204,7 +201,6 @@ def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarra
     position = 0
     metadata = {**metadata, "settopk.score": score_definition(score)}
     writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
-    own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if self_join else None
     counts = []
     largest = 0
     try:
@@ -217,8 +213,7 @@ def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarra
             for a, b, piece in _pieces(layout.hi - lo, shard_pairs, piece_pairs):
                 largest = max(largest, sum(len(p.doc_ids) for _, p in piece))
                 table, n = merge_pairs_table(query_ids[lo + a : lo + b], query_len[lo + a : lo + b], piece, max_len,
-                                             score, k=cap, own_ids=None if own_ids is None else own_ids[lo + a : lo + b],
-                                             include_self=include_self, with_counts=True)
+                                             score, k=cap, with_counts=True)
                 counts.append(n)
                 middle = time.perf_counter()
                 writer.write(table)

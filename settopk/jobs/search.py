@@ -39,7 +39,7 @@ log = logging.getLogger("settopk")
 # the object store.
 _MERGE_PER_ACTOR = 2
 _MERGE_TAIL = 8
-_MERGE_MIN = 4  # the window on a cluster of fewer CPUs: a chunk searched, one waited for, two merging
+_MERGE_MIN = 2  # the window on a cluster of fewer CPUs: a chunk searched while another merges
 # Queries sent to the actors beyond the chunk the driver waits for, in chunks of query_chunk_size:
 # counted in queries, so that the small chunks of the run's end (settopk.jobs.chunks.plan_chunks)
 # are sent together and the actors' queue does not run dry between them.
@@ -58,7 +58,10 @@ def _merge_window(n_actors: int) -> int:
     No more than the cluster's CPUs (but at least ``_MERGE_MIN``): a merge is CPU work (the merge,
     the Parquet encoding), so tasks beyond the CPUs only wait for one, each in a worker process
     of its own (a Python process importing Ray and this package: about 1.7 CPU seconds on a
-    2-core machine, where twelve of them took more CPU than a small run's search)."""
+    2-core machine, where twelve of them took more CPU than a small run's search). Each worker
+    started ahead also loads what a merge task needs while the shards load (about 0.4 CPU
+    seconds): on 2 CPUs a window of 4 made the RETAIL self-join's load phase 2.3-2.8 s, against
+    1.5-2.0 s with 2, the search phase alike (docs/benchmarks.md, "Real data")."""
     import ray
 
     cpus = int(ray.cluster_resources().get("CPU", 0))
@@ -383,8 +386,7 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         # The references travel inside a list, so the task starts before the searches end.
         if threshold is not None:
             return pairs_merge.remote(str(work), chunk.index, query_ids, query_len, cap, cfg.max_len, layouts, metadata,
-                                      cfg.output.row_group_rows, refs, score=cfg.score, self_join=cfg.self_join,
-                                      include_self=cfg.include_self, piece_pairs=cfg.output.pairs_per_piece)
+                                      cfg.output.row_group_rows, refs, score=cfg.score, piece_pairs=cfg.output.pairs_per_piece)
         return merge.remote(str(work), chunk.index, query_ids, query_len, cfg.k, cfg.max_len, len(plan),
                             layouts, metadata, cfg.output.row_group_rows, refs, score=cfg.score,
                             exclude_self=cfg.self_join and not cfg.include_self)

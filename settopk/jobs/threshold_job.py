@@ -6,7 +6,7 @@ shards whose length range it can reach (:func:`shard_rows`; no threshold exchang
 floor is ``T`` from the start), each shard returns its passing pairs
 (:meth:`settopk.shards.searcher.ShardSearcher.threshold_search`), and the chunk's merge task ranks
 each query's pairs over the shards (:func:`merge_pairs_table`) and writes them
-(:func:`settopk.jobs.pairs_task.merge_and_write_pairs`).
+(:func:`settopk.jobs.merge_task.merge_and_write_pairs`).
 
 **The cap.** Only an explicit ``--k`` (the ``k=`` keyword of :func:`settopk.score`) caps a
 threshold run; the config's ``k`` (100 by default) does not. An uncapped run carries
@@ -139,6 +139,13 @@ def _in_order(q_row, key, doc_ids) -> bool:
     return bool(np.all((q_row[1:] > q_row[:-1]) | same_q & ((key[1:] < key[:-1]) | same_key & (doc_ids[1:] > doc_ids[:-1]))))
 
 
+def _joined(arrays: list, dtype) -> np.ndarray:
+    """The arrays one after another; one array as it is (a shard's answer is read, not copied)."""
+    if len(arrays) == 1:
+        return np.asarray(arrays[0])
+    return np.concatenate(arrays + [np.zeros(0, dtype)])
+
+
 def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: str, k: int | None = None,
                       own_ids=None, include_self: bool = False, with_counts: bool = False):
     """One batch's result rows from the shards' threshold pairs: each query's pairs over all shards,
@@ -181,8 +188,8 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     n = len(query_len)
     parts = [(np.asarray(rows, np.int64)[np.repeat(np.arange(p.n_queries), p.counts)], p)
              for rows, p in shard_results]
-    q_row = np.concatenate([r for r, _ in parts] + [np.zeros(0, np.int64)])
-    doc_ids, overlap, doc_len = (np.concatenate([getattr(p, f) for _, p in parts] + [np.zeros(0, t)])
+    q_row = _joined([r for r, _ in parts], np.int64)
+    doc_ids, overlap, doc_len = (_joined([getattr(p, f) for _, p in parts], t)
                                  for f, t in (("doc_ids", np.int64), ("overlap", np.int32), ("doc_len", np.int32)))
     if own_ids is not None:
         keep = self_join_keep(np.asarray(own_ids, dtype=np.int64)[q_row], query_len[q_row], doc_ids, doc_len, score,
