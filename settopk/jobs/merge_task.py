@@ -176,7 +176,7 @@ def merge_and_write_pairs(work: str, index: int, query_ids, query_len: np.ndarra
         self-join's shards have applied its rule (given each query's doc id:
         :meth:`settopk.shards.ShardSearcher.threshold_search`), so the merge does not.
     piece_pairs : int, optional
-        Most pairs (before the self-join rule and the cap) merged and written at once; a query
+        Most pairs (before the cap) merged and written at once; a query
         with more is a piece alone. None: a batch at a time.
 
     Returns
