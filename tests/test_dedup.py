@@ -1,6 +1,8 @@
 """--dedup's groups (issue 32): connected components of a threshold self-join's pairs, against a
 union-find written out here, and the groups/duplicates tables."""
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -78,3 +80,59 @@ def test_group_components_equal_a_union_find_over_the_members_pairs(sizes, passe
              or (token[i], token[j]) in links or (token[j], token[i]) in links]
     nodes, group = group_components(js, ids, self_pass, group_a, group_b)
     assert np.all(np.diff(nodes) > 0) and dict(zip(nodes.tolist(), group.tolist())) == _union_find(pairs)
+
+
+@given(st.lists(st.tuples(st.integers(0, 19), st.integers(0, 19)), min_size=1, max_size=40),
+       st.sampled_from([(True, False), (True, True), (False, True)]))
+@settings(max_examples=25, deadline=None)
+def test_stage_dedup_takes_a_covered_shards_pairs_from_its_groups(tmp_path_factory, pairs, covered):
+    """Docs 0..9 are one length bucket (shard 0, length 2), 10..19 another (shard 1, length 3).
+    A covered shard's own groups stand in for its pairs: the driver reads only the other pairs
+    (across the shards, or inside an uncovered one), and the groups equal a union-find over all."""
+    import pyarrow.parquet as pq
+
+    from settopk.jobs.dedup import ShardGroups, stage_dedup
+    from settopk.jobs.output import RESULT_SCHEMA, part_name
+    from settopk.shards.location import Location
+
+    tmp = tmp_path_factory.mktemp("stage")
+    work, out = tmp / "work", tmp / "out"
+    work.mkdir()
+    pairs = [(a, b) for a, b in pairs if a != b]
+    length = lambda d: 2 if d < 10 else 3  # noqa: E731
+    rows = {"query_id": [str(a) for a, _ in pairs], "rank": [1] * len(pairs), "doc_id": [b for _, b in pairs],
+            "score": [1.0] * len(pairs), "overlap": [1] * len(pairs), "query_len": [length(a) for a, _ in pairs],
+            "doc_len": [length(b) for _, b in pairs]}
+    pq.write_table(pa.table(rows, schema=RESULT_SCHEMA), work / part_name(0))
+    shard = lambda d: 0 if d < 10 else 1  # noqa: E731
+    groups = []
+    for s in (0, 1):
+        inside = [(a, b) for a, b in pairs if shard(a) == shard(b) == s]
+        found = _union_find(inside)
+        groups.append((np.array(sorted(found), np.int64), np.array([found[d] for d in sorted(found)], np.int64))
+                      if covered[s] else None)
+    plan_of_length = np.array([-1, -1, 0, 1, -1], np.int64)
+    staged, section = stage_dedup(Location.real(work), [part_name(0)], Location.real(out),
+                                  from_shards=ShardGroups(groups, plan_of_length))
+    want = _union_find(pairs)
+    got = pq.read_table(os.path.join(staged.path, "groups")).to_pydict()
+    assert dict(zip(got["doc_id"], got["group_id"])) == want
+    read = [p for p in pairs if not (shard(p[0]) == shard(p[1]) and covered[shard(p[0])])]
+    assert section["edges"] == len(read) and section["shards_from_groups"] == [s for s in (0, 1) if covered[s]]
+
+
+def test_stage_dedup_reads_no_pair_when_one_shard_has_them_all(tmp_path):
+    import pyarrow.parquet as pq
+
+    from settopk.jobs.dedup import ShardGroups, stage_dedup
+    from settopk.jobs.output import part_name
+    from settopk.shards.location import Location
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / part_name(0)).write_bytes(b"not parquet: a part that is read would fail")
+    groups = [(np.array([3, 4, 9], np.int64), np.array([3, 3, 3], np.int64))]
+    staged, section = stage_dedup(Location.real(work), [part_name(0)], Location.real(tmp_path / "out"),
+                                  from_shards=ShardGroups(groups, np.zeros(5, np.int64)))
+    got = pq.read_table(os.path.join(staged.path, "duplicates")).to_pydict()
+    assert got == {"doc_id": [4, 9], "kept_doc_id": [3, 3]} and section["edges"] == 0
