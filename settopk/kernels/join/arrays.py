@@ -67,7 +67,7 @@ from .array_ops import (
     stable_argsort,
     to_host,
 )
-from .prefixes import checked_floor, inside_groups, join_applies, length_plan, probe_bounds
+from .prefixes import checked_floor, group_join_threshold, inside_groups, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "group_pairs", "prepare_docs", "self_join"]
@@ -499,10 +499,7 @@ def group_pairs(prepared, threshold, score: str, max_len: int, *, backend: str =
     ValueError
         For containment, ``T == 0``, or ``slice_entries < 1``.
     """
-    score = check_score(score)
-    if score == "containment":
-        raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe")
-    t = _positive(threshold, score)
+    score, t = group_join_threshold(threshold, score)
     xp = array_module(backend)
     groups = _prepared_groups(xp, prepared, backend)
     _, (x, y, _) = _group_join(xp, groups, t, score, max_len, _slice_cap(slice_entries))

@@ -24,7 +24,7 @@ from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups, self_join_bounds
-from .prefixes import checked_floor, inside_groups, join_applies, length_plan, probe_bounds
+from .prefixes import checked_floor, group_join_threshold, inside_groups, join_applies, length_plan, probe_bounds
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "group_pairs", "self_join"]
@@ -199,7 +199,7 @@ class SelfJoin:
     def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
                  k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None,
                  max_entries: int | None = None):
-        score, t = _symmetric_threshold(threshold, score)
+        score, t = group_join_threshold(threshold, score)
         threads = threads or len(os.sched_getaffinity(0))
         js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
         self._workers = _Workers(threads, js.group_token_offsets[:-1], sets.id_bound) if prepared is None else \
@@ -283,22 +283,10 @@ def group_pairs(prepared: JoinSets, id_bound: int, threshold, score: str, max_le
     ValueError
         As :class:`SelfJoin`.
     """
-    score, t = _symmetric_threshold(threshold, score)
+    score, t = group_join_threshold(threshold, score)
     workers = _kept_workers(prepared, threads or len(os.sched_getaffinity(0)), id_bound)
     _, (pair_q, pair_i, _) = _probe_groups(workers, prepared, t, score, max_len, id_bound, None)
     return pair_q.astype(np.int64), pair_i.astype(np.int64)
-
-
-def _symmetric_threshold(threshold, score: str):
-    """``(score, T)`` of a self-join through the groups: refused for containment (not symmetric: its
-    self-join is every ordered pair, an R-S probe, :class:`DocSide`) and for ``T == 0``."""
-    score = check_score(score)
-    if score == "containment":
-        raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe (DocSide)")
-    t = parse_threshold(threshold, score)
-    if not join_applies(t):
-        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
-    return score, t
 
 
 def _probe_groups(workers: "_Workers", js: JoinSets, t, score: str, max_len: int, n_ranks: int, max_entries: int | None):

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["LengthPlan", "checked_floor", "inside_groups", "join_applies", "length_bounds", "length_plan", "self_passing",
-           "probe_bounds"]
+__all__ = ["LengthPlan", "checked_floor", "group_join_threshold", "inside_groups", "join_applies", "length_bounds",
+           "length_plan", "self_passing", "probe_bounds"]
 
 
 class LengthPlan(NamedTuple):
@@ -208,12 +208,32 @@ def inside_groups(plan: LengthPlan, g_len, sizes, include_self: bool, xp=np):
 def self_passing(threshold, score: str, max_len: int, group_len) -> np.ndarray:
     """Whether each group's identical sets pass with each other: ``need(L, L) <= L`` at its length
     ``L`` (an empty set, or an overlap of ``L`` below ``T``, fails). Host bool of ``group_len``'s shape."""
-    from ..threshold import need_table
-
     group_len = np.asarray(group_len, dtype=np.int64)
     lens = np.unique(group_len)
     passes = need_table(threshold, lens, max_len, score)[np.arange(len(lens)), lens] <= lens
     return passes[np.searchsorted(lens, group_len)]
+
+
+def group_join_threshold(threshold, score: str):
+    """``(score, T)`` of a join through the groups of identical sets (a symmetric self-join, its
+    pairs of groups): refused for containment (not symmetric: its self-join is every ordered pair,
+    an R-S probe) and for ``T == 0`` (every pair passes: no prefix filter applies).
+
+    Raises
+    ------
+    ValueError
+        For those two, or a bad threshold or score.
+    """
+    from ..keys import check_score
+    from ..threshold import parse_threshold
+
+    score = check_score(score)
+    if score == "containment":
+        raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe")
+    t = parse_threshold(threshold, score)
+    if not join_applies(t):
+        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+    return score, t
 
 
 def _present(lengths) -> np.ndarray:
