@@ -317,8 +317,10 @@ def test_sharded_merge_matches_oracle(score, docs, queries, text, k, self_join, 
     plan = [spec for spec, _ in shards]
     rows = shard_rows(plan, batch.lengths, t, max_len, score)
     results = [(r, index.threshold_search(batch.take(r), t)) for r, (_, index) in zip(rows, shards)]
-    table = merge_pairs_table([str(q) for q in query_ids], batch.lengths, results, max_len, score, k=k,
-                              own_ids=np.asarray(query_ids) if self_join else None, include_self=include_self)
+    if self_join:  # each shard applies the rule, given its queries' doc ids, as the job's do
+        own = np.asarray(query_ids, dtype=np.int64)
+        results = [(r, self_join_pairs(found, own[r], batch.lengths[r], score, include_self, None)) for r, found in results]
+    table = merge_pairs_table([str(q) for q in query_ids], batch.lengths, results, max_len, score, k=k)
     full = brute_force_threshold(docs, queries, t, doc_ids=ids, score=score)
     want = []
     for qid, row in zip(query_ids, full):
@@ -350,7 +352,7 @@ def test_one_shards_pairs_are_merged_alike_in_order_or_not(score):
                              + [np.zeros(0, np.int64)]).astype(np.int64)
     reversed_ = ThresholdPairs(found.offsets, found.doc_ids[flipped], found.overlap[flipped], found.doc_len[flipped])
     rows = np.arange(len(docs))
-    tables = [merge_pairs_table([str(i) for i in ids], batch.lengths, [(rows, pairs)], 8, score, own_ids=ids)
+    tables = [merge_pairs_table([str(i) for i in ids], batch.lengths, [(rows, pairs)], 8, score)
               for pairs in (found, reversed_)]
     assert tables[0].num_rows > len(docs) and tables[0].equals(tables[1])
 

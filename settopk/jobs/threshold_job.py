@@ -25,7 +25,7 @@ import pyarrow as pa
 import settopk.configs
 from settopk.errors import SettopkError
 from settopk.kernels import parse_threshold, score_key, score_value
-from settopk.kernels.threshold import query_need, reachable_lengths, self_join_keep
+from settopk.kernels.threshold import query_need, reachable_lengths
 
 from .output import RESULT_SCHEMA
 
@@ -147,7 +147,7 @@ def _joined(arrays: list, dtype) -> np.ndarray:
 
 
 def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: str, k: int | None = None,
-                      own_ids=None, include_self: bool = False, with_counts: bool = False):
+                      with_counts: bool = False):
     """One batch's result rows from the shards' threshold pairs: each query's pairs over all shards,
     best first, ranked ``1..n``.
 
@@ -157,19 +157,13 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     query_len : numpy.ndarray of int, shape (n_queries,)
     shard_results : sequence of (numpy.ndarray of int64, ThresholdPairs)
         Per shard call: the batch rows it searched and its pairs (CSR over those rows). Each doc
-        lives in one shard, so the union is every passing pair exactly once.
+        lives in one shard, so the union is every passing pair exactly once. A self-join's shards
+        have applied its rule (:func:`settopk.kernels.self_join_pairs`, given each query's doc
+        id): the pairs are merged as they come.
     max_len, score
         The run's bound on set sizes and score (the order, the ``score`` column).
     k : int, optional
         Keep each query's first ``k`` pairs; None keeps all (up to :data:`settopk.configs.MAX_K`).
-    own_ids : numpy.ndarray of int64, shape (n_queries,), optional
-        Self-join: each query's doc id. A doc is never paired with itself unless ``include_self``,
-        and for every score but containment (the only asymmetric one) each unordered pair is
-        written once, under its shorter doc's query, or the lower id's of two of the same length
-        (:func:`settopk.kernels.self_join_keep`).
-    include_self : bool
-        With ``own_ids``: keep each doc's pair with itself.
-
     with_counts : bool
         Also return each query's row count.
 
@@ -191,10 +185,6 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     q_row = _joined([r for r, _ in parts], np.int64)
     doc_ids, overlap, doc_len = (_joined([getattr(p, f) for _, p in parts], t)
                                  for f, t in (("doc_ids", np.int64), ("overlap", np.int32), ("doc_len", np.int32)))
-    if own_ids is not None:
-        keep = self_join_keep(np.asarray(own_ids, dtype=np.int64)[q_row], query_len[q_row], doc_ids, doc_len, score,
-                              include_self)
-        q_row, doc_ids, overlap, doc_len = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep]
     key = score_key(overlap, query_len[q_row], doc_len, max_len, score).astype(np.int64)
     if not _in_order(q_row, key, doc_ids):  # one shard's answer comes in order; several are sorted
         order = np.lexsort((doc_ids, -key, q_row))  # exact: keys order as the score does; ties by lower doc id
