@@ -59,9 +59,8 @@ def _merge_window(n_actors: int) -> int:
     the Parquet encoding), so tasks beyond the CPUs only wait for one, each in a worker process
     of its own (a Python process importing Ray and this package: about 1.7 CPU seconds on a
     2-core machine, where twelve of them took more CPU than a small run's search). Each worker
-    started ahead also loads what a merge task needs while the shards load (about 0.4 CPU
-    seconds): on 2 CPUs a window of 4 made the RETAIL self-join's load phase 2.3-2.8 s, against
-    1.5-2.0 s with 2, the search phase alike (docs/benchmarks.md, "Real data")."""
+    started ahead also loads what a merge task needs while the shards load, CPU taken from the
+    load: on a small cluster two are enough (docs/benchmarks.md, "Real data", measures both)."""
     import ray
 
     cpus = int(ray.cluster_resources().get("CPU", 0))
