@@ -63,6 +63,19 @@ def test_results_table_rows_drop_padding():
     }
 
 
+def test_query_ids_as_a_list_or_an_arrow_array_make_the_same_rows():
+    from settopk.shards.results import query_id_column, query_id_values
+
+    ids = pa.array(["10", "7"], pa.string())
+    assert query_id_column(ids) is ids  # the job's chunks pass one array, never copied
+    assert results_table(ids, np.array([2, 0]), _topk()).equals(results_table(["10", "7"], np.array([2, 0]), _topk()))
+    for given in (ids, ["10", "7"]):
+        values = query_id_values(given)
+        assert values.dtype == np.int64 and values.tolist() == [10, 7]
+    with pytest.raises(pa.ArrowInvalid):
+        query_id_values(["10", "x"])
+
+
 def test_write_is_atomic_and_complete(tmp_path):
     out = tmp_path / "res"
     table = results_table(["a", "b"], np.array([2, 0]), _topk())

@@ -7,6 +7,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -355,6 +356,8 @@ def test_one_shards_pairs_are_merged_alike_in_order_or_not(score):
     tables = [merge_pairs_table([str(i) for i in ids], batch.lengths, [(rows, pairs)], 8, score)
               for pairs in (found, reversed_)]
     assert tables[0].num_rows > len(docs) and tables[0].equals(tables[1])
+    # The job passes each chunk's ids as one Arrow array: the same table.
+    assert merge_pairs_table(pa.array([str(i) for i in ids]), batch.lengths, [(rows, found)], 8, score).equals(tables[0])
 
 
 def test_shard_rows_skip_shards_a_query_cannot_reach():

@@ -18,6 +18,7 @@ import numpy as np
 
 from settopk.kernels import DEFAULT_SCORE, ThresholdPairs, score_definition
 from settopk.shards import drop_own_docs, merge_topk, scatter_rounds
+from settopk.shards.results import query_id_values
 
 from .output import PartWriter, results_table
 
@@ -54,7 +55,7 @@ def merge_and_write_chunk(work: str, index: int, query_ids, query_len: np.ndarra
         prefix the task opens itself, with the credentials and endpoint of its node).
     index : int
         The chunk's part number.
-    query_ids : sequence of str, length n_queries
+    query_ids : sequence of str, or pyarrow.StringArray, length n_queries
         The chunk's query ids.
     query_len : numpy.ndarray of int, shape (n_queries,)
     k, max_len : int
@@ -95,7 +96,7 @@ def merge_and_write_chunk(work: str, index: int, query_ids, query_len: np.ndarra
     rows = position = 0
     metadata = {**metadata, "settopk.score": score_definition(score)}  # the file names the score that ranked it
     writer = PartWriter(work, index, metadata=metadata, row_group_rows=row_group_rows)
-    own_ids = np.array([int(q) for q in query_ids], dtype=np.int64) if exclude_self else None
+    own_ids = query_id_values(query_ids) if exclude_self else None
     # Arrow encodes and compresses a batch's rows without the GIL, in this thread, while the
     # task fetches and merges the next batch: writing is most of a merge task's time.
     encoder = ThreadPoolExecutor(1, thread_name_prefix="settopk-write")

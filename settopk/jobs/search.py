@@ -25,6 +25,7 @@ import numpy as np
 
 from settopk.errors import SettopkError
 from settopk.shards import split_rounds
+from settopk.shards.results import query_id_column, query_id_values
 
 from .dispatch import gather
 from .merge_task import BatchLayout, merge_and_write_chunk, merge_and_write_pairs
@@ -151,7 +152,7 @@ def _own_ids(threshold: _Threshold | None, query_ids, lo: int, hi: int) -> np.nd
     (:meth:`settopk.shards.ShardSearcher.threshold_search`); None for any other run."""
     if threshold is None or not threshold.self_join:
         return None
-    return np.array([int(q) for q in query_ids[lo:hi]], dtype=np.int64)
+    return query_id_values(query_ids[lo:hi])
 
 
 def _reach(plan, query_len, cfg, threshold: _Threshold) -> list:
@@ -415,6 +416,10 @@ def search_chunks(actors, infos, plan, chunks, cfg, backend: str, work, metadata
         totals["read_queries_s"] += time.perf_counter() - start
         if item is None:
             break
+        chunk, query_ids, chunk_sets = item
+        # One Arrow array per chunk: its batches' doc ids and its merge task's argument come from it
+        # without a Python object per query.
+        item = (chunk, query_id_column(query_ids), chunk_sets)
         if threshold is not None and sizing["batch_size"] is None:
             sizing["batch_size"], totals["first_call_queries"], most = _first_batch_size(actors, infos, plan, item, cfg,
                                                                                           threshold)

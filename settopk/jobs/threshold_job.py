@@ -26,6 +26,7 @@ import settopk.configs
 from settopk.errors import SettopkError
 from settopk.kernels import parse_threshold, score_key, score_value
 from settopk.kernels.threshold import query_need, reachable_lengths
+from settopk.shards.results import query_id_column
 
 from .output import RESULT_SCHEMA
 
@@ -153,7 +154,7 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
 
     Parameters
     ----------
-    query_ids : sequence of str, length n_queries
+    query_ids : sequence of str, or pyarrow.StringArray, length n_queries
     query_len : numpy.ndarray of int, shape (n_queries,)
     shard_results : sequence of (numpy.ndarray of int64, ThresholdPairs)
         Per shard call: the batch rows it searched and its pairs (CSR over those rows). Each doc
@@ -195,12 +196,12 @@ def merge_pairs_table(query_ids, query_len, shard_results, max_len: int, score: 
     if k is not None:
         keep = rank <= k
         q_row, doc_ids, overlap, doc_len, rank = q_row[keep], doc_ids[keep], overlap[keep], doc_len[keep], rank[keep]
+    ids = query_id_column(query_ids)
     if len(rank) and rank.max() > settopk.configs.MAX_K:
         worst = int(q_row[np.argmax(rank)])
-        raise TooManyPairs(f"query {query_ids[worst]!r} has more than {settopk.configs.MAX_K} pairs at or above the "
+        raise TooManyPairs(f"query {ids[worst].as_py()!r} has more than {settopk.configs.MAX_K} pairs at or above the "
                          f"threshold, more than the result's rank column (int16) holds; raise --threshold, or cap "
                          f"each query's pairs with --k")
-    ids = pa.array(list(query_ids), pa.string())
     qlen = query_len[q_row]
     columns = [
         ids.take(pa.array(q_row.astype(np.int32))) if n else pa.array([], pa.string()),

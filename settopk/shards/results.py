@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from settopk.kernels import DEFAULT_SCORE, TopK, score_definition, score_value
 
-__all__ = ["RESULT_SCHEMA", "results_table"]
+__all__ = ["RESULT_SCHEMA", "query_id_column", "query_id_values", "results_table"]
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -40,12 +40,49 @@ replaces ``settopk.score`` (the default score's name and definition) with the
 run's (:func:`settopk.kernels.score_definition`)."""
 
 
+def query_id_column(query_ids) -> pa.StringArray:
+    """The query ids as the result's ``query_id`` column.
+
+    Parameters
+    ----------
+    query_ids : sequence of str, or pyarrow.StringArray, length n_queries
+        An Arrow array is returned as it is (no copy): the job converts a chunk's ids once, and
+        Ray passes the array to its merge task without pickling each string.
+
+    Returns
+    -------
+    pyarrow.StringArray, length n_queries
+    """
+    if isinstance(query_ids, pa.Array):
+        return query_ids
+    return pa.array(list(query_ids), pa.string())
+
+
+def query_id_values(query_ids) -> np.ndarray:
+    """A self-join's query ids (its doc ids, written in decimal) as integers.
+
+    Parameters
+    ----------
+    query_ids : sequence of str, or pyarrow.StringArray, length n_queries
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_queries,)
+
+    Raises
+    ------
+    pyarrow.ArrowInvalid
+        If an id is not a decimal integer (a self-join's query ids always are).
+    """
+    return np.asarray(query_id_column(query_ids).cast(pa.int64())).astype(np.int64, copy=False)
+
+
 def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK, score: str = DEFAULT_SCORE) -> pa.Table:
     """Rows of the result dataset for a batch of queries, in query order then rank.
 
     Parameters
     ----------
-    query_ids : sequence of str, length n_queries
+    query_ids : sequence of str, or pyarrow.StringArray, length n_queries
     query_len : numpy.ndarray of int, shape (n_queries,)
     topk : TopK
         Shape ``(n_queries, k)``, host memory; ``-1`` padding is dropped.
@@ -77,7 +114,7 @@ def results_table(query_ids: Sequence[str], query_len: np.ndarray, topk: TopK, s
         rank = (rows_r + 1).astype(np.int16)
         doc_ids, overlap, doc_len = (a[valid] for a in topk)
         qlen = query_len[rows_q]
-    ids = pa.array(list(query_ids), pa.string())
+    ids = query_id_column(query_ids)
     columns = [
         ids.take(pa.array(rows_q)) if len(ids) else pa.array([], pa.string()),
         pa.array(rank),
