@@ -110,6 +110,21 @@ def test_to_arrow_schema_ranks_names_and_metadata(tmp_path):
     assert empty.n_pairs == 0 and empty.to_arrow().num_rows == 0 and "n_pairs=0" in repr(empty)
 
 
+def test_to_arrow_names_and_ranks_equal_a_plain_count_per_query():
+    rng = np.random.default_rng(11)
+    docs = [sorted(set(rng.integers(0, 9, rng.integers(1, 6)).tolist())) for _ in range(300)]
+    pairs = settopk.Index.build(docs, backend="cpu", score="jaccard").self_join("0.5")
+    table = pairs.to_arrow()
+    seen: dict[int, int] = {}
+    want_rank = []
+    for q in pairs.query_index.tolist():
+        seen[q] = seen.get(q, 0) + 1
+        want_rank.append(seen[q])
+    assert len(seen) > 100 and max(want_rank) > 20
+    assert table["query_id"].to_pylist() == [str(q) for q in pairs.query_index.tolist()]
+    assert table["rank"].to_pylist() == want_rank
+
+
 def test_a_query_over_the_rank_column_is_refused_by_to_arrow_not_by_the_search():
     index = settopk.Index.build([[1]] * 32768, backend="numpy")
     pairs = index.threshold_search([[1]], 1)

@@ -148,8 +148,10 @@ class Pairs:
         rows = (np.arange(len(self.query_index)) if self.query_keys is None
                 else np.searchsorted(self.query_keys, self.query_index))
         row = self.query_index if self.query_keys is None else rows
-        first = np.searchsorted(row, row, side="left")
-        rank = np.arange(len(row), dtype=np.int64) - first + 1
+        # The pairs are in query order: each query's pairs are one run of equal rows.
+        starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]])) if len(row) else np.zeros(0, np.int64)
+        run_of = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(np.append(starts, len(row))))
+        rank = np.arange(len(row), dtype=np.int64) - starts[run_of] + 1
         if len(rank) and rank.max() > _MAX_RANK:
             worst = int(self.query_index[np.argmax(rank)])
             raise JoinArgumentError(f"query {worst} has more than {_MAX_RANK} pairs, more than the result's rank column "
@@ -162,8 +164,8 @@ class Pairs:
             column = names.take(pa.array(row)) if self.n_queries else pa.array([], pa.string())
         elif self.query_ids is not None:
             column = pa.array(self.query_ids, pa.string()).take(pa.array(row)) if self.n_queries else pa.array([], pa.string())
-        else:
-            column = pa.array(self.query_index.astype(str).tolist() if len(row) else [], pa.string())
+        else:  # each query's index as decimal text, cast by Arrow once per query
+            column = pa.array(self.query_index[starts]).cast(pa.string()).take(pa.array(run_of))
         columns = [column, pa.array(rank.astype(np.int16)), pa.array(self.doc_ids), pa.array(self.scores),
                    pa.array(self.overlap.astype(np.int16)), pa.array(self.query_len.astype(np.int16)),
                    pa.array(self.doc_len.astype(np.int16))]
