@@ -201,11 +201,12 @@ class SelfJoin:
                  max_entries: int | None = None):
         score, t = group_join_threshold(threshold, score)
         threads = threads or len(os.sched_getaffinity(0))
-        js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
-        self._workers = _Workers(threads, js.group_token_offsets[:-1], sets.id_bound) if prepared is None else \
-            _kept_workers(js, threads, sets.id_bound)
+        n_ids = sets.id_bound  # a pass over the tokens: once
+        js = prepared if prepared is not None else prepare_sets(sets, frequency_order(sets.tokens, n_ids))
+        self._workers = _Workers(threads, js.group_token_offsets[:-1], n_ids) if prepared is None else \
+            _kept_workers(js, threads, n_ids)
         try:
-            plan, (pair_q, pair_i, pair_ov) = _probe_groups(self._workers, js, t, score, max_len, sets.id_bound, max_entries)
+            plan, (pair_q, pair_i, pair_ov) = _probe_groups(self._workers, js, t, score, max_len, n_ids, max_entries)
         except SelfJoinTooLarge:
             self.close()
             raise
