@@ -89,8 +89,9 @@ def test_interleave_puts_each_part_at_its_rows():
 class _Searcher(ShardSearcher):
     """A shard searcher over given docs, without the job's loading (its index built here)."""
 
-    def __init__(self, docs, ids, score):
-        self.index = build_index("cpu", ids, SetBatch.from_lists(docs), max_len=64, vocab_size=64, score=score, threads=2)
+    def __init__(self, docs, ids, score, backend="cpu"):
+        kwargs = {"threads": 2} if backend == "cpu" else {}
+        self.index = build_index(backend, ids, SetBatch.from_lists(docs), max_len=64, vocab_size=64, score=score, **kwargs)
         self.score = score
         self.search_s = self.busy_s = self.load_s = 0.0
         self.searched = self.skipped = self.posted = 0
@@ -189,9 +190,32 @@ def test_a_shard_groups_its_own_docs_as_the_components_of_every_passing_pair(doc
     assert dict(zip(nodes.tolist(), group.tolist())) == _oracle_components(docs, ids, t, score)
 
 
-def test_a_shard_without_a_self_join_has_no_groups_of_its_own():
-    searcher = _Searcher([[1, 2], [1, 2], [3]], doc_ids(3), "containment")
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet", "dice"]),
+       t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), budget=st.sampled_from([None, 3]))
+def test_a_shard_without_a_kept_self_join_groups_its_docs_from_its_index(backend, docs, score, t, budget):
+    """``numpy`` and ``cupy`` keep no self-join: their index verifies the pairs of groups for the call
+    (``join_groups``), with the same components; None past the budget of pairs of groups."""
+    from settopk.kernels.join import corpus_group_pairs
+
+    ids = doc_ids(len(docs))
+    searcher = _Searcher(docs, ids, score, backend)
+    assert not hasattr(searcher.index, "kept_self_join")
+    got = searcher.dedup_components(t, False, None, budget)
+    if got is None:
+        n_group_pairs = len(corpus_group_pairs(SetBatch.from_lists(docs), t, score, 64)[1])
+        assert budget is not None and n_group_pairs > budget
+        return
+    nodes, group = got
+    assert nodes.dtype == group.dtype == np.int64
+    assert dict(zip(nodes.tolist(), group.tolist())) == _oracle_components(docs, ids, t, score)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "numpy"])
+def test_a_shard_without_a_self_join_has_no_groups_of_its_own(backend):
+    searcher = _Searcher([[1, 2], [1, 2], [3]], doc_ids(3), "containment", backend)
     assert searcher.dedup_components("1/2") is None
-    searcher = _Searcher([[1, 2], [1, 2], [3]], doc_ids(3), "jaccard")
+    searcher = _Searcher([[1, 2], [1, 2], [3]], doc_ids(3), "jaccard", backend)
     assert searcher.dedup_components("0") is None  # T == 0: every pair passes, no prefix-filtered join
     assert searcher.dedup_components("1/2")[1].tolist() == [int(doc_ids(3)[0])] * 2

@@ -15,13 +15,15 @@ Three datasets, which the job commits together (one manifest, written last):
     :data:`DUPLICATES_SCHEMA`: every doc to drop, and the doc kept in its place (its group's
     least id). Docs in no pair are in neither table: they are unique.
 
-**Groups, then pairs.** Identical docs have one length, so they lie in one shard. A shard that
-keeps its self-join (the ``cpu`` backend, a symmetric score, ``T > 0``: each pair of distinct
-groups of identical docs verified once) groups its own docs from those groups and pairs of groups
-(:meth:`settopk.shards.ShardSearcher.dedup_components`: GroupJoin's rule, no pair of members
-listed), and sends the driver at most one row per doc (:func:`shard_groups`). The driver then
-reads from the parts only the pairs it does not have that way: those across two shards, and
-those of a shard without a self-join. A run capped by ``--k`` groups the pairs it wrote, all read.
+**Groups, then pairs.** Identical docs have one length, so they lie in one shard. For a
+symmetric score at ``T > 0``, a shard groups its own docs from its groups of identical docs and
+the passing pairs of distinct groups, each verified once (those of the self-join a ``cpu`` shard
+keeps; on ``numpy`` and ``cupy``, verified by its index for the call), with GroupJoin's rule and no
+pair of members listed (:meth:`settopk.shards.ShardSearcher.dedup_components`), and sends the
+driver at most one row per doc (:func:`shard_groups`). The driver then reads from the parts only
+the pairs it does not have that way: those across two shards, and those of a shard past its
+budget (4 x ``output.pairs_per_piece`` entries). A run capped by ``--k`` groups the pairs it
+wrote, all read.
 
 **Memory.** The pairs are never all in one process: :func:`stage_dedup` reads the parts' ``query_id``
 and ``doc_id`` columns a record batch at a time and contracts them into a streaming
@@ -85,7 +87,7 @@ class ShardGroups:
     ----------
     groups : list of (numpy.ndarray of int64, numpy.ndarray of int64) or None
         Per shard of the plan: its grouped doc ids and their group (least doc id), or None for a
-        shard without a self-join (its pairs are read from the parts).
+        shard without groups of its own (its pairs are read from the parts).
     shard_of_length : numpy.ndarray of int64, shape (max_len + 1,)
         The shard of each doc length (-1: none); a pair lies in one shard when both lengths map to it.
     seconds : float
@@ -105,7 +107,7 @@ class ShardGroups:
 def shard_groups(actors, infos: list[dict], plan: list, cfg, cap: int | None) -> ShardGroups | None:
     """Ask one replica of each shard for its own groups (:meth:`settopk.shards.ShardSearcher.dedup_components`,
     with the arguments of the shards' kept self-join); None where a ``--k`` caps the run (its
-    groups are those of the pairs it wrote) or no shard keeps a self-join.
+    groups are those of the pairs it wrote) or no shard has groups of its own.
 
     Parameters
     ----------

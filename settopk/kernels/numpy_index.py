@@ -315,6 +315,25 @@ class NumpyShardIndex:
             return side.probe(tables, k, min_doc_len)
         return numpy_threshold_search(self, tables, t, k, min_doc_len)
 
+    def join_groups(self, threshold):
+        """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``
+        (:func:`settopk.kernels.join.corpus_group_pairs` in NumPy): its docs grouped by every passing
+        pair among them without listing those pairs (a ``--dedup`` run's own groups of the shard).
+
+        Returns
+        -------
+        (JoinSets, numpy.ndarray of int64, numpy.ndarray of int64)
+            As :func:`settopk.kernels.join.corpus_group_pairs` (host memory).
+
+        Raises
+        ------
+        ValueError
+            As :func:`settopk.kernels.join.group_pairs` (``T == 0``, containment).
+        """
+        from .join import corpus_group_pairs
+
+        return corpus_group_pairs(self._join_docs, threshold, self.score, self.max_len, backend="numpy")
+
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
         if self.routing == "scan" or len(active) == 0:

@@ -333,9 +333,12 @@ class ShardSearcher:
 
     def dedup_components(self, threshold: str, include_self: bool = False, k: int | None = None,
                          max_entries: int | None = None):
-        """The shard's docs grouped by every passing pair among them, from its self-join's
-        identical-set groups and pairs of groups (no pair of members listed), where the shard
-        keeps a self-join (:meth:`prepare_self_join`, the same arguments); else None.
+        """The shard's docs grouped by every passing pair among them, from its identical-doc
+        groups and the passing pairs of distinct groups (GroupJoin's; no pair of members listed):
+        those of its kept self-join where it keeps one (:meth:`prepare_self_join`, the same
+        arguments), else those its index verifies for this call (``join_groups``: the ``numpy``
+        and ``cupy`` backends). None where the join through groups does not apply (``T == 0``,
+        containment) or past ``max_entries`` pairs of groups.
 
         Returns
         -------
@@ -345,14 +348,23 @@ class ShardSearcher:
             the shard's ``n_docs``. A ``--dedup`` run joins them with the pairs across shards.
         """
         from settopk.kernels import parse_threshold
-        from settopk.kernels.join import self_passing
+        from settopk.kernels.join import join_applies, self_passing
 
-        if not self._has_self_join(threshold, include_self, k, max_entries):
+        t = parse_threshold(threshold, self.score)
+        if self._has_self_join(threshold, include_self, k, max_entries):
+            join = self.index.kept_self_join(threshold, include_self, k, max_entries)
+            groups, (g_a, g_b) = join.groups, join.group_pairs
+        elif hasattr(self.index, "join_groups") and self.score != "containment" and self.index.n_docs > 0 \
+                and join_applies(t):
+            fix = "raise --threshold, or spread the docs over more shards (n_shards)"
+            with self._out_of_memory("grouping the shard's docs", fix):
+                groups, g_a, g_b = self.index.join_groups(threshold)
+            if max_entries is not None and len(g_a) > max_entries:
+                return None
+        else:
             return None
-        join = self.index.kept_self_join(threshold, include_self, k, max_entries)
-        self_pass = self_passing(parse_threshold(threshold, self.score), self.score, self.index.max_len,
-                                 join.groups.group_len)
-        return group_components(join.groups, self.index.doc_ids, self_pass, *join.group_pairs)
+        self_pass = self_passing(t, self.score, self.index.max_len, groups.group_len)
+        return group_components(groups, self.index.doc_ids, self_pass, g_a, g_b)
 
     def _has_self_join(self, threshold: str, include_self: bool, k: int | None, max_entries: int | None) -> bool:
         """Whether the shard answers its own docs from its self-join: the index has one (the cpu

@@ -191,6 +191,16 @@ class ThresholdSearch:
             self.last_routing["postings"] = queries.n_sets
             return side.probe(queries, k, min_doc_len)
 
+    def join_groups(self, threshold):
+        """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``,
+        verified on this shard's device (:meth:`settopk.kernels.NumpyShardIndex.join_groups`'s contract)."""
+        import cupy
+
+        from ..join import corpus_group_pairs
+
+        with cupy.cuda.Device(self._device_id):
+            return corpus_group_pairs(_concatenated(self._join_pieces), threshold, self.score, self.max_len, backend="cupy")
+
     def _lengths_present(self) -> np.ndarray:
         """Host bool of shape (max_len + 1,): the doc lengths the shard holds (computed once)."""
         import cupy

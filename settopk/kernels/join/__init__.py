@@ -12,7 +12,9 @@ Entry points, one contract on every backend (results identical to the scan's,
 * :func:`group_pairs`: the passing pairs of distinct groups of identical sets of a prepared corpus,
   each verified once and none expanded to its members' pairs; with the groups that pass with
   themselves (:func:`self_passing`), they give the components of every passing pair
-  (:func:`settopk.shards.components.group_components`: ``settopk.dedup`` and ``--dedup``).
+  (:func:`settopk.shards.components.group_components`: ``settopk.dedup`` and ``--dedup``);
+  :func:`corpus_group_pairs` prepares a corpus for it and returns its groups too (a shard's own
+  groups in ``--dedup``).
 
 Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
 :mod:`~settopk.kernels.join.prefixes` (the filters per length), :mod:`~settopk.kernels.join.host_join`
@@ -29,8 +31,8 @@ from __future__ import annotations
 
 from .prefixes import join_applies, self_passing
 
-__all__ = ["group_pairs", "host_groups", "join_applies", "prepare_corpus", "prepare_docs", "self_join", "self_passing",
-           "threshold_join"]
+__all__ = ["corpus_group_pairs", "group_pairs", "host_groups", "join_applies", "prepare_corpus", "prepare_docs",
+           "self_join", "self_passing", "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")
 
@@ -151,6 +153,33 @@ def group_pairs(prepared, id_bound: int, threshold, score: str, max_len: int, *,
 
         return array_group_pairs(prepared, threshold, score, max_len, backend=backend)
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
+
+
+def corpus_group_pairs(sets, threshold, score: str, max_len: int, *, backend: str = "cpu", threads: int | None = None):
+    """The identical-set groups of a corpus and the passing pairs of distinct groups: the corpus
+    prepared for this call (:func:`prepare_corpus`), then :func:`group_pairs`.
+
+    Parameters
+    ----------
+    sets : settopk.kernels.SetBatch
+        ``n_docs`` sets (host memory).
+    threshold, score, max_len, backend, threads
+        As :func:`group_pairs`.
+
+    Returns
+    -------
+    (JoinSets, numpy.ndarray of int64, numpy.ndarray of int64)
+        The groups (:func:`host_groups`, host memory) and the two groups of each passing pair,
+        shape (n_pairs,) each.
+
+    Raises
+    ------
+    ValueError
+        As :func:`group_pairs`.
+    """
+    prepared = prepare_corpus(sets, backend=backend)
+    g_a, g_b = group_pairs(prepared, sets.id_bound, threshold, score, max_len, backend=backend, threads=threads)
+    return host_groups(prepared), g_a, g_b
 
 
 def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", include_self: bool = False,
