@@ -329,7 +329,7 @@ def test_probe_ranges_on_several_threads_equal_the_oracle(threads, monkeypatch):
 def test_group_pairs_are_the_passing_pairs_of_distinct_groups(backend, docs, score, pick):
     """Each unordered pair of distinct identical-set groups whose sets pass, once: the oracle's pairs
     of the groups' first members, from the index's prepared corpus."""
-    from settopk.kernels.join import group_pairs, host_groups, prepare_corpus
+    from settopk.kernels.join import JoinTooLarge, group_pairs, host_groups, prepare_corpus
 
     text = _THRESHOLDS[score][pick % len(_THRESHOLDS[score])]
     batch = SetBatch.from_lists(docs)
@@ -343,6 +343,20 @@ def test_group_pairs_are_the_passing_pairs_of_distinct_groups(backend, docs, sco
     assert g_a.dtype == g_b.dtype == np.int64
     got = sorted((min(a, b), max(a, b)) for a, b in zip(g_a.tolist(), g_b.tolist()))
     assert got == want
+    # A bound of exactly the pairs keeps them all; one less is refused, never cut.
+    bounded = group_pairs(prepared, batch.id_bound, text, score, 16, backend=backend, threads=2, max_pairs=len(want))
+    assert sorted((min(a, b), max(a, b)) for a, b in zip(*(g.tolist() for g in bounded))) == want
+    if want:
+        with pytest.raises(JoinTooLarge):
+            group_pairs(prepared, batch.id_bound, text, score, 16, backend=backend, threads=2, max_pairs=len(want) - 1)
+    if backend == "numpy" and want:  # in slices of 2 entries a pair is met once per slice of its candidate
+        # entries (at most its 10 prefix tokens here), so counted up to 10 times: never refused late
+        from settopk.kernels.join.arrays import group_pairs as array_group_pairs
+
+        sliced = array_group_pairs(prepared, text, score, 16, slice_entries=2, max_pairs=10 * len(want))
+        assert sorted((min(a, b), max(a, b)) for a, b in zip(*(g.tolist() for g in sliced))) == want
+        with pytest.raises(JoinTooLarge):
+            array_group_pairs(prepared, text, score, 16, slice_entries=2, max_pairs=len(want) - 1)
 
 
 def test_group_pairs_refuse_containment_and_zero():

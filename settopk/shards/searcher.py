@@ -356,11 +356,14 @@ class ShardSearcher:
             groups, (g_a, g_b) = join.groups, join.group_pairs
         elif hasattr(self.index, "join_groups") and self.score != "containment" and self.index.n_docs > 0 \
                 and join_applies(t):
+            from settopk.kernels.join import JoinTooLarge
+
             fix = "raise --threshold, or spread the docs over more shards (n_shards)"
-            with self._out_of_memory("grouping the shard's docs", fix):
-                groups, g_a, g_b = self.index.join_groups(threshold)
-            if max_entries is not None and len(g_a) > max_entries:
-                return None
+            try:
+                with self._out_of_memory("grouping the shard's docs", fix):
+                    groups, g_a, g_b = self.index.join_groups(threshold, max_entries)
+            except JoinTooLarge:
+                return None  # past the budget before the pairs of groups were all held
         else:
             return None
         self_pass = self_passing(t, self.score, self.index.max_len, groups.group_len)

@@ -20,7 +20,7 @@ _BLOCK = 256
 _NAME = "settopk::join_verify"
 
 
-def verified_pairs(candidates, probe, index, need: np.ndarray, *, capacity: int | None = None):
+def verified_pairs(candidates, probe, index, need: np.ndarray, *, capacity: int | None = None, limit: int | None = None):
     """Every (probe group, index group) pair whose overlap reaches the need, exactly, each once.
 
     Parameters
@@ -41,6 +41,9 @@ def verified_pairs(candidates, probe, index, need: np.ndarray, *, capacity: int 
         Output slots of the first launch (default: one per :data:`CANDIDATES_PER_SLOT` candidate
         entries, at least :data:`MIN_CAPACITY`);
         a second launch with room for every pair follows where it was short.
+    limit : int, optional
+        Refuse more pairs than this: the slots never exceed it, and a launch that finds more
+        raises instead of a second launch. None: no bound.
 
     Returns
     -------
@@ -51,6 +54,8 @@ def verified_pairs(candidates, probe, index, need: np.ndarray, *, capacity: int 
     ------
     TypeError
         If an array has the wrong dtype or is not contiguous.
+    settopk.kernels.join.prefixes.JoinTooLarge
+        Past ``limit``.
     """
     import cupy
 
@@ -66,6 +71,8 @@ def verified_pairs(candidates, probe, index, need: np.ndarray, *, capacity: int 
     need_d = cupy.asarray(np.ascontiguousarray(need, dtype=np.int32))
     kernel = load_kernels("join.cu", [_NAME], cupy.cuda.Device().id)[_NAME]
     cap = int(capacity) if capacity is not None else max(MIN_CAPACITY, total // CANDIDATES_PER_SLOT)
+    if limit is not None:
+        cap = min(cap, int(limit))
     while True:
         out = [cupy.empty(max(cap, 1), cupy.int32) for _ in range(3)]
         out_n = cupy.zeros(1, cupy.uint64)
@@ -77,6 +84,10 @@ def verified_pairs(candidates, probe, index, need: np.ndarray, *, capacity: int 
         found = int(out_n[0])
         if found <= cap:
             return tuple(o[:found].astype(cupy.int64) for o in out)
+        if limit is not None and found > limit:
+            from ..join.prefixes import JoinTooLarge
+
+            raise JoinTooLarge(f"the join has more than {limit} pairs of groups")
         cap = found
 
 

@@ -191,7 +191,7 @@ class ThresholdSearch:
             self.last_routing["postings"] = queries.n_sets
             return side.probe(queries, k, min_doc_len)
 
-    def join_groups(self, threshold):
+    def join_groups(self, threshold, max_pairs: int | None = None):
         """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``,
         verified on this shard's device (:meth:`settopk.kernels.NumpyShardIndex.join_groups`'s contract)."""
         import cupy
@@ -199,7 +199,8 @@ class ThresholdSearch:
         from ..join import corpus_group_pairs
 
         with cupy.cuda.Device(self._device_id):
-            return corpus_group_pairs(_concatenated(self._join_pieces), threshold, self.score, self.max_len, backend="cupy")
+            return corpus_group_pairs(_concatenated(self._join_pieces), threshold, self.score, self.max_len, backend="cupy",
+                                      max_pairs=max_pairs)
 
     def _lengths_present(self) -> np.ndarray:
         """Host bool of shape (max_len + 1,): the doc lengths the shard holds (computed once)."""

@@ -29,10 +29,10 @@ Bouros, "An Empirical Evaluation of Set Similarity Join Techniques", PVLDB 2016.
 
 from __future__ import annotations
 
-from .prefixes import join_applies, self_passing
+from .prefixes import JoinTooLarge, join_applies, self_passing
 
-__all__ = ["corpus_group_pairs", "group_pairs", "host_groups", "join_applies", "prepare_corpus", "prepare_docs",
-           "self_join", "self_passing", "threshold_join"]
+__all__ = ["JoinTooLarge", "corpus_group_pairs", "group_pairs", "host_groups", "join_applies", "prepare_corpus",
+           "prepare_docs", "self_join", "self_passing", "threshold_join"]
 
 _BACKENDS = ("cpu", "numpy", "cupy")
 
@@ -118,7 +118,7 @@ def host_groups(prepared):
 
 
 def group_pairs(prepared, id_bound: int, threshold, score: str, max_len: int, *, backend: str = "cpu",
-                threads: int | None = None):
+                threads: int | None = None, max_pairs: int | None = None):
     """The passing pairs of distinct groups of identical sets of a corpus (GroupJoin's group pairs):
     each unordered pair of groups once, verified once, never expanded to its members' pairs. With
     the groups themselves (:func:`host_groups`) they are every passing pair of the corpus: two
@@ -133,6 +133,8 @@ def group_pairs(prepared, id_bound: int, threshold, score: str, max_len: int, *,
     threshold, score, max_len, backend, threads
         As :func:`prepare_docs`; ``T > 0`` (:func:`join_applies`) and a symmetric score (not
         ``containment``).
+    max_pairs : int, optional
+        Refuse more pairs than this, before they are all held (what a shard may hold); None: no bound.
 
     Returns
     -------
@@ -143,19 +145,22 @@ def group_pairs(prepared, id_bound: int, threshold, score: str, max_len: int, *,
     ------
     ValueError
         For containment, ``T == 0``, a bad threshold or score, or an unknown backend.
+    JoinTooLarge
+        Past ``max_pairs`` (:class:`settopk.kernels.join.prefixes.JoinTooLarge`).
     """
     if backend == "cpu":
         from .host_join import group_pairs as host_group_pairs
 
-        return host_group_pairs(host_groups(prepared), id_bound, threshold, score, max_len, threads)
+        return host_group_pairs(host_groups(prepared), id_bound, threshold, score, max_len, threads, max_pairs)
     if backend in ("numpy", "cupy"):
         from .arrays import group_pairs as array_group_pairs
 
-        return array_group_pairs(prepared, threshold, score, max_len, backend=backend)
+        return array_group_pairs(prepared, threshold, score, max_len, backend=backend, max_pairs=max_pairs)
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
 
 
-def corpus_group_pairs(sets, threshold, score: str, max_len: int, *, backend: str = "cpu", threads: int | None = None):
+def corpus_group_pairs(sets, threshold, score: str, max_len: int, *, backend: str = "cpu", threads: int | None = None,
+                       max_pairs: int | None = None):
     """The identical-set groups of a corpus and the passing pairs of distinct groups: the corpus
     prepared for this call (:func:`prepare_corpus`), then :func:`group_pairs`.
 
@@ -163,7 +168,7 @@ def corpus_group_pairs(sets, threshold, score: str, max_len: int, *, backend: st
     ----------
     sets : settopk.kernels.SetBatch
         ``n_docs`` sets (host memory).
-    threshold, score, max_len, backend, threads
+    threshold, score, max_len, backend, threads, max_pairs
         As :func:`group_pairs`.
 
     Returns
@@ -174,11 +179,12 @@ def corpus_group_pairs(sets, threshold, score: str, max_len: int, *, backend: st
 
     Raises
     ------
-    ValueError
+    ValueError, JoinTooLarge
         As :func:`group_pairs`.
     """
     prepared = prepare_corpus(sets, backend=backend)
-    g_a, g_b = group_pairs(prepared, sets.id_bound, threshold, score, max_len, backend=backend, threads=threads)
+    g_a, g_b = group_pairs(prepared, sets.id_bound, threshold, score, max_len, backend=backend, threads=threads,
+                           max_pairs=max_pairs)
     return host_groups(prepared), g_a, g_b
 
 

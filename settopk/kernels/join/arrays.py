@@ -67,7 +67,8 @@ from .array_ops import (
     stable_argsort,
     to_host,
 )
-from .prefixes import checked_floor, group_join_threshold, inside_groups, join_applies, length_plan, probe_bounds
+from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, join_applies, length_plan,
+                       probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "group_pairs", "prepare_docs", "self_join"]
@@ -144,7 +145,7 @@ def _per_group(xp, by_length: np.ndarray, groups: _Groups):
 
 
 def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.ndarray, index: _Groups, entries,
-          need: np.ndarray, cap: int):
+          need: np.ndarray, cap: int, limit: int | None = None):
     """Steps 2-5: every (probe group, index group) pair whose overlap reaches the need.
 
     Parameters
@@ -160,10 +161,18 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         Least overlap per pair of lengths (above their minimum where unreachable).
     cap : int
         ``slice_entries``.
+    limit : int, optional
+        Refuse more pairs than this, as soon as they are found (a pair found in two slices may
+        count twice: the refusal is never late); None: no bound.
 
     Returns
     -------
     x, y, overlap : int64 arrays of shape (n_found,) in ``xp``
+
+    Raises
+    ------
+    JoinTooLarge
+        Past ``limit``.
     """
     e_key, e_group, e_pos = entries
     n_index = index.n_groups
@@ -182,13 +191,13 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         from ..cuda.join import verified_pairs
 
         return verified_pairs((ends, px.astype(xp.int32), pi.astype(xp.int32), lo, e_group, e_pos), probe, index,
-                              need)
+                              need, limit=limit)
     total = int(ends[-1])
     boundary = xp.flatnonzero(xp.concatenate([px[1:] != px[:-1], xp.ones(1, bool)]))
     cuts, inside = slice_cuts(xp, ends, boundary, total, cap)
     need_flat = xp.asarray(need.reshape(-1).astype(np.int32))
     n_col = need.shape[1]
-    found = []
+    found, n_found = [], 0
     for s, e in zip(cuts[:-1], cuts[1:]):
         a = first_above(xp, ends, s)
         b = first_above(xp, ends, e - 1) + 1
@@ -214,6 +223,9 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         ov = _verify(xp, probe, index, (x, y, i, j, lx, ly), cap)  # step 5
         ok = xp.flatnonzero(ov >= nd)
         found.append((x[ok], y[ok], ov[ok]))
+        n_found += len(ok)
+        if limit is not None and n_found > limit:
+            raise JoinTooLarge(f"the join has more than {limit} pairs of groups")
     if not found:
         return empty, empty, empty
     x, y, ov = (xp.concatenate([f[c] for f in found]) for c in range(3))
@@ -464,9 +476,10 @@ def prepare_docs(docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *
     return ArrayDocSide(docs, doc_ids, threshold, score, max_len, backend=backend, slice_entries=slice_entries)
 
 
-def _group_join(xp, groups: _Groups, t: Fraction, score: str, max_len: int, cap: int):
+def _group_join(xp, groups: _Groups, t: Fraction, score: str, max_len: int, cap: int, limit: int | None = None):
     """``(length plan, (x, y, overlap))``: the passing pairs of distinct groups, each unordered pair
-    once (``y`` before ``x`` in group order, never longer), in ``xp`` memory."""
+    once (``y`` before ``x`` in group order, never longer), in ``xp`` memory; :class:`JoinTooLarge`
+    past ``limit`` of them."""
     g_len = groups.lengths
     present = np.flatnonzero(np.bincount(groups.host_len))
     plan = length_plan(t, score, max_len, present, present, ordered=True)
@@ -474,11 +487,12 @@ def _group_join(xp, groups: _Groups, t: Fraction, score: str, max_len: int, cap:
     first, end = probe_bounds(plan, g_len, g_len, xp=xp)
     # Groups before x only: each unordered pair of groups once; a group's own members are paired by the caller.
     end = xp.minimum(end, xp.arange(len(g_len)))
-    return plan, _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need, cap)
+    return plan, _join(xp, groups, _per_group(xp, plan.probe_prefix, groups), first, end, groups, entries, plan.need, cap,
+                       limit)
 
 
 def group_pairs(prepared, threshold, score: str, max_len: int, *, backend: str = "numpy",
-                slice_entries: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                slice_entries: int | None = None, max_pairs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The passing pairs of distinct groups of identical sets of a prepared corpus (``numpy`` or
     ``cupy``), as :func:`settopk.kernels.join.host_join.group_pairs` finds them on ``cpu``.
 
@@ -488,6 +502,8 @@ def group_pairs(prepared, threshold, score: str, max_len: int, *, backend: str =
         :func:`settopk.kernels.join.prepare_corpus` of the corpus.
     threshold, score, max_len, backend, slice_entries
         As :func:`self_join`; ``T > 0``, the score symmetric (not ``containment``).
+    max_pairs : int, optional
+        Refuse more pairs than this, before they are all held; None: no bound.
 
     Returns
     -------
@@ -498,11 +514,13 @@ def group_pairs(prepared, threshold, score: str, max_len: int, *, backend: str =
     ------
     ValueError
         For containment, ``T == 0``, or ``slice_entries < 1``.
+    JoinTooLarge
+        Past ``max_pairs``.
     """
     score, t = group_join_threshold(threshold, score)
     xp = array_module(backend)
     groups = _prepared_groups(xp, prepared, backend)
-    _, (x, y, _) = _group_join(xp, groups, t, score, max_len, _slice_cap(slice_entries))
+    _, (x, y, _) = _group_join(xp, groups, t, score, max_len, _slice_cap(slice_entries), max_pairs)
     return to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64)
 
 

@@ -24,7 +24,8 @@ from ..sets import SetBatch
 from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups, self_join_bounds
-from .prefixes import checked_floor, group_join_threshold, inside_groups, join_applies, length_plan, probe_bounds
+from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, join_applies, length_plan,
+                       probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "group_pairs", "self_join"]
@@ -138,8 +139,8 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
         join.close()
 
 
-class SelfJoinTooLarge(RuntimeError):
-    """A :class:`SelfJoin` would hold more than its ``max_entries``: its caller probes batch by batch instead."""
+SelfJoinTooLarge = JoinTooLarge
+"""A :class:`SelfJoin` would hold more than its ``max_entries``: its caller probes batch by batch instead."""
 
 
 class SelfJoin:
@@ -259,7 +260,7 @@ class SelfJoin:
 
 
 def group_pairs(prepared: JoinSets, id_bound: int, threshold, score: str, max_len: int,
-                threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                threads: int | None = None, max_pairs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The passing pairs of distinct groups of identical sets of a prepared corpus (``cpu``
     backend): each unordered pair of groups once, verified, its members' pairs never listed.
 
@@ -273,6 +274,8 @@ def group_pairs(prepared: JoinSets, id_bound: int, threshold, score: str, max_le
         As :class:`SelfJoin`; ``T > 0``, the score symmetric (not ``containment``).
     threads : int, optional
         Probe threads (default: the CPUs of this process).
+    max_pairs : int, optional
+        Refuse more pairs than this (the probe stops there); None: no bound.
 
     Returns
     -------
@@ -283,10 +286,14 @@ def group_pairs(prepared: JoinSets, id_bound: int, threshold, score: str, max_le
     ------
     ValueError
         As :class:`SelfJoin`.
+    settopk.kernels.join.prefixes.JoinTooLarge
+        Past ``max_pairs``.
     """
     score, t = group_join_threshold(threshold, score)
     workers = _kept_workers(prepared, threads or len(os.sched_getaffinity(0)), id_bound)
-    _, (pair_q, pair_i, _) = _probe_groups(workers, prepared, t, score, max_len, id_bound, None)
+    _, (pair_q, pair_i, _) = _probe_groups(workers, prepared, t, score, max_len, id_bound, max_pairs)
+    if max_pairs is not None and len(pair_q) > max_pairs:  # the probe's 0 is no limit: a bound of 0 checks here
+        raise JoinTooLarge(f"the join has more than {max_pairs} pairs of groups")
     return pair_q.astype(np.int64), pair_i.astype(np.int64)
 
 

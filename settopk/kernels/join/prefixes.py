@@ -16,9 +16,15 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["LengthPlan", "checked_floor", "group_join_threshold", "inside_groups", "join_applies", "length_bounds",
+__all__ = ["JoinTooLarge", "LengthPlan", "checked_floor", "group_join_threshold", "inside_groups", "join_applies", "length_bounds",
            "length_plan", "self_passing", "probe_bounds"]
 
+
+
+class JoinTooLarge(RuntimeError):
+    """A join through groups would hold more than its caller's bound (``max_entries`` pairs of
+    groups, or list entries): the caller takes the exact path that holds less (a shard probes its
+    own docs batch by batch, ``--dedup`` reads the pairs back)."""
 
 class LengthPlan(NamedTuple):
     """The filters per length (host memory).
