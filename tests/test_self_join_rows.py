@@ -103,12 +103,16 @@ class _Searcher(ShardSearcher):
         return {"load_s": self.load_s}
 
 
+_BACKENDS = ["cpu", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("backend", _BACKENDS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet"]), t=st.sampled_from(["1/2", "2/3", "1"]),
        seed=st.integers(0, 2**31), include_self=st.booleans(), k=st.sampled_from([None, 2]),
        budget=st.sampled_from([None, 3]))
-def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(docs, score, t, seed, include_self, k,
-                                                                              budget):
+def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(backend, docs, score, t, seed, include_self,
+                                                                              k, budget):
     """The shard holds the docs of lengths >= a cut (a length-bucket shard), or any subset; the batch is every doc
     (some the shard's, in runs broken by the others), a subset of its rows searched: each row's
     pairs are those the oracle keeps under the self-join rule among the shard's docs."""
@@ -119,7 +123,7 @@ def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(doc
     held = np.flatnonzero(size >= int(rng.integers(0, 4)) if seed % 2 else rng.random(len(docs)) < 0.7)
     if not len(held):
         return
-    searcher = _Searcher([docs[i] for i in held], ids[held], score)
+    searcher = _Searcher([docs[i] for i in held], ids[held], score, backend)
     batch = SetBatch.from_lists(docs)
     rows = np.flatnonzero(rng.random(len(docs)) < 0.8)
     assert searcher.prepare_self_join(t, include_self, k, budget) == {"load_s": searcher.load_s}
@@ -140,10 +144,11 @@ def test_a_shard_answers_home_and_other_queries_as_the_probe_and_the_rule_do(doc
     assert _rows(got) == [row[:k] for row in expected] == _rows(again)
 
 
-def test_a_shard_past_its_budget_probes_its_own_docs_and_says_so(caplog):
+@pytest.mark.parametrize("backend", _BACKENDS)
+def test_a_shard_past_its_budget_probes_its_own_docs_and_says_so(caplog, backend):
     docs = [[1, 2, 3]] * 20 + [[1, 2, 4]] * 20 + [[5]]
     ids = doc_ids(len(docs))
-    searcher = _Searcher(docs, ids, "jaccard")
+    searcher = _Searcher(docs, ids, "jaccard", backend)
     batch = SetBatch.from_lists(docs)
     with caplog.at_level("INFO", logger="settopk"):
         searcher.prepare_self_join("1/2", False, None, 10)
@@ -151,6 +156,13 @@ def test_a_shard_past_its_budget_probes_its_own_docs_and_says_so(caplog):
     got = searcher.threshold_search(batch, "1/2", None, None, True, ids, False, 10)
     assert _rows(got) == _oracle_rows(docs, ids, "1/2", "jaccard")
     assert searcher.index._self_join is None  # refused once, not tried again
+    # --dedup: 780 pairs of members but one pair of groups. numpy and cupy verify the pairs of groups
+    # within the budget; a cpu shard without its self-join has no groups of its own.
+    grouped = searcher.dedup_components("1/2", False, None, 10)
+    if backend == "cpu":
+        assert grouped is None
+    else:
+        assert dict(zip(*(a.tolist() for a in grouped))) == _oracle_components(docs, ids, "1/2", "jaccard")
     searcher.prepare_self_join("1/2", False, None, 1000)  # another budget: found
     assert searcher.index._self_join is not None
 
@@ -177,8 +189,8 @@ def _oracle_components(docs, ids, t, score):
 @given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet", "dice"]),
        t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), budget=st.sampled_from([None, 3]))
 def test_a_shard_groups_its_own_docs_as_the_components_of_every_passing_pair(docs, score, t, budget):
-    """``dedup_components``: from the kept self-join's groups and pairs of groups, every doc of the
-    shard in a passing pair with another, with its component's least id; None past the budget."""
+    """``dedup_components`` on cpu: from the kept self-join's groups and pairs of groups, every doc of
+    the shard in a passing pair with another, with its component's least id; None past the budget."""
     ids = doc_ids(len(docs))
     searcher = _Searcher(docs, ids, score)
     got = searcher.dedup_components(t, False, None, budget)
@@ -194,14 +206,14 @@ def test_a_shard_groups_its_own_docs_as_the_components_of_every_passing_pair(doc
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(docs=corpora(), score=st.sampled_from(["jaccard", "cosine", "braun_blanquet", "dice"]),
        t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), budget=st.sampled_from([None, 3]))
-def test_a_shard_without_a_kept_self_join_groups_its_docs_from_its_index(backend, docs, score, t, budget):
-    """``numpy`` and ``cupy`` keep no self-join: their index verifies the pairs of groups for the call
-    (``join_groups``), with the same components; None past the budget of pairs of groups."""
+def test_an_array_shard_groups_its_docs_from_its_self_join_or_its_pairs_of_groups(backend, docs, score, t, budget):
+    """``numpy`` and ``cupy``: from the kept self-join's groups and pairs of groups, or, past its
+    budget of pairs (many identical docs), from pairs of groups the index verifies for the call
+    (``join_groups``), the same components; None past the budget of pairs of groups only."""
     from settopk.kernels.join import corpus_group_pairs
 
     ids = doc_ids(len(docs))
     searcher = _Searcher(docs, ids, score, backend)
-    assert not hasattr(searcher.index, "kept_self_join")
     got = searcher.dedup_components(t, False, None, budget)
     if got is None:
         n_group_pairs = len(corpus_group_pairs(SetBatch.from_lists(docs), t, score, 64)[1])

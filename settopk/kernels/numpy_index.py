@@ -13,6 +13,7 @@ token against 8 queries. Docs are grouped by length, so each group is a dense
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import numpy as np
@@ -21,6 +22,7 @@ from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
 from .dense import LocalIds, table_queries
+from .join.arrays import ArraySelfJoins
 from .sets import SetBatch, check_shard_docs, index_ids
 from .topk import TopK, empty_topk
 
@@ -31,7 +33,7 @@ _BAND = 8  # doc lengths per group: at most 7 padding ids per doc
 _log = logging.getLogger("settopk.kernels")
 
 
-class NumpyShardIndex:
+class NumpyShardIndex(ArraySelfJoins):
     """One shard's docs in host memory, searched with the lane-packed lookup table.
 
     Implements :class:`settopk.kernels.ShardIndex` (``build_index("numpy", ...)``).
@@ -99,6 +101,7 @@ class NumpyShardIndex:
         self._docs = docs if routing != "scan" else None
         self._join_docs = docs  # the threshold join's input (settopk.kernels.join.arrays), prepared per threshold
         self._join_side = None
+        self._self_join = None  # (key, KeptSelfJoin): the shard's own self-join, kept for a job's self-join
         # Ids at or above n_ids are held by no doc: queries' ids are folded below n_ids + max_len.
         self._n_ids = index_ids(docs) if self._local is None else self._local.n_ids
         self.postings = build_postings(docs, self._n_ids + max_len + 1) if routing != "scan" else None
@@ -314,6 +317,10 @@ class NumpyShardIndex:
             self.last_routing = {**_no_routing(), "postings": queries.n_sets, "prefix": queries.n_sets}
             return side.probe(tables, k, min_doc_len)
         return numpy_threshold_search(self, tables, t, k, min_doc_len)
+
+    def _self_join_input(self):
+        """What :class:`settopk.kernels.join.arrays.ArraySelfJoins` joins: the docs, in NumPy, here."""
+        return self._join_docs, "numpy", contextlib.nullcontext()
 
     def join_groups(self, threshold, max_pairs: int | None = None):
         """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``

@@ -283,14 +283,16 @@ class ShardSearcher:
         own_ids : numpy.ndarray of int64, shape (n_queries,), optional
             A self-join: each query's own doc id. The pairs then follow the self-join rule
             (:func:`settopk.kernels.self_join_pairs`) before ``k`` is applied, so that a shard's
-            ``k`` best are those the merge keeps. With ``from_own_length``, where the index has
-            the self-join (the ``cpu`` backend, ``T > 0``), the queries that are this shard's docs
-            take their pairs from it (:meth:`prepare_self_join` finds it once); the others are probed.
+            ``k`` best are those the merge keeps. With ``from_own_length``, where the index keeps
+            its self-join (a symmetric score, ``T > 0``, within ``max_entries``), the queries that
+            are this shard's docs take their pairs from it (:meth:`prepare_self_join` finds it
+            once); the others are probed.
         include_self : bool
             With ``own_ids``: keep each doc's pair with itself.
         max_entries : int, optional
-            The most group pairs and list entries the shard's self-join may hold
-            (``settopk.kernels.join.host_join.SelfJoin``); past it the shard probes its own docs
+            The most the shard's self-join may hold: pairs of groups, and list entries on ``cpu``
+            (``settopk.kernels.join.host_join.SelfJoin``) or pairs on ``numpy`` and ``cupy``
+            (``settopk.kernels.join.arrays.KeptSelfJoin``); past it the shard probes its own docs
             batch by batch too, as its other queries, and says so in its log once.
 
         Returns
@@ -336,9 +338,10 @@ class ShardSearcher:
         """The shard's docs grouped by every passing pair among them, from its identical-doc
         groups and the passing pairs of distinct groups (GroupJoin's; no pair of members listed):
         those of its kept self-join where it keeps one (:meth:`prepare_self_join`, the same
-        arguments), else those its index verifies for this call (``join_groups``: the ``numpy``
-        and ``cupy`` backends). None where the join through groups does not apply (``T == 0``,
-        containment) or past ``max_entries`` pairs of groups.
+        arguments), else, on ``numpy`` and ``cupy`` (a self-join past its budget: many pairs of
+        identical docs), those its index verifies for this call (``join_groups``). None where the
+        join through groups does not apply (``T == 0``, containment) or past ``max_entries`` pairs
+        of groups.
 
         Returns
         -------
@@ -370,7 +373,7 @@ class ShardSearcher:
         return group_components(groups, self.index.doc_ids, self_pass, g_a, g_b)
 
     def _has_self_join(self, threshold: str, include_self: bool, k: int | None, max_entries: int | None) -> bool:
-        """Whether the shard answers its own docs from its self-join: the index has one (the cpu
+        """Whether the shard answers its own docs from its self-join: the index keeps one (every
         backend, a symmetric score, ``T > 0``) and it fits ``max_entries`` (found here, once)."""
         from settopk.kernels import parse_threshold
         from settopk.kernels.join import join_applies

@@ -43,6 +43,7 @@ import numbers
 
 import numpy as np
 
+from ..join.arrays import ArraySelfJoins
 from ..keys import least_overlap, score_key
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, need_table, order_pairs, parse_threshold, reachable_lengths
@@ -93,9 +94,10 @@ def threshold_floors(threshold, query_len, doc_lengths_present, max_len: int, sc
     return np.where(floor == np.iinfo(np.int64).max, _NO_FLOOR, floor).astype(np.int64)
 
 
-class ThresholdSearch:
+class ThresholdSearch(ArraySelfJoins):
     """The threshold search of :class:`settopk.kernels.cuda.CupyShardIndex`, a base class beside
-    :class:`settopk.kernels.cuda.levels.LevelSearch`, whose launchers and re-emission it uses."""
+    :class:`settopk.kernels.cuda.levels.LevelSearch`, whose launchers and re-emission it uses; and
+    the shard's kept self-join (:class:`settopk.kernels.join.arrays.ArraySelfJoins`), on its device."""
 
     def threshold_search(self, queries: SetBatch, threshold, k: int | None = None, *,
                          min_doc_len=None) -> ThresholdPairs:
@@ -190,6 +192,12 @@ class ThresholdSearch:
             self.last_skipped = 0
             self.last_routing["postings"] = queries.n_sets
             return side.probe(queries, k, min_doc_len)
+
+    def _self_join_input(self):
+        """What :class:`settopk.kernels.join.arrays.ArraySelfJoins` joins: the docs, in CuPy, on this shard's device."""
+        import cupy
+
+        return _concatenated(self._join_pieces), "cupy", cupy.cuda.Device(self._device_id)
 
     def join_groups(self, threshold, max_pairs: int | None = None):
         """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``,

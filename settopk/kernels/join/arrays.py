@@ -71,7 +71,8 @@ from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside
                        probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "group_pairs", "prepare_docs", "self_join"]
+__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "ArraySelfJoins", "KeptSelfJoin", "array_module", "group_pairs",
+           "prepare_docs", "self_join"]
 
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
@@ -579,21 +580,154 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         pairs = ArrayDocSide(sets, doc_ids, threshold, score, max_len, backend=backend,
                              slice_entries=slice_entries).probe(sets)
         return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
-    t = _positive(threshold, score)
+    return _symmetric_self_join(sets, doc_ids, _positive(threshold, score), score, max_len, backend, include_self, k,
+                                _slice_cap(slice_entries), prepared)[0]
+
+
+def _symmetric_self_join(sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score: str, max_len: int, backend: str,
+                         include_self: bool, k, cap: int, prepared, limit: int | None = None):
+    """:func:`self_join` of a symmetric score at ``T > 0``: ``(pairs, groups, (x, y))``, the groups
+    (host ``JoinSets``) and their passing pairs of distinct groups (host int64) beside the pairs;
+    :class:`JoinTooLarge` past ``limit`` pairs of groups or of members, before the members are listed."""
     xp = array_module(backend)
-    cap = _slice_cap(slice_entries)
     if prepared is None:
         prepared = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     js = prepared.sets if isinstance(prepared, ArrayCorpus) else prepared
     groups = _prepared_groups(xp, prepared, backend)
     g_len = groups.lengths  # in xp: the per-group steps below stay where the groups are
-    plan, (x, y, ov) = _group_join(xp, groups, t, score, max_len, cap)
+    plan, (x, y, ov) = _group_join(xp, groups, t, score, max_len, cap, limit)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
     mode = (g_len[y] == g_len[x]).astype(xp.int64)
-    inside = inside_groups(plan, g_len, xp.diff(groups.member_offsets), include_self, xp)
+    size = xp.diff(groups.member_offsets)
+    inside = inside_groups(plan, g_len, size, include_self, xp)
     directed = (xp.concatenate([y, inside]), xp.concatenate([x, inside]),
                 xp.concatenate([ov, g_len[inside].astype(xp.int64)]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
-    members = _expand(xp, directed, groups, groups, include_self)
     dq, dt, dov, _ = directed
-    return _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
+    if limit is not None:  # the member pairs (before k): of two groups, all; inside one, a < b (and a == b)
+        s_in = size[inside]
+        n_pairs = int((size[y] * size[x]).sum()) + int((s_in * (s_in - 1) // 2).sum()) + (int(s_in.sum()) if include_self else 0)
+        if n_pairs > limit:
+            raise JoinTooLarge(f"the self-join has more than {limit} pairs")
+    members = _expand(xp, directed, groups, groups, include_self)
+    pairs = _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
+    return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
+
+
+class KeptSelfJoin:
+    """A corpus's threshold self-join on ``numpy`` or ``cupy``, found once (its pairs in host memory)
+    and taken by query range: what a job's shard answers its own docs from, as the ``cpu``
+    backend's :class:`settopk.kernels.join.host_join.SelfJoin` (the same attributes and ``rows``).
+
+    Parameters
+    ----------
+    sets : SetBatch
+        ``n_docs`` sets (host memory); each is also a query.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing ids.
+    threshold, score, max_len, backend, include_self, k, slice_entries
+        As :func:`self_join`; ``T > 0``, the score symmetric (not ``containment``).
+    max_entries : int, optional
+        Refuse (:class:`JoinTooLarge`) a self-join of more than this many pairs of groups, or of
+        pairs in all (the pairs of the groups' members, counted before they are listed). None: no bound.
+
+    Attributes
+    ----------
+    offsets : numpy.ndarray of int64, shape (n_queries + 1,)
+        Query ``i``'s pairs are rows ``offsets[i]:offsets[i + 1]``.
+    groups : JoinSets
+        The corpus in frequency order, its identical sets grouped (host memory).
+    group_pairs : (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_group_pairs,)
+        The passing pairs of distinct groups, each unordered pair once (indexes into ``groups``).
+
+    Raises
+    ------
+    ValueError
+        If ``T == 0``, the score is ``containment`` or unknown, or ``k < 1``.
+    JoinTooLarge
+        Past ``max_entries``.
+    """
+
+    def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
+                 include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
+                 max_entries: int | None = None):
+        score, t = group_join_threshold(threshold, score)
+        _check_k(k)
+        self._pairs, self.groups, self.group_pairs = _symmetric_self_join(
+            sets, np.asarray(doc_ids, dtype=np.int64), t, score, max_len, backend, include_self, k,
+            _slice_cap(slice_entries), None, max_entries)
+        self.offsets = self._pairs.offsets
+
+    @property
+    def n_queries(self) -> int:
+        """Queries (the corpus's docs)."""
+        return len(self.offsets) - 1
+
+    def rows(self, lo: int, hi: int) -> ThresholdPairs:
+        """Queries ``lo .. hi - 1``'s pairs (``0 <= lo <= hi <= n_queries``), each query's best first
+        (views of the kept pairs).
+
+        Raises
+        ------
+        ValueError
+            If the range is out of bounds.
+        """
+        if not 0 <= lo <= hi <= self.n_queries:
+            raise ValueError(f"query range {lo}..{hi} is not within 0..{self.n_queries}")
+        p, a, b = self._pairs, int(self.offsets[lo]), int(self.offsets[hi])
+        return ThresholdPairs(self.offsets[lo:hi + 1] - a, p.doc_ids[a:b], p.overlap[a:b], p.doc_len[a:b])
+
+    def close(self) -> None:
+        """Nothing to stop (the ``cpu`` SelfJoin's threads have no counterpart here)."""
+
+
+
+class ArraySelfJoins:
+    """``self_join_rows`` and ``kept_self_join`` of the ``numpy`` and ``cupy`` shard indexes (a base
+    class): the contract of :meth:`settopk.kernels.NumbaShardIndex.self_join_rows`, the self-join
+    found with the array join at the first call of a threshold and kept (:class:`KeptSelfJoin`,
+    host memory), ``max_entries`` bounding its pairs of groups and its pairs.
+
+    A subclass has ``doc_ids``, ``score`` and ``max_len``, and defines ``_self_join_input()``:
+    ``(SetBatch of its docs, backend, context manager to run the join in)``.
+    """
+
+    _self_join = None  # (key, KeptSelfJoin)
+
+    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None,
+                       max_entries: int | None = None) -> ThresholdPairs:
+        """The shard's own docs ``lo .. hi - 1`` (positions) as queries of its kept self-join.
+
+        Returns
+        -------
+        ThresholdPairs
+            ``hi - lo`` queries; each unordered pair of the shard's docs once, under its shorter doc
+            (or the lower id of two of one length), best first.
+
+        Raises
+        ------
+        ValueError
+            If ``T == 0``, the score is ``containment``, ``k < 1`` or the range is out of bounds.
+        JoinTooLarge
+            If the self-join, found at this call, would hold more than ``max_entries``.
+        """
+        return self.kept_self_join(threshold, include_self, k, max_entries).rows(lo, hi)
+
+    def kept_self_join(self, threshold, include_self: bool = False, k: int | None = None,
+                       max_entries: int | None = None) -> KeptSelfJoin:
+        """The shard's self-join (its ``rows``, ``groups`` and ``group_pairs``), found as
+        :meth:`self_join_rows` finds it with the same arguments, and kept.
+
+        Raises
+        ------
+        ValueError, JoinTooLarge
+            As :meth:`self_join_rows`.
+        """
+        key = (parse_threshold(threshold, self.score), bool(include_self), k)
+        if self._self_join is None or self._self_join[0] != key:
+            self._self_join = None  # the old pairs go before the new ones are found
+            sets, backend, context = self._self_join_input()
+            with context:
+                self._self_join = (key, KeptSelfJoin(sets, self.doc_ids, key[0], self.score, self.max_len,
+                                                     backend=backend, include_self=key[1], k=k, max_entries=max_entries))
+        return self._self_join[1]
