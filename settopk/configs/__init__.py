@@ -262,9 +262,10 @@ class OutputConfig:
         shard's answer to one holds about this many (the first chunk's after a call of
         ``pairs_per_piece // shard_cap`` queries (at least one), whose answers cannot pass it (nor one
         query's cap, where that is more):
-        :func:`settopk.jobs.threshold_job.shard_cap`), a ``cpu`` shard keeps its own self-join
-        only within 4 x this many entries (:func:`settopk.jobs.threshold_job.self_join_entries`),
-        and ``--dedup`` contracts this many pairs at a time. Results do not depend on it.
+        :func:`settopk.jobs.threshold_job.shard_cap`), a shard keeps its own self-join, and
+        groups its own docs for ``--dedup``, only within 4 x this many entries
+        (:func:`settopk.jobs.threshold_job.self_join_entries`), and ``--dedup`` contracts this
+        many pairs at a time. Results do not depend on it.
     """
 
     partition: str = "none"

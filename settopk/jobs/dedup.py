@@ -17,9 +17,9 @@ Three datasets, which the job commits together (one manifest, written last):
 
 **Groups, then pairs.** Identical docs have one length, so they lie in one shard. For a
 symmetric score at ``T > 0``, a shard groups its own docs from its groups of identical docs and
-the passing pairs of distinct groups, each verified once (those of the self-join a ``cpu`` shard
-keeps; on ``numpy`` and ``cupy``, verified by its index for the call), with GroupJoin's rule and no
-pair of members listed (:meth:`settopk.shards.ShardSearcher.dedup_components`), and sends the
+the passing pairs of distinct groups, each verified once (those of the self-join the shard keeps;
+on ``numpy`` and ``cupy``, past that budget, verified by its index for the call), with GroupJoin's
+rule and no pair of members listed (:meth:`settopk.shards.ShardSearcher.dedup_components`), and sends the
 driver at most one row per doc (:func:`shard_groups`). The driver then reads from the parts only
 the pairs it does not have that way: those across two shards, and those of a shard past its
 budget (4 x ``output.pairs_per_piece`` entries). A run capped by ``--k`` groups the pairs it
