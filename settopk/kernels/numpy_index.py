@@ -22,7 +22,7 @@ from .cost import numpy_postings_cheaper
 from .keys import DEFAULT_SCORE, best_key_in_range, check_floor_key, key_scale, score_key
 from .postings import build_postings, check_routing, postings_cost, postings_search
 from .dense import LocalIds, table_queries
-from .join.arrays import ArraySelfJoins
+from .join.kept import ArraySelfJoins
 from .sets import SetBatch, check_shard_docs, index_ids
 from .topk import TopK, empty_topk
 

@@ -43,7 +43,7 @@ import numbers
 
 import numpy as np
 
-from ..join.arrays import ArraySelfJoins
+from ..join.kept import ArraySelfJoins
 from ..keys import least_overlap, score_key
 from ..sets import SetBatch
 from ..threshold import ThresholdPairs, need_table, order_pairs, parse_threshold, reachable_lengths

@@ -67,12 +67,13 @@ from .array_ops import (
     stable_argsort,
     to_host,
 )
+from .array_verify import remainder_overlaps
 from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, join_applies, length_plan,
                        probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
-__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "ArraySelfJoins", "KeptSelfJoin", "array_module", "group_pairs",
-           "prepare_docs", "self_join"]
+__all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "group_pairs", "prepare_docs", "self_join",
+           "self_join_with_groups"]
 
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
@@ -221,7 +222,7 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         order = stable_argsort(xp, pair)  # step 4: for each pair, its smallest i first
         sel = order[run_starts(xp, pair[order])]
         x, y, i, j, lx, ly, nd = (v[sel] for v in (x, y, i, j, lx, ly, nd))
-        ov = _verify(xp, probe, index, (x, y, i, j, lx, ly), cap)  # step 5
+        ov = remainder_overlaps(xp, probe, index, (x, y, i, j, lx, ly), cap)  # step 5
         ok = xp.flatnonzero(ov >= nd)
         found.append((x[ok], y[ok], ov[ok]))
         n_found += len(ok)
@@ -236,55 +237,6 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
         order = order[run_starts(xp, (x * n_index + y)[order])]
         x, y, ov = x[order], y[order], ov[order]
     return x, y, ov
-
-
-def _verify(xp, probe: _Groups, index: _Groups, cand, cap: int):
-    """Step 5: ``|x[i:] ∩ y[j:]|`` per candidate, int64 (n_cand,), the shorter remainder looked up
-    in the other side's keys; in pieces of at most ``cap`` looked-up tokens."""
-    x, y, i, j, lx, ly = cand
-    rx, ry = lx - i, ly - j
-    from_probe = rx <= ry
-    work = xp.minimum(rx, ry)
-    out = xp.zeros(len(x), xp.int64)
-    ends = xp.cumsum(work)
-    total = int(ends[-1]) if len(work) else 0
-    cuts, _ = slice_cuts(xp, ends, xp.arange(len(work)), total, cap)
-    for s, e in zip(cuts[:-1], cuts[1:]):
-        a = first_above(xp, ends, s)
-        b = first_above(xp, ends, e - 1) + 1
-        rows = xp.arange(a, b)
-        for side in (True, False):
-            r = rows[from_probe[a:b] == side]
-            if len(r) == 0:
-                continue
-            if side:
-                src, start, dst, dst_row = probe, probe.offsets[x[r]] + i[r], index, y[r]
-            else:
-                src, start, dst, dst_row = index, index.offsets[y[r]] + j[r], probe, x[r]
-            seg, within = segment_ids(xp, work[r])
-            hit = _member(xp, dst, dst_row[seg], src.tokens[start[seg] + within])
-            sums = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(hit.astype(xp.int64))])
-            stop = xp.cumsum(work[r])
-            out[r] = sums[stop] - sums[stop - work[r]]
-    return out
-
-
-def _member(xp, groups: _Groups, row, token):
-    """Whether ``token`` (int32, ``xp``) is in group ``row``'s set, bool of token's shape: a binary
-    search inside each row at once, ``bit_length(longest set)`` vectorised steps (a search confined
-    to the row touches a few cache lines, where one over every token of the side would not)."""
-    last = len(groups.tokens) - 1
-    if last < 0:
-        return xp.zeros(len(token), bool)
-    lo = groups.offsets[row]
-    stop = hi = groups.offsets[row + 1]
-    for _ in range(groups.steps):
-        mid = (lo + hi) >> 1
-        less = groups.tokens[xp.minimum(mid, last)] < token
-        active = lo < hi
-        lo = xp.where(active & less, mid + 1, lo)
-        hi = xp.where(active & ~less, mid, hi)
-    return (lo < stop) & (groups.tokens[xp.minimum(lo, last)] == token)
 
 
 def _expand(xp, directed, q_groups: _Groups, t_groups: _Groups, include_self: bool):
@@ -580,15 +532,43 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         pairs = ArrayDocSide(sets, doc_ids, threshold, score, max_len, backend=backend,
                              slice_entries=slice_entries).probe(sets)
         return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
-    return _symmetric_self_join(sets, doc_ids, _positive(threshold, score), score, max_len, backend, include_self, k,
-                                _slice_cap(slice_entries), prepared)[0]
+    _positive(threshold, score)
+    return self_join_with_groups(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self,
+                                 k=k, slice_entries=slice_entries, prepared=prepared)[0]
 
 
-def _symmetric_self_join(sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score: str, max_len: int, backend: str,
-                         include_self: bool, k, cap: int, prepared, limit: int | None = None):
-    """:func:`self_join` of a symmetric score at ``T > 0``: ``(pairs, groups, (x, y))``, the groups
-    (host ``JoinSets``) and their passing pairs of distinct groups (host int64) beside the pairs;
-    :class:`JoinTooLarge` past ``limit`` pairs of groups or of members, before the members are listed."""
+def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
+                          include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
+                          prepared=None, max_entries: int | None = None):
+    """:func:`self_join` of a symmetric score at ``T > 0``, with what it found the pairs through:
+    the groups of identical sets and their passing pairs of distinct groups (what ``--dedup``
+    groups a shard's docs by).
+
+    Parameters
+    ----------
+    sets, doc_ids, threshold, score, max_len, backend, include_self, k, slice_entries, prepared
+        As :func:`self_join`; ``T > 0`` and a symmetric score (not ``containment``).
+    max_entries : int, optional
+        Refuse more pairs of groups than this (as they are found), or more pairs (counted from
+        the groups' sizes before any is listed); None: no bound.
+
+    Returns
+    -------
+    (ThresholdPairs, JoinSets, (numpy.ndarray of int64, numpy.ndarray of int64))
+        The pairs (host memory, as :func:`self_join`), the groups (host memory) and the two
+        groups of each passing pair of distinct groups, shape (n_group_pairs,) each.
+
+    Raises
+    ------
+    ValueError
+        For containment, ``T == 0``, ``k < 1`` or ``slice_entries < 1``.
+    JoinTooLarge
+        Past ``max_entries``.
+    """
+    score, t = group_join_threshold(threshold, score)
+    _check_k(k)
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    cap, limit = _slice_cap(slice_entries), max_entries
     xp = array_module(backend)
     if prepared is None:
         prepared = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
@@ -613,121 +593,3 @@ def _symmetric_self_join(sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score
     pairs = _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
     return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
 
-
-class KeptSelfJoin:
-    """A corpus's threshold self-join on ``numpy`` or ``cupy``, found once (its pairs in host memory)
-    and taken by query range: what a job's shard answers its own docs from, as the ``cpu``
-    backend's :class:`settopk.kernels.join.host_join.SelfJoin` (the same attributes and ``rows``).
-
-    Parameters
-    ----------
-    sets : SetBatch
-        ``n_docs`` sets (host memory); each is also a query.
-    doc_ids : numpy.ndarray of int64, shape (n_docs,)
-        Strictly increasing ids.
-    threshold, score, max_len, backend, include_self, k, slice_entries
-        As :func:`self_join`; ``T > 0``, the score symmetric (not ``containment``).
-    max_entries : int, optional
-        Refuse (:class:`JoinTooLarge`) a self-join of more than this many pairs of groups, or of
-        pairs in all (the pairs of the groups' members, counted before they are listed). None: no bound.
-
-    Attributes
-    ----------
-    offsets : numpy.ndarray of int64, shape (n_queries + 1,)
-        Query ``i``'s pairs are rows ``offsets[i]:offsets[i + 1]``.
-    groups : JoinSets
-        The corpus in frequency order, its identical sets grouped (host memory).
-    group_pairs : (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_group_pairs,)
-        The passing pairs of distinct groups, each unordered pair once (indexes into ``groups``).
-
-    Raises
-    ------
-    ValueError
-        If ``T == 0``, the score is ``containment`` or unknown, or ``k < 1``.
-    JoinTooLarge
-        Past ``max_entries``.
-    """
-
-    def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
-                 include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
-                 max_entries: int | None = None):
-        score, t = group_join_threshold(threshold, score)
-        _check_k(k)
-        self._pairs, self.groups, self.group_pairs = _symmetric_self_join(
-            sets, np.asarray(doc_ids, dtype=np.int64), t, score, max_len, backend, include_self, k,
-            _slice_cap(slice_entries), None, max_entries)
-        self.offsets = self._pairs.offsets
-
-    @property
-    def n_queries(self) -> int:
-        """Queries (the corpus's docs)."""
-        return len(self.offsets) - 1
-
-    def rows(self, lo: int, hi: int) -> ThresholdPairs:
-        """Queries ``lo .. hi - 1``'s pairs (``0 <= lo <= hi <= n_queries``), each query's best first
-        (views of the kept pairs).
-
-        Raises
-        ------
-        ValueError
-            If the range is out of bounds.
-        """
-        if not 0 <= lo <= hi <= self.n_queries:
-            raise ValueError(f"query range {lo}..{hi} is not within 0..{self.n_queries}")
-        p, a, b = self._pairs, int(self.offsets[lo]), int(self.offsets[hi])
-        return ThresholdPairs(self.offsets[lo:hi + 1] - a, p.doc_ids[a:b], p.overlap[a:b], p.doc_len[a:b])
-
-    def close(self) -> None:
-        """Nothing to stop (the ``cpu`` SelfJoin's threads have no counterpart here)."""
-
-
-
-class ArraySelfJoins:
-    """``self_join_rows`` and ``kept_self_join`` of the ``numpy`` and ``cupy`` shard indexes (a base
-    class): the contract of :meth:`settopk.kernels.NumbaShardIndex.self_join_rows`, the self-join
-    found with the array join at the first call of a threshold and kept (:class:`KeptSelfJoin`,
-    host memory), ``max_entries`` bounding its pairs of groups and its pairs.
-
-    A subclass has ``doc_ids``, ``score`` and ``max_len``, and defines ``_self_join_input()``:
-    ``(SetBatch of its docs, backend, context manager to run the join in)``.
-    """
-
-    _self_join = None  # (key, KeptSelfJoin)
-
-    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None,
-                       max_entries: int | None = None) -> ThresholdPairs:
-        """The shard's own docs ``lo .. hi - 1`` (positions) as queries of its kept self-join.
-
-        Returns
-        -------
-        ThresholdPairs
-            ``hi - lo`` queries; each unordered pair of the shard's docs once, under its shorter doc
-            (or the lower id of two of one length), best first.
-
-        Raises
-        ------
-        ValueError
-            If ``T == 0``, the score is ``containment``, ``k < 1`` or the range is out of bounds.
-        JoinTooLarge
-            If the self-join, found at this call, would hold more than ``max_entries``.
-        """
-        return self.kept_self_join(threshold, include_self, k, max_entries).rows(lo, hi)
-
-    def kept_self_join(self, threshold, include_self: bool = False, k: int | None = None,
-                       max_entries: int | None = None) -> KeptSelfJoin:
-        """The shard's self-join (its ``rows``, ``groups`` and ``group_pairs``), found as
-        :meth:`self_join_rows` finds it with the same arguments, and kept.
-
-        Raises
-        ------
-        ValueError, JoinTooLarge
-            As :meth:`self_join_rows`.
-        """
-        key = (parse_threshold(threshold, self.score), bool(include_self), k)
-        if self._self_join is None or self._self_join[0] != key:
-            self._self_join = None  # the old pairs go before the new ones are found
-            sets, backend, context = self._self_join_input()
-            with context:
-                self._self_join = (key, KeptSelfJoin(sets, self.doc_ids, key[0], self.score, self.max_len,
-                                                     backend=backend, include_self=key[1], k=k, max_entries=max_entries))
-        return self._self_join[1]

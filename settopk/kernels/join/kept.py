@@ -1,0 +1,131 @@
+"""A shard's own self-join kept on the ``numpy`` and ``cupy`` backends: found once with the array
+join (:func:`settopk.kernels.join.arrays.self_join_with_groups`), bounded, and taken by query
+range, as the ``cpu`` backend's :class:`settopk.kernels.join.host_join.SelfJoin` is (a job's
+symmetric self-join answers a shard's own docs from it, and ``--dedup`` groups them by its groups).
+"""
+
+from __future__ import annotations
+
+from ..sets import SetBatch
+from ..threshold import ThresholdPairs, parse_threshold
+from .arrays import self_join_with_groups
+from .prefixes import JoinTooLarge  # noqa: F401 (raised through self_join_with_groups; named in docstrings)
+
+__all__ = ["ArraySelfJoins", "KeptSelfJoin"]
+
+
+class KeptSelfJoin:
+    """A corpus's threshold self-join on ``numpy`` or ``cupy``, found once (its pairs in host memory)
+    and taken by query range: what a job's shard answers its own docs from, as the ``cpu``
+    backend's :class:`settopk.kernels.join.host_join.SelfJoin` (the same attributes and ``rows``).
+
+    Parameters
+    ----------
+    sets : SetBatch
+        ``n_docs`` sets (host memory); each is also a query.
+    doc_ids : numpy.ndarray of int64, shape (n_docs,)
+        Strictly increasing ids.
+    threshold, score, max_len, backend, include_self, k, slice_entries
+        As :func:`self_join`; ``T > 0``, the score symmetric (not ``containment``).
+    max_entries : int, optional
+        Refuse (:class:`JoinTooLarge`) a self-join of more than this many pairs of groups, or of
+        pairs in all (the pairs of the groups' members, counted before they are listed). None: no bound.
+
+    Attributes
+    ----------
+    offsets : numpy.ndarray of int64, shape (n_queries + 1,)
+        Query ``i``'s pairs are rows ``offsets[i]:offsets[i + 1]``.
+    groups : JoinSets
+        The corpus in frequency order, its identical sets grouped (host memory).
+    group_pairs : (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_group_pairs,)
+        The passing pairs of distinct groups, each unordered pair once (indexes into ``groups``).
+
+    Raises
+    ------
+    ValueError
+        If ``T == 0``, the score is ``containment`` or unknown, or ``k < 1``.
+    JoinTooLarge
+        Past ``max_entries``.
+    """
+
+    def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
+                 include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
+                 max_entries: int | None = None):
+        self._pairs, self.groups, self.group_pairs = self_join_with_groups(
+            sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self, k=k,
+            slice_entries=slice_entries, max_entries=max_entries)
+        self.offsets = self._pairs.offsets
+
+    @property
+    def n_queries(self) -> int:
+        """Queries (the corpus's docs)."""
+        return len(self.offsets) - 1
+
+    def rows(self, lo: int, hi: int) -> ThresholdPairs:
+        """Queries ``lo .. hi - 1``'s pairs (``0 <= lo <= hi <= n_queries``), each query's best first
+        (views of the kept pairs).
+
+        Raises
+        ------
+        ValueError
+            If the range is out of bounds.
+        """
+        if not 0 <= lo <= hi <= self.n_queries:
+            raise ValueError(f"query range {lo}..{hi} is not within 0..{self.n_queries}")
+        p, a, b = self._pairs, int(self.offsets[lo]), int(self.offsets[hi])
+        return ThresholdPairs(self.offsets[lo:hi + 1] - a, p.doc_ids[a:b], p.overlap[a:b], p.doc_len[a:b])
+
+    def close(self) -> None:
+        """Nothing to stop (the ``cpu`` SelfJoin's threads have no counterpart here)."""
+
+
+
+class ArraySelfJoins:
+    """``self_join_rows`` and ``kept_self_join`` of the ``numpy`` and ``cupy`` shard indexes (a base
+    class): the contract of :meth:`settopk.kernels.NumbaShardIndex.self_join_rows`, the self-join
+    found with the array join at the first call of a threshold and kept (:class:`KeptSelfJoin`,
+    host memory), ``max_entries`` bounding its pairs of groups and its pairs.
+
+    A subclass has ``doc_ids``, ``score`` and ``max_len``, and defines ``_self_join_input()``:
+    ``(SetBatch of its docs, backend, context manager to run the join in)``.
+    """
+
+    _self_join = None  # (key, KeptSelfJoin)
+
+    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None,
+                       max_entries: int | None = None) -> ThresholdPairs:
+        """The shard's own docs ``lo .. hi - 1`` (positions) as queries of its kept self-join.
+
+        Returns
+        -------
+        ThresholdPairs
+            ``hi - lo`` queries; each unordered pair of the shard's docs once, under its shorter doc
+            (or the lower id of two of one length), best first.
+
+        Raises
+        ------
+        ValueError
+            If ``T == 0``, the score is ``containment``, ``k < 1`` or the range is out of bounds.
+        JoinTooLarge
+            If the self-join, found at this call, would hold more than ``max_entries``.
+        """
+        return self.kept_self_join(threshold, include_self, k, max_entries).rows(lo, hi)
+
+    def kept_self_join(self, threshold, include_self: bool = False, k: int | None = None,
+                       max_entries: int | None = None) -> KeptSelfJoin:
+        """The shard's self-join (its ``rows``, ``groups`` and ``group_pairs``), found as
+        :meth:`self_join_rows` finds it with the same arguments, and kept.
+
+        Raises
+        ------
+        ValueError, JoinTooLarge
+            As :meth:`self_join_rows`.
+        """
+        key = (parse_threshold(threshold, self.score), bool(include_self), k)
+        if self._self_join is None or self._self_join[0] != key:
+            self._self_join = None  # the old pairs go before the new ones are found
+            sets, backend, context = self._self_join_input()
+            with context:
+                self._self_join = (key, KeptSelfJoin(sets, self.doc_ids, key[0], self.score, self.max_len,
+                                                     backend=backend, include_self=key[1], k=k, max_entries=max_entries))
+        return self._self_join[1]
