@@ -26,7 +26,8 @@ class KeptSelfJoin:
     doc_ids : numpy.ndarray of int64, shape (n_docs,)
         Strictly increasing ids.
     threshold, score, max_len, backend, include_self, k, slice_entries
-        As :func:`self_join`; ``T > 0``, the score symmetric (not ``containment``).
+        As :func:`settopk.kernels.join.arrays.self_join`; ``T > 0``, the score symmetric (not
+        ``containment``).
     max_entries : int, optional
         Refuse (:class:`JoinTooLarge`) a self-join of more than this many pairs of groups, or of
         pairs in all (the pairs of the groups' members, counted before they are listed). None: no bound.
