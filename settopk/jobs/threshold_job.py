@@ -88,7 +88,7 @@ def self_join_entries(pairs_per_piece: int) -> int:
     """The most a shard's kept self-join may hold (its ``max_entries``): 4 x ``output.pairs_per_piece``
     pairs of groups, and list entries on ``cpu`` (``settopk.kernels.join.host_join.SelfJoin``, about
     12 bytes each; where sets repeat far fewer than the pairs it writes) or pairs on ``numpy`` and
-    ``cupy`` (``settopk.kernels.join.arrays.KeptSelfJoin``, 16 bytes each). A self-join beyond it is
+    ``cupy`` (``settopk.kernels.join.kept.KeptSelfJoin``, 16 bytes each). A self-join beyond it is
     probed batch by batch, as other shards' queries are, so a shard holds about one batch's pairs
     at a time whatever the join's size; its ``--dedup`` groups are then found from the pairs of
     groups alone, within the same bound."""

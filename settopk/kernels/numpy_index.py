@@ -319,7 +319,7 @@ class NumpyShardIndex(ArraySelfJoins):
         return numpy_threshold_search(self, tables, t, k, min_doc_len)
 
     def _self_join_input(self):
-        """What :class:`settopk.kernels.join.arrays.ArraySelfJoins` joins: the docs, in NumPy, here."""
+        """What :class:`settopk.kernels.join.kept.ArraySelfJoins` joins: the docs, in NumPy, here."""
         return self._join_docs, "numpy", contextlib.nullcontext()
 
     def join_groups(self, threshold, max_pairs: int | None = None):

@@ -292,7 +292,7 @@ class ShardSearcher:
         max_entries : int, optional
             The most the shard's self-join may hold: pairs of groups, and list entries on ``cpu``
             (``settopk.kernels.join.host_join.SelfJoin``) or pairs on ``numpy`` and ``cupy``
-            (``settopk.kernels.join.arrays.KeptSelfJoin``); past it the shard probes its own docs
+            (``settopk.kernels.join.kept.KeptSelfJoin``); past it the shard probes its own docs
             batch by batch too, as its other queries, and says so in its log once.
 
         Returns

@@ -97,7 +97,7 @@ def threshold_floors(threshold, query_len, doc_lengths_present, max_len: int, sc
 class ThresholdSearch(ArraySelfJoins):
     """The threshold search of :class:`settopk.kernels.cuda.CupyShardIndex`, a base class beside
     :class:`settopk.kernels.cuda.levels.LevelSearch`, whose launchers and re-emission it uses; and
-    the shard's kept self-join (:class:`settopk.kernels.join.arrays.ArraySelfJoins`), on its device."""
+    the shard's kept self-join (:class:`settopk.kernels.join.kept.ArraySelfJoins`), on its device."""
 
     def threshold_search(self, queries: SetBatch, threshold, k: int | None = None, *,
                          min_doc_len=None) -> ThresholdPairs:
@@ -194,7 +194,7 @@ class ThresholdSearch(ArraySelfJoins):
             return side.probe(queries, k, min_doc_len)
 
     def _self_join_input(self):
-        """What :class:`settopk.kernels.join.arrays.ArraySelfJoins` joins: the docs, in CuPy, on this shard's device."""
+        """What :class:`settopk.kernels.join.kept.ArraySelfJoins` joins: the docs, in CuPy, on this shard's device."""
         import cupy
 
         return _concatenated(self._join_pieces), "cupy", cupy.cuda.Device(self._device_id)
