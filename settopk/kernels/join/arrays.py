@@ -56,7 +56,7 @@ import numpy as np
 
 from ..keys import check_score, key_scale
 from ..sets import SetBatch
-from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
+from ..threshold import ThresholdPairs, self_join_pairs
 from .array_ops import (
     array_module,
     first_above,
@@ -68,8 +68,8 @@ from .array_ops import (
     to_host,
 )
 from .array_verify import remainder_overlaps
-from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, join_applies, length_plan,
-                       probe_bounds)
+from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, length_plan,
+                       positive_threshold, probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "group_pairs", "prepare_docs", "self_join",
@@ -315,13 +315,6 @@ def _check_k(k):
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
 
 
-def _positive(threshold, score: str) -> Fraction:
-    t = parse_threshold(threshold, score)
-    if not join_applies(t):
-        raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
-    return t
-
-
 class ArrayDocSide:
     """A corpus prepared for threshold joins at one threshold and score, in ``xp`` memory.
 
@@ -363,7 +356,7 @@ class ArrayDocSide:
                  slice_entries: int | None = None):
         self.score = check_score(score)
         key_scale(max_len, score)
-        self.threshold = _positive(threshold, score)
+        self.threshold = positive_threshold(threshold, score)
         self.xp = array_module(backend)
         self.cap = _slice_cap(slice_entries)
         self.max_len = max_len
@@ -532,7 +525,6 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         pairs = ArrayDocSide(sets, doc_ids, threshold, score, max_len, backend=backend,
                              slice_entries=slice_entries).probe(sets)
         return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
-    _positive(threshold, score)
     return self_join_with_groups(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self,
                                  k=k, slice_entries=slice_entries, prepared=prepared)[0]
 
@@ -568,14 +560,14 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
     score, t = group_join_threshold(threshold, score)
     _check_k(k)
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
-    cap, limit = _slice_cap(slice_entries), max_entries
+    cap = _slice_cap(slice_entries)
     xp = array_module(backend)
     if prepared is None:
         prepared = prepare_sets(sets, frequency_order(sets.tokens, sets.id_bound))
     js = prepared.sets if isinstance(prepared, ArrayCorpus) else prepared
     groups = _prepared_groups(xp, prepared, backend)
     g_len = groups.lengths  # in xp: the per-group steps below stay where the groups are
-    plan, (x, y, ov) = _group_join(xp, groups, t, score, max_len, cap, limit)
+    plan, (x, y, ov) = _group_join(xp, groups, t, score, max_len, cap, max_entries)
     # y is never longer than x: y's members are the queries; at one length, the lower set index.
     mode = (g_len[y] == g_len[x]).astype(xp.int64)
     size = xp.diff(groups.member_offsets)
@@ -584,11 +576,11 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
                 xp.concatenate([ov, g_len[inside].astype(xp.int64)]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
     dq, dt, dov, _ = directed
-    if limit is not None:  # the member pairs (before k): of two groups, all; inside one, a < b (and a == b)
+    if max_entries is not None:  # the member pairs (before k): of two groups, all; inside one, a < b (and a == b)
         s_in = size[inside]
         n_pairs = int((size[y] * size[x]).sum()) + int((s_in * (s_in - 1) // 2).sum()) + (int(s_in.sum()) if include_self else 0)
-        if n_pairs > limit:
-            raise JoinTooLarge(f"the self-join has more than {limit} pairs")
+        if n_pairs > max_entries:
+            raise JoinTooLarge(f"the self-join has more than {max_entries} pairs")
     members = _expand(xp, directed, groups, groups, include_self)
     pairs = _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
     return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))

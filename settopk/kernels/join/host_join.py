@@ -21,11 +21,11 @@ import numpy as np
 
 from ..keys import SCORES, check_score, cosine_key_table, key_scale
 from ..sets import SetBatch
-from ..threshold import ThresholdPairs, parse_threshold, self_join_pairs
+from ..threshold import ThresholdPairs, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups, self_join_bounds
-from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, join_applies, length_plan,
-                       probe_bounds)
+from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, length_plan,
+                       positive_threshold, probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
 __all__ = ["DocSide", "SelfJoin", "SelfJoinTooLarge", "group_pairs", "self_join"]
@@ -64,9 +64,7 @@ class DocSide:
     def __init__(self, docs: SetBatch, doc_ids, threshold, score: str, max_len: int, threads: int | None = None):
         self.score = check_score(score)
         key_scale(max_len, score)
-        self.threshold = parse_threshold(threshold, score)
-        if not join_applies(self.threshold):
-            raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
+        self.threshold = positive_threshold(threshold, score)
         self.max_len = max_len
         self.threads = threads or len(os.sched_getaffinity(0))
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)

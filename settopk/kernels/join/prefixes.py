@@ -16,15 +16,15 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["JoinTooLarge", "LengthPlan", "checked_floor", "group_join_threshold", "inside_groups", "join_applies", "length_bounds",
-           "length_plan", "self_passing", "probe_bounds"]
-
+__all__ = ["JoinTooLarge", "LengthPlan", "checked_floor", "group_join_threshold", "inside_groups", "join_applies",
+           "length_bounds", "length_plan", "positive_threshold", "probe_bounds", "self_passing"]
 
 
 class JoinTooLarge(RuntimeError):
     """A join through groups would hold more than its caller's bound (``max_entries`` pairs of
     groups, or list entries): the caller takes the exact path that holds less (a shard probes its
     own docs batch by batch, ``--dedup`` reads the pairs back)."""
+
 
 class LengthPlan(NamedTuple):
     """The filters per length (host memory).
@@ -231,15 +231,28 @@ def group_join_threshold(threshold, score: str):
         For those two, or a bad threshold or score.
     """
     from ..keys import check_score
-    from ..threshold import parse_threshold
 
     score = check_score(score)
     if score == "containment":
         raise ValueError("containment is not symmetric: its self-join is every ordered pair, an R-S probe")
+    return score, positive_threshold(threshold, score)
+
+
+def positive_threshold(threshold, score: str):
+    """``T`` (:func:`settopk.kernels.parse_threshold`) of a prefix-filtered join: refused at ``T == 0``.
+
+    Raises
+    ------
+    ValueError
+        At ``T == 0`` (every pair passes: no prefix filter applies; scan instead), or for a bad
+        threshold or score.
+    """
+    from ..threshold import parse_threshold
+
     t = parse_threshold(threshold, score)
     if not join_applies(t):
         raise ValueError("T == 0 passes every pair: the prefix-filtered join does not apply; scan instead")
-    return score, t
+    return t
 
 
 def _present(lengths) -> np.ndarray:
