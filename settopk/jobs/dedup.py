@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from settopk.shards.components import CHUNK_EDGES, DUPLICATES_SCHEMA, GROUPS_SCHEMA, Components, components, group_tables
+from settopk.shards.results import query_id_values
 
 from .output import DATASETS, SUCCESS
 
@@ -169,7 +170,6 @@ def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES
     """
     import uuid
 
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     start = time.perf_counter()
@@ -194,7 +194,7 @@ def stage_dedup(work, part_names: list[str], out, chunk_edges: int = CHUNK_EDGES
                     home = from_shards.shard_of_length[batch.column(2).to_numpy()]
                     away = ~(covered[home] & (home == from_shards.shard_of_length[batch.column(3).to_numpy()]))
                     batch = batch.filter(pa.array(away))  # before the ids' text is parsed
-                q = pc.cast(batch.column(0), pa.int64()).to_numpy()
+                q = query_id_values(batch.column(0))
                 d = batch.column(1).to_numpy()
                 keep = q != d  # a doc's pair with itself (--include-self) groups nothing
                 held.append((q[keep], d[keep]))
