@@ -33,16 +33,17 @@ def _rows(pairs: ThresholdPairs):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=corpora(), score=st.sampled_from(["jaccard", "braun_blanquet", "cosine", "dice", "overlap"]),
-       t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), include_self=st.booleans(), cut=st.integers(0, 45))
-def test_any_range_of_queries_equals_the_oracle(docs, score, t, include_self, cut):
+       t=st.sampled_from(["1/2", "2/3", "1", "1/7"]), include_self=st.booleans(), cut=st.integers(0, 45),
+       k=st.sampled_from([None, None, 1, 3]))
+def test_any_range_of_queries_equals_the_oracle(docs, score, t, include_self, cut, k):
     if score == "overlap":
         t = {"1/2": "1", "2/3": "2", "1": "3", "1/7": "1"}[t]
     ids = doc_ids(len(docs))
-    join = SelfJoin(SetBatch.from_lists(docs), ids, t, score, 64, include_self=include_self, threads=2)
+    join = SelfJoin(SetBatch.from_lists(docs), ids, t, score, 64, include_self=include_self, k=k, threads=2)
     try:
         lo = min(cut, len(docs))
         hi = min(len(docs), lo + 1 + cut // 3)
-        expected = _oracle_rows(docs, ids, t, score, include_self)
+        expected = [row[:k] for row in _oracle_rows(docs, ids, t, score, include_self)]  # each query's best k
         part = join.rows(lo, hi)
         assert _rows(part) == expected[lo:hi]
         assert np.array_equal(np.diff(join.offsets)[lo:hi], part.counts)
