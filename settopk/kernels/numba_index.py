@@ -39,6 +39,7 @@ import numpy as np
 from .keys import DEFAULT_SCORE, SCORES, best_key_in_range, check_floor_key, cosine_key_table, key_scale, max_key
 from .postings import build_postings, check_routing, postings_cost
 from .dense import LocalIds, table_queries
+from .join.kept import KeptSelfJoins
 from .join.prefixes import join_applies
 from .sets import SetBatch, check_shard_docs, index_ids
 from .topk import TopK, empty_topk
@@ -77,7 +78,7 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-class NumbaShardIndex:
+class NumbaShardIndex(KeptSelfJoins):
     """One shard's docs in host memory, searched by compiled, multi-threaded kernels.
 
     Same contract as :class:`settopk.kernels.NumpyShardIndex`: :meth:`search` returns
@@ -307,66 +308,14 @@ class NumbaShardIndex:
 
         return numba_threshold_search(self, tables, threshold, k, min_doc_len)
 
-    def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None,
-                       max_entries: int | None = None):
-        """The shard's own docs ``lo .. hi - 1`` (positions) as queries of the shard's self-join.
-
-        The self-join (:class:`settopk.kernels.join.host_join.SelfJoin`) is found at the first call
-        of a threshold and kept; each call writes its range's pairs only. A job's symmetric
-        self-join takes its home queries' pairs here, in place of probing its docs with themselves.
-
-        Parameters
-        ----------
-        threshold : value taken by :func:`settopk.kernels.parse_threshold`
-            ``T > 0``.
-        lo, hi : int
-            ``0 <= lo <= hi <= n_docs``.
-        include_self : bool
-            Also each doc's pair with itself.
-        k : int, optional
-            Keep each query's ``k`` best pairs; None keeps all.
-        max_entries : int, optional
-            The most group pairs and list entries the kept self-join may hold (see ``SelfJoin``).
-
-        Returns
-        -------
-        ThresholdPairs
-            ``hi - lo`` queries; each unordered pair of the shard's docs once, under its shorter doc
-            (or the lower id of two of one length: :func:`settopk.kernels.self_join_keep`), best first.
-
-        Raises
-        ------
-        ValueError
-            If ``T == 0``, the score is ``containment`` (not symmetric), ``k < 1`` or the range is out of bounds.
-        settopk.kernels.join.host_join.SelfJoinTooLarge
-            If the self-join, found at this call, would hold more than ``max_entries``.
-        """
+    def _found_self_join(self, t, include_self: bool, k: int | None, max_entries: int | None):
+        """The shard's self-join for :class:`settopk.kernels.join.kept.KeptSelfJoins`: a
+        :class:`settopk.kernels.join.host_join.SelfJoin` on the shard's threads, ``max_entries``
+        bounding its group pairs and list entries."""
         from .join.host_join import SelfJoin
-        from .threshold import parse_threshold
 
-        t = parse_threshold(threshold, self.score)
-        key = (t, bool(include_self), k)
-        if self._self_join is None or self._self_join[0] != key:
-            if self._self_join is not None:
-                self._self_join[1].close()
-            self._self_join = None  # the old lists go before the new ones are built
-            self._self_join = (key, SelfJoin(SetBatch(self._offsets, self._tokens), self.doc_ids, t, self.score,
-                                             self.max_len, include_self=bool(include_self), k=k, threads=self.threads,
-                                             max_entries=max_entries))
-        return self._self_join[1].rows(lo, hi)
-
-    def kept_self_join(self, threshold, include_self: bool = False, k: int | None = None,
-                       max_entries: int | None = None):
-        """The shard's self-join (``settopk.kernels.join.host_join.SelfJoin``: its ``groups`` and
-        ``group_pairs``), found as :meth:`self_join_rows` finds it with the same arguments, and kept.
-
-        Raises
-        ------
-        ValueError, settopk.kernels.join.host_join.SelfJoinTooLarge
-            As :meth:`self_join_rows`.
-        """
-        self.self_join_rows(threshold, 0, 0, include_self, k, max_entries)
-        return self._self_join[1]
+        return SelfJoin(SetBatch(self._offsets, self._tokens), self.doc_ids, t, self.score, self.max_len,
+                        include_self=include_self, k=k, threads=self.threads, max_entries=max_entries)
 
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""

@@ -1,7 +1,7 @@
-"""A shard's own self-join kept on the ``numpy`` and ``cupy`` backends: found once with the array
-join (:func:`settopk.kernels.join.arrays.self_join_with_groups`), bounded, and taken by query
-range, as the ``cpu`` backend's :class:`settopk.kernels.join.host_join.SelfJoin` is (a job's
-symmetric self-join answers a shard's own docs from it, and ``--dedup`` groups them by its groups).
+"""A shard's own self-join, found once and kept (:class:`KeptSelfJoins`, every backend's shard
+index): on ``numpy`` and ``cupy`` with the array join (:func:`settopk.kernels.join.arrays.self_join_with_groups`),
+bounded, and taken by query range, as the ``cpu`` backend's :class:`settopk.kernels.join.host_join.SelfJoin`
+is (a job's symmetric self-join answers a shard's own docs from it, and ``--dedup`` groups them by its groups).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ..threshold import ThresholdPairs, parse_threshold
 from .arrays import self_join_with_groups
 from .prefixes import JoinTooLarge  # noqa: F401 (raised through self_join_with_groups; named in docstrings)
 
-__all__ = ["ArraySelfJoins", "KeptSelfJoin"]
+__all__ = ["ArraySelfJoins", "KeptSelfJoin", "KeptSelfJoins"]
 
 
 class KeptSelfJoin:
@@ -81,39 +81,55 @@ class KeptSelfJoin:
 
 
 
-class ArraySelfJoins:
-    """``self_join_rows`` and ``kept_self_join`` of the ``numpy`` and ``cupy`` shard indexes (a base
-    class): the contract of :meth:`settopk.kernels.NumbaShardIndex.self_join_rows`, the self-join
-    found with the array join at the first call of a threshold and kept (:class:`KeptSelfJoin`,
-    host memory), ``max_entries`` bounding its pairs of groups and its pairs.
+class KeptSelfJoins:
+    """``self_join_rows`` and ``kept_self_join`` of a shard index (a base class): the shard's
+    self-join found at the first call of a ``(threshold, include_self, k)`` and kept for batch
+    after batch (the one before it closed first, so two are never held), each call taking a
+    range of its rows. A job's symmetric self-join takes its home queries' pairs here, in place of
+    probing its docs with themselves, and ``--dedup`` groups them by its groups.
 
-    A subclass has ``doc_ids``, ``score`` and ``max_len``, and defines ``_self_join_input()``:
-    ``(SetBatch of its docs, backend, context manager to run the join in)``.
+    A subclass has ``score`` and defines ``_found_self_join(t, include_self, k, max_entries)``: the
+    join (``rows(lo, hi)``, ``groups``, ``group_pairs``, ``close()``), ``t`` an exact fraction.
     """
 
-    _self_join = None  # (key, KeptSelfJoin)
+    _self_join = None  # ((t, include_self, k), the join)
 
     def self_join_rows(self, threshold, lo: int, hi: int, include_self: bool = False, k: int | None = None,
                        max_entries: int | None = None) -> ThresholdPairs:
         """The shard's own docs ``lo .. hi - 1`` (positions) as queries of its kept self-join.
 
+        Parameters
+        ----------
+        threshold : value taken by :func:`settopk.kernels.parse_threshold`
+            ``T > 0``.
+        lo, hi : int
+            ``0 <= lo <= hi <= n_docs``.
+        include_self : bool
+            Also each doc's pair with itself.
+        k : int, optional
+            Keep each query's ``k`` best pairs; None keeps all.
+        max_entries : int, optional
+            The most the kept self-join may hold, when it is found at this call (see the
+            subclass's join); None: no bound.
+
         Returns
         -------
         ThresholdPairs
             ``hi - lo`` queries; each unordered pair of the shard's docs once, under its shorter doc
-            (or the lower id of two of one length), best first.
+            (or the lower id of two of one length: :func:`settopk.kernels.self_join_keep`), best first.
 
         Raises
         ------
         ValueError
-            If ``T == 0``, the score is ``containment``, ``k < 1`` or the range is out of bounds.
+            If ``T == 0``, the score is ``containment`` (not symmetric), ``k < 1`` or the range is
+            out of bounds.
         JoinTooLarge
             If the self-join, found at this call, would hold more than ``max_entries``.
         """
         return self.kept_self_join(threshold, include_self, k, max_entries).rows(lo, hi)
 
     def kept_self_join(self, threshold, include_self: bool = False, k: int | None = None,
-                       max_entries: int | None = None) -> KeptSelfJoin:
+                       max_entries: int | None = None):
         """The shard's self-join (its ``rows``, ``groups`` and ``group_pairs``), found as
         :meth:`self_join_rows` finds it with the same arguments, and kept.
 
@@ -124,9 +140,24 @@ class ArraySelfJoins:
         """
         key = (parse_threshold(threshold, self.score), bool(include_self), k)
         if self._self_join is None or self._self_join[0] != key:
-            self._self_join = None  # the old pairs go before the new ones are found
-            sets, backend, context = self._self_join_input()
-            with context:
-                self._self_join = (key, KeptSelfJoin(sets, self.doc_ids, key[0], self.score, self.max_len,
-                                                     backend=backend, include_self=key[1], k=k, max_entries=max_entries))
+            if self._self_join is not None:
+                self._self_join[1].close()
+            self._self_join = None  # the old join goes before the new one is found
+            self._self_join = (key, self._found_self_join(*key, max_entries))
         return self._self_join[1]
+
+
+class ArraySelfJoins(KeptSelfJoins):
+    """The kept self-join of the ``numpy`` and ``cupy`` shard indexes (a base class): found with the
+    array join (:class:`KeptSelfJoin`, host memory), ``max_entries`` bounding its pairs of groups
+    and its pairs.
+
+    A subclass has ``doc_ids``, ``score`` and ``max_len``, and defines ``_self_join_input()``:
+    ``(SetBatch of its docs, backend, context manager to run the join in)``.
+    """
+
+    def _found_self_join(self, t, include_self: bool, k: int | None, max_entries: int | None) -> KeptSelfJoin:
+        sets, backend, context = self._self_join_input()
+        with context:
+            return KeptSelfJoin(sets, self.doc_ids, t, self.score, self.max_len, backend=backend,
+                                include_self=include_self, k=k, max_entries=max_entries)
