@@ -55,6 +55,27 @@ def test_any_range_of_queries_equals_the_oracle(docs, score, t, include_self, cu
         join.close()
 
 
+@pytest.mark.parametrize("include_self", [False, True])
+@pytest.mark.parametrize("k", [None, 7])
+@pytest.mark.parametrize("score", ["jaccard", "dice"])
+def test_many_copies_in_lists_of_one_score_equal_the_oracle(include_self, k, score):
+    """Groups of 30-60 identical sets, shuffled: a query group's list holds runs of one score longer
+    than the insertion sort's (the targets' members merged by position), and lists where the member
+    rule applies to some entries only (a group paired with itself and with others), whose rows
+    count their pairs by binary search."""
+    rng = np.random.default_rng(5)
+    docs = [[1, 2]] * 40 + [[1, 3]] * 30 + [[1]] * 35 + [[2]] * 31 + [[1, 2, 3]] * 60 + [[1, 2, 4]] * 33 + [[4, 5]] * 3
+    docs = [docs[i] for i in rng.permutation(len(docs))]
+    ids = doc_ids(len(docs))
+    expected = [row[:k] for row in _oracle_rows(docs, ids, "1/2", score, include_self)]
+    join = SelfJoin(SetBatch.from_lists(docs), ids, "1/2", score, 8, include_self=include_self, k=k, threads=2)
+    try:
+        assert _rows(join.rows(0, len(docs))) == expected
+        assert _rows(join.rows(17, 101)) == expected[17:101]
+    finally:
+        join.close()
+
+
 def test_a_self_join_past_its_budget_is_refused_by_the_probe_or_the_lists():
     """Many copies of two sets: few pairs of groups, many list entries (the copies)."""
     docs = SetBatch.from_lists([[1, 2, 3]] * 30 + [[1, 2, 4]] * 30 + [[7, 8]])
