@@ -209,6 +209,36 @@ def test_prepare_groups_match_a_plain_grouping(seed):
         assert js.tokens[js.offsets[i]:js.offsets[i + 1]].tolist() == sorted(rank[s].tolist())
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_prepare_in_small_chunks_equals_prepare_in_one(seed, chunk, monkeypatch):
+    """The per-id temporaries are made a chunk of ids at a time: with chunks smaller than one set,
+    than a few sets, and than the corpus, every array of the prepared sets is the same."""
+    import settopk.kernels.join.prepare as prepare
+
+    rng = np.random.default_rng(seed)
+    sets = []
+    for _ in range(300):
+        if sets and rng.random() < 0.4:
+            sets.append(sets[rng.integers(len(sets))])
+        else:
+            size = int(rng.integers(0, 6)) if rng.random() < 0.9 else int(rng.integers(6, 90))
+            sets.append(sorted(rng.choice(500, size, replace=False).tolist()))
+    batch = SetBatch.from_lists(sets)
+    whole_rank = frequency_order(batch.tokens, batch.id_bound)
+    whole = prepare_sets(batch, whole_rank)
+    monkeypatch.setattr(prepare, "_CHUNK_TOKENS", chunk)
+    rank = frequency_order(batch.tokens, batch.id_bound)
+    assert np.array_equal(rank, whole_rank)
+    chunked = prepare_sets(batch, rank)
+    for field in whole._fields:
+        a, b = getattr(whole, field), getattr(chunked, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    assert np.array_equal(prepare.parity_bitmaps(batch.tokens, batch.offsets),
+                          np.array([np.bitwise_xor.reduce(np.left_shift(np.uint64(1), np.asarray(s, np.uint64) % 64),
+                                                          initial=np.uint64(0)) for s in sets], np.uint64))
+
+
 def _assert_dense_jaccard_rows(got, docs, ids, n_tokens: int, t: Fraction, include_self: bool = False) -> int:
     """Assert each query's self-join rows equal a dense oracle's (a matrix product of the sets'
     0/1 rows, the pass test in integers: exact); returns the pairs."""

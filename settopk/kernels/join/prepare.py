@@ -31,6 +31,8 @@ __all__ = ["JoinSets", "extended_rank", "frequency_order", "parity_bitmaps", "pr
 
 _HASH_SEED = 0x5E77_09C  # fixed: groups are a function of the sets alone
 _BUCKET_ROWS = 32  # a length held by fewer sets is sorted with the other rare ones (one key sort, not a matrix each)
+_CHUNK_TOKENS = 1 << 22  # per-token temporaries (int64 positions, words) are made this many tokens at a time: a
+# corpus of 10**8 ids would otherwise hold several 8-byte arrays of its size at once (6.2 GB at 103 M ids)
 
 
 class JoinSets(NamedTuple):
@@ -115,7 +117,10 @@ def frequency_order(tokens: np.ndarray, n_ids: int) -> np.ndarray:
     tokens = np.asarray(tokens)
     if len(tokens) and int(tokens.max()) >= n_ids:
         raise ValueError(f"token ids must be below n_ids = {n_ids}, found {int(tokens.max())}")
-    counts = np.bincount(tokens, minlength=n_ids)
+    counts = np.zeros(n_ids, np.int64)
+    step = max(_CHUNK_TOKENS, n_ids)  # bincount counts in int64 positions: a chunk's, not the corpus's
+    for lo in range(0, len(tokens), step):
+        counts += np.bincount(tokens[lo:lo + step], minlength=n_ids)
     order = np.argsort(counts, kind="stable")  # stable: equal counts keep id order
     rank = np.empty(n_ids, np.int32)
     rank[order] = np.arange(n_ids, dtype=np.int32)
@@ -173,8 +178,9 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray) -> JoinSets:
     size_by = lengths[by_len].astype(np.int64)
     flat_start = np.zeros(n + 1, np.int64)
     np.cumsum(size_by, out=flat_start[1:])
-    flat = np.repeat(offsets[by_len] - flat_start[:-1], size_by) + np.arange(len(ranked), dtype=np.int64)
-    gathered = ranked[flat]
+    gathered = np.empty(len(ranked), np.int32)
+    for first, at in _run_positions(offsets[by_len], size_by):
+        gathered[first:first + len(at)] = ranked[at]
     by = np.empty(n, np.int64)  # sets by (length, hash, index): identical sets adjacent
     same = np.zeros(n, bool)  # same[i]: set by[i] equals set by[i - 1]
     rare = []
@@ -193,9 +199,11 @@ def prepare_sets(sets: SetBatch, rank: np.ndarray) -> JoinSets:
             m = m[o]
             by[a:b] = rows[o]
             same[a + 1:b] = (m[1:] == m[:-1]).all(axis=1)
-    tokens[flat] = gathered
+    for first, at in _run_positions(offsets[by_len], size_by):
+        tokens[at] = gathered[first:first + len(at)]
     if rare:
         _prepare_rare(rare, by_len, offsets, lengths, ranked, words, tokens, by, same)
+    del ranked, gathered  # 8 bytes an id, freed before the groups are made
     return _groups(tokens, offsets, lengths, by, same, by_len)
 
 
@@ -220,11 +228,18 @@ def parity_bitmaps(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     numpy.ndarray of uint64, shape (n_sets,)
     """
     offsets = np.asarray(offsets, np.int64)
-    sig = np.zeros(len(offsets) - 1, np.uint64)
-    filled = np.flatnonzero(np.diff(offsets) > 0)
-    if len(filled):
-        bits = np.left_shift(np.uint64(1), (np.asarray(tokens) & 63).astype(np.uint64))
-        sig[filled] = np.bitwise_xor.reduceat(bits, offsets[filled])
+    tokens = np.asarray(tokens)
+    n = len(offsets) - 1
+    sig = np.zeros(n, np.uint64)
+    lo = 0
+    while lo < n:  # sets lo .. hi - 1: about _CHUNK_TOKENS tokens (one set at least), so the words stay bounded
+        hi = min(max(int(np.searchsorted(offsets, offsets[lo] + _CHUNK_TOKENS, side="right")) - 1, lo + 1), n)
+        part = offsets[lo:hi + 1]
+        filled = np.flatnonzero(np.diff(part) > 0)
+        if len(filled):
+            bits = np.left_shift(np.uint64(1), (tokens[part[0]:part[-1]] & 63).astype(np.uint64))
+            sig[lo + filled] = np.bitwise_xor.reduceat(bits, part[filled] - part[0])
+        lo = hi
     return sig
 
 
@@ -283,10 +298,28 @@ def _groups(tokens, offsets, lengths, by, same, by_len) -> JoinSets:
     glen = lengths[group_rep].astype(np.int64)
     group_token_offsets = np.zeros(len(group_rep) + 1, np.int64)
     np.cumsum(glen, out=group_token_offsets[1:])
-    at = np.repeat(offsets[group_rep] - group_token_offsets[:-1], glen) + np.arange(group_token_offsets[-1])
-    group_tokens = tokens[at]
+    group_tokens = np.empty(int(group_token_offsets[-1]), tokens.dtype)
+    for first, at in _run_positions(offsets[group_rep], glen):
+        group_tokens[first:first + len(at)] = tokens[at]
     return JoinSets(tokens, offsets, lengths, group_of, group_offsets, group_members, group_rep, group_tokens,
                     group_token_offsets, glen.astype(np.int32), parity_bitmaps(group_tokens, group_token_offsets))
+
+
+def _run_positions(starts: np.ndarray, sizes: np.ndarray):
+    """Runs of positions laid one after another (run ``i``: ``starts[i] .. starts[i] + sizes[i] - 1``),
+    yielded as ``(first, at)``: ``at`` (int64) the positions of output places ``first ..
+    first + len(at) - 1``, about ``_CHUNK_TOKENS`` at a time (whole runs), never the whole index."""
+    sizes = np.asarray(sizes, np.int64)
+    ends = np.cumsum(sizes)
+    i, n = 0, len(sizes)
+    while i < n:
+        first = int(ends[i] - sizes[i])
+        j = max(int(np.searchsorted(ends, first + _CHUNK_TOKENS, side="right")), i + 1)
+        size = sizes[i:j]
+        at = np.repeat(starts[i:j] - (ends[i:j] - size), size)
+        at += np.arange(first, int(ends[j - 1]), dtype=np.int64)
+        yield first, at
+        i = j
 
 
 def _equal_sets(tokens: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
