@@ -183,17 +183,24 @@ def test_unknown_backend_is_refused():
         threshold_join(batch, doc_ids(1), batch, "0.5", "jaccard", max_len=16, backend="gpu")
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_prepare_groups_match_a_plain_grouping(seed):
-    """Lengths held by many sets (sorted as one matrix each) and by few (one key sort), against dicts."""
+def _repeating_sets(seed: int, n: int, n_ids: int, longest: int) -> list:
+    """``n`` sets of distinct ids below ``n_ids``: 40 % copies of earlier ones, most of 0-4 ids (lengths held
+    by many sets), a tenth of 5 to ``longest - 1`` (lengths held by few)."""
     rng = np.random.default_rng(seed)
     sets = []
-    for _ in range(400):
+    for _ in range(n):
         if sets and rng.random() < 0.4:
             sets.append(sets[rng.integers(len(sets))])
         else:
-            size = int(rng.integers(0, 5)) if rng.random() < 0.9 else int(rng.integers(5, 60))
-            sets.append(sorted(rng.choice(300, size, replace=False).tolist()))
+            size = int(rng.integers(0, 5)) if rng.random() < 0.9 else int(rng.integers(5, longest))
+            sets.append(sorted(rng.choice(n_ids, size, replace=False).tolist()))
+    return sets
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_prepare_groups_match_a_plain_grouping(seed):
+    """Lengths held by many sets (sorted as one matrix each) and by few (one key sort), against dicts."""
+    sets = _repeating_sets(seed, 400, 300, 60)
     batch = SetBatch.from_lists(sets)
     rank = frequency_order(batch.tokens, batch.id_bound)
     js = prepare_sets(batch, rank)
@@ -216,14 +223,7 @@ def test_prepare_in_small_chunks_equals_prepare_in_one(seed, chunk, monkeypatch)
     than a few sets, and than the corpus, every array of the prepared sets is the same."""
     import settopk.kernels.join.prepare as prepare
 
-    rng = np.random.default_rng(seed)
-    sets = []
-    for _ in range(300):
-        if sets and rng.random() < 0.4:
-            sets.append(sets[rng.integers(len(sets))])
-        else:
-            size = int(rng.integers(0, 6)) if rng.random() < 0.9 else int(rng.integers(6, 90))
-            sets.append(sorted(rng.choice(500, size, replace=False).tolist()))
+    sets = _repeating_sets(seed, 300, 500, 90)
     batch = SetBatch.from_lists(sets)
     whole_rank = frequency_order(batch.tokens, batch.id_bound)
     whole = prepare_sets(batch, whole_rank)
