@@ -98,3 +98,50 @@ def test_the_peer_input_is_ranked_by_frequency_and_ordered_by_length_then_lexico
     assert peer_input.raw_lines.tolist() == [105, 103, 102, 100, 104, 106]  # identical records in file order
     rank = {3: 0, 4: 1, 1: 2, 2: 3, 0: 4}
     assert all(sorted(rank[t] for t in lists[line - 100]) == rec for rec, line in zip(records, peer_input.raw_lines))
+
+
+def test_a_stand_in_is_written_once_and_is_the_measured_file(tmp_path, monkeypatch):
+    """``real.dataset: stand-in:clickstream``: the file under ``--data-dir`` has the recorded SHA-1 (the
+    bytes docs/benchmarks.md measured), is written whole, and is read again, not rewritten."""
+    import hashlib
+
+    from settopk.jobs.bench import stand_ins
+    from settopk.jobs.bench.real import RealConfig, dataset_path
+
+    path = dataset_path(RealConfig(dataset="stand-in:clickstream"), str(tmp_path))
+    assert path == tmp_path / "stand-ins" / "clickstream.dat"
+    assert hashlib.sha1(path.read_bytes()).hexdigest() == stand_ins.STAND_INS["clickstream"][1]
+    lines = path.read_text().splitlines()
+    assert len(lines) == 36683 and all(lines) and max(len(line.split()) for line in lines) == 305
+    assert [p.name for p in path.parent.iterdir()] == ["clickstream.dat"]  # no temporary left
+    monkeypatch.setitem(stand_ins.STAND_INS, "clickstream", (None, "unused"))  # written: never made again
+    assert dataset_path(RealConfig(dataset="stand-in:clickstream"), str(tmp_path)) == path
+
+
+def test_a_stand_in_that_draws_other_numbers_is_refused(tmp_path, monkeypatch):
+    from settopk.jobs.bench import stand_ins
+
+    monkeypatch.setitem(stand_ins.STAND_INS, "clickstream", (lambda: ["1 2", "3"], "0" * 40))
+    with pytest.raises(RuntimeError, match="expected 0000"):
+        stand_ins.stand_in_path("clickstream", str(tmp_path))
+    assert not (tmp_path / "stand-ins" / "clickstream.dat").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_kosarak_stand_in_is_the_measured_file(tmp_path):
+    import hashlib
+
+    from settopk.jobs.bench import stand_ins
+
+    path = stand_ins.stand_in_path("kosarak", str(tmp_path))
+    assert hashlib.sha1(path.read_bytes()).hexdigest() == stand_ins.STAND_INS["kosarak"][1]
+
+
+def test_an_unknown_stand_in_is_a_config_error(tmp_path):
+    config = _config(tmp_path, "stand-in:nope")
+    assert cli.main(["--config", config, "--quiet"]) == cli.EXIT_BAD_INPUT
+    from settopk.configs import ConfigError
+
+    with pytest.raises(ConfigError, match="stand-in 'nope'; the stand-ins are stand-in:clickstream, stand-in:kosarak"):
+        cli.run(cli.build_parser().parse_args(["--config", config, "--quiet"]))

@@ -63,5 +63,5 @@ MODES = (
     Mode("ray_data", RayDataConfig, run_ray_data, format_ray_data_table),
     Mode("self_join", SelfJoinConfig, run_self_join, format_self_join_table),
     Mode("peers", PeersConfig, run_peers, format_peers_table, corpus="none"),
-    Mode("real", RealConfig, run_real, format_real_table, corpus="none"),
+    Mode("real", RealConfig, run_real, format_real_table, corpus="data_dir"),
 )

@@ -3,8 +3,9 @@ set-similarity joins and SetSimilaritySearch, and its top-k self-join against sp
 
 Run by ``python -m settopk bench --config real-retail [--peer-binary PATH]`` (any config with a
 ``real`` section). One process, one dataset (``real.dataset``, FIMI: one set per line,
-whitespace-separated ids, read by :func:`settopk.shards.inputs.read_corpus`; RETAIL by default), and
-for each threshold ``T`` of ``real.thresholds``:
+whitespace-separated ids, read by :func:`settopk.shards.inputs.read_corpus`; RETAIL by default, or
+a synthetic stand-in for a dataset not shipped, :mod:`settopk.jobs.bench.stand_ins`), and for each
+threshold ``T`` of ``real.thresholds``:
 
 - **settopk**: :meth:`settopk.Index.self_join` of an index built once, untimed (backend ``cpu``,
   ``real.threads`` threads, default every CPU of this process): every unordered pair of lines with
@@ -67,6 +68,8 @@ class RealConfig:
     dataset : str
         A FIMI ``*.dat`` file (one set per line, whitespace-separated non-negative ids); a relative
         path is taken from the repository root. Default: RETAIL (88,162 market baskets, FIMI repository).
+        ``stand-in:NAME``: a synthetic stand-in of :mod:`settopk.jobs.bench.stand_ins`, written once
+        into ``--data-dir`` (default ``synthetic.cache_dir``).
     thresholds : list of float
         Jaccard thresholds in ``(0, 1]``, run in order (each read as its shortest decimal: 0.8 is 4/5).
     threads : int, optional
@@ -94,7 +97,13 @@ class RealConfig:
 
     def problems(self, cfg) -> list[str]:
         """What is wrong with the section, given the whole config ``cfg`` (empty if nothing)."""
+        from .stand_ins import STAND_INS, stand_in_name
+
         problems = []
+        name = stand_in_name(self.dataset)
+        if name is not None and name not in STAND_INS:
+            problems.append(f"real.dataset names stand-in {name!r}; the stand-ins are "
+                            f"{', '.join('stand-in:' + n for n in sorted(STAND_INS))}")
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             problems.append(f"real.thresholds must list Jaccard thresholds in (0, 1], found {self.thresholds}")
         if not 0.0 < self.sss_probe <= 1.0 or self.sss_budget_s <= 0:
@@ -113,8 +122,10 @@ def section_fields() -> list[str]:
     return [f"real.{f.name}" for f in dataclasses.fields(RealConfig)]
 
 
-def dataset_path(real: RealConfig) -> Path:
-    """``real.dataset`` as a path (a relative one from the repository root), checked to exist.
+def dataset_path(real: RealConfig, data_dir: str) -> Path:
+    """``real.dataset`` as a path (a relative one from the repository root), checked to exist; a
+    stand-in's file under ``data_dir``, written there first where it is not
+    (:func:`settopk.jobs.bench.stand_ins.stand_in_path`).
 
     Raises
     ------
@@ -123,6 +134,11 @@ def dataset_path(real: RealConfig) -> Path:
     """
     from settopk.shards.inputs import InputError
 
+    from .stand_ins import stand_in_name, stand_in_path
+
+    name = stand_in_name(real.dataset)
+    if name is not None:
+        return stand_in_path(name, data_dir)
     path = Path(os.path.expanduser(real.dataset))
     path = path if path.is_absolute() else (REPO_ROOT / path).resolve()
     if not path.is_file():
@@ -205,7 +221,7 @@ def _topk(cfg, corpus, max_len: int) -> dict:
             "n_mismatches": len(mismatches), "queries_with_other_tied_ids": ids_differ}
 
 
-def run_real(cfg, name: str) -> dict:
+def run_real(cfg, name: str, data_dir: str) -> dict:
     """Read the dataset, time settopk and the peers at each threshold, check every pair set; returns the result.
 
     Parameters
@@ -214,6 +230,8 @@ def run_real(cfg, name: str) -> dict:
         With a ``real`` section; uses ``warmup``, ``repetitions``, ``baseline_repetitions``.
     name : str
         The config's name, for the result.
+    data_dir : str
+        Where a stand-in dataset is written once (``--data-dir``, else ``synthetic.cache_dir``).
 
     Raises
     ------
@@ -229,7 +247,7 @@ def run_real(cfg, name: str) -> dict:
     from .common import ExactnessError
 
     real = cfg.real
-    path = dataset_path(real)
+    path = dataset_path(real, data_dir)
     binary = check_peer_binary(real.peer_binary) if real.peer_binary else None
     start = time.perf_counter()
     corpus = read_corpus(str(path), SetLimits(vocab_size=cfg.vocab_size, max_len=cfg.max_len))
