@@ -65,7 +65,10 @@ def pair_columns(offsets, row_key, row_len, overlap, doc_len, score: str, thread
     if threads <= 1 or n < _PARALLEL_PAIRS:
         _fill(0, n_rows, offsets, row_key, row_len, overlap, doc_len, code, key, length, scores)
         return key, length, scores
-    cuts = np.unique(np.searchsorted(offsets, np.linspace(0, n, 4 * threads + 1)).clip(0, n_rows))
+    # Ranges of at least half _PARALLEL_PAIRS pairs, up to four per thread: on many cores a range of
+    # fewer pairs costs more to hand off than to write.
+    n_ranges = min(4 * threads, 2 * (n // _PARALLEL_PAIRS))
+    cuts = np.unique(np.searchsorted(offsets, np.linspace(0, n, n_ranges + 1)).clip(0, n_rows))
     list(_pool(threads).map(lambda lo_hi: _fill(lo_hi[0], lo_hi[1], offsets, row_key, row_len, overlap, doc_len, code, key,
                                                 length, scores), zip(cuts[:-1].tolist(), cuts[1:].tolist())))
     return key, length, scores
