@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from settopk.errors import SettopkError
 from settopk.kernels import SetBatch, ThresholdPairs, build_index, parse_threshold, score_definition
+from settopk.kernels.join.array_ops import run_starts
 from settopk.kernels.threshold import self_join_pairs
 from settopk.shards.results import RESULT_SCHEMA
 
@@ -149,7 +150,7 @@ class Pairs:
                 else np.searchsorted(self.query_keys, self.query_index))
         row = self.query_index if self.query_keys is None else rows
         # The pairs are in query order: each query's pairs are one run of equal rows.
-        starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]])) if len(row) else np.zeros(0, np.int64)
+        starts = run_starts(np, row) if len(row) else np.zeros(0, np.int64)
         run_of = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(np.append(starts, len(row))))
         rank = np.arange(len(row), dtype=np.int64) - starts[run_of] + 1
         if len(rank) and rank.max() > _MAX_RANK:

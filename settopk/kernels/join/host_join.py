@@ -290,8 +290,6 @@ def group_pairs(prepared: JoinSets, id_bound: int, threshold, score: str, max_le
     score, t = group_join_threshold(threshold, score)
     workers = _kept_workers(prepared, threads or len(os.sched_getaffinity(0)), id_bound)
     _, (pair_q, pair_i, _) = _probe_groups(workers, prepared, t, score, max_len, id_bound, max_pairs)
-    if max_pairs is not None and len(pair_q) > max_pairs:  # the probe's 0 is no limit: a bound of 0 checks here
-        raise JoinTooLarge(f"the join has more than {max_pairs} pairs of groups")
     return pair_q.astype(np.int64), pair_i.astype(np.int64)
 
 
@@ -307,7 +305,7 @@ def _probe_groups(workers: "_Workers", js: JoinSets, t, score: str, max_len: int
     first_l, end_l = probe_bounds(plan, np.arange(len(plan.lo)), g_len)
     first, end, prefix = self_join_bounds(g_len, first_l, end_l, plan.probe_prefix)
     found = _probe_all(workers, (g_tokens, g_offsets, g_len, g_sig, prefix, first, end), groups, plan.need, postings,
-                       max_entries or 0)
+                       -1 if max_entries is None else max_entries)
     if found is None:
         raise SelfJoinTooLarge(f"the self-join has more than max_entries={max_entries} pairs of groups")
     return plan, found
@@ -388,9 +386,9 @@ class _Workers:
             self.pool.shutdown(wait=False)
 
 
-def _probe_all(workers: _Workers, probe, index, need, postings, limit: int = 0):
+def _probe_all(workers: _Workers, probe, index, need, postings, limit: int = -1):
     """:func:`probe_groups` over every probe group, in ranges taken by the workers' threads; with a
-    ``limit``, None once more pairs than it are found (each range stops there)."""
+    ``limit`` (>= 0; -1: none), None once more pairs than it are found (each range stops there)."""
     q_tokens, q_offsets, q_len, q_sig, prefix, first, end = probe
     i_tokens, i_sig = index[0], index[3]
     need = np.ascontiguousarray(need, np.int32)  # rows: every probe length; columns: every index length
@@ -412,7 +410,7 @@ def _probe_all(workers: _Workers, probe, index, need, postings, limit: int = 0):
             workers.scratch.put(buffers)
 
     found = workers.map(run, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())), width)
-    if limit and sum(len(f[0]) for f in found) > limit:
+    if limit >= 0 and sum(len(f[0]) for f in found) > limit:
         return None
     return tuple(np.concatenate([f[i] for f in found]) for i in range(3))
 

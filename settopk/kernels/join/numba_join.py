@@ -169,7 +169,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
     mark : uint8 (n_ranks,)
         Scratch, zero on entry and on return: the probe group's tokens, while its candidates are verified.
     limit : int
-        Stop after the probe group whose pairs bring the count above ``limit`` (0: no limit); the
+        Stop after the probe group whose pairs bring the count above ``limit`` (-1: no limit); the
         caller sees more than ``limit`` pairs, and the scratch is left clean.
 
     Returns
@@ -296,6 +296,6 @@ def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 t = q_tokens[xs + a]
                 if t < n_ranks:
                     mark[t] = 0
-        if 0 < limit < n_out:  # every scratch but `start` is clean here; the caller resets it
+        if 0 <= limit < n_out:  # every scratch but `start` is clean here; the caller resets it
             return hi, n_out, n_used
     return hi, n_out, n_used
