@@ -322,35 +322,6 @@ class NumpyShardIndex(ArraySelfJoins):
         """What :class:`settopk.kernels.join.kept.ArraySelfJoins` joins: the docs, in NumPy, here."""
         return self._join_docs, "numpy", contextlib.nullcontext()
 
-    def join_groups(self, threshold, max_pairs: int | None = None):
-        """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``
-        (:func:`settopk.kernels.join.corpus_group_pairs` in NumPy): its docs grouped by every passing
-        pair among them without listing those pairs (a ``--dedup`` run's own groups of the shard).
-
-        Parameters
-        ----------
-        threshold : value taken by :func:`settopk.kernels.parse_threshold`
-            ``T > 0``.
-        max_pairs : int, optional
-            Refuse more pairs of groups than this, before they are all held; None: no bound.
-
-        Returns
-        -------
-        (JoinSets, numpy.ndarray of int64, numpy.ndarray of int64)
-            As :func:`settopk.kernels.join.corpus_group_pairs` (host memory).
-
-        Raises
-        ------
-        ValueError
-            As :func:`settopk.kernels.join.group_pairs` (``T == 0``, containment).
-        settopk.kernels.join.JoinTooLarge
-            Past ``max_pairs``.
-        """
-        from .join import corpus_group_pairs
-
-        return corpus_group_pairs(self._join_docs, threshold, self.score, self.max_len, backend="numpy",
-                                  max_pairs=max_pairs)
-
     def _route(self, queries: SetBatch, active: np.ndarray) -> np.ndarray:
         """The queries of ``active`` (int array) that go through the postings under ``self.routing``."""
         if self.routing == "scan" or len(active) == 0:

@@ -199,17 +199,6 @@ class ThresholdSearch(ArraySelfJoins):
 
         return _concatenated(self._join_pieces), "cupy", cupy.cuda.Device(self._device_id)
 
-    def join_groups(self, threshold, max_pairs: int | None = None):
-        """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``,
-        verified on this shard's device (:meth:`settopk.kernels.NumpyShardIndex.join_groups`'s contract)."""
-        import cupy
-
-        from ..join import corpus_group_pairs
-
-        with cupy.cuda.Device(self._device_id):
-            return corpus_group_pairs(_concatenated(self._join_pieces), threshold, self.score, self.max_len, backend="cupy",
-                                      max_pairs=max_pairs)
-
     def _lengths_present(self) -> np.ndarray:
         """Host bool of shape (max_len + 1,): the doc lengths the shard holds (computed once)."""
         import cupy

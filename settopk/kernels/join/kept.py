@@ -150,7 +150,7 @@ class KeptSelfJoins:
 class ArraySelfJoins(KeptSelfJoins):
     """The kept self-join of the ``numpy`` and ``cupy`` shard indexes (a base class): found with the
     array join (:class:`KeptSelfJoin`, host memory), ``max_entries`` bounding its pairs of groups
-    and its pairs.
+    and its pairs; and, past that budget, the shard's groups and pairs of groups (:meth:`join_groups`).
 
     A subclass has ``doc_ids``, ``score`` and ``max_len``, and defines ``_self_join_input()``:
     ``(SetBatch of its docs, backend, context manager to run the join in)``.
@@ -161,3 +161,34 @@ class ArraySelfJoins(KeptSelfJoins):
         with context:
             return KeptSelfJoin(sets, self.doc_ids, t, self.score, self.max_len, backend=backend,
                                 include_self=include_self, k=k, max_entries=max_entries)
+
+    def join_groups(self, threshold, max_pairs: int | None = None):
+        """The shard's identical-doc groups and the passing pairs of distinct groups at ``threshold``
+        (:func:`settopk.kernels.join.corpus_group_pairs` on the index's backend, and device): its docs
+        grouped by every passing pair among them without listing those pairs (a ``--dedup`` run's own
+        groups of the shard, where its self-join is past its budget).
+
+        Parameters
+        ----------
+        threshold : value taken by :func:`settopk.kernels.parse_threshold`
+            ``T > 0``.
+        max_pairs : int, optional
+            Refuse more pairs of groups than this, before they are all held; None: no bound.
+
+        Returns
+        -------
+        (JoinSets, numpy.ndarray of int64, numpy.ndarray of int64)
+            As :func:`settopk.kernels.join.corpus_group_pairs` (host memory).
+
+        Raises
+        ------
+        ValueError
+            As :func:`settopk.kernels.join.group_pairs` (``T == 0``, containment).
+        JoinTooLarge
+            Past ``max_pairs``.
+        """
+        from . import corpus_group_pairs
+
+        sets, backend, context = self._self_join_input()
+        with context:
+            return corpus_group_pairs(sets, threshold, self.score, self.max_len, backend=backend, max_pairs=max_pairs)
