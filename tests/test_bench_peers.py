@@ -13,7 +13,8 @@ import pytest
 from settopk.configs import ConfigError
 from settopk.jobs.bench.config import load_bench_config
 from settopk.jobs.bench.lsh import lsh_recall
-from settopk.jobs.bench.peers import MissingPeerError, _compare, _pair_keys, run_peers
+from settopk.jobs.bench.pair_check import float_ties, pair_keys
+from settopk.jobs.bench.peers import MissingPeerError, run_peers
 from settopk.jobs.bench.peers_corpus import planted_corpus
 
 
@@ -54,13 +55,18 @@ def test_planted_corpus_has_the_shape_and_its_pairs():
 def test_only_pairs_at_exactly_t_held_by_settopk_may_differ():
     lists = [[0, 1, 2, 3], [0, 1, 2, 3, 4], [5, 6], [5, 6, 7]]  # Jaccard(0, 1) = 4/5, Jaccard(2, 3) = 2/3
     n = len(lists)
-    ours, theirs = _pair_keys([0], [1], n), _pair_keys([], [], n)
-    assert _compare(ours, theirs, lists, 0.8, n) == (1, [])  # a tie at T, held by settopk: allowed
-    ties, wrong = _compare(theirs, ours, lists, 0.8, n)  # the tie missing from settopk: wrong
-    assert ties == 0 and wrong[0]["pair"] == [0, 1] and wrong[0]["setsimilaritysearch"]
-    ties, wrong = _compare(_pair_keys([2], [3], n), theirs, lists, 0.6, n)  # 2/3 is not T: wrong
-    assert ties == 0 and wrong == [{"threshold": "0.6", "pair": [2, 3], "jaccard": "2/3", "settopk": True,
-                                    "setsimilaritysearch": False}]
+    ours, theirs = pair_keys([0], [1], n), pair_keys([], [], n)
+
+    def jaccard(a, b):
+        x, y = set(lists[a]), set(lists[b])
+        return Fraction(len(x & y), len(x | y))
+
+    assert float_ties(ours, theirs, jaccard, 0.8, n, "sss") == (1, [])  # a tie at T, held by settopk: allowed
+    ties, wrong = float_ties(theirs, ours, jaccard, 0.8, n, "sss")  # the tie missing from settopk: wrong
+    assert ties == 0 and wrong[0]["pair"] == [0, 1] and wrong[0]["peer"] and not wrong[0]["settopk"]
+    ties, wrong = float_ties(pair_keys([2], [3], n), theirs, jaccard, 0.6, n, "sss")  # 2/3 is not T: wrong
+    assert ties == 0 and wrong == [{"threshold": "0.6", "implementation": "sss", "pair": [2, 3], "jaccard": "2/3",
+                                    "settopk": True, "peer": False}]
 
 
 @pytest.mark.timeout(30)

@@ -62,6 +62,46 @@ def test_real_run_agrees_with_setsimilaritysearch_and_the_oracle(tmp_path, retai
     assert out.is_file() and "topk" not in result
 
 
+def test_item_numbers_past_two_to_the_sixteen_are_read_through_a_dictionary(tmp_path, retail_dat):
+    """A FIMI file of large item numbers (KOSARAK's, click-streams') runs as RETAIL's ids would: the
+    same pairs, the top-k run too."""
+    head = _head(tmp_path, retail_dat)
+    wide = tmp_path / "retail-wide.dat"
+    wide.write_text("".join(" ".join(str(int(t) * 1009 + 70_001) for t in line.split()) + "\n"
+                            for line in head.read_text().splitlines()))
+    config = _config(tmp_path, wide, topk_k=5, thresholds="[0.7]", sss_probe=0.7)
+    result = cli.run(cli.build_parser().parse_args(["--config", config, "--quiet"]))
+    row = result["rows"][0]
+    assert (row["settopk"]["pairs"], row["settopk"]["digest"]) == _oracle_digest(head, "0.7")
+    assert (row["setsimilaritysearch"]["pairs"], row["setsimilaritysearch"]["digest"]) == _oracle_digest(head, "0.7")
+    assert result["topk"]["n_mismatches"] == 0 and result["topk"]["k"] == 5
+
+
+def test_a_peer_may_lack_only_ties_at_t_that_settopk_holds():
+    """The C++ joins bound lengths and prefixes by ceil of float products and lose some pairs of
+    Jaccard exactly T: those are counted; any other difference is a mismatch, named by its pair."""
+    from settopk.jobs.bench.common import ExactnessError
+    from settopk.jobs.bench.pair_check import float_ties, pair_keys
+    from settopk.jobs.bench.real_peers import PeerInput
+    from settopk.kernels import SetBatch
+
+    # lines 10-14, line 12 empty: J(10, 11) = 9/10, J(13, 14) = 8/10
+    lists = [list(range(9)) + [20], list(range(9)) + [21], [], [30, 31, 32, 33], [30, 31, 32, 33, 34]]
+    peer_input = PeerInput(SetBatch.from_lists(lists), np.arange(10, 15, dtype=np.int64))
+    assert peer_input.jaccard(10, 11) == Fraction(9, 11) and peer_input.jaccard(13, 14) == Fraction(4, 5)
+    assert peer_input.jaccard(10, 12) == 0 and peer_input.jaccard(12, 99) == 0
+    n = 15
+    ours, none = pair_keys([13], [14], n), pair_keys([], [], n)
+    assert float_ties(ours, none, peer_input.jaccard, 0.8, n, "cpp allpairs") == (1, [])
+    ties, wrong = float_ties(none, ours, peer_input.jaccard, 0.8, n, "cpp allpairs")  # settopk lacks the tie
+    assert ties == 0 and wrong == [{"threshold": "0.8", "implementation": "cpp allpairs", "pair": [13, 14],
+                                    "jaccard": "4/5", "settopk": False, "peer": True}]
+    ties, wrong = float_ties(pair_keys([10, 13], [11, 14], n), none, peer_input.jaccard, 0.8, n, "cpp ppjoin")
+    assert ties == 1 and [w["pair"] for w in wrong] == [[10, 11]]  # 9/11 is not T: the peer must hold it
+    with pytest.raises(ExactnessError, match=r"1 result\(s\) differ; first: .*cpp ppjoin.*\[10, 11\]"):
+        raise ExactnessError(wrong)
+
+
 def test_a_missing_dataset_and_a_missing_peer_binary_are_input_errors(tmp_path):
     missing = tmp_path / "nowhere.dat"
     with pytest.raises(InputError, match="real.dataset"):

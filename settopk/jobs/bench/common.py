@@ -46,8 +46,8 @@ class ExactnessError(RuntimeError):
     mismatches : list of dict
         One entry per (implementation, query) that differs: ``implementation``,
         ``query_index``, ``rank`` (1-based, first difference), ``got`` and
-        ``expected`` as ``(doc_id, overlap, doc_len)``; or, for the whole-job run,
-        the layout or query and what differs.
+        ``expected`` as ``(doc_id, overlap, doc_len)``; or, for the whole-job run and
+        the threshold joins' peers, the layout, query or pair and what differs.
     result : dict or None
         The run's result without timings, with the mismatches, to be written as the
         result JSON (None where the run writes none).
@@ -57,7 +57,7 @@ class ExactnessError(RuntimeError):
         self.mismatches = mismatches
         self.result = result
         first = mismatches[0]
-        if "implementation" in first:
+        if "query_index" in first:
             names = sorted({m["implementation"] for m in mismatches})
             message = (
                 f"{len(mismatches)} sampled (implementation, query) pairs differ from the NumPy reference "

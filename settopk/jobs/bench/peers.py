@@ -39,6 +39,7 @@ missing the run stops with :class:`MissingPeerError` before it starts.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -49,6 +50,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from .pair_check import float_ties, pair_keys
 from .peers_corpus import planted_corpus
 
 __all__ = ["MissingPeerError", "PeersConfig", "format_peers_table", "run_peers"]
@@ -134,12 +136,6 @@ def _import_peers():
     return all_pairs, datasketch
 
 
-def _pair_keys(a, b, n: int) -> np.ndarray:
-    """Unordered pairs ``(a, b)`` as sorted unique int64 keys ``min * n + max``."""
-    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-    return np.unique(np.minimum(a, b) * n + np.maximum(a, b))
-
-
 def _settopk_join(index, batch, threshold: float, n: int) -> tuple[float, np.ndarray]:
     """Seconds of settopk's self-join at ``threshold`` (search and :func:`self_join_pairs`) and its pair keys.
 
@@ -151,7 +147,7 @@ def _settopk_join(index, batch, threshold: float, n: int) -> tuple[float, np.nda
     start = time.perf_counter()
     pairs = self_join_pairs(index.threshold_search(batch, threshold, min_doc_len=lengths), ids, lengths, "jaccard")
     seconds = time.perf_counter() - start
-    return seconds, _pair_keys(np.repeat(ids, pairs.counts), pairs.doc_ids, n)
+    return seconds, pair_keys(np.repeat(ids, pairs.counts), pairs.doc_ids, n)
 
 
 def _sss_join(all_pairs, lists: list, threshold: float, n: int) -> tuple[float, np.ndarray]:
@@ -160,7 +156,7 @@ def _sss_join(all_pairs, lists: list, threshold: float, n: int) -> tuple[float, 
     found = [(x, y) for x, y, _ in all_pairs(lists, similarity_func_name="jaccard", similarity_threshold=threshold)]
     seconds = time.perf_counter() - start
     a, b = (np.array(c, dtype=np.int64) for c in zip(*found)) if found else (np.empty(0, np.int64),) * 2
-    return seconds, _pair_keys(a, b, n)
+    return seconds, pair_keys(a, b, n)
 
 
 def _minhashes(datasketch, tokens: list, num_perm: int) -> tuple[float, list]:
@@ -186,29 +182,13 @@ def _lsh_join(datasketch, hashes: list, threshold: float, num_perm: int, n: int)
                 b.append(j)
     query_s = time.perf_counter() - start
     return {"insert_s": insert_s, "query_s": query_s, "bands": int(lsh.b), "rows": int(lsh.r),
-            "keys": _pair_keys(a, b, n)}
+            "keys": pair_keys(a, b, n)}
 
 
-def _jaccard(sets: list, a: int, b: int) -> Fraction:
-    sa, sb = set(sets[a]), set(sets[b])
+def _jaccard(lists: list, a: int, b: int) -> Fraction:
+    """The exact Jaccard of ``lists[a]`` and ``lists[b]`` (``0/0`` is 0)."""
+    sa, sb = set(lists[a]), set(lists[b])
     return Fraction(len(sa & sb), len(sa | sb)) if sa | sb else Fraction(0)
-
-
-def _compare(ours: np.ndarray, theirs: np.ndarray, lists: list, threshold: float, n: int) -> tuple[int, list[dict]]:
-    """Pairs at exactly ``T`` that only one side holds (allowed where settopk holds them), and the
-    other differences: each ``{"threshold", "pair", "jaccard", "settopk", "setsimilaritysearch"}``."""
-    bar = Fraction(repr(threshold))
-    ties, mismatches = 0, []
-    for key in np.setxor1d(ours, theirs).tolist():
-        a, b = divmod(key, n)
-        value = _jaccard(lists, a, b)
-        held = bool(np.isin(key, ours))
-        if value == bar and held:
-            ties += 1
-        else:
-            mismatches.append({"threshold": repr(threshold), "pair": [a, b], "jaccard": str(value), "settopk": held,
-                               "setsimilaritysearch": not held})
-    return ties, mismatches
 
 
 def _exact_jaccard(keys: np.ndarray, batch, n: int) -> np.ndarray:
@@ -329,7 +309,7 @@ def run_peers(cfg, name: str) -> dict:
     generate_s = time.perf_counter() - start
     n = batch.n_sets
     lists = [batch.tokens[batch.offsets[i]:batch.offsets[i + 1]].tolist() for i in range(n)]
-    planted_keys = _pair_keys(planted[:, 0], planted[:, 1], n)
+    planted_keys = pair_keys(planted[:, 0], planted[:, 1], n)
     ids = np.arange(n, dtype=np.int64)
     log.info("peers: %d sets (%d planted near-duplicates), %d ids, generated in %.1f s", n, len(planted),
              len(batch.tokens), generate_s)
@@ -363,7 +343,7 @@ def run_peers(cfg, name: str) -> dict:
 
     mismatches, ties = [], {}
     for t in peers.thresholds:
-        ties[t], wrong = _compare(ours[t], theirs[t], lists, t, n)
+        ties[t], wrong = float_ties(ours[t], theirs[t], functools.partial(_jaccard, lists), t, n, "setsimilaritysearch")
         mismatches += wrong
     if mismatches:
         raise ExactnessError(mismatches, {"benchmark": "settopk.bench.peers", "config": name, "mismatches": mismatches,

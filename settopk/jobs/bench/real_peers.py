@@ -22,6 +22,7 @@ import re
 import subprocess
 import tempfile
 import time
+from fractions import Fraction
 
 import numpy as np
 
@@ -75,6 +76,16 @@ class PeerInput:
         self.lists = [tokens[offsets[i]:offsets[i + 1]].tolist() for i in range(self.sets.n_sets)]
         self.raw_path = None
         self.raw_lines = self.lines
+
+    def jaccard(self, a: int, b: int) -> Fraction:
+        """The exact Jaccard of the sets on dataset lines ``a`` and ``b`` (0 for a line without a set)."""
+        rows = np.searchsorted(self.lines, [a, b])
+        if not all(r < len(self.lines) and self.lines[r] == line for r, line in zip(rows.tolist(), (a, b))):
+            return Fraction(0)
+        (x, y), offsets, tokens = rows.tolist(), self.sets.offsets, self.sets.tokens
+        overlap = len(np.intersect1d(tokens[offsets[x]:offsets[x + 1]], tokens[offsets[y]:offsets[y + 1]],
+                                     assume_unique=True))
+        return Fraction(overlap, int(self.sets.lengths[x]) + int(self.sets.lengths[y]) - overlap)
 
 
 def prepare_peer_input(peer_input: PeerInput, directory: str) -> None:
@@ -138,15 +149,17 @@ def _count_and_ms(out: bytes, where: str) -> tuple[int, int]:
 
 
 def run_cpp(binary: str, peer_input: PeerInput, algorithm: str, threshold: float, warmup: int,
-            repetitions: int) -> dict:
+            repetitions: int) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
     """Time one ``set_sim_join`` algorithm at ``threshold``, then take its pairs once.
 
     Returns
     -------
-    dict
+    row : dict
         ``join_ms``: its own join timer (CPU ms, ``algoindex + algojoin``) of each timed run;
         ``wall_s``: each timed process's wall time, start to exit (reading the input included);
         ``pairs``, ``digest`` (:func:`pair_digest` over dataset lines).
+    pairs : (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_pairs,)
+        The pairs' two dataset lines.
 
     Raises
     ------
@@ -173,7 +186,7 @@ def run_cpp(binary: str, peer_input: PeerInput, algorithm: str, threshold: float
         raise RuntimeError(f"{binary} {algorithm} at {threshold!r}: {len(ids)} pairs written, {count} counted")
     a, b = peer_input.raw_lines[ids[:, 0]], peer_input.raw_lines[ids[:, 1]]
     return {"join_ms": join_ms, "wall_s": [round(s, 6) for s in wall_s], "pairs": int(count),
-            "digest": pair_digest(a, b)}
+            "digest": pair_digest(a, b)}, (a, b)
 
 
 def sss_plan(thresholds: list[float], probe: float) -> tuple[list[float], list[float]]:
@@ -185,18 +198,20 @@ def sss_plan(thresholds: list[float], probe: float) -> tuple[list[float], list[f
     return above, below
 
 
-def run_sss(all_pairs, peer_input: PeerInput, threshold: float) -> dict:
+def run_sss(all_pairs, peer_input: PeerInput, threshold: float) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
     """One timed SetSimilaritySearch ``all_pairs`` (index and join, pure Python, one thread).
 
     Returns
     -------
-    dict
+    row : dict
         ``seconds``, ``pairs``, ``digest`` (:func:`pair_digest` over dataset lines).
+    pairs : (numpy.ndarray of int64, numpy.ndarray of int64), each of shape (n_pairs,)
+        The pairs' two dataset lines.
     """
     start = time.perf_counter()
     found = [(x, y) for x, y, _ in all_pairs(peer_input.lists, similarity_func_name="jaccard",
                                              similarity_threshold=threshold)]
     seconds = time.perf_counter() - start
     ids = np.array(found, dtype=np.int64).reshape(-1, 2)
-    return {"seconds": seconds, "pairs": len(ids),
-            "digest": pair_digest(peer_input.lines[ids[:, 0]], peer_input.lines[ids[:, 1]])}
+    a, b = peer_input.lines[ids[:, 0]], peer_input.lines[ids[:, 1]]
+    return {"seconds": seconds, "pairs": len(ids), "digest": pair_digest(a, b)}, (a, b)
