@@ -13,10 +13,14 @@ duplicate detection", WWW 2008) drops ``y`` once ``count + 1 + min(|x| - i - 1, 
 below the overlap needed. Before ``y``'s count is even read, a posting entry is passed over where
 that bound with every earlier token of ``x`` matched, or the bound from the two sets' parity
 bitmaps (one word each: :func:`settopk.kernels.join.prepare.parity_bitmaps`; on short sets it is
-nearly exact), falls below the need. Verification marks the probe's tokens in a byte per rank and
-counts the candidate's tokens after the last prefix match by lookups, no merge (every common token
-before it was counted: both sets are in one order), and stops as soon as the tokens left cannot
-reach the need. Prefix filtering: Bayardo, Ma, Srikant, WWW 2007 (AllPairs).
+nearly exact), falls below the need. Verification first bounds the overlap by the count and the
+tokens after the prefix that ends at the lower rank, ``x``'s probed one or ``y``'s indexed one:
+every common token of a lower rank was counted, as AllPairs' verification starts after the
+prefixes. Then it marks the probe's tokens in a byte per rank and counts the candidate's tokens
+after the last prefix match (and after its prefix, where that ended first) by lookups, no merge
+(every common token before it was counted: both sets are in one order), and stops as soon as the
+tokens left cannot reach the need. Prefix filtering and the verification's start: Bayardo, Ma,
+Srikant, "Scaling up all pairs similarity search", WWW 2007 (AllPairs).
 
 Probe groups are cut into ranges taken by threads as they free up (``nogil``); each range gets its
 own scratch arrays (per index group, its count, length and last match next to its token offset:
@@ -56,11 +60,17 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
         ``group << 32 | position << 16 | length``: the group, the token's position in it and
         its length, in one word (one write here and one read in the probe, which needs no lookup
         by group while candidates are counted); ordered by group as the words are.
+    p_last : int64 (n_groups,)
+        ``prefix << 32 | rank``: each group's prefix length and the rank of its last indexed
+        token (0 where nothing is indexed), where verification bounds a candidate's overlap.
     """
     n_groups = len(prefix)
     p_off = np.zeros(n_ranks + 1, np.int64)
+    p_last = np.zeros(n_groups, np.int64)
     for g in range(n_groups):
         s = offsets[g]
+        if prefix[g] > 0:
+            p_last[g] = (np.int64(prefix[g]) << 32) | tokens[s + prefix[g] - 1]
         for i in range(prefix[g]):
             p_off[tokens[s + i] + 1] += 1
     for r in range(n_ranks):
@@ -74,7 +84,7 @@ def build_postings(tokens, offsets, lengths, prefix, n_ranks):
             t = tokens[s + i]
             p_entry[fill[t]] = word | (np.int64(i) << 16)
             fill[t] += 1
-    return p_off, p_entry
+    return p_off, p_entry, p_last
 
 
 @njit(**_JIT)
@@ -130,7 +140,7 @@ def _popcount(v):
 
 @njit(**_JIT)
 def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end,
-                 i_tokens, i_sig, need, p_off, p_entry, state, touched, start, used, mark, limit):
+                 i_tokens, i_sig, need, p_off, p_entry, p_last, state, touched, start, used, mark, limit):
     """Every (probe group, index group) pair of probe groups ``lo .. hi - 1`` whose overlap reaches the need.
 
     Parameters
@@ -151,7 +161,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
         Index groups' sets (groups ascending by length; each one's start is in ``state``).
     need : int32 (max probe length + 1, max index length + 1)
         Least overlap per (probe length, index length); above ``min`` of the two: unreachable.
-    p_off, p_entry
+    p_off, p_entry, p_last
         :func:`build_postings` of the index groups.
     state : int64 (n_index, 2)
         Scratch. Column 0, zero on entry and on return: per candidate, ``count << 32 | |y| << 16 | j``
@@ -185,7 +195,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
     x, n_out, n_used = lo, 0, 0
     while x < hi:
         x, n_out, n_used = _probe_range(x, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end, i_tokens,
-                                        i_sig, need, p_off, p_entry, state, touched, start, used, mark,
+                                        i_sig, need, p_off, p_entry, p_last, state, touched, start, used, mark,
                                         limit, out_q, out_i, out_ov, n_out, n_used)
         if x < hi:  # group x may find a pair with every index group it reaches
             size = max(2 * len(out_q), n_out + q_end[x] - q_first[x])
@@ -199,7 +209,7 @@ def probe_groups(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
 
 @njit(**_JIT)
 def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q_end, i_tokens, i_sig, need, p_off,
-                 p_entry, state, touched, start, used, mark, limit, out_q, out_i, out_ov, n_out, n_used):
+                 p_entry, p_last, state, touched, start, used, mark, limit, out_q, out_i, out_ov, n_out, n_used):
     """:func:`probe_groups` from probe group ``lo``, its pairs written from ``n_out`` on, until ``hi``,
     the limit, or a group that could find more pairs than the out arrays have room for. Returns
     ``(the group to go on from, or hi, n_out, n_used)``: the out arrays are never replaced here,
@@ -265,6 +275,7 @@ def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
                 c = (st >> 32) + 1
                 # c + rest bounds the overlap (c <= j + 1 and c <= i + 1): an alpha above either length prunes too
                 state[y, 0] = (c << 32) | (np.int64(ly) << 16) | j if c + rest >= alpha else -1
+        rx = q_tokens[xs + px - 1]  # the last token x probed with
         if n_touched:
             for a in range(lx):  # x's tokens marked: a candidate's suffix is counted by lookups, no merge
                 t = q_tokens[xs + a]
@@ -279,13 +290,29 @@ def _probe_range(lo, hi, q_tokens, q_offsets, q_len, q_sig, q_prefix, q_first, q
             ov = st >> 32
             ly = (st >> 16) & 0xFFFF
             alpha = need[lx, ly]
-            ys = state[y, 1]
             # Every common token up to the last prefix match is counted (both sets in one order); the
-            # ones after it are y's tokens past position j that x holds. Stop once the rest cannot reach alpha.
+            # ones after it are y's tokens past position j that x holds. Every common token of a rank
+            # up to the lower of x's and y's last prefix ranks is counted too (x probed all of its
+            # prefix against all of y's): past y's prefix where y's ends first, past x's where x's
+            # does. The tokens left on that side bound the overlap before y's tokens are read.
+            last = p_last[y]
+            py = last >> 32
             b = (st & 0xFFFF) + 1
-            while b < ly and ov + ly - b >= alpha:
-                ov += mark[i_tokens[ys + b]]
-                b += 1
+            if rx >= (last & 0xFFFFFFFF):
+                if ov + ly - py < alpha:
+                    continue
+                b = max(b, py)  # y's prefix tokens after its last match: not x's
+            elif ov + lx - px < alpha:
+                continue
+            ys = state[y, 1]
+            # Stop once y's tokens left cannot reach alpha. The tokens a bound of the count so far
+            # allows are read in one loop of independent lookups, then the bound is moved on.
+            stop = min(ov + ly - alpha + 1, ly)
+            while b < stop:
+                for c in range(ys + b, ys + stop):
+                    ov += mark[i_tokens[c]]
+                b = stop
+                stop = min(ov + ly - alpha + 1, ly)
             if ov >= alpha:
                 out_q[n_out] = x
                 out_i[n_out] = y
