@@ -169,13 +169,17 @@ def test_a_stand_in_that_draws_other_numbers_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_the_kosarak_stand_in_is_the_measured_file(tmp_path):
+@pytest.mark.parametrize("name, n_sets, longest", [("kosarak", 990_002, 605), ("dblp", 100_000, 381),
+                                                   ("enron", 100_000, 2030)])
+def test_the_larger_stand_ins_are_the_measured_files(tmp_path, name, n_sets, longest):
     import hashlib
 
     from settopk.jobs.bench import stand_ins
 
-    path = stand_ins.stand_in_path("kosarak", str(tmp_path))
-    assert hashlib.sha1(path.read_bytes()).hexdigest() == stand_ins.STAND_INS["kosarak"][1]
+    path = stand_ins.stand_in_path(name, str(tmp_path))
+    assert hashlib.sha1(path.read_bytes()).hexdigest() == stand_ins.STAND_INS[name][1]
+    lengths = [len(line.split()) for line in path.read_text().splitlines()]
+    assert len(lengths) == n_sets and max(lengths) == longest and min(lengths) >= 1
 
 
 def test_an_unknown_stand_in_is_a_config_error(tmp_path):
@@ -183,5 +187,5 @@ def test_an_unknown_stand_in_is_a_config_error(tmp_path):
     assert cli.main(["--config", config, "--quiet"]) == cli.EXIT_BAD_INPUT
     from settopk.configs import ConfigError
 
-    with pytest.raises(ConfigError, match="stand-in 'nope'; the stand-ins are stand-in:clickstream, stand-in:kosarak"):
+    with pytest.raises(ConfigError, match="stand-in 'nope'; the stand-ins are stand-in:clickstream, stand-in:dblp, stand-in:enron, stand-in:kosarak"):
         cli.run(cli.build_parser().parse_args(["--config", config, "--quiet"]))
