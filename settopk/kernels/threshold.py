@@ -182,28 +182,18 @@ def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
 def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) -> np.ndarray:
     """:func:`need_table` for distinct ``query_lens``, exact: int64 where it cannot overflow, else Python integers."""
     a, b = t.numerator, t.denominator
-    # int64 where no product can overflow (every term is at most (a + 2 b) * 2 max_len; cosine's
-    # squares at most a**2 max_len**2, below 2**52 so that a double holds each exactly, and its
-    # divisor b**2): the table has (max_len + 1)**2 entries at 4096 ids, each a Python int
-    # otherwise. Else (a decimal of many digits) object arrays of Python ints, exact whatever the digits.
-    small_cosine = score == "cosine" and a * a * max_len * max_len < 2**52 and b * b < 2**62
-    dtype = np.int64 if small_cosine or (score != "cosine" and (a + 2 * b) * 2 * (max_len + 1) < 2**62) else object
-    q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1).astype(dtype)
-    d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1).astype(dtype)
-    q, d = np.broadcast_arrays(q, d)
-    if score == "braun_blanquet":
-        den = np.maximum(q, d)
-        need = -((-a * den) // b)
-    elif score == "containment":
-        den = q
-        need = -((-a * den) // b)
-    elif score == "dice":
-        den = q + d
-        need = -((-a * den) // (2 * b))
-    elif score == "jaccard":
-        den = q + d  # |q ∪ d| is 0 exactly where |q| + |d| is
-        need = -((-a * den) // (a + b))
-    elif score == "cosine":
+    q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1)
+    d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1)
+    unreachable = max_len + 1
+    if score in _DENOMINATOR:  # the need is a function of one integer of at most 2 max_len: a table of it, gathered
+        den = _DENOMINATOR[score](*np.broadcast_arrays(q, d))
+        return _need_of_den(a, b, np.arange(int(den.max()) + 1 if den.size else 1, dtype=np.int64), score,
+                            unreachable)[den]
+    # int64 where no product can overflow (cosine's squares at most a**2 max_len**2, below 2**52 so
+    # that a double holds each exactly, and its divisor b**2); else object arrays of Python ints.
+    dtype = np.int64 if score == "cosine" and a * a * max_len * max_len < 2**52 and b * b < 2**62 else object
+    q, d = np.broadcast_arrays(q.astype(dtype), d.astype(dtype))
+    if score == "cosine":
         den = q * d
         square = -((-a * a * den) // (b * b))
         if square.dtype == object:
@@ -216,7 +206,23 @@ def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) ->
     else:  # overlap: the fraction o / 1
         den = np.ones_like(q)
         need = np.full(q.shape, -(-a // b), dtype=object)  # a / b may exceed int64 (an overlap threshold)
-    unreachable = max_len + 1
+    need = np.where(den == 0, 0 if a == 0 else unreachable, need)
+    return np.minimum(need, unreachable).astype(np.int32)
+
+
+#: The scores whose need is ``ceil(a * den / c)`` of one denominator ``den(|q|, |d|)``: Braun-Blanquet
+#: ``max``, containment ``|q|``, Dice and Jaccard ``|q| + |d|`` (Jaccard's ``|q ∪ d|`` is
+#: ``|q| + |d| - o``, so ``o >= T (|q| + |d| - o)`` is ``o >= a (|q| + |d|) / (a + b)``).
+_DENOMINATOR = {"braun_blanquet": np.maximum, "containment": lambda q, d: q, "dice": np.add, "jaccard": np.add}
+
+
+def _need_of_den(a: int, b: int, den: np.ndarray, score: str, unreachable: int) -> np.ndarray:
+    """The need of each denominator value ``den`` (int64, at most ``2 max_len``), int32: exact in
+    int64 where ``(a + 2 b) den`` cannot overflow, else in Python integers."""
+    c = {"braun_blanquet": b, "containment": b, "dice": 2 * b, "jaccard": a + b}[score]
+    if (a + 2 * b) * (int(den[-1]) + 1) >= 2**62:
+        den = den.astype(object)
+    need = -((-a * den) // c)
     need = np.where(den == 0, 0 if a == 0 else unreachable, need)
     return np.minimum(need, unreachable).astype(np.int32)
 
