@@ -144,7 +144,7 @@ def parse_threshold(value, score: str) -> Fraction:
     return t
 
 
-def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
+def need_table(threshold, query_lens, max_len: int, score: str, doc_lens=None) -> np.ndarray:
     """Least overlap with ``score >= threshold``, per query length and doc length (exact).
 
     Parameters
@@ -157,12 +157,15 @@ def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
         Bound on set sizes; doc lengths are ``0 .. max_len``.
     score : str
         One of :data:`settopk.kernels.SCORES`.
+    doc_lens : array_like of int, shape (m,), optional
+        The doc lengths of the columns, each in ``[0, max_len]``; default ``0 .. max_len``.
 
     Returns
     -------
-    numpy.ndarray of int32, shape (n, max_len + 1)
-        ``need[i, l]``: the least ``o`` with ``score(o, query_lens[i], l) >= T``; ``max_len + 1``
-        (unreachable, as is any value above ``min(|q|, l)``) where no overlap reaches ``T``.
+    numpy.ndarray of int32, shape (n, max_len + 1) or (n, m)
+        ``need[i, c]``: the least ``o`` with ``score(o, query_lens[i], doc_lens[c]) >= T``;
+        ``max_len + 1`` (unreachable, as is any value above ``min(|q|, |d|)``) where no overlap
+        reaches ``T``.
         The formulas are in the module docstring; Python integers keep them exact for any
         decimal.
 
@@ -176,14 +179,16 @@ def need_table(threshold, query_lens, max_len: int, score: str) -> np.ndarray:
     # One row per distinct length, then one per query: the exact table costs Python integers, at
     # most (max_len + 1)**2 of them, however many queries.
     lengths, row_of = np.unique(np.asarray(query_lens, dtype=np.int64).reshape(-1), return_inverse=True)
-    return _need_rows(t, lengths, max_len, score)[row_of.reshape(-1)]
+    d = np.arange(max_len + 1, dtype=np.int64) if doc_lens is None else np.asarray(doc_lens, dtype=np.int64).reshape(-1)
+    return _need_rows(t, lengths, d, max_len, score)[row_of.reshape(-1)]
 
 
-def _need_rows(t: Fraction, query_lens: np.ndarray, max_len: int, score: str) -> np.ndarray:
-    """:func:`need_table` for distinct ``query_lens``, exact: int64 where it cannot overflow, else Python integers."""
+def _need_rows(t: Fraction, query_lens: np.ndarray, doc_lens: np.ndarray, max_len: int, score: str) -> np.ndarray:
+    """:func:`need_table` for distinct ``query_lens`` and the columns ``doc_lens``, exact: int64
+    where it cannot overflow, else Python integers."""
     a, b = t.numerator, t.denominator
     q = np.asarray(query_lens, dtype=np.int64).reshape(-1, 1)
-    d = np.arange(max_len + 1, dtype=np.int64).reshape(1, -1)
+    d = doc_lens.reshape(1, -1)
     unreachable = max_len + 1
     if score in _DENOMINATOR:  # the need is a function of one integer of at most 2 max_len: a table of it, gathered
         den = _DENOMINATOR[score](*np.broadcast_arrays(q, d))

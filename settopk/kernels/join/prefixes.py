@@ -32,10 +32,8 @@ class LengthPlan(NamedTuple):
     Attributes
     ----------
     need : numpy.ndarray of int32, shape (n_probe_lengths, n_index_lengths)
-        Least overlap per (probe length, index length); ``> min`` of the two where unreachable.
-    reach : numpy.ndarray of bool, same shape
-        Pairs of lengths that can pass (and are allowed: present, and ordered in a self-join, where
-        two groups of one length never pair where that length needs all its tokens).
+        Least overlap per (probe length, index length) where both are present; ``max_len + 1``
+        (above ``min`` of the two: unreachable) where either is absent or no overlap reaches ``T``.
     probe_prefix : numpy.ndarray of int32, shape (n_probe_lengths,)
         Tokens a probe set of each length probes (0: it reaches no length).
     index_prefix : numpy.ndarray of int32, shape (n_index_lengths,)
@@ -45,7 +43,6 @@ class LengthPlan(NamedTuple):
     """
 
     need: np.ndarray
-    reach: np.ndarray
     probe_prefix: np.ndarray
     index_prefix: np.ndarray
     lo: np.ndarray
@@ -88,27 +85,33 @@ def length_plan(threshold, score: str, max_len: int, probe_lengths, index_length
     present_p = _present(probe_lengths)
     present_i = _present(index_lengths)
     n_p, n_i = len(present_p), len(present_i)
-    # Rows of the probe lengths present only: the exact table costs Python integers for some
-    # scores (cosine's squares), so a batch of a few lengths must not pay for every length to max_len.
-    rows = np.flatnonzero(present_p)
-    need = np.full((n_p, n_i), max_len + 1, np.int32)  # unreachable: absent lengths never pair
-    need[rows] = need_table(threshold, rows, max_len, score)[:, :n_i]
-    lp = np.arange(n_p).reshape(-1, 1)
-    li = np.arange(n_i).reshape(1, -1)
-    reach = need <= np.minimum(lp, li)
-    reach &= present_p[:, None] & present_i[None, :]
+    # Every step runs over the present lengths only (rows x cols): long sets have thousands of
+    # possible lengths, of which a corpus holds a few hundred, and a dense (max + 1)**2 pass per
+    # step cost more than the probe at high thresholds. Only `need` is laid out densely, for the
+    # probes to read by length.
+    rows, cols = np.flatnonzero(present_p), np.flatnonzero(present_i)
+    need_c = need_table(threshold, rows, max_len, score, doc_lens=cols)
+    lp, li = rows.reshape(-1, 1), cols.reshape(1, -1)
+    reach = need_c <= np.minimum(lp, li)
     if ordered:
-        reach &= (li < lp) | (li == lp) & (need < lp)
+        reach &= (li < lp) | (li == lp) & (need_c < lp)
     big = np.iinfo(np.int32).max
-    held = np.where(reach, need, big)
-    least_p = held.min(axis=1)
-    least_i = held.min(axis=0)
-    probe_prefix = np.where(least_p < big, np.arange(n_p) - least_p + 1, 0).astype(np.int32)
-    index_prefix = np.where(least_i < big, np.arange(n_i) - least_i + 1, 0).astype(np.int32)
+    held = np.where(reach, need_c, big)
+    least_p = held.min(axis=1, initial=big)
+    least_i = held.min(axis=0, initial=big)
+    probe_prefix = np.zeros(n_p, np.int32)
+    probe_prefix[rows] = np.where(least_p < big, rows - least_p + 1, 0)
+    index_prefix = np.zeros(n_i, np.int32)
+    index_prefix[cols] = np.where(least_i < big, cols - least_i + 1, 0)
     any_p = reach.any(axis=1)
-    lo = np.where(any_p, reach.argmax(axis=1), n_i).astype(np.int64)
-    hi = np.where(any_p, n_i - 1 - reach[:, ::-1].argmax(axis=1), -1).astype(np.int64)
-    return LengthPlan(need, reach, probe_prefix, index_prefix, lo, hi)
+    lo = np.full(n_p, n_i, np.int64)
+    hi = np.full(n_p, -1, np.int64)
+    if len(cols):
+        lo[rows] = np.where(any_p, cols[reach.argmax(axis=1)], n_i)
+        hi[rows] = np.where(any_p, cols[len(cols) - 1 - reach[:, ::-1].argmax(axis=1)], -1)
+    need = np.full((n_p, n_i), max_len + 1, np.int32)  # unreachable: absent lengths never pair
+    need[np.ix_(rows, cols)] = need_c
+    return LengthPlan(need, probe_prefix, index_prefix, lo, hi)
 
 
 def length_bounds(sorted_len, lo, hi, xp=np) -> tuple[np.ndarray, np.ndarray]:
