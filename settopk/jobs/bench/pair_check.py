@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["float_ties", "pair_keys"]
+__all__ = ["exact_jaccard", "float_ties", "pair_keys"]
 
 
 def pair_keys(a, b, n: int) -> np.ndarray:
@@ -29,6 +29,15 @@ def pair_keys(a, b, n: int) -> np.ndarray:
     """
     a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
     return np.unique(np.minimum(a, b) * n + np.maximum(a, b))
+
+
+def exact_jaccard(sets, a: int, b: int) -> Fraction:
+    """The exact Jaccard of sets ``a`` and ``b`` of ``sets`` (a :class:`settopk.kernels.SetBatch`,
+    each set's ids distinct), from their overlap; ``0/0`` is 0."""
+    offsets, tokens = sets.offsets, sets.tokens
+    overlap = len(np.intersect1d(tokens[offsets[a]:offsets[a + 1]], tokens[offsets[b]:offsets[b + 1]], assume_unique=True))
+    union = int(offsets[a + 1] - offsets[a]) + int(offsets[b + 1] - offsets[b]) - overlap
+    return Fraction(overlap, union) if union else Fraction(0)
 
 
 def float_ties(ours: np.ndarray, theirs: np.ndarray, jaccard: Callable[[int, int], Fraction], threshold: float,

@@ -45,12 +45,11 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import List, Optional
 
 import numpy as np
 
-from .pair_check import float_ties, pair_keys
+from .pair_check import exact_jaccard, float_ties, pair_keys
 from .peers_corpus import planted_corpus
 
 __all__ = ["MissingPeerError", "PeersConfig", "format_peers_table", "run_peers"]
@@ -185,20 +184,9 @@ def _lsh_join(datasketch, hashes: list, threshold: float, num_perm: int, n: int)
             "keys": pair_keys(a, b, n)}
 
 
-def _jaccard(lists: list, a: int, b: int) -> Fraction:
-    """The exact Jaccard of ``lists[a]`` and ``lists[b]`` (``0/0`` is 0)."""
-    sa, sb = set(lists[a]), set(lists[b])
-    return Fraction(len(sa & sb), len(sa | sb)) if sa | sb else Fraction(0)
-
-
 def _exact_jaccard(keys: np.ndarray, batch, n: int) -> np.ndarray:
     """Jaccard (float64) of each pair key, from the sets' exact overlaps."""
-    out = np.empty(len(keys))
-    lengths, offsets, tokens = batch.lengths, batch.offsets, batch.tokens
-    for i, (a, b) in enumerate(zip(*divmod(keys, n))):
-        o = len(np.intersect1d(tokens[offsets[a]:offsets[a + 1]], tokens[offsets[b]:offsets[b + 1]], assume_unique=True))
-        out[i] = o / (int(lengths[a]) + int(lengths[b]) - o)
-    return out
+    return np.array([float(exact_jaccard(batch, a, b)) for a, b in zip(*divmod(keys, n))], dtype=np.float64)
 
 
 def _median(runs: list[float]) -> dict:
@@ -343,7 +331,7 @@ def run_peers(cfg, name: str) -> dict:
 
     mismatches, ties = [], {}
     for t in peers.thresholds:
-        ties[t], wrong = float_ties(ours[t], theirs[t], functools.partial(_jaccard, lists), t, n, "setsimilaritysearch")
+        ties[t], wrong = float_ties(ours[t], theirs[t], functools.partial(exact_jaccard, batch), t, n, "setsimilaritysearch")
         mismatches += wrong
     if mismatches:
         raise ExactnessError(mismatches, {"benchmark": "settopk.bench.peers", "config": name, "mismatches": mismatches,

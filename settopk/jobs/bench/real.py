@@ -358,7 +358,7 @@ def format_real_table(result: dict) -> str:
              f"{env['cpu_model']}, load average {', '.join(f'{x:.1f}' for x in env['load_average'])}",
              f"{'T':>5} {'pairs':>10} {'settopk ms':>11} " + " ".join(f"{CPP_ALGORITHMS[a] + ' ms':>13}" for a in algos)
              + f" {'settopk/best C++':>17} {'SetSimSearch':>13}"]
-    notes = []
+    notes, ties = [], False
     for r in result["rows"]:
         s = r["settopk"]
         ratio = (f"{r['settopk_over_best_cpp']:.1f}x" if r["settopk_over_best_cpp"]
@@ -369,12 +369,13 @@ def format_real_table(result: dict) -> str:
         if "skipped" in r["setsimilaritysearch"]:
             notes.append(f"SetSimilaritySearch at {r['threshold']} skipped: {r['setsimilaritysearch']['skipped']}")
         sides = [(CPP_ALGORITHMS[a], c) for a, c in r["cpp"].items()] + [("SetSimilaritySearch", r["setsimilaritysearch"])]
-        notes += [f"{who} at {r['threshold']} lacks {c['ties_missed']:,} pair(s) of Jaccard exactly {r['threshold']} "
-                  f"(it compares floats); checked exactly, they are settopk's only difference from it"
-                  for who, c in sides if c.get("ties_missed")]
+        tied = [(who, c["ties_missed"]) for who, c in sides if c.get("ties_missed")]
+        notes += [f"{who} at {r['threshold']} lacks {n:,} pair(s) of Jaccard exactly {r['threshold']} (it compares "
+                  f"floats); checked exactly, they are settopk's only difference from it" for who, n in tied]
+        ties = ties or bool(tied)
     lines += notes
     lines.append("pair counts and digests (sha1 of the sorted (min_line, max_line) pairs) equal across every side run"
-                 + (", but for the ties noted" if any("lacks" in n for n in notes) else ""))
+                 + (", but for the ties noted" if ties else ""))
     if "topk" in result:
         t = result["topk"]
         lines.append(f"top-k self-join (k = {t['k']}, {t['score']}, every set a query): settopk Index.search "

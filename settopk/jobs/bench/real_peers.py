@@ -29,6 +29,8 @@ import numpy as np
 from settopk.kernels import SetBatch
 from settopk.shards.inputs import InputError
 
+from .pair_check import exact_jaccard
+
 __all__ = ["CPP_ALGORITHMS", "PeerInput", "check_peer_binary", "pair_digest", "prepare_peer_input", "run_cpp",
            "run_sss", "sss_plan"]
 
@@ -82,10 +84,7 @@ class PeerInput:
         rows = np.searchsorted(self.lines, [a, b])
         if not all(r < len(self.lines) and self.lines[r] == line for r, line in zip(rows.tolist(), (a, b))):
             return Fraction(0)
-        (x, y), offsets, tokens = rows.tolist(), self.sets.offsets, self.sets.tokens
-        overlap = len(np.intersect1d(tokens[offsets[x]:offsets[x + 1]], tokens[offsets[y]:offsets[y + 1]],
-                                     assume_unique=True))
-        return Fraction(overlap, int(self.sets.lengths[x]) + int(self.sets.lengths[y]) - overlap)
+        return exact_jaccard(self.sets, *rows.tolist())
 
 
 def prepare_peer_input(peer_input: PeerInput, directory: str) -> None:
