@@ -211,8 +211,7 @@ def _need_rows(t: Fraction, query_lens: np.ndarray, doc_lens: np.ndarray, max_le
     else:  # overlap: the fraction o / 1
         den = np.ones_like(q)
         need = np.full(q.shape, -(-a // b), dtype=object)  # a / b may exceed int64 (an overlap threshold)
-    need = np.where(den == 0, 0 if a == 0 else unreachable, need)
-    return np.minimum(need, unreachable).astype(np.int32)
+    return _capped(need, den, a, unreachable)
 
 
 #: The scores whose need is ``ceil(a * den / c)`` of one denominator ``den(|q|, |d|)``: Braun-Blanquet
@@ -227,7 +226,12 @@ def _need_of_den(a: int, b: int, den: np.ndarray, score: str, unreachable: int) 
     c = {"braun_blanquet": b, "containment": b, "dice": 2 * b, "jaccard": a + b}[score]
     if (a + 2 * b) * (int(den[-1]) + 1) >= 2**62:
         den = den.astype(object)
-    need = -((-a * den) // c)
+    return _capped(-((-a * den) // c), den, a, unreachable)
+
+
+def _capped(need: np.ndarray, den: np.ndarray, a: int, unreachable: int) -> np.ndarray:
+    """``need`` as int32, at most ``unreachable``; where the denominator is 0 (an empty set's score
+    is 0), 0 at ``T == 0`` (``a`` its numerator), else unreachable."""
     need = np.where(den == 0, 0 if a == 0 else unreachable, need)
     return np.minimum(need, unreachable).astype(np.int32)
 
