@@ -189,3 +189,13 @@ def test_an_unknown_stand_in_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="stand-in 'nope'; the stand-ins are stand-in:clickstream, stand-in:dblp, stand-in:enron, stand-in:kosarak"):
         cli.run(cli.build_parser().parse_args(["--config", config, "--quiet"]))
+
+
+def test_a_peer_result_file_is_read_as_pairs_of_lines(tmp_path):
+    from settopk.jobs.bench.real_peers import _read_result
+
+    path = tmp_path / "pairs.txt"
+    path.write_text(" (12, 6)\n (21, 6)\n (4294967296, 0)\n")
+    assert _read_result(str(path)).tolist() == [[12, 6], [21, 6], [4294967296, 0]]
+    path.write_text("")
+    assert _read_result(str(path)).shape == (0, 2)

@@ -138,6 +138,22 @@ def _run_binary(binary: str, args: list[str]) -> bytes:
     return done.stdout
 
 
+def _read_result(path: str) -> np.ndarray:
+    """The pairs of a ``--result`` file (one `` (a, b)`` line each), int64 of shape (n_pairs, 2):
+    parsed by PyArrow's CSV reader once the parentheses and spaces are dropped, never as a Python
+    object per number (a result of 10^8 pairs would take tens of GB so)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with open(path, "rb") as f:
+        data = f.read().translate(None, b"() ")
+    if not data.strip():
+        return np.zeros((0, 2), np.int64)
+    table = pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(column_names=["a", "b"]),
+                           convert_options=pacsv.ConvertOptions(column_types={"a": pa.int64(), "b": pa.int64()}))
+    return np.stack([table.column(c).to_numpy() for c in ("a", "b")], axis=1)
+
+
 def _count_and_ms(out: bytes, where: str) -> tuple[int, int]:
     count = _COUNT_RE.search(out)
     phases = dict((k.decode(), int(v)) for k, v in _PHASE_RE.findall(out))
@@ -177,10 +193,8 @@ def run_cpp(binary: str, peer_input: PeerInput, algorithm: str, threshold: float
             wall_s.append(seconds)
     with tempfile.TemporaryDirectory(prefix="settopk-peer-") as tmp:
         result = os.path.join(tmp, "pairs.txt")
-        out = _run_binary(binary, ["--result", result, *args])
-        with open(result, "rb") as f:
-            data = f.read().translate(None, b"(),")
-    ids = np.array(data.split(), dtype=np.int64).reshape(-1, 2)
+        _run_binary(binary, ["--result", result, *args])
+        ids = _read_result(result)
     if len(ids) != count:
         raise RuntimeError(f"{binary} {algorithm} at {threshold!r}: {len(ids)} pairs written, {count} counted")
     a, b = peer_input.raw_lines[ids[:, 0]], peer_input.raw_lines[ids[:, 1]]
