@@ -162,6 +162,36 @@ def test_order_without_the_one_sort_key(backend, monkeypatch):
         check_probe(backend, docs, docs[::3], score, text, 2, True)
 
 
+def check_host_rows(backend, docs, score, text, k, include_self):
+    """Fail unless the self-join's pairs written on the host from the array join's pairs of groups
+    (what ``cupy`` does past its device memory) equal the oracle, the self-join rule applied."""
+    from settopk.kernels.join import arrays
+    from settopk.kernels.join.prefixes import group_join_threshold
+    from settopk.kernels.join.prepare import frequency_order, prepare_sets
+
+    batch, ids = SetBatch.from_lists(docs), doc_ids(len(docs))
+    score, t = group_join_threshold(text, score)
+    xp = arrays.array_module(backend)
+    js = prepare_sets(batch, frequency_order(batch.tokens, batch.id_bound))
+    plan, found = arrays._group_join(xp, arrays._Groups(xp, js), t, score, 16, arrays.SLICE_ENTRIES)
+    got = arrays._host_rows(xp, batch, ids, t, score, 16, js, plan, found, include_self, k)
+    every = brute_force_threshold(docs, docs, t, doc_ids=ids.tolist(), score=score)
+    lens = [len(set(d)) for d in docs]
+    for q in range(len(docs)):
+        want = [p for p in every[q] if self_join_keep(ids[q], lens[q], p[0], p[2], score, include_self)]
+        assert got.row(q) == want[:k], (q, docs[q])
+
+
+_SYMMETRIC = [s for s in SCORES if s != "containment"]
+
+
+@given(docs=corpora(1.3), score=st.sampled_from(_SYMMETRIC), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
+       include_self=st.booleans())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_pairs_of_groups_written_on_the_host_equal_the_oracle(docs, score, pick, k, include_self):
+    check_host_rows("numpy", docs, score, _text(score, pick), k, include_self)
+
+
 # ---- GPU: the same checks with xp = cupy -------------------------------------------------------
 
 
@@ -179,6 +209,33 @@ def test_gpu_self_join_equals_the_oracle(docs, score, pick, k, include_self, cap
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_gpu_probe_equals_the_oracle(docs, queries, score, pick, k, floor, cap):
     check_probe("cupy", docs, queries, score, _text(score, pick), k, floor, cap)
+
+
+@pytest.mark.gpu
+@given(docs=corpora(1.3), score=st.sampled_from(_SYMMETRIC), pick=st.integers(0, 5), k=st.sampled_from([None, 1, 3]),
+       include_self=st.booleans())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_gpu_pairs_of_groups_written_on_the_host_equal_the_oracle(docs, score, pick, k, include_self):
+    check_host_rows("cupy", docs, score, _text(score, pick), k, include_self)
+
+
+@pytest.mark.gpu
+def test_gpu_self_join_past_the_device_memory_is_written_on_the_host():
+    """A self-join whose member pairs would not fit the device's free memory takes the host's rows:
+    the same pairs as the device's own expansion."""
+    from settopk.kernels.join import arrays
+
+    rng = np.random.default_rng(5)
+    docs = [sorted(set((rng.zipf(1.3, rng.integers(1, 20)) % 200).tolist())) for _ in range(2000)]
+    docs += [docs[i] for i in rng.integers(0, len(docs), 2000)]
+    batch, ids = SetBatch.from_lists(docs), doc_ids(len(docs))
+    want = self_join(batch, ids, "0.5", "jaccard", 64, backend="cupy", k=5, include_self=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arrays, "_device_bytes_free", lambda xp: 0)
+        mp.setattr(arrays, "_expand", None)  # the device's expansion is not reached
+        got = self_join(batch, ids, "0.5", "jaccard", 64, backend="cupy", k=5, include_self=True)
+    for name in ("offsets", "doc_ids", "overlap", "doc_len"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
 
 
 @pytest.mark.gpu

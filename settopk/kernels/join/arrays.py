@@ -77,6 +77,11 @@ __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "grou
 
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
+#: Device bytes a member pair of a self-join takes at most while the pairs are expanded and
+#: ordered (:func:`_expand`, :func:`_order`; docs/benchmarks.md, "Real data on one GPU", measures
+#: it): where the pairs before the self-join rule would take more than the device has free, they
+#: are written on the host from the pairs of groups instead (:func:`_host_rows`).
+DEVICE_BYTES_PER_PAIR = 160
 _KEY_BITS = 63  # bits of step 6's one-sort key (a non-negative int64)
 
 
@@ -477,6 +482,27 @@ def _prepared_groups(xp, prepared, backend: str) -> _Groups:
     return _Groups(xp, prepared)
 
 
+def _device_bytes_free(xp) -> int:
+    """Device memory this process may still take: the device's free bytes and those CuPy's pool holds unused."""
+    free, _ = xp.cuda.runtime.memGetInfo()
+    return int(free) + int(xp.get_default_memory_pool().free_bytes())
+
+
+def _host_rows(xp, sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score: str, max_len: int, js: JoinSets, plan,
+               found, include_self: bool, k: int | None) -> ThresholdPairs:
+    """A self-join's pairs of groups found on the device, written out on the host: the ``cpu``
+    backend's lists and rows (:class:`settopk.kernels.join.host_join.SelfJoin`), whose memory
+    beyond the pairs themselves is a list entry per member of a target group of each query group."""
+    from .host_join import SelfJoin
+
+    x, y, ov = (to_host(xp, v.astype(xp.int32)) for v in found)
+    join = SelfJoin(sets, doc_ids, t, score, max_len, include_self=include_self, k=k, prepared=js, found=(plan, (x, y, ov)))
+    try:
+        return join.rows(0, join.n_queries)
+    finally:
+        join.close()
+
+
 def _slice_cap(slice_entries: int | None) -> int:
     """The candidate entries per slice (``slice_entries``, default :data:`SLICE_ENTRIES`), at least 1."""
     cap = int(slice_entries or SLICE_ENTRIES)
@@ -581,6 +607,9 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
         n_pairs = int((size[y] * size[x]).sum()) + int((s_in * (s_in - 1) // 2).sum()) + (int(s_in.sum()) if include_self else 0)
         if n_pairs > max_entries:
             raise JoinTooLarge(f"the self-join has more than {max_entries} pairs")
+    if xp is not np and int((size[dq] * size[dt]).sum()) * DEVICE_BYTES_PER_PAIR > _device_bytes_free(xp):
+        pairs = _host_rows(xp, sets, doc_ids, t, score, max_len, js, plan, (x, y, ov), include_self, k)
+        return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
     members = _expand(xp, directed, groups, groups, include_self)
     pairs = _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
     return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))

@@ -171,6 +171,10 @@ class SelfJoin:
         Refuse (:class:`SelfJoinTooLarge`) a self-join of more than this many group pairs or list
         entries, as soon as the probe or the lists' sizes show it (the probe stops there): what is
         held is then bounded by it. None: no bound.
+    found : (LengthPlan, (numpy.ndarray, numpy.ndarray, numpy.ndarray)), optional
+        The length plan of the self-join (``ordered``) and its passing pairs of distinct groups of
+        ``prepared`` (probe group, index group no longer and before it, overlap; int32, shape
+        (n_group_pairs,) each), found elsewhere (the ``cupy`` array join): the probe is skipped.
 
     Attributes
     ----------
@@ -197,7 +201,7 @@ class SelfJoin:
 
     def __init__(self, sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
                  k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None,
-                 max_entries: int | None = None):
+                 max_entries: int | None = None, found=None):
         score, t = group_join_threshold(threshold, score)
         threads = threads or len(os.sched_getaffinity(0))
         n_ids = sets.id_bound  # a pass over the tokens: once
@@ -205,7 +209,8 @@ class SelfJoin:
         self._workers = _Workers(threads, js.group_token_offsets[:-1], n_ids) if prepared is None else \
             _kept_workers(js, threads, n_ids)
         try:
-            plan, (pair_q, pair_i, pair_ov) = _probe_groups(self._workers, js, t, score, max_len, n_ids, max_entries)
+            plan, (pair_q, pair_i, pair_ov) = found if found is not None else \
+                _probe_groups(self._workers, js, t, score, max_len, n_ids, max_entries)
         except SelfJoinTooLarge:
             self.close()
             raise
