@@ -170,7 +170,8 @@ def test_a_stand_in_that_draws_other_numbers_is_refused(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name, n_sets, longest", [("kosarak", 990_002, 605), ("dblp", 100_000, 381),
-                                                   ("enron", 100_000, 2030)])
+                                                   ("enron", 100_000, 2030), ("bms", 515_597, 101),
+                                                   ("aol", 2_000_000, 100)])
 def test_the_larger_stand_ins_are_the_measured_files(tmp_path, name, n_sets, longest):
     import hashlib
 
