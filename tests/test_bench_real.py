@@ -188,7 +188,8 @@ def test_an_unknown_stand_in_is_a_config_error(tmp_path):
     assert cli.main(["--config", config, "--quiet"]) == cli.EXIT_BAD_INPUT
     from settopk.configs import ConfigError
 
-    with pytest.raises(ConfigError, match="stand-in 'nope'; the stand-ins are stand-in:clickstream, stand-in:dblp, stand-in:enron, stand-in:kosarak"):
+    with pytest.raises(ConfigError, match="stand-in 'nope'; the stand-ins are stand-in:aol, stand-in:bms, stand-in:clickstream, stand-in:dblp, "
+                       "stand-in:enron, stand-in:kosarak"):
         cli.run(cli.build_parser().parse_args(["--config", config, "--quiet"]))
 
 

@@ -237,3 +237,26 @@ def test_pair_columns_equal_score_value_bit_for_bit(threads):
         assert np.array_equal(key, row_key[rows]) and np.array_equal(length, row_len[rows])
         want = score_value(overlap, row_len[rows], doc_len, score)
         assert scores.dtype == np.float64 and np.array_equal(scores.view(np.int64), want.view(np.int64)), score
+
+
+@pytest.mark.parametrize("backend", [*HOST_BACKENDS, pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_a_self_join_past_the_available_memory_is_refused_before_its_pairs_are_written(backend, monkeypatch):
+    """Counted from the lists (cpu) or the groups' sizes (numpy, cupy; with k, n_docs * k):
+    refused with the count and the ways around it, not left to run out of memory; with room for
+    exactly its pairs it runs."""
+    from settopk.index import ResultTooLarge
+    from settopk.index import join as index_join
+
+    docs = _corpus(9)
+    index = settopk.Index.build(docs, score="jaccard", backend=backend)
+    n_pairs = index.self_join("1/2").n_pairs
+    n_capped = index.self_join("1/2", k=1).n_pairs
+    assert n_pairs > len(docs)  # identical sets: more pairs than docs
+    monkeypatch.setattr(index_join, "_available_bytes", lambda: n_pairs * index_join.PAIR_BYTES)
+    assert index.self_join("1/2").n_pairs == n_pairs
+    monkeypatch.setattr(index_join, "_available_bytes", lambda: (n_pairs - 1) * index_join.PAIR_BYTES)
+    with pytest.raises(ResultTooLarge, match=rf"has {n_pairs} pairs.*raise the threshold.*k=.*settopk score"):
+        index.self_join("1/2")
+    with pytest.raises(MemoryError):
+        index.self_join("1/2")
+    assert index.self_join("1/2", k=1).n_pairs == n_capped  # at most n_docs pairs

@@ -14,6 +14,6 @@ The layers import downward only: this package takes from :mod:`settopk.kernels` 
 
 from .api import BACKENDS, MAX_K, Index, InputError, TopK
 from .dedup import dedup
-from .join import JoinArgumentError, Pairs
+from .join import JoinArgumentError, Pairs, ResultTooLarge
 
-__all__ = ["BACKENDS", "Index", "InputError", "JoinArgumentError", "MAX_K", "Pairs", "TopK", "dedup"]
+__all__ = ["BACKENDS", "Index", "InputError", "JoinArgumentError", "MAX_K", "Pairs", "ResultTooLarge", "TopK", "dedup"]

@@ -35,7 +35,7 @@ from settopk.shards.results import RESULT_SCHEMA
 
 from .inputs import checked_query_ids
 
-__all__ = ["JoinArgumentError", "Pairs", "checked_threshold", "kernel_self_join", "self_join", "threshold_search"]
+__all__ = ["PAIR_BYTES", "JoinArgumentError", "Pairs", "ResultTooLarge", "checked_threshold", "kernel_self_join", "self_join", "threshold_search"]
 
 _MAX_RANK = 32767  # the result's rank column is int16 (settopk.configs.MAX_K)
 _SCAN_BATCH = 65536  # queries per kernel call on the scan path: bounds its temporaries
@@ -44,6 +44,17 @@ _SCAN_BATCH = 65536  # queries per kernel call on the scan path: bounds its temp
 class JoinArgumentError(ValueError, SettopkError):
     """A bad argument of the threshold join (``threshold``, ``k``, ``include_self``, ``score``):
     the message names it, says what was expected and what was found."""
+
+
+class ResultTooLarge(MemoryError, SettopkError):
+    """A self-join whose pairs would take more memory than this machine has available, found
+    from their count before any is written: the message gives the count, the bytes and the ways
+    around it (a higher threshold, ``k``, or the job, which streams the pairs to Parquet)."""
+
+
+#: Host bytes a pair takes in :class:`Pairs`: int64 query index, doc id and float64 score, int32
+#: overlap, query length and doc length.
+PAIR_BYTES = 36
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -249,26 +260,49 @@ def self_join(index, sets: SetBatch, threshold, include_self=False, k=None) -> P
     ------
     JoinArgumentError
         As :func:`threshold_search`, or if ``include_self`` is not a bool.
+    ResultTooLarge
+        If the pairs (``T > 0``, any score but containment) would take more than the memory
+        available (:data:`PAIR_BYTES` a pair), counted before any is written.
     """
     t = checked_threshold(threshold, index.score)
     k = _cap(k)
     if not isinstance(include_self, (bool, np.bool_)):
         raise JoinArgumentError(f"include_self must be True or False, found {include_self!r}")
-    found = kernel_self_join(index.backend, sets, index.doc_ids, t, index.score, index.max_len, bool(include_self), k,
-                             kernel=index.kernel, threads=index.threads, vocab_size=index.vocab_size,
-                             prepared=index.join_corpus if t > 0 and sets.n_sets else None)
+    from settopk.kernels.join import JoinTooLarge
+
+    available = _available_bytes()
+    try:
+        found = kernel_self_join(index.backend, sets, index.doc_ids, t, index.score, index.max_len, bool(include_self), k,
+                                 kernel=index.kernel, threads=index.threads, vocab_size=index.vocab_size,
+                                 prepared=index.join_corpus if t > 0 and sets.n_sets else None,
+                                 max_pairs=available // PAIR_BYTES)
+    except JoinTooLarge as exc:
+        raise ResultTooLarge(
+            f"Index.self_join at threshold {threshold!r}: {exc}, at {PAIR_BYTES} bytes a pair more than the "
+            f"{available / 1e9:.1f} GB of memory this machine has available; raise the threshold, keep each doc's best "
+            f"pairs with k=..., or run the job (settopk score --self-join --threshold T --out DIR), which streams the "
+            f"pairs to Parquet parts") from None
     return _pairs(found, index.doc_ids, sets.lengths, index.score, t, k, None, query_keys=index.doc_ids,
                   threads=index.threads)
 
 
+def _available_bytes() -> int:
+    """Memory this machine has available now (psutil's ``available``: free, and what the kernel can reclaim)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
 def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score: str, max_len: int,
                      include_self: bool, k, *, kernel=None, threads=None, vocab_size: int = 65536,
-                     prepared=None) -> ThresholdPairs:
+                     prepared=None, max_pairs: int | None = None) -> ThresholdPairs:
     """The self-join of ``sets`` (ids ``doc_ids``) under :func:`settopk.kernels.self_join_keep`, each
     query's best ``k`` (a :class:`settopk.kernels.ThresholdPairs` over the sets as queries): the one
     place that picks the kernel. Where the prefix-filtered join of
     :mod:`settopk.kernels.join` applies (``T > 0``), that join; else the
-    kernel index's threshold search of the corpus against itself, then the self-join rule."""
+    kernel index's threshold search of the corpus against itself, then the self-join rule.
+    ``max_pairs`` bounds the prefix-filtered join's result (:class:`settopk.kernels.join.JoinTooLarge`
+    before any pair is written; :func:`settopk.kernels.join.self_join`), not the scan's."""
     from settopk.kernels.join import join_applies
 
     if sets.n_sets == 0:
@@ -277,7 +311,7 @@ def kernel_self_join(backend: str, sets: SetBatch, doc_ids: np.ndarray, t, score
         from settopk.kernels.join import self_join as join_self_join
 
         return join_self_join(sets, doc_ids, t, score, max_len, backend=backend, include_self=include_self, k=k,
-                              threads=threads, prepared=prepared)
+                              threads=threads, prepared=prepared, max_pairs=max_pairs)
     if kernel is None:
         kernel = build_index(backend, doc_ids, sets, max_len=max_len, vocab_size=vocab_size, score=score, threads=threads)
     n, lengths = sets.n_sets, sets.lengths

@@ -191,7 +191,7 @@ def corpus_group_pairs(sets, threshold, score: str, max_len: int, *, backend: st
 
 
 def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: str = "cpu", include_self: bool = False,
-              k: int | None = None, threads: int | None = None, prepared=None):
+              k: int | None = None, threads: int | None = None, prepared=None, max_pairs: int | None = None):
     """Every pair of a corpus whose score reaches ``threshold``, exactly, under the self-join rule.
 
     Parameters
@@ -210,6 +210,10 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
         ``prepare_corpus(sets, backend=backend)``, kept by the caller between self-joins of one
         corpus (every backend but containment's R-S probe on ``numpy`` and ``cupy``, which prepares
         its own).
+    max_pairs : int, optional
+        Refuse a result of more pairs than this, counted before any pair is written (on ``numpy``
+        and ``cupy`` with ``k``, the bound ``n_docs * k`` stands for the count); None: no bound.
+        Containment's self-join is not bounded.
 
     Returns
     -------
@@ -223,17 +227,19 @@ def self_join(sets, doc_ids, threshold, score: str, max_len: int, *, backend: st
     ------
     ValueError
         As :func:`prepare_docs`, or ``k < 1``.
+    JoinTooLarge
+        Past ``max_pairs``.
     """
     if backend == "cpu":
         from .host_join import self_join as host_self_join
 
         return host_self_join(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads,
-                              prepared=prepared)
+                              prepared=prepared, max_pairs=max_pairs)
     if backend in ("numpy", "cupy"):
         from .arrays import self_join as array_self_join
 
         return array_self_join(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self, k=k,
-                               prepared=prepared)
+                               prepared=prepared, max_pairs=max_pairs)
     raise ValueError(f"backend must be one of {_BACKENDS}, found {backend!r}")
 
 

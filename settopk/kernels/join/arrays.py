@@ -68,7 +68,7 @@ from .array_ops import (
     to_host,
 )
 from .array_verify import remainder_overlaps
-from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, length_plan,
+from .prefixes import (JoinTooLarge, check_pairs, checked_floor, group_join_threshold, inside_groups, length_plan,
                        positive_threshold, probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
@@ -513,7 +513,7 @@ def _slice_cap(slice_entries: int | None) -> int:
 
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
               include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
-              prepared: JoinSets | None = None) -> ThresholdPairs:
+              prepared: JoinSets | None = None, max_pairs: int | None = None) -> ThresholdPairs:
     """The threshold self-join of a corpus on the ``numpy`` or ``cupy`` backend.
 
     Parameters
@@ -532,6 +532,10 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
         :func:`settopk.kernels.join.prepare_corpus` of ``sets``, kept by the caller between
         self-joins of one corpus; made here where None (an ``ArrayCorpus`` of another backend
         serves through its ``JoinSets``).
+    max_pairs : int, optional
+        Refuse more pairs than this (:class:`JoinTooLarge`), counted from the groups' sizes before
+        any pair is listed (with ``k``, at most ``n_docs * k`` of them); None: no bound.
+        Containment's self-join is not bounded.
 
     Returns
     -------
@@ -543,6 +547,8 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
     ------
     ValueError
         As :class:`ArrayDocSide`, or ``k < 1``.
+    JoinTooLarge
+        Past ``max_pairs``.
     """
     score = check_score(score)
     _check_k(k)
@@ -552,12 +558,12 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, b
                              slice_entries=slice_entries).probe(sets)
         return self_join_pairs(pairs, doc_ids, sets.lengths, score, include_self, k)
     return self_join_with_groups(sets, doc_ids, threshold, score, max_len, backend=backend, include_self=include_self,
-                                 k=k, slice_entries=slice_entries, prepared=prepared)[0]
+                                 k=k, slice_entries=slice_entries, prepared=prepared, max_pairs=max_pairs)[0]
 
 
 def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
                           include_self: bool = False, k: int | None = None, slice_entries: int | None = None,
-                          prepared=None, max_entries: int | None = None):
+                          prepared=None, max_entries: int | None = None, max_pairs: int | None = None):
     """:func:`self_join` of a symmetric score at ``T > 0``, with what it found the pairs through:
     the groups of identical sets and their passing pairs of distinct groups (what ``--dedup``
     groups a shard's docs by).
@@ -569,6 +575,8 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
     max_entries : int, optional
         Refuse more pairs of groups than this (as they are found), or more pairs (counted from
         the groups' sizes before any is listed); None: no bound.
+    max_pairs : int, optional
+        As :func:`self_join`.
 
     Returns
     -------
@@ -602,11 +610,13 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
                 xp.concatenate([ov, g_len[inside].astype(xp.int64)]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
     dq, dt, dov, _ = directed
-    if max_entries is not None:  # the member pairs (before k): of two groups, all; inside one, a < b (and a == b)
+    if max_entries is not None or max_pairs is not None:
+        # the member pairs (before k): of two groups, all; inside one, a < b (and a == b)
         s_in = size[inside]
         n_pairs = int((size[y] * size[x]).sum()) + int((s_in * (s_in - 1) // 2).sum()) + (int(s_in.sum()) if include_self else 0)
-        if n_pairs > max_entries:
+        if max_entries is not None and n_pairs > max_entries:
             raise JoinTooLarge(f"the self-join has more than {max_entries} pairs")
+        check_pairs(n_pairs if k is None else min(n_pairs, js.n_sets * k), max_pairs)
     if xp is not np and int((size[dq] * size[dt]).sum()) * DEVICE_BYTES_PER_PAIR > _device_bytes_free(xp):
         pairs = _host_rows(xp, sets, doc_ids, t, score, max_len, js, plan, (x, y, ov), include_self, k)
         return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))

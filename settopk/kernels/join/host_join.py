@@ -24,7 +24,7 @@ from ..sets import SetBatch
 from ..threshold import ThresholdPairs, self_join_pairs
 from .numba_emit import emit_counts, emit_lists, emit_plan, emit_rows
 from .numba_join import build_postings, probe_groups, self_join_bounds
-from .prefixes import (JoinTooLarge, checked_floor, group_join_threshold, inside_groups, length_plan,
+from .prefixes import (JoinTooLarge, check_pairs, checked_floor, group_join_threshold, inside_groups, length_plan,
                        positive_threshold, probe_bounds)
 from .prepare import JoinSets, extended_rank, frequency_order, prepare_sets
 
@@ -122,8 +122,10 @@ class DocSide:
 
 
 def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, include_self: bool = False,
-              k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None) -> ThresholdPairs:
-    """The threshold self-join of a corpus on the ``cpu`` backend (see :func:`settopk.kernels.join.self_join`)."""
+              k: int | None = None, threads: int | None = None, prepared: JoinSets | None = None,
+              max_pairs: int | None = None) -> ThresholdPairs:
+    """The threshold self-join of a corpus on the ``cpu`` backend (see :func:`settopk.kernels.join.self_join`);
+    :class:`JoinTooLarge` past ``max_pairs`` pairs, counted before any is written."""
     score = check_score(score)
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
     if score == "containment":  # not symmetric: every ordered pair, through the R-S probe
@@ -132,6 +134,7 @@ def self_join(sets: SetBatch, doc_ids, threshold, score: str, max_len: int, *, i
     join = SelfJoin(sets, doc_ids, threshold, score, max_len, include_self=include_self, k=k, threads=threads,
                     prepared=prepared)
     try:
+        check_pairs(int(join.offsets[-1]), max_pairs)
         return join.rows(0, join.n_queries)
     finally:
         join.close()

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..threshold import need_table
 
-__all__ = ["JoinTooLarge", "LengthPlan", "checked_floor", "group_join_threshold", "inside_groups", "join_applies",
+__all__ = ["JoinTooLarge", "LengthPlan", "check_pairs", "checked_floor", "group_join_threshold", "inside_groups", "join_applies",
            "length_bounds", "length_plan", "positive_threshold", "probe_bounds", "self_passing"]
 
 
@@ -24,6 +24,13 @@ class JoinTooLarge(RuntimeError):
     """A join through groups would hold more than its caller's bound (``max_entries`` pairs of
     groups, or list entries): the caller takes the exact path that holds less (a shard probes its
     own docs batch by batch, ``--dedup`` reads the pairs back)."""
+
+
+def check_pairs(n_pairs: int, max_pairs: int | None) -> None:
+    """Raise :class:`JoinTooLarge` where ``n_pairs`` (a count, or a bound of it) passes
+    ``max_pairs`` (None: no bound); the message gives the count."""
+    if max_pairs is not None and n_pairs > max_pairs:
+        raise JoinTooLarge(f"the self-join has {n_pairs} pairs, more than max_pairs={max_pairs}")
 
 
 class LengthPlan(NamedTuple):
