@@ -151,12 +151,12 @@ def test_numpy_index_threshold_search_through_the_join(score):
 def test_order_without_the_one_sort_key(backend, monkeypatch):
     """Where (query, score rank, doc) does not fit the one-sort key, three stable sorts give the
     same order (ties on score by doc id)."""
-    from settopk.kernels.join import arrays
+    from settopk.kernels.join import array_emit
 
     rng = np.random.default_rng(4)
     docs = [sorted(set((rng.zipf(1.3, rng.integers(1, 12)) % 60).tolist())) for _ in range(300)]
     docs += docs[:100]
-    monkeypatch.setattr(arrays, "_KEY_BITS", 0)
+    monkeypatch.setattr(array_emit, "_KEY_BITS", 0)
     for score, text in (("jaccard", "0.3"), ("cosine", "0.5"), ("containment", "0.6")):
         check_self_join(backend, docs, score, text, None, False)
         check_probe(backend, docs, docs[::3], score, text, 2, True)
@@ -165,7 +165,7 @@ def test_order_without_the_one_sort_key(backend, monkeypatch):
 def check_host_rows(backend, docs, score, text, k, include_self):
     """Fail unless the self-join's pairs written on the host from the array join's pairs of groups
     (what ``cupy`` does past its device memory) equal the oracle, the self-join rule applied."""
-    from settopk.kernels.join import arrays
+    from settopk.kernels.join import array_emit, arrays
     from settopk.kernels.join.prefixes import group_join_threshold
     from settopk.kernels.join.prepare import frequency_order, prepare_sets
 
@@ -174,7 +174,7 @@ def check_host_rows(backend, docs, score, text, k, include_self):
     xp = arrays.array_module(backend)
     js = prepare_sets(batch, frequency_order(batch.tokens, batch.id_bound))
     plan, found = arrays._group_join(xp, arrays._Groups(xp, js), t, score, 16, arrays.SLICE_ENTRIES)
-    got = arrays._host_rows(xp, batch, ids, t, score, 16, js, plan, found, include_self, k)
+    got = array_emit.host_rows(xp, batch, ids, t, score, 16, js, plan, found, include_self, k)
     every = brute_force_threshold(docs, docs, t, doc_ids=ids.tolist(), score=score)
     lens = [len(set(d)) for d in docs]
     for q in range(len(docs)):
@@ -231,8 +231,8 @@ def test_gpu_self_join_past_the_device_memory_is_written_on_the_host():
     batch, ids = SetBatch.from_lists(docs), doc_ids(len(docs))
     want = self_join(batch, ids, "0.5", "jaccard", 64, backend="cupy", k=5, include_self=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(arrays, "_device_bytes_free", lambda xp: 0)
-        mp.setattr(arrays, "_expand", None)  # the device's expansion is not reached
+        mp.setattr(arrays, "device_bytes_free", lambda xp: 0)
+        mp.setattr(arrays, "expand_members", None)  # the device's expansion is not reached
         got = self_join(batch, ids, "0.5", "jaccard", 64, backend="cupy", k=5, include_self=True)
     for name in ("offsets", "doc_ids", "overlap", "doc_len"):
         assert np.array_equal(getattr(got, name), getattr(want, name)), name

@@ -18,8 +18,8 @@ Entry points, one contract on every backend (results identical to the scan's,
 
 Modules: :mod:`~settopk.kernels.join.prepare` (frequency order, identical-set groups),
 :mod:`~settopk.kernels.join.prefixes` (the filters per length), :mod:`~settopk.kernels.join.host_join`
-and :mod:`~settopk.kernels.join.numba_join` (the ``cpu`` backend, Numba), :mod:`~settopk.kernels.join.arrays`
-and :mod:`~settopk.kernels.join.array_verify` (``numpy`` and ``cupy``), :mod:`~settopk.kernels.join.kept` (a
+and :mod:`~settopk.kernels.join.numba_join` (the ``cpu`` backend, Numba), :mod:`~settopk.kernels.join.arrays`,
+:mod:`~settopk.kernels.join.array_verify` and :mod:`~settopk.kernels.join.array_emit` (``numpy`` and ``cupy``), :mod:`~settopk.kernels.join.kept` (a
 shard's kept self-join on those two). Where ``T == 0`` every
 pair passes and no prefix filter applies (:func:`join_applies`): callers scan instead.
 

@@ -38,7 +38,9 @@ there too, as array steps.
 6. **Expansion and order.** Group pairs become member pairs (the self-join rule of
    :func:`settopk.kernels.self_join_keep`), ordered per query best first by the exact score (a float64
    quotient of two integers below ``2**31``: distinct fractions give distinct doubles, equal ones equal
-   doubles, so ties stay ties), then doc id.
+   doubles, so ties stay ties), then doc id (:mod:`settopk.kernels.join.array_emit`; on ``cupy``,
+   where the member pairs would not fit the device's free memory, they are written on the host
+   from the pairs of groups instead).
 
 **Memory.** On the host (``numpy``), steps 2-5 run in slices of at most ``slice_entries`` candidate entries (and slices of
 verification of at most ``slice_entries`` looked-up tokens), so a token held by many prefixes costs
@@ -67,6 +69,7 @@ from .array_ops import (
     stable_argsort,
     to_host,
 )
+from .array_emit import DEVICE_BYTES_PER_PAIR, device_bytes_free, expand_members, host_rows, order_pairs
 from .array_verify import remainder_overlaps
 from .prefixes import (JoinTooLarge, check_pairs, checked_floor, group_join_threshold, inside_groups, length_plan,
                        positive_threshold, probe_bounds)
@@ -77,12 +80,6 @@ __all__ = ["SLICE_ENTRIES", "ArrayCorpus", "ArrayDocSide", "array_module", "grou
 
 #: Candidate entries (and verified tokens) per slice of the join: bounds its working memory.
 SLICE_ENTRIES = 1 << 21
-#: Device bytes a member pair of a self-join takes at most while the pairs are expanded and
-#: ordered (:func:`_expand`, :func:`_order`; docs/benchmarks.md, "Real data on one GPU", measures
-#: it): where the pairs before the self-join rule would take more than the device has free, they
-#: are written on the host from the pairs of groups instead (:func:`_host_rows`).
-DEVICE_BYTES_PER_PAIR = 160
-_KEY_BITS = 63  # bits of step 6's one-sort key (a non-negative int64)
 
 
 class _Groups:
@@ -244,77 +241,6 @@ def _join(xp, probe: _Groups, prefix: np.ndarray, first: np.ndarray, end: np.nda
     return x, y, ov
 
 
-def _expand(xp, directed, q_groups: _Groups, t_groups: _Groups, include_self: bool):
-    """Step 6a: directed group pairs ``(q group, t group, overlap, mode)`` as member pairs
-    ``(query set, doc set, group pair)``, int64 arrays in ``xp``. Mode 0: every member pair;
-    1: groups of one length, each unordered member pair once, under the lower set index; 2: inside a
-    group, the pairs ``a < b`` (and ``a == b`` with ``include_self``)."""
-    dq, dt, _, mode = directed
-    sq = (q_groups.member_offsets[dq + 1] - q_groups.member_offsets[dq])
-    st = (t_groups.member_offsets[dt + 1] - t_groups.member_offsets[dt])
-    seg, w = segment_ids(xp, sq * st)
-    wide = st[seg]
-    a = q_groups.members[q_groups.member_offsets[dq][seg] + w // wide]
-    b = t_groups.members[t_groups.member_offsets[dt][seg] + w % wide]
-    m = mode[seg]
-    keep = (m != 2) | (a < b) | ((a == b) if include_self else False)
-    q = xp.where(m == 1, xp.minimum(a, b), a)
-    d = xp.where(m == 1, xp.maximum(a, b), b)
-    return q[keep], d[keep], seg[keep]
-
-
-def _score_value(xp, ov, ql, dl, score: str):
-    """The score as float64 (cosine: its square), an exact order key (step 6)."""
-    o = ov.astype(xp.float64)
-    q, d = ql.astype(xp.float64), dl.astype(xp.float64)
-    if score == "overlap":
-        return o
-    num, den = {"braun_blanquet": (o, xp.maximum(q, d)), "containment": (o, q), "dice": (o, q + d),
-                "jaccard": (o, q + d - o), "cosine": (o * o, q * d)}[score]
-    return num / xp.maximum(den, 1.0)  # den == 0 only where o == 0: the 0 of 0/0
-
-
-def _order(xp, n_queries: int, members, group_pairs, doc_ids: np.ndarray, score: str, k):
-    """Step 6b: member pairs as :class:`ThresholdPairs` (host), each query's best first, ties by doc id.
-
-    ``members``: ``(query set, doc set, group pair)`` of :func:`_expand`; ``group_pairs``: per group
-    pair, ``(overlap, query length, doc length)``. A pair's score is its group pair's, so the
-    distinct scores are ranked over the group pairs (fewer than the member pairs where sets repeat),
-    and where ``(query, score rank, doc)`` fits in 63 bits one sort of that key orders the pairs
-    (keys are distinct: a member pair occurs once); else three stable sorts (doc, score, query)."""
-    q, pos, seg = members
-    ov, ql, dl = group_pairs
-    value = _score_value(xp, ov, ql, dl, score)
-    distinct = xp.unique(value)
-    rank = len(distinct) - 1 - xp.searchsorted(distinct, value)  # 0: the best score
-    bits_r, bits_p = max(len(distinct) - 1, 1).bit_length(), max(len(doc_ids) - 1, 1).bit_length()
-    if max(n_queries - 1, 1).bit_length() + bits_r + bits_p <= _KEY_BITS:
-        order = xp.argsort((q << (bits_r + bits_p)) | (rank[seg] << bits_p) | pos)
-    else:
-        order = stable_argsort(xp, pos)
-        order = order[stable_argsort(xp, rank[seg][order])]
-        order = order[stable_argsort(xp, q[order])]
-    q, pos, seg = q[order], pos[order], seg[order]
-    if k is not None:
-        keep = xp.flatnonzero(xp.arange(len(q)) - xp.searchsorted(q, q, side="left") < k)
-        q, pos, seg = q[keep], pos[keep], seg[keep]
-    offsets = np.zeros(n_queries + 1, np.int64)
-    if len(q):
-        np.cumsum(to_host(xp, xp.bincount(q, minlength=n_queries)), out=offsets[1:])
-    # Gathered and narrowed where the pairs are, so only the output's own bytes leave the device.
-    return ThresholdPairs(offsets, to_host(xp, _ids_at(xp, doc_ids, pos)), to_host(xp, ov.astype(xp.int32)[seg]),
-                          to_host(xp, dl.astype(xp.int32)[seg]))
-
-
-def _ids_at(xp, doc_ids: np.ndarray, pos):
-    """The ids of the docs at positions ``pos`` (``xp``, int64); ``pos`` itself where the ids are
-    ``0 .. n_docs - 1`` (strictly increasing ids from 0 to ``n_docs - 1`` are exactly those)."""
-    doc_ids = np.asarray(doc_ids, dtype=np.int64)
-    if len(doc_ids) and doc_ids[0] == 0 and doc_ids[-1] == len(doc_ids) - 1:
-        return pos
-    return xp.asarray(doc_ids)[pos]
-
-
 def _check_k(k):
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1 (or None for every passing pair), found {k}")
@@ -412,12 +338,12 @@ class ArrayDocSide:
         first, end = probe_bounds(plan, q_len, self.groups.host_len, q_sets.group_of, floor)
         x, y, ov = _join(xp, probe, _per_group(xp, plan.probe_prefix, probe), xp.asarray(first), xp.asarray(end),
                          self.groups, self.entries, plan.need, self.cap)
-        q, d, seg = _expand(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
+        q, d, seg = expand_members(xp, (x, y, ov, xp.zeros(len(x), xp.int64)), probe, self.groups, False)
         dl = self.groups.lengths[y]
         if floor is not None:
             keep = xp.flatnonzero(dl[seg] >= xp.asarray(floor)[q])
             q, d, seg = q[keep], d[keep], seg[keep]
-        return _order(xp, n_q, (q, d, seg), (ov, probe.lengths[x], dl), self.doc_ids, self.score, k)
+        return order_pairs(xp, n_q, (q, d, seg), (ov, probe.lengths[x], dl), self.doc_ids, self.score, k)
 
 
 def prepare_docs(docs: SetBatch, doc_ids, threshold, score: str, max_len: int, *, backend: str = "numpy",
@@ -480,27 +406,6 @@ def _prepared_groups(xp, prepared, backend: str) -> _Groups:
     if isinstance(prepared, ArrayCorpus):
         return prepared.groups if prepared.backend == backend else _Groups(xp, prepared.sets)
     return _Groups(xp, prepared)
-
-
-def _device_bytes_free(xp) -> int:
-    """Device memory this process may still take: the device's free bytes and those CuPy's pool holds unused."""
-    free, _ = xp.cuda.runtime.memGetInfo()
-    return int(free) + int(xp.get_default_memory_pool().free_bytes())
-
-
-def _host_rows(xp, sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score: str, max_len: int, js: JoinSets, plan,
-               found, include_self: bool, k: int | None) -> ThresholdPairs:
-    """A self-join's pairs of groups found on the device, written out on the host: the ``cpu``
-    backend's lists and rows (:class:`settopk.kernels.join.host_join.SelfJoin`), whose memory
-    beyond the pairs themselves is a list entry per member of a target group of each query group."""
-    from .host_join import SelfJoin
-
-    x, y, ov = (to_host(xp, v.astype(xp.int32)) for v in found)
-    join = SelfJoin(sets, doc_ids, t, score, max_len, include_self=include_self, k=k, prepared=js, found=(plan, (x, y, ov)))
-    try:
-        return join.rows(0, join.n_queries)
-    finally:
-        join.close()
 
 
 def _slice_cap(slice_entries: int | None) -> int:
@@ -617,10 +522,10 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
         if max_entries is not None and n_pairs > max_entries:
             raise JoinTooLarge(f"the self-join has more than {max_entries} pairs")
         check_pairs(n_pairs if k is None else min(n_pairs, js.n_sets * k), max_pairs)
-    if xp is not np and int((size[dq] * size[dt]).sum()) * DEVICE_BYTES_PER_PAIR > _device_bytes_free(xp):
-        pairs = _host_rows(xp, sets, doc_ids, t, score, max_len, js, plan, (x, y, ov), include_self, k)
+    if xp is not np and int((size[dq] * size[dt]).sum()) * DEVICE_BYTES_PER_PAIR > device_bytes_free(xp):
+        pairs = host_rows(xp, sets, doc_ids, t, score, max_len, js, plan, (x, y, ov), include_self, k)
         return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
-    members = _expand(xp, directed, groups, groups, include_self)
-    pairs = _order(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
+    members = expand_members(xp, directed, groups, groups, include_self)
+    pairs = order_pairs(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
     return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
 
