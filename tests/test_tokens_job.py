@@ -104,7 +104,7 @@ def test_shared_vocabulary_too_large_is_a_typed_error_naming_the_count(tmp_path,
     cfg = job_config(tmp_path, name="big", max_len=128)
     assert score.main(["--docs", d, "--queries", q, "--out", str(out), "--config", cfg, "--quiet"]) == 2
     assert "share 70000 distinct tokens, expected at most" in caplog.text
-    assert "raise vocab_size (up to 16777216)" in caplog.text
+    assert "raise vocab_size to at least 70" in caplog.text and "--config FILE" in caplog.text
     assert not out.exists()
 
 

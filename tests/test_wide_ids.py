@@ -188,7 +188,8 @@ def test_token_map_gives_uint32_sets_above_65536_and_uint16_below():
 def test_vocabulary_error_tells_the_user_to_raise_vocab_size():
     from settopk.shards.inputs.vocabulary import VocabularyError
 
-    assert "raise vocab_size (up to 16777216)" in str(VocabularyError(70000, 65000, 65536, 536))
+    assert "raise vocab_size to at least 70536 (up to 16777216; the config's vocab_size key" in \
+        str(VocabularyError(70000, 65000, 65536, 536))
 
 
 def test_index_takes_wide_ids_on_every_backend_here():

@@ -67,7 +67,8 @@ class VocabularyError(InputError):
 
     def __init__(self, n_shared: int, limit: int, vocab_size: int, room: int, *, doc_ids: int | None = None):
         self.n_shared, self.limit = n_shared, max(limit, 0)
-        fix = "raise vocab_size (up to 16777216), split the queries, or merge rare tokens before the run"
+        fix = (f"raise vocab_size to at least {n_shared + room} (up to 16777216; the config's vocab_size key, "
+               "--config FILE, or Index.build's vocab_size), split the queries, or merge rare tokens before the run")
         if doc_ids is not None:
             message = (f"the docs hold {doc_ids} distinct ids of [0, {vocab_size}), expected at most {self.limit}: "
                        f"the ids no doc holds ({vocab_size - doc_ids}) take the queries' tokens found in no doc, and the "
