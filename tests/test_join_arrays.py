@@ -166,6 +166,7 @@ def check_host_rows(backend, docs, score, text, k, include_self):
     """Fail unless the self-join's pairs written on the host from the array join's pairs of groups
     (what ``cupy`` does past its device memory) equal the oracle, the self-join rule applied."""
     from settopk.kernels.join import array_emit, arrays
+    from settopk.kernels.join.array_ops import to_host
     from settopk.kernels.join.prefixes import group_join_threshold
     from settopk.kernels.join.prepare import frequency_order, prepare_sets
 
@@ -174,7 +175,8 @@ def check_host_rows(backend, docs, score, text, k, include_self):
     xp = arrays.array_module(backend)
     js = prepare_sets(batch, frequency_order(batch.tokens, batch.id_bound))
     plan, found = arrays._group_join(xp, arrays._Groups(xp, js), t, score, 16, arrays.SLICE_ENTRIES)
-    got = array_emit.host_rows(xp, batch, ids, t, score, 16, js, plan, found, include_self, k)
+    found = tuple(to_host(xp, v.astype(xp.int32)) for v in found)
+    got = array_emit.host_rows(batch, ids, t, score, 16, js, plan, found, include_self, k)
     every = brute_force_threshold(docs, docs, t, doc_ids=ids.tolist(), score=score)
     lens = [len(set(d)) for d in docs]
     for q in range(len(docs)):

@@ -104,15 +104,15 @@ def device_bytes_free(xp) -> int:
     return int(free) + int(xp.get_default_memory_pool().free_bytes())
 
 
-def host_rows(xp, sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score: str, max_len: int, js: JoinSets, plan,
-               found, include_self: bool, k: int | None) -> ThresholdPairs:
-    """A self-join's pairs of groups found on the device, written out on the host: the ``cpu``
+def host_rows(sets: SetBatch, doc_ids: np.ndarray, t: Fraction, score: str, max_len: int, js: JoinSets, plan,
+              found, include_self: bool, k: int | None) -> ThresholdPairs:
+    """A self-join's pairs of groups found by the array join, written out on the host: the ``cpu``
     backend's lists and rows (:class:`settopk.kernels.join.host_join.SelfJoin`), whose memory
-    beyond the pairs themselves is a list entry per member of a target group of each query group."""
+    beyond the pairs themselves is a list entry per member of a target group of each query group.
+    ``found``: the pairs of groups ``(x, y, overlap)``, int32 host arrays of shape (n_group_pairs,)."""
     from .host_join import SelfJoin
 
-    x, y, ov = (to_host(xp, v.astype(xp.int32)) for v in found)
-    join = SelfJoin(sets, doc_ids, t, score, max_len, include_self=include_self, k=k, prepared=js, found=(plan, (x, y, ov)))
+    join = SelfJoin(sets, doc_ids, t, score, max_len, include_self=include_self, k=k, prepared=js, found=(plan, found))
     try:
         return join.rows(0, join.n_queries)
     finally:

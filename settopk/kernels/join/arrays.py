@@ -515,16 +515,19 @@ def self_join_with_groups(sets: SetBatch, doc_ids, threshold, score: str, max_le
                 xp.concatenate([ov, g_len[inside].astype(xp.int64)]),
                 xp.concatenate([mode, xp.full(len(inside), 2, xp.int64)]))
     dq, dt, dov, _ = directed
-    if max_entries is not None or max_pairs is not None:
-        # the member pairs (before k): of two groups, all; inside one, a < b (and a == b)
-        s_in = size[inside]
-        n_pairs = int((size[y] * size[x]).sum()) + int((s_in * (s_in - 1) // 2).sum()) + (int(s_in.sum()) if include_self else 0)
-        if max_entries is not None and n_pairs > max_entries:
-            raise JoinTooLarge(f"the self-join has more than {max_entries} pairs")
-        check_pairs(n_pairs if k is None else min(n_pairs, js.n_sets * k), max_pairs)
-    if xp is not np and int((size[dq] * size[dt]).sum()) * DEVICE_BYTES_PER_PAIR > device_bytes_free(xp):
-        pairs = host_rows(xp, sets, doc_ids, t, score, max_len, js, plan, (x, y, ov), include_self, k)
-        return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
+    # The member pairs, from the groups' sizes (one copy of three sums): of two groups, all; inside
+    # one, s * s in the expansion (before the self-join rule), then a < b (and a == b).
+    s_in = size[inside]
+    cross, square, n_in = (int(v) for v in to_host(xp, xp.stack([(size[y] * size[x]).sum(), (s_in * s_in).sum(),
+                                                                 s_in.sum()])))
+    n_pairs = cross + (square - n_in) // 2 + (n_in if include_self else 0)  # before k
+    if max_entries is not None and n_pairs > max_entries:
+        raise JoinTooLarge(f"the self-join has more than {max_entries} pairs")
+    check_pairs(n_pairs if k is None else min(n_pairs, js.n_sets * k), max_pairs)
+    if xp is not np and (cross + square) * DEVICE_BYTES_PER_PAIR > device_bytes_free(xp):
+        found = tuple(to_host(xp, v.astype(xp.int32)) for v in (x, y, ov))
+        pairs = host_rows(sets, doc_ids, t, score, max_len, js, plan, found, include_self, k)
+        return pairs, js, (found[0].astype(np.int64), found[1].astype(np.int64))
     members = expand_members(xp, directed, groups, groups, include_self)
     pairs = order_pairs(xp, js.n_sets, members, (dov, groups.lengths[dq], groups.lengths[dt]), doc_ids, score, k)
     return pairs, js, (to_host(xp, x).astype(np.int64), to_host(xp, y).astype(np.int64))
